@@ -1,0 +1,96 @@
+"""Durability modes and the machinery behind them.
+
+=========  ==========================================================================
+SYNC       When ``put`` (or any write) returns, the change is on stable storage: its
+           journal record was flushed with ``fdatasync`` (one disk flush per call;
+           concurrent calls share one).
+ASYNC      ``put`` returns once the change is in the OS (it survives the process being
+           killed). A background flusher makes it durable within ``max_lag`` seconds,
+           in order. A failed flush is raised by the next call, ``flush()`` or ``close()``.
+EXIT       Like ASYNC without the flusher: durable at ``flush()``, ``close()`` or
+           interpreter exit.
+=========  ==========================================================================
+
+``fsync=False`` turns every flush into a no-op (for throwaway repositories and tmpfs); the
+modes then only differ in ordering. In every mode a killed process loses nothing that a
+returned call wrote; only a power loss can cost ASYNC and EXIT their unflushed window.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import enum
+import os
+import threading
+from typing import Callable
+
+
+class DurabilityMode(enum.Enum):
+    """When a write is on stable storage (see the module docstring)."""
+
+    SYNC = "sync"
+    ASYNC = "async"
+    EXIT = "exit"
+
+
+_libc = None
+
+
+def harden(path: str, *, fsync: bool = True) -> None:
+    """Flush every dirty file of the file system holding ``path`` to stable storage.
+
+    Uses Linux's ``syncfs`` (one flush for all the loose objects and refs written since the
+    last call) and falls back to ``os.sync()`` elsewhere.
+    """
+    if not fsync:
+        return
+    global _libc
+    if _libc is None:
+        name = ctypes.util.find_library("c")
+        _libc = ctypes.CDLL(name, use_errno=True) if name else False
+    syncfs = getattr(_libc, "syncfs", None) if _libc else None
+    if syncfs is None:
+        os.sync()
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"syncfs failed: {os.strerror(err)}", path)
+    finally:
+        os.close(fd)
+
+
+class Flusher:
+    """A daemon thread that runs ``flush()`` at most ``max_lag`` seconds after ``poke()``."""
+
+    def __init__(self, flush: Callable[[], None], max_lag: float):
+        self._flush = flush
+        self._max_lag = max_lag
+        self._wake = threading.Event()
+        self._stop = False
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="qvc-flusher", daemon=True)
+        self._thread.start()
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            if self._stop:
+                return
+            # Let puts that arrive meanwhile share this flush, but never wait past max_lag.
+            threading.Event().wait(self._max_lag / 2)
+            self._wake.clear()
+            try:
+                self._flush()
+            except BaseException as exc:  # surfaced to the caller by the store
+                self.error = exc
+
+    def stop(self) -> None:
+        self._stop = True
+        self._wake.set()
+        self._thread.join()

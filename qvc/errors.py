@@ -1,0 +1,52 @@
+"""The typed errors qvc raises.
+
+Every error qvc raises on purpose derives from :class:`QvcError`, so callers can catch the
+family with one clause. Messages name the thing (thread, checkpoint, field path, file) that
+is wrong.
+"""
+
+from __future__ import annotations
+
+
+class QvcError(Exception):
+    """Base class of every error qvc raises."""
+
+
+class NotARepositoryError(QvcError):
+    """The path is not a qvc repository (and was not to be created)."""
+
+
+class NotFoundError(QvcError, LookupError):
+    """Something named by the caller does not exist."""
+
+
+class UnknownThreadError(NotFoundError):
+    """The thread has no checkpoints."""
+
+
+class UnknownCheckpointError(NotFoundError):
+    """No checkpoint has that id, commit SHA or prefix (also used for an unknown ``before``)."""
+
+
+class InvalidInputError(QvcError, ValueError):
+    """The caller passed a value qvc cannot accept (bad thread id, bad argument, bad state)."""
+
+
+class InvalidThreadIdError(InvalidInputError):
+    """A thread id that cannot be stored (not a string, or empty)."""
+
+
+class SerializationError(InvalidInputError, TypeError):
+    """A state value cannot be serialized; the message names its field path."""
+
+
+class CheckpointConflictError(QvcError):
+    """A concurrent writer moved the thread, or an id was re-put with different content."""
+
+
+class CorruptionError(QvcError):
+    """Stored data failed to decode or verify; the message names the object or file."""
+
+
+class DurabilityError(QvcError):
+    """A background flush failed; raised on the next call, on ``flush()`` or ``close()``."""

@@ -1,0 +1,217 @@
+"""Reading history: commit parsing, the checkpoint-id index and state versions from tree diffs.
+
+Everything here is derived from git objects and refs, so it is right for any history,
+including one written by another process or tool; the caches only make it fast.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator
+
+from .errors import CorruptionError
+from .layout import HEADER, parse_trailers
+from .refnames import WRITES, decode_name
+
+if TYPE_CHECKING:
+    from .repository import Repository
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """What a commit says about its checkpoint, parsed without reading its tree."""
+
+    hex: str
+    tree: bytes
+    parents: tuple[str, ...]
+    time: int
+    message: str
+    checkpoint_id: str  # the Checkpoint-Id trailer, or the commit SHA for a foreign commit
+    thread_id: str | None
+    step: int | None
+
+    @property
+    def parent(self) -> str | None:
+        return self.parents[0] if self.parents else None
+
+
+def parse_commit(hexid: str, data: bytes) -> CommitInfo:
+    try:
+        head, _, message = data.partition(b"\n\n")
+        tree, parents, when = b"", [], 0
+        for line in head.split(b"\n"):
+            if line.startswith(b"tree "):
+                tree = bytes.fromhex(line[5:].decode())
+            elif line.startswith(b"parent "):
+                parents.append(line[7:].decode())
+            elif line.startswith(b"committer "):
+                when = int(line.rsplit(b" ", 2)[1])
+        text = message.decode("utf-8", "surrogateescape")
+    except (ValueError, IndexError):
+        raise CorruptionError(f"commit {hexid} is malformed") from None
+    if len(tree) != 20:
+        raise CorruptionError(f"commit {hexid} has no tree")
+    trailers = parse_trailers(text)
+    step = trailers.get("Step")
+    return CommitInfo(hexid, tree, tuple(parents), when, text, trailers.get("Checkpoint-Id") or hexid,
+                      trailers.get("Thread"), int(step) if step and step.lstrip("-").isdigit() else None)
+
+
+class _LRU(OrderedDict):
+    def __init__(self, size: int):
+        super().__init__()
+        self._size = size
+
+    def put(self, key, value) -> None:
+        self[key] = value
+        self.move_to_end(key)
+        if len(self) > self._size:
+            self.popitem(last=False)
+
+
+class History:
+    """Caches over one repository's history (thread-safe, shared by the store's threads)."""
+
+    def __init__(self, repo: "Repository"):
+        self.repo = repo
+        self._lock = threading.RLock()
+        self._commits: _LRU = _LRU(200_000)
+        self._versions: _LRU = _LRU(20_000)
+        self._by_id: dict[str, str] = {}
+        self._indexed: set[str] = set()
+        self._tips: dict[str, str] = {}
+        self._generation: tuple | None = None
+
+    # -- commits ------------------------------------------------------------------------
+
+    def commit(self, hexid: str) -> CommitInfo:
+        info = self._commits.get(hexid)
+        if info is None:
+            info = parse_commit(hexid, self.repo.read(bytes.fromhex(hexid), "commit"))
+            with self._lock:
+                self._commits.put(hexid, info)
+        return info
+
+    def first_parents(self, hexid: str | None) -> Iterator[CommitInfo]:
+        """The commit and its first parents, newest first (git log --first-parent)."""
+        seen = set()
+        while hexid is not None and hexid not in seen:
+            seen.add(hexid)
+            info = self.commit(hexid)
+            yield info
+            hexid = info.parent
+
+    def entries(self, info: CommitInfo) -> dict[str, tuple[int, bytes]]:
+        return self.repo.read_tree(info.tree)
+
+    # -- the checkpoint-id index ----------------------------------------------------------
+
+    def generation_path(self) -> str:
+        return os.path.join(self.repo.qvc_dir, "generation")
+
+    def bump_generation(self) -> None:
+        """Tell every process that history was rewritten or deleted (their indexes rebuild)."""
+        path = self.generation_path()
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}"
+        with open(tmp, "w") as f:
+            f.write(os.urandom(8).hex())
+        os.replace(tmp, path)
+
+    def _check_generation(self) -> None:
+        try:
+            st = os.stat(self.generation_path())
+            gen = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            gen = None
+        if gen != self._generation:
+            with self._lock:
+                self._by_id.clear()
+                self._indexed.clear()
+                self._tips.clear()
+                self._versions.clear()
+                self._generation = gen
+
+    def note(self, info: CommitInfo) -> None:
+        """Index a commit this process just wrote."""
+        with self._lock:
+            self._commits.put(info.hex, info)
+            if self._tips or self._by_id:
+                self._by_id[info.checkpoint_id] = info.hex
+                self._indexed.add(info.hex)
+
+    def forget(self) -> None:
+        with self._lock:
+            self._generation = ("forgotten",)
+
+    def _index_from(self, tip: str) -> None:
+        stack = [tip]
+        while stack:
+            hexid = stack.pop()
+            if hexid in self._indexed:
+                continue
+            try:
+                info = self.commit(hexid)
+            except CorruptionError:
+                continue  # fsck names it; lookups simply do not find it
+            self._indexed.add(hexid)
+            self._by_id.setdefault(info.checkpoint_id, hexid)
+            stack.extend(info.parents)
+
+    def refresh(self) -> None:
+        """Index every commit reachable from any ref whose tip moved since the last refresh."""
+        self._check_generation()
+        with self._lock:
+            for name, tip in self.repo.refs("refs/"):
+                if name.startswith(WRITES) or self._tips.get(name) == tip:
+                    continue
+                self._index_from(tip)
+                self._tips[name] = tip
+
+    def lookup(self, checkpoint_id: str, *, refresh: bool = True) -> str | None:
+        """The commit holding ``checkpoint_id`` (exact id), refreshing the index on a miss."""
+        self._check_generation()
+        if not self._tips:
+            self.refresh()
+        hexid = self._by_id.get(checkpoint_id)
+        if hexid is None and refresh:
+            self.refresh()
+            hexid = self._by_id.get(checkpoint_id)
+        return hexid
+
+    def matches(self, prefix: str) -> set[str]:
+        """Commits whose checkpoint id or SHA starts with ``prefix``."""
+        self.refresh()
+        with self._lock:
+            found = {h for cid, h in self._by_id.items() if cid.startswith(prefix)}
+            found |= {h for h in self._indexed if h.startswith(prefix.lower())}
+        return found
+
+    # -- state versions -------------------------------------------------------------------
+
+    def versions(self, hexid: str) -> tuple[dict[str, int], list[str]]:
+        """(state_versions, fields changed against the first parent) of a checkpoint.
+
+        ``state_versions[field]`` counts the checkpoints on the first-parent chain, this one
+        included, in which the field was added or changed (its blob or tree id differs).
+        """
+        chain: list[CommitInfo] = []
+        base: tuple[dict[str, int], dict[str, bytes], list[str]] | None = None
+        for info in self.first_parents(hexid):
+            cached = self._versions.get(info.hex)
+            if cached is not None:
+                base = cached
+                break
+            chain.append(info)
+        counts, ids, changed = (dict(base[0]), dict(base[1]), base[2]) if base else ({}, {}, [])
+        for info in reversed(chain):
+            entries = {decode_name(n): raw for n, (_, raw) in self.entries(info).items() if n != HEADER}
+            changed = [f for f, raw in entries.items() if ids.get(f) != raw]
+            for f in changed:
+                counts[f] = counts.get(f, 0) + 1
+            ids = entries
+            with self._lock:
+                self._versions.put(info.hex, (dict(counts), ids, changed))
+        return {f: counts[f] for f in ids}, changed

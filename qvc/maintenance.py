@@ -1,0 +1,47 @@
+"""Maintenance through git itself: packing and purging (libgit2 has no gc).
+
+``git`` runs with the system and global configuration ignored and with the settings that
+could run programs overridden, so a repository's own config never runs anything.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from typing import TYPE_CHECKING
+
+from .durability import harden
+from .errors import QvcError
+
+if TYPE_CHECKING:
+    from .repository import Repository
+
+_SAFE_CONFIG = [
+    "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "gc.auto=0",
+    "-c", "uploadpack.packObjectsHook=", "-c", "core.sshCommand=false", "-c", "core.pager=cat",
+]
+
+
+def git(repo_path: str, *args: str) -> str:
+    """Run ``git`` on the repository; raise :class:`QvcError` with git's message on failure."""
+    exe = shutil.which("git")
+    if exe is None:
+        raise QvcError("git is not installed; it is needed for maintenance (gc, purge)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_DIR=repo_path, GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_TERMINAL_PROMPT="0")
+    proc = subprocess.run([exe, *_SAFE_CONFIG, *args], env=env, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip().splitlines()
+        raise QvcError(f"git {args[0]} failed: {detail[-1] if detail else proc.returncode}")
+    return proc.stdout
+
+
+def purge(repo: "Repository") -> None:
+    """Drop every unreachable object, packed or loose. Call under ``repo.exclusive()``."""
+    repo.harden()
+    git(repo.path, "reflog", "expire", "--expire=now", "--all")
+    git(repo.path, "repack", "-a", "-d", "-q")
+    git(repo.path, "prune", "--expire=now")
+    harden(repo.path, fsync=repo.fsync)

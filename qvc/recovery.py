@@ -1,0 +1,220 @@
+"""Repair on open: what a crash (process kill or power loss) can leave behind.
+
+Runs under the repository's exclusive maintenance lock, before the store accepts calls:
+
+1. Journals whose owner died (see :mod:`qvc.journal`) are replayed: every object they
+   recorded is rewritten if it is missing, empty or truncated, and every ref they moved is
+   checked; a ref that is missing or whose recent history no longer reads back is set to the
+   newest value the journal made durable whose history does read back.
+2. Stale ``*.lock`` files under ``refs/`` and libgit2's temporary object files are removed
+   (all of them when no other qvc store has the repository open, else those older than
+   ``STALE_SECONDS``). After a crash, empty loose objects are removed too (``git fsck``
+   rejects them).
+3. The repaired files are hardened and the replayed journals deleted.
+
+The result is a :class:`RecoveryReport`, kept as ``store.recovery`` and logged.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pygit2
+
+from .durability import harden
+from .errors import CorruptionError
+from .journal import claim_orphans, fsync_dir, read_records
+from .layout import MODE_TREE
+
+if TYPE_CHECKING:
+    from .repository import Repository
+
+STALE_SECONDS = 10.0
+VERIFY_DEPTH = 1000
+
+
+@dataclass
+class RecoveryReport:
+    """What opening the repository repaired (empty when nothing was needed)."""
+
+    journals_replayed: int = 0
+    objects_restored: int = 0
+    refs_restored: list[str] = field(default_factory=list)
+    locks_removed: list[str] = field(default_factory=list)
+    temp_files_removed: int = 0
+    empty_objects_removed: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.journals_replayed or self.objects_restored or self.refs_restored
+                    or self.locks_removed or self.temp_files_removed or self.empty_objects_removed)
+
+    def summary(self) -> str:
+        parts = []
+        if self.journals_replayed:
+            parts.append(f"replayed {self.journals_replayed} journal(s) of crashed writers")
+        if self.objects_restored:
+            parts.append(f"restored {self.objects_restored} object(s)")
+        if self.refs_restored:
+            parts.append(f"restored ref(s) {', '.join(self.refs_restored)}")
+        if self.locks_removed:
+            parts.append(f"removed stale lock(s) {', '.join(self.locks_removed)}")
+        if self.temp_files_removed:
+            parts.append(f"removed {self.temp_files_removed} temporary file(s)")
+        if self.empty_objects_removed:
+            parts.append(f"removed {self.empty_objects_removed} empty object file(s)")
+        return "; ".join(parts) or "nothing to repair"
+
+
+def recover(repo: "Repository") -> RecoveryReport:
+    report = RecoveryReport()
+    journal_dir = os.path.join(repo.qvc_dir, "journal")
+    orphans = claim_orphans(journal_dir)
+    try:
+        live = [n for n in os.listdir(journal_dir) if n.endswith(".wal")]
+        alone = len(live) == len(orphans)
+        _remove_stale_files(repo, 0.0 if alone else STALE_SECONDS, report)
+        if orphans:
+            _remove_empty_objects(repo, report)
+        for path, _ in orphans:
+            _replay(repo, path, report)
+        if report:
+            harden(repo.path, fsync=repo.fsync)
+        for path, _ in orphans:
+            os.unlink(path)
+        if orphans and repo.fsync:
+            fsync_dir(journal_dir)
+    finally:
+        for _, fd in orphans:
+            os.close(fd)
+    return report
+
+
+def _remove_stale_files(repo: "Repository", older_than: float, report: RecoveryReport) -> None:
+    now = time.time()
+
+    def stale(path: str) -> bool:
+        try:
+            return now - os.lstat(path).st_mtime >= older_than
+        except OSError:
+            return False
+
+    for top in ("refs",):
+        for dirpath, _, files in os.walk(os.path.join(repo.path, top)):
+            for name in files:
+                path = os.path.join(dirpath, name)
+                if name.endswith(".lock") and stale(path):
+                    os.unlink(path)
+                    report.locks_removed.append(os.path.relpath(path, repo.path))
+    for name in ("packed-refs.lock", "config.lock", "HEAD.lock"):
+        path = os.path.join(repo.path, name)
+        if os.path.exists(path) and stale(path):
+            os.unlink(path)
+            report.locks_removed.append(name)
+    objects = os.path.join(repo.path, "objects")
+    for dirpath, _, files in os.walk(objects):
+        for name in files:
+            if name.startswith("tmp_") and stale(os.path.join(dirpath, name)):
+                os.unlink(os.path.join(dirpath, name))
+                report.temp_files_removed += 1
+
+
+def _remove_empty_objects(repo: "Repository", report: RecoveryReport) -> None:
+    objects = os.path.join(repo.path, "objects")
+    for fan in os.listdir(objects):
+        if len(fan) != 2:
+            continue
+        d = os.path.join(objects, fan)
+        for name in os.listdir(d):
+            path = os.path.join(d, name)
+            if os.path.getsize(path) == 0:
+                os.unlink(path)
+                report.empty_objects_removed += 1
+
+
+def _loose_path(repo: "Repository", raw: bytes) -> str:
+    hexid = raw.hex()
+    return os.path.join(repo.path, "objects", hexid[:2], hexid[2:])
+
+
+def _replay(repo: "Repository", path: str, report: RecoveryReport) -> None:
+    report.journals_replayed += 1
+    history: dict[str, list[str | None]] = {}
+    for record in read_records(path):
+        for kind, data in record.objects:
+            raw = repo.hash(kind, data)
+            try:
+                repo.read(raw, kind)
+                continue
+            except CorruptionError:
+                pass
+            try:
+                os.unlink(_loose_path(repo, raw))
+            except FileNotFoundError:
+                pass
+            repo.git.odb.write(pygit2.enums.ObjectType[kind.upper()], data)
+            report.objects_restored += 1
+        for name, old, new in record.refs:
+            values = history.setdefault(name, [])
+            if not values and not record.base:
+                values.append(old)
+            values.append(new)
+    for name, values in history.items():
+        _restore_ref(repo, name, values, report)
+
+
+def _restore_ref(repo: "Repository", name: str, values: list[str | None], report: RecoveryReport) -> None:
+    try:
+        current = repo.ref(name)
+    except CorruptionError:
+        current = "broken"
+    if current is None and values[-1] is None:
+        return
+    if current not in (None, "broken") and _history_reads(repo, current, set(v for v in values if v)):
+        return
+    for value in reversed(values):
+        if value is None or _history_reads(repo, value, set()):
+            break
+    else:
+        return  # nothing better to offer; fsck will name it
+    if value == current:
+        return
+    loose = os.path.join(repo.path, name)
+    if current == "broken" and os.path.exists(loose):
+        os.unlink(loose)
+    refs = repo.git.references
+    if value is None:
+        if refs.get(name) is not None:
+            refs.delete(name)
+    else:
+        refs.create(name, pygit2.Oid(hex=value), force=True)
+    report.refs_restored.append(name)
+
+
+def _history_reads(repo: "Repository", commit_hex: str, stop: set[str]) -> bool:
+    """Whether the commit, its trees and blobs, and its first parents (down to ``stop``) read back."""
+    current: str | None = commit_hex
+    for _ in range(VERIFY_DEPTH):
+        if current is None:
+            return True
+        try:
+            data = repo.read(bytes.fromhex(current), "commit")
+            lines = data.split(b"\n\n", 1)[0].split(b"\n")
+            _tree_reads(repo, bytes.fromhex(lines[0][5:].decode()))
+            parents = [ln[7:].decode() for ln in lines if ln.startswith(b"parent ")]
+        except (CorruptionError, ValueError, IndexError):
+            return False
+        if current in stop:
+            return True
+        current = parents[0] if parents else None
+    return True
+
+
+def _tree_reads(repo: "Repository", raw: bytes) -> None:
+    for mode, child in repo.read_tree(raw).values():
+        if mode == MODE_TREE:
+            _tree_reads(repo, child)
+        else:
+            repo.read(child)

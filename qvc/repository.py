@@ -1,0 +1,364 @@
+"""The repository plumbing: a bare git repository, qvc's journal, objects and CAS refs.
+
+This layer knows nothing about checkpoints. It writes git objects and moves refs, records
+each change in the journal (:mod:`qvc.journal`) and applies the durability mode
+(:mod:`qvc.durability`). Ref moves are compare-and-swap: a ref moved by someone else since
+it was read raises :class:`~qvc.errors.CheckpointConflictError`, never a lost update.
+
+Concurrency: any number of Python threads and processes may write at once. Each Python
+thread gets its own ``pygit2.Repository`` (libgit2 objects are not thread-safe); writers hold
+a shared ``flock`` on ``qvc/lock`` while they write, and maintenance (recovery, gc, purge)
+takes it exclusively.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+import weakref
+from typing import Iterator
+
+import pygit2
+from pygit2.enums import ObjectType
+
+from .durability import DurabilityMode, Flusher, harden
+from .errors import CheckpointConflictError, CorruptionError, DurabilityError, NotARepositoryError
+from .journal import Journal, Record
+
+log = logging.getLogger("qvc")
+
+TYPES = {"blob": ObjectType.BLOB, "tree": ObjectType.TREE, "commit": ObjectType.COMMIT}
+QVC_DIR = "qvc"
+FORMAT_KEY = "qvc.format"
+JOURNAL_LIMIT = 64 * 2**20
+LOCK_WAIT = 10.0
+
+_open_repos: "weakref.WeakSet[Repository]" = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_at_exit() -> None:  # EXIT mode's promise; harmless for the others
+    for repo in list(_open_repos):
+        with contextlib.suppress(Exception):
+            repo.close()
+
+
+def _create(path: str) -> None:
+    """Create a bare repository at ``path`` atomically (built aside, then renamed into place)."""
+    parent = os.path.dirname(path) or "."
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".qvc-init-", dir=parent)
+    try:
+        repo = pygit2.init_repository(tmp, bare=True)
+        repo.config[FORMAT_KEY] = "1"
+        repo.config["core.logAllRefUpdates"] = "false"
+        repo.config["gc.auto"] = "0"
+        repo.config["receive.denyNonFastForwards"] = "false"
+        repo.free()
+        os.makedirs(os.path.join(tmp, QVC_DIR, "journal"))
+        os.rename(tmp, path)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if os.path.isdir(path) and os.listdir(path):
+            return  # another process created it first; opening it will validate it
+        raise NotARepositoryError(f"{path}: cannot create repository: {exc}") from None
+
+
+class Repository:
+    """A qvc repository on disk. Use one instance per process (or per store)."""
+
+    def __init__(self, path: str | os.PathLike, *, create: bool = True,
+                 durability: DurabilityMode = DurabilityMode.SYNC, fsync: bool = True,
+                 max_lag: float = 0.05, journal_limit: int = JOURNAL_LIMIT):
+        from . import recovery  # recovery sits on this layer's primitives
+
+        self.path = os.path.abspath(os.fspath(path))
+        if not isinstance(durability, DurabilityMode):
+            raise TypeError(f"durability must be a DurabilityMode, not {durability!r}")
+        self.durability = durability
+        self.fsync = fsync
+        self._journal_limit = journal_limit
+        self._closed = True
+        if not os.path.exists(self.path) or (os.path.isdir(self.path) and not os.listdir(self.path)):
+            if not create:
+                raise NotARepositoryError(f"{self.path}: no such qvc repository")
+            if os.path.isdir(self.path):
+                os.rmdir(self.path)
+            _create(self.path)
+        self._check()
+        self.qvc_dir = os.path.join(self.path, QVC_DIR)
+        os.makedirs(os.path.join(self.qvc_dir, "journal"), exist_ok=True)
+        self._local = threading.local()
+        self._gits: list[pygit2.Repository] = []
+        self._gits_lock = threading.Lock()
+        self._lock_path = os.path.join(self.qvc_dir, "lock")
+        self._shared_fd = os.open(self._lock_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+        self._shared_count = 0
+        self._shared_mutex = threading.Lock()
+        self._touched: set[str] = set()
+        self._touched_lock = threading.Lock()
+        self._harden_lock = threading.Lock()
+        with self.exclusive():
+            self.recovery = recovery.recover(self)
+        if self.recovery:
+            log.warning("qvc: recovered %s: %s", self.path, self.recovery.summary())
+        self.journal = Journal(os.path.join(self.qvc_dir, "journal"), fsync=fsync)
+        self._flusher = Flusher(self._background_flush, max_lag) if durability is DurabilityMode.ASYNC else None
+        self._closed = False
+        _open_repos.add(self)
+
+    def _check(self) -> None:
+        try:
+            git = pygit2.Repository(self.path)
+        except (pygit2.GitError, KeyError, OSError) as exc:
+            raise NotARepositoryError(f"{self.path}: not a qvc repository ({exc})") from None
+        try:
+            if not git.is_bare:
+                raise NotARepositoryError(f"{self.path}: not a qvc repository (a git work tree, not a bare repository)")
+        finally:
+            git.free()
+
+    # -- git access ---------------------------------------------------------------------
+
+    @property
+    def git(self) -> pygit2.Repository:
+        """This Python thread's ``pygit2.Repository``."""
+        git = getattr(self._local, "git", None)
+        if git is None:
+            git = pygit2.Repository(self.path)
+            self._local.git = git
+            with self._gits_lock:
+                self._gits.append(git)
+        return git
+
+    def read(self, raw: bytes, kind: str | None = None) -> bytes:
+        """An object's data; :class:`CorruptionError` if it is missing, unreadable or not ``kind``."""
+        oid = pygit2.Oid(raw=raw)
+        try:
+            otype, data = self.git.odb.read(oid)
+        except KeyError:
+            raise CorruptionError(f"object {oid} is missing") from None
+        except (pygit2.GitError, OSError, ValueError) as exc:
+            raise CorruptionError(f"object {oid} is unreadable: {exc}") from None
+        if kind is not None and otype != TYPES[kind]:
+            raise CorruptionError(f"object {oid} is a {otype.name.lower()}, expected a {kind}")
+        return data
+
+    def read_tree(self, raw: bytes) -> dict[str, tuple[int, bytes]]:
+        """A tree's entries as ``{name: (mode, raw oid)}``."""
+        data = self.read(raw, "tree")
+        entries, pos, end = {}, 0, len(data)
+        try:
+            while pos < end:
+                space = data.index(b" ", pos)
+                nul = data.index(b"\x00", space)
+                entries[data[space + 1 : nul].decode("utf-8", "surrogateescape")] = (
+                    int(data[pos:space], 8), data[nul + 1 : nul + 21])
+                pos = nul + 21
+        except ValueError:
+            raise CorruptionError(f"tree {pygit2.Oid(raw=raw)} is malformed") from None
+        return entries
+
+    @staticmethod
+    def hash(kind: str, data: bytes) -> bytes:
+        """The raw id ``data`` would have as a ``kind`` object (nothing is written)."""
+        h = hashlib.sha1(b"%s %d\x00" % (kind.encode(), len(data)))
+        h.update(data)
+        return h.digest()
+
+    def write(self, record: Record, kind: str, data: bytes) -> bytes:
+        """Store an object (not yet durable) and note it in ``record``; return its raw id."""
+        oid = self.git.odb.write(TYPES[kind], data)
+        record.objects.append((kind, data))
+        return oid.raw
+
+    # -- refs -------------------------------------------------------------------------
+
+    def ref(self, name: str) -> str | None:
+        """The hex target of ``name``, or ``None`` when it does not exist."""
+        try:
+            ref = self.git.references.get(name)
+        except (pygit2.GitError, ValueError) as exc:
+            raise CorruptionError(f"ref {name} is unreadable: {exc}") from None
+        if ref is None:
+            return None
+        try:
+            return str(ref.resolve().target)
+        except (pygit2.GitError, KeyError) as exc:
+            raise CorruptionError(f"ref {name} is unreadable: {exc}") from None
+
+    def refs(self, prefix: str) -> Iterator[tuple[str, str]]:
+        """``(name, hex target)`` of every ref under ``prefix``."""
+        try:
+            for ref in self.git.references.iterator():
+                if ref.name.startswith(prefix) and ref.type == pygit2.enums.ReferenceType.DIRECT:
+                    yield ref.name, str(ref.target)
+        except pygit2.GitError as exc:
+            raise CorruptionError(f"{self.path}: refs are unreadable: {exc}") from None
+
+    def move_ref(self, record: Record, name: str, old: str | None, new: str | None) -> None:
+        """Compare-and-swap ``name`` from ``old`` to ``new`` (``None`` = absent) and note it.
+
+        Raises :class:`CheckpointConflictError` if the ref is not at ``old``.
+        """
+        if old is not None and name not in self._touched:
+            # Power-loss safety: before this process first moves an existing ref, make its
+            # current value durable in the journal so recovery can always roll back to it.
+            with self._touched_lock:
+                if name not in self._touched:
+                    self.journal.sync(self.journal.append(Record(refs=[(name, old, old)])))
+        deadline = time.monotonic() + LOCK_WAIT
+        delay = 0.0005
+        while True:
+            try:
+                self._cas(name, old, new)
+                break
+            except OSError as exc:  # another writer holds the ref's lock file
+                if "lock" not in str(exc):
+                    raise
+                self._clear_stale_lock(name)
+                if time.monotonic() > deadline:
+                    raise CheckpointConflictError(f"{name}: locked by another writer for over {LOCK_WAIT:.0f} s") from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+        with self._touched_lock:
+            self._touched.add(name)
+        record.refs.append((name, old, new))
+
+    def _cas(self, name: str, old: str | None, new: str | None) -> None:
+        refs = self.git.references
+        if old is None:
+            if new is None:
+                return
+            try:
+                refs.create(name, pygit2.Oid(hex=new), force=False)
+            except pygit2.AlreadyExistsError:
+                raise CheckpointConflictError(f"{name}: created by another writer meanwhile") from None
+            return
+        ref = refs.get(name)
+        current = None if ref is None else str(ref.target)
+        if current != old:
+            raise CheckpointConflictError(f"{name}: moved by another writer (expected {old[:12]}, found {(current or 'nothing')[:12]})")
+        try:
+            if new is None:
+                ref.delete()
+            else:
+                ref.set_target(pygit2.Oid(hex=new))
+        except pygit2.GitError as exc:
+            if "does not match" in str(exc) or "not found" in str(exc):
+                raise CheckpointConflictError(f"{name}: moved by another writer meanwhile") from None
+            raise
+
+    def _clear_stale_lock(self, name: str, older_than: float = LOCK_WAIT / 2) -> None:
+        lock = os.path.join(self.path, name + ".lock")
+        with contextlib.suppress(OSError):
+            if time.time() - os.stat(lock).st_mtime > older_than:
+                os.unlink(lock)
+                log.warning("qvc: removed stale lock %s", lock)
+
+    # -- durability -------------------------------------------------------------------
+
+    def commit(self, record: Record) -> None:
+        """Journal ``record`` and apply the durability mode (SYNC: durable on return)."""
+        seq = self.journal.append(record)
+        if self.durability is DurabilityMode.SYNC:
+            self.journal.sync(seq)
+        elif self._flusher is not None:
+            self._flusher.poke()
+        if self.journal.size > self._journal_limit:
+            self.harden()
+
+    def harden(self) -> None:
+        """Flush the git files themselves and restart the journal (the journal is then redundant)."""
+        with self._harden_lock:
+            harden(self.path, fsync=self.fsync)
+            with self._touched_lock:
+                names = sorted(self._touched)
+            self.journal.restart(Record(refs=[(n, None, self.ref(n)) for n in names], base=True))
+
+    def _background_flush(self) -> None:
+        self.journal.sync()
+
+    def raise_if_failed(self) -> None:
+        """Raise the background flusher's failure, once, as :class:`DurabilityError`."""
+        if self._flusher is not None and self._flusher.error is not None:
+            exc, self._flusher.error = self._flusher.error, None
+            raise DurabilityError(f"{self.path}: background flush failed: {exc}") from exc
+
+    def flush(self) -> None:
+        """Make every write so far durable (a no-op in SYNC mode beyond error reporting)."""
+        self._ensure_open()
+        self.raise_if_failed()
+        try:
+            self.journal.sync()
+        except OSError as exc:
+            raise DurabilityError(f"{self.path}: flush failed: {exc}") from exc
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold the shared maintenance lock while writing; surfaces flusher failures first."""
+        self._ensure_open()
+        self.raise_if_failed()
+        with self._shared_mutex:
+            if self._shared_count == 0:
+                fcntl.flock(self._shared_fd, fcntl.LOCK_SH)
+            self._shared_count += 1
+        try:
+            yield
+        finally:
+            with self._shared_mutex:
+                self._shared_count -= 1
+                if self._shared_count == 0:
+                    fcntl.flock(self._shared_fd, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Exclude every writer of every process (for recovery and maintenance)."""
+        fd = os.open(self._lock_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise NotARepositoryError(f"{self.path}: the store is closed")
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Flush, harden and release everything. Idempotent. Raises a pending flush failure."""
+        if self._closed:
+            return
+        self._closed = True
+        _open_repos.discard(self)
+        error = None
+        if self._flusher is not None:
+            self._flusher.stop()
+            error = self._flusher.error
+        try:
+            self.journal.sync()
+            harden(self.path, fsync=self.fsync)
+            self.journal.close(remove=True)
+        except OSError as exc:
+            error = error or exc
+            self.journal.close(remove=False)  # keep it: the next open replays it
+        os.close(self._shared_fd)
+        with self._gits_lock:
+            for git in self._gits:
+                git.free()
+            self._gits.clear()
+        self._local = threading.local()
+        if error is not None:
+            raise DurabilityError(f"{self.path}: flush failed: {error}") from error

@@ -1,0 +1,616 @@
+"""``GitCheckpointStore``: the checkpoint store API over a qvc repository.
+
+One thread is one branch (``refs/heads/<thread>``); one checkpoint is one commit whose tree
+holds one msgpack blob per state field (see :mod:`qvc.layout`). The store is safe to use from
+many Python threads and processes at once; see :mod:`qvc.durability` for when writes are
+durable and :mod:`qvc.recovery` for what opening a crashed repository repairs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Iterator, Mapping, Optional, Sequence
+
+import pygit2
+
+from . import serde
+from .base import CheckpointStore
+from .durability import DurabilityMode
+from .errors import (
+    CheckpointConflictError,
+    CorruptionError,
+    InvalidInputError,
+    SerializationError,
+    UnknownCheckpointError,
+    UnknownThreadError,
+)
+from .history import CommitInfo, History, _LRU, parse_commit
+from .journal import Record
+from .layout import (
+    HEADER,
+    MODE_BLOB,
+    MODE_TREE,
+    TreeBuilder,
+    commit_bytes,
+    commit_message,
+    decode_header,
+    encode_header,
+    tree_bytes,
+)
+from .recovery import RecoveryReport
+from .refnames import (
+    HEADS,
+    SUPERSEDED,
+    WRITES,
+    check_thread_id,
+    decode_name,
+    decode_thread,
+    encode_thread,
+    head_ref,
+    superseded_prefix,
+    writes_ref,
+)
+from .repository import Repository
+from .types import Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointTuple, PendingWrite, StateVersions
+
+_HEXISH = re.compile(r"^[0-9a-fA-F]{4,40}$")
+_ORDER = ".order"
+_WRITE_RETRIES = 100
+
+
+def _safe(text: str) -> str:
+    return encode_thread(text) if text else "%"
+
+
+class GitCheckpointStore(CheckpointStore):
+    """A checkpoint store backed by a bare git repository at ``path``.
+
+    Args:
+        path: the repository directory; created (atomically) if missing and ``create``.
+        durability: when writes reach stable storage (:class:`DurabilityMode`); SYNC by default.
+        fsync: ``False`` skips every flush (throwaway repositories, tmpfs).
+        create: ``False`` raises :class:`~qvc.errors.NotARepositoryError` for a missing path.
+        max_lag: ASYNC only, the longest a returned write waits for its flush (seconds).
+
+    Opening runs crash recovery; what it repaired is in :attr:`recovery`. The store is a
+    context manager; :meth:`close` flushes (and, in EXIT mode, is when writes become durable).
+    """
+
+    def __init__(self, path: str | os.PathLike, *, durability: DurabilityMode = DurabilityMode.SYNC,
+                 fsync: bool = True, create: bool = True, max_lag: float = 0.05):
+        self._repo = Repository(path, create=create, durability=durability, fsync=fsync, max_lag=max_lag)
+        self._history = History(self._repo)
+        self._trees: _LRU = _LRU(512)  # commit hex -> (entries, serialized-data cache) of trees we wrote
+        self._blobs: _LRU = _LRU(8192)  # raw oid -> bytes, for reads
+        self._builder = TreeBuilder(self._write_obj, lambda data: Repository.hash("blob", data),
+                                    self._repo.read_tree)
+        self._record: Record | None = None
+
+    # -- properties and lifecycle --------------------------------------------------------
+
+    @property
+    def path(self) -> str:
+        return self._repo.path
+
+    @property
+    def durability(self) -> DurabilityMode:
+        return self._repo.durability
+
+    @property
+    def recovery(self) -> RecoveryReport:
+        """What opening this repository repaired (falsy when nothing)."""
+        return self._repo.recovery
+
+    @property
+    def repository(self) -> Repository:
+        """The plumbing layer (objects, refs, journal)."""
+        return self._repo
+
+    def flush(self) -> None:
+        """Make every write so far durable; raise :class:`~qvc.errors.DurabilityError` on failure."""
+        self._repo.flush()
+
+    def close(self) -> None:
+        """Flush and release the repository. Idempotent."""
+        self._repo.close()
+
+    def __enter__(self) -> "GitCheckpointStore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"GitCheckpointStore({self.path!r}, durability={self.durability})"
+
+    # -- resolving names ------------------------------------------------------------------
+
+    def head(self, thread_id: str) -> str | None:
+        """The commit SHA of a thread's head, or ``None`` for a thread with no checkpoints."""
+        return self._repo.ref(head_ref(thread_id))
+
+    def resolve(self, name: str) -> str:
+        """The commit SHA of a checkpoint named by id, unique id prefix, commit SHA or SHA prefix.
+
+        Raises :class:`UnknownCheckpointError` (none) or :class:`InvalidInputError` (ambiguous).
+        """
+        if not isinstance(name, str) or not name:
+            raise InvalidInputError(f"checkpoint id must be a non-empty string, not {name!r}")
+        found = self._history.lookup(name)
+        if found is not None:
+            return found
+        if len(name) == 40 and _HEXISH.match(name):
+            try:
+                self._history.commit(name.lower())
+                return name.lower()
+            except CorruptionError:
+                pass
+        matches = self._history.matches(name) if len(name) >= 4 else set()
+        if len(matches) == 1:
+            return matches.pop()
+        if matches:
+            raise InvalidInputError(f"checkpoint {name!r} is ambiguous: matches {len(matches)} checkpoints")
+        raise UnknownCheckpointError(f"unknown checkpoint {name!r}")
+
+    def _target(self, config: CheckpointConfig) -> str | None:
+        """The commit a config addresses, or ``None`` for a thread with no checkpoints."""
+        thread = _thread_of(config)
+        if config.checkpoint_id is None:
+            return self.head(thread)
+        return self.resolve(config.checkpoint_id)
+
+    def _existing(self, config: CheckpointConfig) -> str:
+        found = self._target(config)
+        if found is None:
+            raise UnknownThreadError(f"thread {config.thread_id!r} has no checkpoints")
+        return found
+
+    # -- reading --------------------------------------------------------------------------
+
+    def _blob(self, raw: bytes) -> bytes:
+        data = self._blobs.get(raw)
+        if data is None:
+            data = self._repo.read(raw, "blob")
+            self._blobs.put(raw, data)
+        return data
+
+    def _field(self, name: str, mode: int, raw: bytes, hexid: str) -> Any:
+        what = f"checkpoint {hexid[:12]} field {name!r}"
+        if mode == MODE_TREE:
+            out: list = []
+            for chunk in sorted(self._repo.read_tree(raw).items()):
+                part = serde.loads(self._blob(chunk[1][1]), what)
+                if not isinstance(part, list):
+                    raise CorruptionError(f"{what}: chunk {chunk[0]} is not a list")
+                out.extend(part)
+            return out
+        return serde.loads(self._blob(raw), what)
+
+    def _tuple(self, hexid: str) -> CheckpointTuple:
+        info = self._history.commit(hexid)
+        entries = self._history.entries(info)
+        if HEADER not in entries:
+            raise CorruptionError(f"commit {hexid[:12]} is not a qvc checkpoint (no {HEADER} entry)")
+        header, metadata = decode_header(self._blob(entries[HEADER][1]), f"checkpoint {hexid[:12]} header")
+        state = {decode_name(n): self._field(decode_name(n), mode, raw, hexid)
+                 for n, (mode, raw) in entries.items() if n != HEADER}
+        versions, _ = self._history.versions(hexid)
+        parent_config = None
+        if info.parent is not None:
+            pinfo = self._history.commit(info.parent)
+            parent_config = CheckpointConfig(pinfo.thread_id or "", pinfo.checkpoint_id)
+        try:
+            checkpoint = Checkpoint(
+                id=header["id"], thread_id=header["thread_id"], step=header["step"], state_data=state,
+                state_versions=versions, versions_seen=header.get("versions_seen") or {},
+                pending_writes=[PendingWrite(*w) for w in header.get("pending_writes") or []],
+                parent_id=header.get("parent_id") or (parent_config.checkpoint_id if parent_config else None),
+                created_at=header.get("created_at", ""), schema_version=header.get("schema_version", "v2"),
+            )
+        except (KeyError, TypeError) as exc:
+            raise CorruptionError(f"checkpoint {hexid[:12]} header lacks {exc}") from None
+        config = CheckpointConfig(checkpoint.thread_id, checkpoint.id)
+        return CheckpointTuple(config, checkpoint, metadata, parent_config, self._writes(hexid))
+
+    def get_tuple(self, config: CheckpointConfig) -> Optional[CheckpointTuple]:
+        """The addressed checkpoint, or ``None`` if the thread is empty or the id unknown.
+
+        ``state_versions`` is derived from tree diffs along the first-parent chain;
+        ``parent_config`` is the commit's first parent (possibly on another thread: a fork).
+        """
+        self._repo.raise_if_failed()
+        try:
+            hexid = self._target(config)
+        except UnknownCheckpointError:
+            return None
+        return None if hexid is None else self._tuple(hexid)
+
+    def new_versions(self, config: CheckpointConfig) -> StateVersions:
+        """The fields the addressed checkpoint added or changed against its parent, with their versions."""
+        versions, changed = self._history.versions(self._existing(config))
+        return {f: versions[f] for f in changed if f in versions}
+
+    def list(self, config: CheckpointConfig, *, limit: Optional[int] = None, before: Optional[str] = None,
+             superseded: bool = False) -> Iterator[CheckpointTuple]:
+        """The thread's line, newest first: its head (or ``config.checkpoint_id``), then first parents.
+
+        The line crosses into the source thread at a fork, as ``git log`` does. ``before``
+        starts after that checkpoint on the line; ``limit`` caps the count. ``superseded=True``
+        appends the lines left behind by time travel. Raises :class:`UnknownCheckpointError`
+        for an unknown ``before`` and :class:`InvalidInputError` for a negative ``limit``.
+        """
+        thread = _thread_of(config)
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+            raise InvalidInputError(f"limit must be a non-negative integer, not {limit!r}")
+        start = self._target(config)
+        stop = self.resolve(before) if before is not None else None
+        tips = [start] if start else []
+        if superseded:
+            tips += [tip for _, tip in sorted(self._repo.refs(superseded_prefix(thread)),
+                                              key=lambda item: -self._history.commit(item[1]).time)]
+        return self._iter_lines(tips, stop, limit, before)
+
+    def _iter_lines(self, tips: list[str], stop: str | None, limit: int | None,
+                    before: str | None) -> Iterator[CheckpointTuple]:
+        seen: set[str] = set()
+        waiting = stop is not None
+        count = 0
+        for tip in tips:
+            for info in self._history.first_parents(tip):
+                if info.hex in seen:
+                    break
+                seen.add(info.hex)
+                if waiting:
+                    waiting = info.hex != stop
+                    continue
+                if limit is not None and count >= limit:
+                    return
+                count += 1
+                yield self._tuple(info.hex)
+        if waiting:
+            raise UnknownCheckpointError(f"before={before!r} is not on the listed line")
+
+    def threads(self) -> list[str]:
+        """Every thread id, sorted."""
+        out = []
+        for name, tip in self._repo.refs(HEADS):
+            component = name[len(HEADS):]
+            thread = decode_thread(component)
+            if thread is None:
+                thread = self._history.commit(tip).thread_id or component
+            out.append(thread)
+        return sorted(out)
+
+    # -- writing --------------------------------------------------------------------------
+
+    def _write_obj(self, kind: str, data: bytes) -> bytes:
+        assert self._record is not None
+        return self._repo.write(self._record, kind, data)
+
+    def _parent_tree(self, parent: str | None) -> tuple[dict, dict]:
+        if parent is None:
+            return {}, {}
+        cached = self._trees.get(parent)
+        if cached is not None:
+            return cached
+        return self._history.entries(self._history.commit(parent)), {}
+
+    def put(self, config: CheckpointConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            new_versions: StateVersions | None = None) -> CheckpointConfig:
+        """Store ``checkpoint`` as a commit on ``config.thread_id`` and move the thread's head to it.
+
+        The parent is the checkpoint named by ``checkpoint.parent_id`` when given (possibly on
+        another thread: a fork; an older one on this thread: time travel, the previous line
+        is kept under ``refs/qvc/superseded/``), else the thread's head. ``new_versions`` is
+        accepted for compatibility; versions are derived from the stored trees.
+
+        Durable on return in SYNC mode. Raises :class:`InvalidInputError` for malformed
+        arguments, :class:`SerializationError` (naming the field path) for state that cannot
+        be stored, :class:`UnknownCheckpointError` for an unknown ``parent_id`` and
+        :class:`CheckpointConflictError` if another writer moved the thread meanwhile or the
+        id exists with different content.
+        """
+        thread = _thread_of(config)
+        _check_checkpoint(checkpoint, thread)
+        metadata = _check_mapping(metadata, "metadata")
+        header = {
+            "id": checkpoint.id, "thread_id": thread, "step": checkpoint.step, "parent_id": checkpoint.parent_id,
+            "created_at": checkpoint.created_at, "schema_version": checkpoint.schema_version,
+            "versions_seen": checkpoint.versions_seen,
+            "pending_writes": [list(w) for w in checkpoint.pending_writes or []],
+        }
+        try:
+            header_bytes = encode_header(header, metadata)
+        except SerializationError:
+            serde.dumps(metadata, "metadata")
+            serde.dumps({k: v for k, v in header.items()}, "checkpoint")
+            raise
+        ref = head_ref(thread)
+        with self._repo.writing():
+            head = self._repo.ref(ref)
+            parent = head
+            if checkpoint.parent_id is not None and (
+                    head is None or self._history.commit(head).checkpoint_id != checkpoint.parent_id):
+                try:
+                    parent = self.resolve(checkpoint.parent_id)
+                except UnknownCheckpointError:
+                    raise UnknownCheckpointError(f"parent_id {checkpoint.parent_id!r}: unknown checkpoint") from None
+            existing = self._history.lookup(checkpoint.id, refresh=False)
+            if existing is not None:
+                self._check_reput(existing, thread, checkpoint, metadata, parent)
+                return CheckpointConfig(thread, checkpoint.id)
+            record = self._record = Record()
+            try:
+                tree, entries, changed, new_cache = self._builder.build(
+                    checkpoint.state_data, header_bytes, *self._parent_tree(parent))
+                message = commit_message(checkpoint.step, str(metadata.get("source", "")), changed,
+                                         checkpoint.id, thread)
+                data = commit_bytes(tree.hex(), [parent] if parent else [], message)
+                new = self._repo.write(record, "commit", data).hex()
+                if head is not None and parent != head and not self._descends(parent, head):
+                    self._keep_superseded(record, thread, head)
+                self._repo.move_ref(record, ref, head, new)
+            finally:
+                self._record = None
+                if record.refs:
+                    self._repo.commit(record)
+        self._history.note(parse_commit(new, data))
+        self._trees.put(new, (entries, new_cache))
+        return CheckpointConfig(thread, checkpoint.id)
+
+    def _descends(self, commit: str | None, ancestor: str) -> bool:
+        if commit is None:
+            return False
+        if commit == ancestor:
+            return True
+        return self._repo.git.descendant_of(pygit2.Oid(hex=commit), pygit2.Oid(hex=ancestor))
+
+    def _keep_superseded(self, record: Record, thread: str, tip: str) -> None:
+        name = superseded_prefix(thread) + tip
+        if self._repo.ref(name) is None:
+            self._repo.move_ref(record, name, None, tip)
+
+    def _check_reput(self, existing: str, thread: str, checkpoint: Checkpoint, metadata: dict,
+                     parent: str | None) -> None:
+        old = self._tuple(existing)
+        info = self._history.commit(existing)
+        same = (old.checkpoint.thread_id == thread and old.checkpoint.step == checkpoint.step
+                and old.checkpoint.state_data == checkpoint.state_data and old.metadata == metadata
+                and info.parent == parent)
+        if not same:
+            raise CheckpointConflictError(
+                f"checkpoint {checkpoint.id!r} already exists (commit {existing[:12]} on thread "
+                f"{old.checkpoint.thread_id!r}) with different content")
+
+    def reset(self, thread_id: str, checkpoint_id: str) -> CheckpointConfig:
+        """Time travel: move the thread's head to an existing checkpoint of that thread.
+
+        The line left behind stays reachable (``list(..., superseded=True)``). Raises
+        :class:`UnknownCheckpointError`, or :class:`InvalidInputError` if the checkpoint
+        belongs to another thread (fork it instead).
+        """
+        thread = check_thread_id(thread_id)
+        with self._repo.writing():
+            target = self.resolve(checkpoint_id)
+            info = self._history.commit(target)
+            if info.thread_id is not None and info.thread_id != thread:
+                raise InvalidInputError(f"checkpoint {checkpoint_id!r} belongs to thread {info.thread_id!r}, "
+                                        f"not {thread!r}; fork it instead")
+            ref = head_ref(thread)
+            head = self._repo.ref(ref)
+            if head != target:
+                record = Record()
+                try:
+                    if head is not None and not self._descends(target, head):
+                        self._keep_superseded(record, thread, head)
+                    self._repo.move_ref(record, ref, head, target)
+                finally:
+                    self._repo.commit(record)
+        return CheckpointConfig(thread, info.checkpoint_id)
+
+    # -- pending writes -------------------------------------------------------------------
+
+    def _writes(self, hexid: str) -> Optional[list[PendingWrite]]:
+        tip = self._repo.ref(writes_ref(hexid))
+        if tip is None:
+            return None
+        entries = self._history.entries(self._history.commit(tip))
+        order = serde.loads(self._blob(entries[_ORDER][1]), f"writes of {hexid[:12]}") if _ORDER in entries else []
+        out = []
+        for name in order:
+            if name in entries:
+                task, channel, _, value = serde.loads(self._blob(entries[name][1]), f"write {name}")
+                out.append(PendingWrite(task, channel, value))
+        return out
+
+    def put_writes(self, config: CheckpointConfig, writes: Sequence[PendingWrite], task_id: str) -> None:
+        """Attach ``writes`` to the addressed checkpoint, durably, without rewriting its commit.
+
+        Each write is a :class:`PendingWrite` (its own task id) or a ``(channel, value)`` pair
+        (``task_id`` is used). A write replaces an earlier one with the same (task id, channel,
+        index in ``writes``). Raises :class:`UnknownThreadError` / :class:`UnknownCheckpointError`
+        if the checkpoint does not exist.
+        """
+        hexid = self._existing(config)
+        items = []
+        for idx, w in enumerate(writes):
+            if isinstance(w, tuple) and len(w) == 3:
+                task, channel, value = w
+            elif isinstance(w, tuple) and len(w) == 2:
+                (channel, value), task = w, task_id
+            else:
+                raise InvalidInputError(f"writes[{idx}] must be a PendingWrite or a (channel, value) pair")
+            if not isinstance(task, str) or not isinstance(channel, str):
+                raise InvalidInputError(f"writes[{idx}]: task id and channel must be strings")
+            items.append((f"{_safe(task)}.{_safe(channel)}.{idx}",
+                          serde.dumps([task, channel, idx, value], f"writes[{idx}]")))
+        if not items:
+            return
+        name = writes_ref(hexid)
+        for _ in range(_WRITE_RETRIES):
+            with self._repo.writing():
+                old = self._repo.ref(name)
+                entries = self._history.entries(self._history.commit(old)) if old else {}
+                order = serde.loads(self._blob(entries[_ORDER][1]), "writes order") if _ORDER in entries else []
+                record = Record()
+                for key, data in items:
+                    entries[key] = (MODE_BLOB, self._repo.write(record, "blob", data))
+                    if key not in order:
+                        order.append(key)
+                entries[_ORDER] = (MODE_BLOB, self._repo.write(record, "blob", serde.dumps(order)))
+                tree = self._repo.write(record, "tree", tree_bytes(entries))
+                message = f"writes for checkpoint {hexid[:12]} · {len(items)} write(s)\n"
+                data = commit_bytes(tree.hex(), [old] if old else [], message)
+                new = self._repo.write(record, "commit", data).hex()
+                try:
+                    self._repo.move_ref(record, name, old, new)
+                except CheckpointConflictError:
+                    continue  # another writer upserted meanwhile: merge again on top of theirs
+                finally:
+                    if record.refs:
+                        self._repo.commit(record)
+                return
+        raise CheckpointConflictError(f"writes of checkpoint {hexid[:12]}: too many concurrent writers")
+
+    # -- deleting -------------------------------------------------------------------------
+
+    def delete(self, config: CheckpointConfig) -> None:
+        """Delete one checkpoint (the thread's latest without an id).
+
+        Its children are re-parented onto its parent (their ids stay; their commit SHAs
+        change). Deleting a thread's only checkpoint deletes the thread. The data stays in
+        the object store until :meth:`purge`. Raises :class:`UnknownThreadError` /
+        :class:`UnknownCheckpointError`.
+        """
+        with self._repo.writing():
+            target = self._existing(config)
+            info = self._history.commit(target)
+            mapping: dict[str, str | None] = {target: info.parent}
+            record = Record()
+            try:
+                for name, tip in list(self._repo.refs("refs/")):
+                    if name.startswith(WRITES):
+                        continue
+                    new = self._rewrite(tip, mapping, record)
+                    if new == tip:
+                        continue
+                    if name.startswith(HEADS) and new is not None:
+                        owner = self._history.commit(new).thread_id
+                        if owner is not None and encode_thread(owner) != name[len(HEADS):]:
+                            new = None  # its only checkpoints are gone: do not adopt another thread's
+                    if name.startswith(SUPERSEDED):
+                        self._repo.move_ref(record, name, tip, None)
+                        if new is not None:
+                            fresh = name.rsplit("/", 1)[0] + "/" + new
+                            if self._repo.ref(fresh) is None:
+                                self._repo.move_ref(record, fresh, None, new)
+                    else:
+                        self._repo.move_ref(record, name, tip, new)
+                for old, new in mapping.items():
+                    wtip = self._repo.ref(writes_ref(old))
+                    if wtip is None:
+                        continue
+                    if new is not None and old != target:
+                        self._repo.move_ref(record, writes_ref(new), None, wtip)
+                    self._repo.move_ref(record, writes_ref(old), wtip, None)
+            finally:
+                self._repo.commit(record)
+                self._history.bump_generation()
+
+    def _rewrite(self, tip: str, mapping: dict[str, str | None], record: Record) -> str | None:
+        path, current = [], tip
+        while current is not None and current not in mapping:
+            path.append(current)
+            current = self._history.commit(current).parent
+        if current is None:
+            for c in path:
+                mapping[c] = c  # unaffected: remember so other refs stop here
+            return tip
+        new_parent = mapping[current]
+        for c in reversed(path):
+            info = self._history.commit(c)
+            data = self._repo.read(bytes.fromhex(c), "commit")
+            head, _, message = data.partition(b"\n\n")
+            lines = [ln for ln in head.split(b"\n") if not ln.startswith(b"parent ")]
+            parents = ([new_parent] if new_parent else []) + list(info.parents[1:])
+            lines[1:1] = [b"parent " + p.encode() for p in parents]
+            rewritten = b"\n".join(lines) + b"\n\n" + message
+            new_parent = self._repo.write(record, "commit", rewritten).hex()
+            mapping[c] = new_parent
+        return mapping[tip]
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete a thread: its branch, its superseded lines and the pending writes of its checkpoints.
+
+        Checkpoints shared with threads forked from it stay. Raises :class:`UnknownThreadError`.
+        """
+        thread = check_thread_id(thread_id)
+        with self._repo.writing():
+            refs = [(head_ref(thread), self.head(thread))] + list(self._repo.refs(superseded_prefix(thread)))
+            refs = [(n, t) for n, t in refs if t is not None]
+            if not refs:
+                raise UnknownThreadError(f"thread {thread!r} has no checkpoints")
+            record = Record()
+            try:
+                for _, tip in refs:
+                    for info in self._history.first_parents(tip):
+                        if info.thread_id != thread:
+                            break
+                        wtip = self._repo.ref(writes_ref(info.hex))
+                        if wtip is not None:
+                            self._repo.move_ref(record, writes_ref(info.hex), wtip, None)
+                for name, tip in refs:
+                    self._repo.move_ref(record, name, tip, None)
+            finally:
+                self._repo.commit(record)
+                self._history.bump_generation()
+
+    def purge(self) -> None:
+        """Make deleted checkpoints unrecoverable: drop unreachable objects from the repository.
+
+        Runs ``git`` (repack and prune) under the exclusive maintenance lock, so it waits for
+        writers in every process; hardens everything and restarts this store's journal.
+        Journals of other open stores may still hold deleted values until they close.
+        """
+        from .maintenance import purge
+
+        with self._repo.exclusive():
+            purge(self._repo)
+        self._blobs.clear()
+        self._trees.clear()
+
+
+def _thread_of(config: Any) -> str:
+    thread = getattr(config, "thread_id", None)
+    if thread is None and not hasattr(config, "thread_id"):
+        raise InvalidInputError(f"expected a CheckpointConfig, not {type(config).__name__}")
+    return check_thread_id(thread)
+
+
+def _check_mapping(value: Any, what: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(f"{what} must be a mapping, not {type(value).__name__}")
+    return dict(value)
+
+
+def _check_checkpoint(checkpoint: Any, thread: str) -> None:
+    for attr in ("id", "thread_id", "step", "state_data"):
+        if not hasattr(checkpoint, attr):
+            raise InvalidInputError(f"expected a Checkpoint, not {type(checkpoint).__name__}")
+    if not isinstance(checkpoint.id, str) or not checkpoint.id:
+        raise InvalidInputError(f"checkpoint.id must be a non-empty string, not {checkpoint.id!r}")
+    if checkpoint.thread_id != thread:
+        raise InvalidInputError(f"checkpoint.thread_id {checkpoint.thread_id!r} does not match "
+                                f"config.thread_id {thread!r}")
+    if not isinstance(checkpoint.step, int) or isinstance(checkpoint.step, bool):
+        raise InvalidInputError(f"checkpoint.step must be an integer, not {checkpoint.step!r}")
+    if not isinstance(checkpoint.state_data, Mapping):
+        raise InvalidInputError(f"checkpoint.state_data must be a mapping, not {type(checkpoint.state_data).__name__}")
+    if checkpoint.parent_id is not None and (not isinstance(checkpoint.parent_id, str) or not checkpoint.parent_id):
+        raise InvalidInputError(f"checkpoint.parent_id must be a non-empty string or None, not {checkpoint.parent_id!r}")
+
+
+__all__ = ["GitCheckpointStore", "CommitInfo"]
