@@ -23,6 +23,7 @@ import ctypes.util
 import enum
 import os
 import threading
+import time
 from typing import Callable
 
 
@@ -62,16 +63,20 @@ def harden(path: str, *, fsync: bool = True) -> None:
         os.close(fd)
 
 
-class Flusher:
-    """A daemon thread that runs ``flush()`` at most ``max_lag`` seconds after ``poke()``."""
+class Worker:
+    """A daemon thread that runs ``task()`` within ``max_lag`` seconds after each ``poke()``.
 
-    def __init__(self, flush: Callable[[], None], max_lag: float):
-        self._flush = flush
+    Pokes that arrive while it waits or runs are served by one more run. A failure is kept
+    in ``error`` for the owner to surface.
+    """
+
+    def __init__(self, task: Callable[[], None], max_lag: float, name: str = "qvc-flusher"):
+        self._task = task
         self._max_lag = max_lag
         self._wake = threading.Event()
         self._stop = False
         self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="qvc-flusher", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def poke(self) -> None:
@@ -80,13 +85,14 @@ class Flusher:
     def _run(self) -> None:
         while True:
             self._wake.wait()
+            self._wake.clear()  # before flushing: a poke that arrives meanwhile re-arms the loop
             if self._stop:
                 return
-            # Let puts that arrive meanwhile share this flush, but never wait past max_lag.
-            threading.Event().wait(self._max_lag / 2)
-            self._wake.clear()
+            # Let pokes that arrive meanwhile share this run, but never wait past max_lag.
+            if self._max_lag:
+                time.sleep(self._max_lag / 2)
             try:
-                self._flush()
+                self._task()
             except BaseException as exc:  # surfaced to the caller by the store
                 self.error = exc
 

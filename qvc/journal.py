@@ -36,6 +36,8 @@ class Record:
     objects: list[tuple[str, bytes]] = field(default_factory=list)
     refs: list[tuple[str, str | None, str | None]] = field(default_factory=list)
     base: bool = False  # a snapshot of ref values taken right after hardening
+    stored: int = field(default=0, compare=False)  # how many of ``objects`` are in the object store
+    oids: list[bytes] = field(default_factory=list, compare=False)  # ids of ``objects``, when known
 
     def encode(self) -> bytes:
         return msgpack.packb(

@@ -17,13 +17,16 @@ The result is a :class:`RecoveryReport`, kept as ``store.recovery`` and logged.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pygit2
 
+from . import pack
 from .durability import harden
 from .errors import CorruptionError
 from .journal import claim_orphans, fsync_dir, read_records
@@ -46,10 +49,12 @@ class RecoveryReport:
     locks_removed: list[str] = field(default_factory=list)
     temp_files_removed: int = 0
     empty_objects_removed: int = 0
+    damaged_packs_removed: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.journals_replayed or self.objects_restored or self.refs_restored
-                    or self.locks_removed or self.temp_files_removed or self.empty_objects_removed)
+                    or self.locks_removed or self.temp_files_removed or self.empty_objects_removed
+                    or self.damaged_packs_removed)
 
     def summary(self) -> str:
         parts = []
@@ -65,6 +70,8 @@ class RecoveryReport:
             parts.append(f"removed {self.temp_files_removed} temporary file(s)")
         if self.empty_objects_removed:
             parts.append(f"removed {self.empty_objects_removed} empty object file(s)")
+        if self.damaged_packs_removed:
+            parts.append(f"removed damaged pack(s) {', '.join(self.damaged_packs_removed)}")
         return "; ".join(parts) or "nothing to repair"
 
 
@@ -78,6 +85,7 @@ def recover(repo: "Repository") -> RecoveryReport:
         _remove_stale_files(repo, 0.0 if alone else STALE_SECONDS, report)
         if orphans:
             _remove_empty_objects(repo, report)
+            _remove_damaged_packs(repo, report)
         for path, _ in orphans:
             _replay(repo, path, report)
         if report:
@@ -116,9 +124,30 @@ def _remove_stale_files(repo: "Repository", older_than: float, report: RecoveryR
     objects = os.path.join(repo.path, "objects")
     for dirpath, _, files in os.walk(objects):
         for name in files:
-            if name.startswith("tmp_") and stale(os.path.join(dirpath, name)):
-                os.unlink(os.path.join(dirpath, name))
+            path = os.path.join(dirpath, name)
+            if (name.startswith("tmp_") or ".tmp-" in name) and stale(path):
+                os.unlink(path)
                 report.temp_files_removed += 1
+    for name in os.listdir(repo.qvc_dir):  # a pack merge in progress when its process died
+        path = os.path.join(repo.qvc_dir, name)
+        if name.startswith("pack-") and os.path.isdir(path) and stale(path):
+            shutil.rmtree(path, ignore_errors=True)
+            report.temp_files_removed += 1
+
+
+def _remove_damaged_packs(repo: "Repository", report: RecoveryReport) -> None:
+    """Packs a power loss left torn (or a .pack whose .idx never got written): the journal has their objects."""
+    pack_dir = os.path.join(repo.path, "objects", "pack")
+    for name in sorted(os.listdir(pack_dir)):
+        base, ext = os.path.splitext(os.path.join(pack_dir, name))
+        if ext == ".pack" and not os.path.exists(base + ".idx"):
+            os.unlink(base + ".pack")
+            report.damaged_packs_removed.append(name)
+        elif ext == ".idx" and not pack.is_intact(base):
+            for suffix in (".idx", ".pack"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(base + suffix)
+            report.damaged_packs_removed.append(name)
 
 
 def _remove_empty_objects(repo: "Repository", report: RecoveryReport) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
-import hashlib
 import logging
 import os
 import shutil
@@ -29,9 +28,10 @@ from typing import Iterator
 import pygit2
 from pygit2.enums import ObjectType
 
-from .durability import DurabilityMode, Flusher, harden
+from .durability import DurabilityMode, Worker, harden
 from .errors import CheckpointConflictError, CorruptionError, DurabilityError, NotARepositoryError
-from .journal import Journal, Record
+from . import pack
+from .journal import Journal, Record, fsync_dir
 
 log = logging.getLogger("qvc")
 
@@ -39,9 +39,14 @@ TYPES = {"blob": ObjectType.BLOB, "tree": ObjectType.TREE, "commit": ObjectType.
 QVC_DIR = "qvc"
 FORMAT_KEY = "qvc.format"
 JOURNAL_LIMIT = 64 * 2**20
+CONSOLIDATE_AT = 32  # small packs this store wrote before they are merged into one
 LOCK_WAIT = 10.0
 
 _open_repos: "weakref.WeakSet[Repository]" = weakref.WeakSet()
+
+# qvc writes whole, valid objects itself; libgit2's check that a ref's target exists would
+# rescan the pack directory for every fresh pack. This is a process-wide libgit2 setting.
+pygit2.option(pygit2.enums.Option.ENABLE_STRICT_OBJECT_CREATION, 0)
 
 
 @atexit.register
@@ -106,12 +111,18 @@ class Repository:
         self._touched: set[str] = set()
         self._touched_lock = threading.Lock()
         self._harden_lock = threading.Lock()
+        self.pack_dir = os.path.join(self.path, "objects", "pack")
+        self._small_packs: list[str] = []  # packs of single writes, not yet merged
+        self._merged: list[str] = []  # packs this store merged
+        self._packs_lock = threading.Lock()
+        self._consolidate_lock = threading.Lock()
         with self.exclusive():
             self.recovery = recovery.recover(self)
         if self.recovery:
             log.warning("qvc: recovered %s: %s", self.path, self.recovery.summary())
         self.journal = Journal(os.path.join(self.qvc_dir, "journal"), fsync=fsync)
-        self._flusher = Flusher(self._background_flush, max_lag) if durability is DurabilityMode.ASYNC else None
+        self._flusher = Worker(self.journal.sync, max_lag) if durability is DurabilityMode.ASYNC else None
+        self._packer: Worker | None = None  # started on first need
         self._closed = False
         _open_repos.add(self)
 
@@ -167,18 +178,78 @@ class Repository:
             raise CorruptionError(f"tree {pygit2.Oid(raw=raw)} is malformed") from None
         return entries
 
-    @staticmethod
-    def hash(kind: str, data: bytes) -> bytes:
-        """The raw id ``data`` would have as a ``kind`` object (nothing is written)."""
-        h = hashlib.sha1(b"%s %d\x00" % (kind.encode(), len(data)))
-        h.update(data)
-        return h.digest()
+    hash = staticmethod(pack.object_id)
 
     def write(self, record: Record, kind: str, data: bytes) -> bytes:
-        """Store an object (not yet durable) and note it in ``record``; return its raw id."""
-        oid = self.git.odb.write(TYPES[kind], data)
+        """Add an object to ``record``; return its raw id.
+
+        The record's objects reach the object store together, as one pack, before the
+        record's first ref move (or at :meth:`commit`), so a ref never points at an object
+        that is not there.
+        """
+        oid = pack.object_id(kind, data)
         record.objects.append((kind, data))
-        return oid.raw
+        record.oids.append(oid)
+        return oid
+
+    def store_objects(self, record: Record) -> None:
+        """Write the record's objects not yet stored as one pack (not yet durable)."""
+        todo = record.objects[record.stored:]
+        if not todo:
+            return
+        base = pack.write(self.pack_dir, todo, record.oids[record.stored:])
+        record.stored = len(record.objects)
+        with self._packs_lock:
+            self._small_packs.append(base)
+
+    def consolidate(self) -> None:
+        """Merge the small packs this store wrote into one (with deltas); merge those in turn.
+
+        Tiered like git's geometric repack: CONSOLIDATE_AT small packs become one, and
+        CONSOLIDATE_AT merged packs become one, so a long run keeps few packs. Each merged pack
+        is flushed to stable storage before the packs it replaces are removed.
+        """
+        with self._consolidate_lock:
+            with self._packs_lock:
+                small, self._small_packs = self._small_packs, []
+            if len(small) == 1:
+                with self._packs_lock:
+                    self._small_packs[:0] = small
+                return
+            if small:
+                self._merged.append(self._merge(small))
+            if len(self._merged) >= CONSOLIDATE_AT:
+                self._merged = [self._merge(self._merged)]
+
+    def _merge(self, bases: list[str]) -> str:
+        builder = pygit2.PackBuilder(self.git)
+        for base in bases:
+            for raw in pack.index_oids(base + ".idx"):
+                builder.add(pygit2.Oid(raw=raw))
+        tmp = tempfile.mkdtemp(prefix="pack-", dir=self.qvc_dir)
+        try:
+            builder.write(tmp)
+            names = sorted(os.listdir(tmp), key=lambda n: n.endswith(".idx"))  # the .idx goes last
+            for name in names:
+                if self.fsync:
+                    fd = os.open(os.path.join(tmp, name), os.O_RDONLY)
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                os.rename(os.path.join(tmp, name), os.path.join(self.pack_dir, name))
+            if self.fsync:
+                fsync_dir(self.pack_dir)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        merged = os.path.join(self.pack_dir, os.path.splitext(names[-1])[0])
+        for base in bases:
+            if base == merged:
+                continue
+            for ext in (".idx", ".pack"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(base + ext)
+        return merged
 
     # -- refs -------------------------------------------------------------------------
 
@@ -209,6 +280,7 @@ class Repository:
 
         Raises :class:`CheckpointConflictError` if the ref is not at ``old``.
         """
+        self.store_objects(record)
         if old is not None and name not in self._touched:
             # Power-loss safety: before this process first moves an existing ref, make its
             # current value durable in the journal so recovery can always roll back to it.
@@ -268,6 +340,7 @@ class Repository:
 
     def commit(self, record: Record) -> None:
         """Journal ``record`` and apply the durability mode (SYNC: durable on return)."""
+        self.store_objects(record)
         seq = self.journal.append(record)
         if self.durability is DurabilityMode.SYNC:
             self.journal.sync(seq)
@@ -275,6 +348,16 @@ class Repository:
             self._flusher.poke()
         if self.journal.size > self._journal_limit:
             self.harden()
+        if len(self._small_packs) >= CONSOLIDATE_AT:
+            if self._packer is None:
+                self._packer = Worker(self._consolidate_quietly, 0.0, name="qvc-packer")
+            self._packer.poke()
+
+    def _consolidate_quietly(self) -> None:
+        try:
+            self.consolidate()
+        except Exception as exc:  # harmless: the small packs stay and are merged later
+            log.warning("qvc: merging small packs in %s failed: %s", self.path, exc)
 
     def harden(self) -> None:
         """Flush the git files themselves and restart the journal (the journal is then redundant)."""
@@ -283,9 +366,6 @@ class Repository:
             with self._touched_lock:
                 names = sorted(self._touched)
             self.journal.restart(Record(refs=[(n, None, self.ref(n)) for n in names], base=True))
-
-    def _background_flush(self) -> None:
-        self.journal.sync()
 
     def raise_if_failed(self) -> None:
         """Raise the background flusher's failure, once, as :class:`DurabilityError`."""
@@ -347,8 +427,11 @@ class Repository:
         if self._flusher is not None:
             self._flusher.stop()
             error = self._flusher.error
+        if self._packer is not None:
+            self._packer.stop()
         try:
             self.journal.sync()
+            self.consolidate()
             harden(self.path, fsync=self.fsync)
             self.journal.close(remove=True)
         except OSError as exc:
