@@ -60,16 +60,39 @@ def parse_commit(hexid: str, data: bytes) -> CommitInfo:
                       trailers.get("Thread"), int(step) if step and step.lstrip("-").isdigit() else None)
 
 
-class _LRU(OrderedDict):
-    def __init__(self, size: int):
+class LRU(OrderedDict):
+    """A least-recently-stored cache bounded by entry count and, with ``weigh``, by total weight."""
+
+    def __init__(self, size: int, max_weight: int | None = None, weigh=None):
         super().__init__()
         self._size = size
+        self._max_weight = max_weight
+        self._weigh = weigh
+        self._weight = 0
+        self._lock = threading.Lock()
 
     def put(self, key, value) -> None:
+        with self._lock:
+            self._put(key, value)
+
+    def _put(self, key, value) -> None:
+        if self._weigh is not None:
+            w = self._weigh(value)
+            if w > self._max_weight:
+                return
+            old = self.get(key)
+            self._weight += w - (self._weigh(old) if old is not None else 0)
         self[key] = value
         self.move_to_end(key)
-        if len(self) > self._size:
-            self.popitem(last=False)
+        while len(self) > self._size or (self._weigh is not None and self._weight > self._max_weight):
+            _, dropped = self.popitem(last=False)
+            if self._weigh is not None:
+                self._weight -= self._weigh(dropped)
+
+    def clear(self) -> None:
+        with self._lock:
+            super().clear()
+            self._weight = 0
 
 
 class History:
@@ -78,8 +101,8 @@ class History:
     def __init__(self, repo: "Repository"):
         self.repo = repo
         self._lock = threading.RLock()
-        self._commits: _LRU = _LRU(200_000)
-        self._versions: _LRU = _LRU(20_000)
+        self._commits = LRU(200_000)
+        self._versions = LRU(20_000)
         self._by_id: dict[str, str] = {}
         self._indexed: set[str] = set()
         self._tips: dict[str, str] = {}

@@ -25,7 +25,7 @@ from .errors import (
     UnknownCheckpointError,
     UnknownThreadError,
 )
-from .history import CommitInfo, History, _LRU, parse_commit
+from .history import LRU, CommitInfo, History, parse_commit
 from .journal import Record
 from .layout import (
     HEADER,
@@ -81,11 +81,11 @@ class GitCheckpointStore(CheckpointStore):
                  fsync: bool = True, create: bool = True, max_lag: float = 0.05):
         self._repo = Repository(path, create=create, durability=durability, fsync=fsync, max_lag=max_lag)
         self._history = History(self._repo)
-        self._trees: _LRU = _LRU(512)  # commit hex -> (entries, serialized-data cache) of trees we wrote
-        self._blobs: _LRU = _LRU(8192)  # raw oid -> bytes, for reads
-        self._builder = TreeBuilder(self._write_obj, lambda data: Repository.hash("blob", data),
-                                    self._repo.read_tree)
-        self._record: Record | None = None
+        # commit hex -> (entries, serialized fields) of trees this store wrote: a put on top of
+        # one of them compares bytes instead of hashing every field again.
+        self._trees = LRU(64, 64 * 2**20, lambda v: sum(
+            len(d) if isinstance(d, bytes) else sum(len(c) for c, _ in d) for d in v[1].values()))
+        self._blobs = LRU(65536, 32 * 2**20, len)  # raw oid -> blob bytes, for reads
 
     # -- properties and lifecycle --------------------------------------------------------
 
@@ -284,10 +284,6 @@ class GitCheckpointStore(CheckpointStore):
 
     # -- writing --------------------------------------------------------------------------
 
-    def _write_obj(self, kind: str, data: bytes) -> bytes:
-        assert self._record is not None
-        return self._repo.write(self._record, kind, data)
-
     def _parent_tree(self, parent: str | None) -> tuple[dict, dict]:
         if parent is None:
             return {}, {}
@@ -340,9 +336,11 @@ class GitCheckpointStore(CheckpointStore):
             if existing is not None:
                 self._check_reput(existing, thread, checkpoint, metadata, parent)
                 return CheckpointConfig(thread, checkpoint.id)
-            record = self._record = Record()
+            record = Record()
+            builder = TreeBuilder(lambda kind, data: self._repo.write(record, kind, data),
+                                  lambda data: Repository.hash("blob", data), self._repo.read_tree)
             try:
-                tree, entries, changed, new_cache = self._builder.build(
+                tree, entries, changed, new_cache = builder.build(
                     checkpoint.state_data, header_bytes, *self._parent_tree(parent))
                 message = commit_message(checkpoint.step, str(metadata.get("source", "")), changed,
                                          checkpoint.id, thread)
@@ -352,7 +350,6 @@ class GitCheckpointStore(CheckpointStore):
                     self._keep_superseded(record, thread, head)
                 self._repo.move_ref(record, ref, head, new)
             finally:
-                self._record = None
                 if record.refs:
                     self._repo.commit(record)
         self._history.note(parse_commit(new, data))
