@@ -103,6 +103,7 @@ class History:
         self._lock = threading.RLock()
         self._commits = LRU(200_000)
         self._versions = LRU(20_000)
+        self._trees = LRU(20_000)
         self._by_id: dict[str, str] = {}
         self._indexed: set[str] = set()
         self._tips: dict[str, str] = {}
@@ -128,7 +129,12 @@ class History:
             hexid = info.parent
 
     def entries(self, info: CommitInfo) -> dict[str, tuple[int, bytes]]:
-        return self.repo.read_tree(info.tree)
+        """The root tree's entries (cached; callers must not mutate the result)."""
+        found = self._trees.get(info.tree)
+        if found is None:
+            found = self.repo.read_tree(info.tree)
+            self._trees.put(info.tree, found)
+        return found
 
     # -- the checkpoint-id index ----------------------------------------------------------
 

@@ -91,6 +91,8 @@ def encode_name(name: str) -> str:
 
 
 def decode_name(entry: str) -> str:
+    if "%" not in entry:
+        return entry
     if entry == "%":
         return ""
     return _ESCAPE_RUN.sub(lambda m: bytes.fromhex(m.group(0).replace("%", "")).decode("utf-8", "surrogatepass"), entry)

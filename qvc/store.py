@@ -187,7 +187,7 @@ class GitCheckpointStore(CheckpointStore):
             return out
         return serde.loads(self._blob(raw), what)
 
-    def _tuple(self, hexid: str) -> CheckpointTuple:
+    def _tuple(self, hexid: str, with_writes: set[str] | None = None) -> CheckpointTuple:
         info = self._history.commit(hexid)
         entries = self._history.entries(info)
         if HEADER not in entries:
@@ -211,7 +211,8 @@ class GitCheckpointStore(CheckpointStore):
         except (KeyError, TypeError) as exc:
             raise CorruptionError(f"checkpoint {hexid[:12]} header lacks {exc}") from None
         config = CheckpointConfig(checkpoint.thread_id, checkpoint.id)
-        return CheckpointTuple(config, checkpoint, metadata, parent_config, self._writes(hexid))
+        writes = None if with_writes is not None and hexid not in with_writes else self._writes(hexid)
+        return CheckpointTuple(config, checkpoint, metadata, parent_config, writes)
 
     def get_tuple(self, config: CheckpointConfig) -> Optional[CheckpointTuple]:
         """The addressed checkpoint, or ``None`` if the thread is empty or the id unknown.
@@ -254,6 +255,7 @@ class GitCheckpointStore(CheckpointStore):
     def _iter_lines(self, tips: list[str], stop: str | None, limit: int | None,
                     before: str | None) -> Iterator[CheckpointTuple]:
         seen: set[str] = set()
+        with_writes = {name[len(WRITES):] for name, _ in self._repo.refs(WRITES)}
         waiting = stop is not None
         count = 0
         for tip in tips:
@@ -267,7 +269,7 @@ class GitCheckpointStore(CheckpointStore):
                 if limit is not None and count >= limit:
                     return
                 count += 1
-                yield self._tuple(info.hex)
+                yield self._tuple(info.hex, with_writes)
         if waiting:
             raise UnknownCheckpointError(f"before={before!r} is not on the listed line")
 
@@ -448,7 +450,7 @@ class GitCheckpointStore(CheckpointStore):
         for _ in range(_WRITE_RETRIES):
             with self._repo.writing():
                 old = self._repo.ref(name)
-                entries = self._history.entries(self._history.commit(old)) if old else {}
+                entries = dict(self._history.entries(self._history.commit(old))) if old else {}
                 order = serde.loads(self._blob(entries[_ORDER][1]), "writes order") if _ORDER in entries else []
                 record = Record()
                 for key, data in items:
