@@ -98,7 +98,7 @@ class LRU(OrderedDict):
 class History:
     """Caches over one repository's history (thread-safe, shared by the store's threads)."""
 
-    def __init__(self, repo: "Repository"):
+    def __init__(self, repo: Repository):
         self.repo = repo
         self._lock = threading.RLock()
         self._commits = LRU(200_000)

@@ -46,7 +46,7 @@ class Record:
         )
 
     @classmethod
-    def decode(cls, payload: bytes) -> "Record":
+    def decode(cls, payload: bytes) -> Record:
         obj = msgpack.unpackb(payload, raw=False)
         return cls([(t, d) for t, d in obj["o"]], [(n, o, w) for n, o, w in obj["r"]], bool(obj.get("b")))
 

@@ -38,7 +38,7 @@ def git(repo_path: str, *args: str) -> str:
     return proc.stdout
 
 
-def purge(repo: "Repository") -> None:
+def purge(repo: Repository) -> None:
     """Drop every unreachable object, packed or loose. Call under ``repo.exclusive()``."""
     repo.harden()
     git(repo.path, "reflog", "expire", "--expire=now", "--all")

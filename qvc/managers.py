@@ -29,7 +29,7 @@ class DurabilityManager:
         self.store = store
         self.mode = mode
         self._buffer: List[Tuple[Any, ...]] = []
-        self._queue: "queue.Queue[Optional[Tuple[Any, ...]]]" = queue.Queue()
+        self._queue: queue.Queue[Optional[Tuple[Any, ...]]] = queue.Queue()
         self._errors: List[BaseException] = []
         self._lock = threading.Lock()
         self._worker: Optional[threading.Thread] = None

@@ -75,7 +75,7 @@ class RecoveryReport:
         return "; ".join(parts) or "nothing to repair"
 
 
-def recover(repo: "Repository") -> RecoveryReport:
+def recover(repo: Repository) -> RecoveryReport:
     report = RecoveryReport()
     journal_dir = os.path.join(repo.qvc_dir, "journal")
     orphans = claim_orphans(journal_dir)
@@ -100,7 +100,7 @@ def recover(repo: "Repository") -> RecoveryReport:
     return report
 
 
-def _remove_stale_files(repo: "Repository", older_than: float, report: RecoveryReport) -> None:
+def _remove_stale_files(repo: Repository, older_than: float, report: RecoveryReport) -> None:
     now = time.time()
 
     def stale(path: str) -> bool:
@@ -135,7 +135,7 @@ def _remove_stale_files(repo: "Repository", older_than: float, report: RecoveryR
             report.temp_files_removed += 1
 
 
-def _remove_damaged_packs(repo: "Repository", report: RecoveryReport) -> None:
+def _remove_damaged_packs(repo: Repository, report: RecoveryReport) -> None:
     """Packs a power loss left torn (or a .pack whose .idx never got written): the journal has their objects."""
     pack_dir = os.path.join(repo.path, "objects", "pack")
     for name in sorted(os.listdir(pack_dir)):
@@ -150,7 +150,7 @@ def _remove_damaged_packs(repo: "Repository", report: RecoveryReport) -> None:
             report.damaged_packs_removed.append(name)
 
 
-def _remove_empty_objects(repo: "Repository", report: RecoveryReport) -> None:
+def _remove_empty_objects(repo: Repository, report: RecoveryReport) -> None:
     objects = os.path.join(repo.path, "objects")
     for fan in os.listdir(objects):
         if len(fan) != 2:
@@ -163,12 +163,12 @@ def _remove_empty_objects(repo: "Repository", report: RecoveryReport) -> None:
                 report.empty_objects_removed += 1
 
 
-def _loose_path(repo: "Repository", raw: bytes) -> str:
+def _loose_path(repo: Repository, raw: bytes) -> str:
     hexid = raw.hex()
     return os.path.join(repo.path, "objects", hexid[:2], hexid[2:])
 
 
-def _replay(repo: "Repository", path: str, report: RecoveryReport) -> None:
+def _replay(repo: Repository, path: str, report: RecoveryReport) -> None:
     report.journals_replayed += 1
     history: dict[str, list[str | None]] = {}
     for record in read_records(path):
@@ -194,7 +194,7 @@ def _replay(repo: "Repository", path: str, report: RecoveryReport) -> None:
         _restore_ref(repo, name, values, report)
 
 
-def _restore_ref(repo: "Repository", name: str, values: list[str | None], report: RecoveryReport) -> None:
+def _restore_ref(repo: Repository, name: str, values: list[str | None], report: RecoveryReport) -> None:
     try:
         current = repo.ref(name)
     except CorruptionError:
@@ -222,7 +222,7 @@ def _restore_ref(repo: "Repository", name: str, values: list[str | None], report
     report.refs_restored.append(name)
 
 
-def _history_reads(repo: "Repository", commit_hex: str, stop: set[str]) -> bool:
+def _history_reads(repo: Repository, commit_hex: str, stop: set[str]) -> bool:
     """Whether the commit, its trees and blobs, and its first parents (down to ``stop``) read back."""
     current: str | None = commit_hex
     for _ in range(VERIFY_DEPTH):
@@ -241,7 +241,7 @@ def _history_reads(repo: "Repository", commit_hex: str, stop: set[str]) -> bool:
     return True
 
 
-def _tree_reads(repo: "Repository", raw: bytes) -> None:
+def _tree_reads(repo: Repository, raw: bytes) -> None:
     for mode, child in repo.read_tree(raw).values():
         if mode == MODE_TREE:
             _tree_reads(repo, child)

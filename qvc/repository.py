@@ -28,9 +28,9 @@ from typing import Iterator
 import pygit2
 from pygit2.enums import ObjectType
 
+from . import pack
 from .durability import DurabilityMode, Worker, harden
 from .errors import CheckpointConflictError, CorruptionError, DurabilityError, NotARepositoryError
-from . import pack
 from .journal import Journal, Record, fsync_dir
 
 log = logging.getLogger("qvc")
@@ -42,7 +42,7 @@ JOURNAL_LIMIT = 64 * 2**20
 CONSOLIDATE_AT = 32  # small packs this store wrote before they are merged into one
 LOCK_WAIT = 10.0
 
-_open_repos: "weakref.WeakSet[Repository]" = weakref.WeakSet()
+_open_repos: weakref.WeakSet[Repository] = weakref.WeakSet()
 
 # qvc writes whole, valid objects itself; libgit2's check that a ref's target exists would
 # rescan the pack directory for every fresh pack. This is a process-wide libgit2 setting.
@@ -298,7 +298,8 @@ class Repository:
                     raise
                 self._clear_stale_lock(name)
                 if time.monotonic() > deadline:
-                    raise CheckpointConflictError(f"{name}: locked by another writer for over {LOCK_WAIT:.0f} s") from None
+                    raise CheckpointConflictError(
+                        f"{name}: locked by another writer for over {LOCK_WAIT:.0f} s") from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.05)
         with self._touched_lock:
@@ -318,7 +319,8 @@ class Repository:
         ref = refs.get(name)
         current = None if ref is None else str(ref.target)
         if current != old:
-            raise CheckpointConflictError(f"{name}: moved by another writer (expected {old[:12]}, found {(current or 'nothing')[:12]})")
+            found = (current or "nothing")[:12]
+            raise CheckpointConflictError(f"{name}: moved by another writer (expected {old[:12]}, found {found})")
         try:
             if new is None:
                 ref.delete()

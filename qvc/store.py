@@ -115,7 +115,7 @@ class GitCheckpointStore(CheckpointStore):
         """Flush and release the repository. Idempotent."""
         self._repo.close()
 
-    def __enter__(self) -> "GitCheckpointStore":
+    def __enter__(self) -> GitCheckpointStore:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -609,7 +609,8 @@ def _check_checkpoint(checkpoint: Any, thread: str) -> None:
     if not isinstance(checkpoint.state_data, Mapping):
         raise InvalidInputError(f"checkpoint.state_data must be a mapping, not {type(checkpoint.state_data).__name__}")
     if checkpoint.parent_id is not None and (not isinstance(checkpoint.parent_id, str) or not checkpoint.parent_id):
-        raise InvalidInputError(f"checkpoint.parent_id must be a non-empty string or None, not {checkpoint.parent_id!r}")
+        raise InvalidInputError(
+            f"checkpoint.parent_id must be a non-empty string or None, not {checkpoint.parent_id!r}")
 
 
 __all__ = ["GitCheckpointStore", "CommitInfo"]

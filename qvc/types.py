@@ -75,7 +75,7 @@ class Checkpoint:
         }
 
     @classmethod
-    def from_dict(cls, payload: Dict[str, Any]) -> "Checkpoint":
+    def from_dict(cls, payload: Dict[str, Any]) -> Checkpoint:
         return cls(
             id=payload["id"],
             thread_id=payload["thread_id"],
