@@ -209,9 +209,12 @@ class Repository:
         CONSOLIDATE_AT merged packs become one, so a long run keeps few packs. Each merged pack
         is flushed to stable storage before the packs it replaces are removed.
         """
-        with self._consolidate_lock:
+        with self._consolidate_lock, self._shared_lock():
             with self._packs_lock:
                 small, self._small_packs = self._small_packs, []
+            # git maintenance (qvc purge, git gc) may have repacked some of them already
+            small = [b for b in small if os.path.exists(b + ".idx")]
+            self._merged = [b for b in self._merged if os.path.exists(b + ".idx")]
             if len(small) == 1:
                 with self._packs_lock:
                     self._small_packs[:0] = small
@@ -389,6 +392,11 @@ class Repository:
         """Hold the shared maintenance lock while writing; surfaces flusher failures first."""
         self._ensure_open()
         self.raise_if_failed()
+        with self._shared_lock():
+            yield
+
+    @contextlib.contextmanager
+    def _shared_lock(self) -> Iterator[None]:
         with self._shared_mutex:
             if self._shared_count == 0:
                 fcntl.flock(self._shared_fd, fcntl.LOCK_SH)

@@ -495,6 +495,7 @@ class GitCheckpointStore(CheckpointStore):
                     if new == tip:
                         continue
                     if name.startswith(HEADS) and new is not None:
+                        self._repo.store_objects(record)  # the rewritten commits, readable from here on
                         owner = self._history.commit(new).thread_id
                         if owner is not None and encode_thread(owner) != name[len(HEADS):]:
                             new = None  # its only checkpoints are gone: do not adopt another thread's
