@@ -1,0 +1,64 @@
+"""Shared fixtures: a fresh on-disk qvc repository per test, and a ``git`` runner for it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from qvc import GitCheckpointStore  # noqa: E402
+
+
+def _git_env() -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_TERMINAL_PROMPT="0",
+               LC_ALL="C.UTF-8")
+    return env
+
+
+def run_git(git_dir, *args: str, check: bool = True, input: bytes | None = None,
+            text: bool = True) -> subprocess.CompletedProcess:
+    """Run the real ``git`` binary against ``git_dir`` (a bare repository; ``None``: no --git-dir)."""
+    exe = shutil.which("git")
+    assert exe is not None, "git must be installed for these tests"
+    prefix = [] if git_dir is None else [f"--git-dir={os.fspath(git_dir)}"]
+    stdin = subprocess.DEVNULL if input is None else None
+    proc = subprocess.run([exe, *prefix, *args], env=_git_env(), stdin=stdin,
+                          capture_output=True, input=input, text=text, timeout=120)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
+    return proc
+
+
+@pytest.fixture
+def repo_path(tmp_path) -> Path:
+    """Where the test's repository lives (not created yet)."""
+    return tmp_path / "r.qvc"
+
+
+@pytest.fixture
+def store(repo_path):
+    """A fresh ``GitCheckpointStore`` at ``repo_path``, closed at teardown."""
+    s = GitCheckpointStore(repo_path)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def git(repo_path):
+    """``git(*args)`` runs ``git --git-dir=<repo_path> *args`` and returns the CompletedProcess."""
+
+    def _run(*args: str, check: bool = True, input=None, text: bool = True):
+        return run_git(repo_path, *args, check=check, input=input, text=text)
+
+    return _run
