@@ -103,25 +103,42 @@ class DurabilityManager:
 
 
 class PendingWriteManager:
-    """Tracks tool results per task and stores them as pending writes of a checkpoint."""
+    """Tracks tool results per task and stores them as pending writes of a checkpoint.
+
+    A result completed against a checkpoint that does not exist yet (the first step of a
+    run) stays staged in memory until :meth:`commit_writes` attaches it to a checkpoint.
+    """
 
     def __init__(self, store: CheckpointStore):
         self.store = store
         self._pending: Dict[str, PendingWrite] = {}
+        self._staged: Dict[str, bool] = {}  # task id -> completed but not yet stored
         self._lock = threading.Lock()
 
     def begin_task(self, task_id: str, channel: str) -> None:
         with self._lock:
             self._pending[task_id] = PendingWrite(task_id, channel, None)
+            self._staged.pop(task_id, None)
 
     def complete_task(self, task_id: str, value: Any, config: CheckpointConfig) -> None:
-        """Record the task's result and store it against ``config`` (KeyError if never begun)."""
+        """Record the task's result and store it against ``config`` if that checkpoint exists.
+
+        Raises ``KeyError`` if the task was never begun.
+        """
         with self._lock:
             if task_id not in self._pending:
                 raise KeyError(f"task {task_id!r} was not begun")
             write = PendingWrite(task_id, self._pending[task_id].channel, value)
             self._pending[task_id] = write
-        self.store.put_writes(config, [write], task_id=task_id)
+            self._staged[task_id] = True
+        if self.store.get_tuple(config) is not None:
+            self._store([write], config)
+
+    def _store(self, writes: List[PendingWrite], config: CheckpointConfig) -> None:
+        for w in writes:
+            self.store.put_writes(config, [w], task_id=w.task_id)
+            with self._lock:
+                self._staged[w.task_id] = False
 
     def get_pending(self, task_id: str) -> Any:
         with self._lock:
@@ -129,25 +146,27 @@ class PendingWriteManager:
         return None if write is None else write.value
 
     def commit_writes(self, config: CheckpointConfig) -> None:
-        """Store every completed write against ``config``."""
+        """Store every staged (completed, not yet stored) write against ``config``."""
         with self._lock:
-            writes = [w for w in self._pending.values() if w.value is not None]
-        for w in writes:
-            self.store.put_writes(config, [w], task_id=w.task_id)
+            writes = [self._pending[t] for t, staged in self._staged.items() if staged]
+        self._store(writes, config)
 
     def load_pending_from_store(self, config: CheckpointConfig) -> Dict[str, Any]:
         """``{task_id: value}`` of the writes stored against ``config``."""
         found = self.store.get_tuple(config)
-        loaded = {w.task_id: w.value for w in (found.pending_writes or [])} if found else {}
+        writes = (found.pending_writes or []) if found else []
         with self._lock:
-            for w in (found.pending_writes or []) if found else []:
+            for w in writes:
                 self._pending[w.task_id] = w
-        return loaded
+                self._staged[w.task_id] = False
+        return {w.task_id: w.value for w in writes}
 
     def clear_task(self, task_id: str) -> None:
         with self._lock:
             self._pending.pop(task_id, None)
+            self._staged.pop(task_id, None)
 
     def reset(self) -> None:
         with self._lock:
             self._pending.clear()
+            self._staged.clear()

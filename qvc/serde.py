@@ -5,6 +5,8 @@ included), ``bool``, ``None``, ``list``, ``tuple``, ``dict`` (keys of any of the
 ``set``, ``frozenset``, ``datetime`` (naive, fixed-offset or zoneinfo), ``date``, ``time``
 and ``timedelta``. Anything else raises :class:`~qvc.errors.SerializationError` naming the
 field path, e.g. ``state_data["tools"][3]["result"]: object of type Foo is not serializable``.
+``bytearray`` and ``memoryview`` are byte strings to msgpack: they are stored, and read back,
+as ``bytes``. Extension types may nest at most ``MAX_EXT_DEPTH`` levels.
 
 Decoding never executes code: the extension types above are the only ones recognized, and
 malformed bytes raise :class:`~qvc.errors.CorruptionError`.
@@ -12,7 +14,9 @@ malformed bytes raise :class:`~qvc.errors.CorruptionError`.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import threading
 from typing import Any
 
 import msgpack
@@ -30,9 +34,29 @@ EXT_TIMEDELTA = 7
 EXT_BIGINT = 8
 
 _INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
+#: How deeply tuples, sets, datetimes and the like may nest inside each other. Each level is
+#: a nested msgpack call, so unbounded nesting would exhaust the C stack.
+MAX_EXT_DEPTH = 100
+_depth = threading.local()
+
+
+@contextlib.contextmanager
+def _nested(what: str):
+    level = getattr(_depth, "n", 0)
+    if level >= MAX_EXT_DEPTH:
+        raise _TooDeep(f"{what} nested more than {MAX_EXT_DEPTH} levels deep")
+    _depth.n = level + 1
+    try:
+        yield
+    finally:
+        _depth.n = level
 
 
 class _Unserializable(TypeError):
+    pass
+
+
+class _TooDeep(ValueError):
     pass
 
 
@@ -59,7 +83,8 @@ def _tz_from(offset_us: int | None, key: str | None) -> _dt.tzinfo | None:
 
 
 def _pack_inner(obj: Any) -> bytes:
-    return msgpack.packb(obj, default=_default, strict_types=True, use_bin_type=True)
+    with _nested("value"):
+        return msgpack.packb(obj, default=_default, strict_types=True, use_bin_type=True)
 
 
 def _default(obj: Any) -> msgpack.ExtType:
@@ -109,7 +134,8 @@ def _ext_hook(code: int, data: bytes) -> Any:
 
 
 def _unpack(data: bytes) -> Any:
-    return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_ext_hook, use_list=True)
+    with _nested("msgpack data"):
+        return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_ext_hook, use_list=True)
 
 
 def _describe(path: str, exc: BaseException) -> str:
@@ -151,6 +177,8 @@ def dumps(value: Any, path: str = "value") -> bytes:
     """Serialize ``value``; raise :class:`SerializationError` naming ``path`` and below."""
     try:
         return _pack_inner(value)
+    except _TooDeep as exc:
+        raise SerializationError(_describe(path, exc)) from None
     except (_Unserializable, OverflowError, TypeError, ValueError):
         pass
     widened = _widen(value, path)

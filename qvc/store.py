@@ -336,7 +336,8 @@ class GitCheckpointStore(CheckpointStore):
                     raise UnknownCheckpointError(f"parent_id {checkpoint.parent_id!r}: unknown checkpoint") from None
             existing = self._history.lookup(checkpoint.id, refresh=False)
             if existing is not None:
-                self._check_reput(existing, thread, checkpoint, metadata, parent)
+                self._check_reput(existing, header, metadata, checkpoint.state_data, parent,
+                                  checkpoint.parent_id is not None)
                 return CheckpointConfig(thread, checkpoint.id)
             record = Record()
             builder = TreeBuilder(lambda kind, data: self._repo.write(record, kind, data),
@@ -370,17 +371,28 @@ class GitCheckpointStore(CheckpointStore):
         if self._repo.ref(name) is None:
             self._repo.move_ref(record, name, None, tip)
 
-    def _check_reput(self, existing: str, thread: str, checkpoint: Checkpoint, metadata: dict,
-                     parent: str | None) -> None:
-        old = self._tuple(existing)
+    def _check_reput(self, existing: str, header: dict, metadata: dict, state: Mapping, parent: str | None,
+                     parent_given: bool) -> None:
+        """A re-put of an existing id is a no-op if it stores the same bytes, else a conflict."""
         info = self._history.commit(existing)
-        same = (old.checkpoint.thread_id == thread and old.checkpoint.step == checkpoint.step
-                and old.checkpoint.state_data == checkpoint.state_data and old.metadata == metadata
-                and info.parent == parent)
+        old_entries = self._history.entries(info)
+        old_header, old_metadata = decode_header(self._blob(old_entries[HEADER][1]), f"checkpoint {existing[:12]}")
+        scratch = Record()  # never stored: only the ids are compared
+        builder = TreeBuilder(lambda kind, data: self._repo.write(scratch, kind, data),
+                              lambda data: Repository.hash("blob", data), self._repo.read_tree)
+        _, entries, _, _ = builder.build(state, b"", {}, {})
+
+        def comparable(h: dict, m: dict) -> bytes:
+            return serde.dumps([{k: v for k, v in h.items() if k != "created_at"}, m])
+
+        fields = {n: e for n, e in entries.items() if n != HEADER}
+        same = (fields == {n: e for n, e in old_entries.items() if n != HEADER}
+                and comparable(old_header, old_metadata) == comparable(header, metadata)
+                and (not parent_given or info.parent == parent))
         if not same:
             raise CheckpointConflictError(
-                f"checkpoint {checkpoint.id!r} already exists (commit {existing[:12]} on thread "
-                f"{old.checkpoint.thread_id!r}) with different content")
+                f"checkpoint {header['id']!r} already exists (commit {existing[:12]} on thread "
+                f"{old_header.get('thread_id')!r}) with different content")
 
     def reset(self, thread_id: str, checkpoint_id: str) -> CheckpointConfig:
         """Time travel: move the thread's head to an existing checkpoint of that thread.
@@ -508,6 +520,8 @@ class GitCheckpointStore(CheckpointStore):
                     else:
                         self._repo.move_ref(record, name, tip, new)
                 for old, new in mapping.items():
+                    if new == old:
+                        continue  # not rewritten
                     wtip = self._repo.ref(writes_ref(old))
                     if wtip is None:
                         continue
