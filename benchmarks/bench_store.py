@@ -1,0 +1,938 @@
+#!/usr/bin/env python
+"""Side-by-side benchmark: qvc's GitCheckpointStore vs LangGraph's SqliteSaver (WAL, synchronous=FULL).
+
+Run by hand from the repository root::
+
+    .venv/bin/python benchmarks/bench_store.py            # full run (a few minutes)
+    .venv/bin/python benchmarks/bench_store.py --quick    # smoke run (< 1 min)
+    .venv/bin/python benchmarks/bench_store.py --transcript 10000 --json out.json
+
+Method (see benchmarks/README.md): every measured call is timed with ``time.perf_counter_ns``.
+Each store runs its calls in its own block; blocks alternate between the stores for several
+rounds (the order rotates each round), with an untimed ``os.sync()`` before each block so no
+store pays for another's dirty pages. Reported: the median per store over all calls and the
+median of the per-round ratios (qvc block median / SqliteSaver block median).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.metadata
+import json
+import os
+import platform
+import random
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from datetime import datetime, timezone
+from typing import Any, Callable
+from uuid import uuid4
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import msgpack  # noqa: E402
+import pygit2  # noqa: E402
+from langgraph.checkpoint.base import copy_checkpoint, empty_checkpoint  # noqa: E402
+from langgraph.checkpoint.base.id import uuid6  # noqa: E402
+from langgraph.checkpoint.sqlite import SqliteSaver  # noqa: E402
+
+from qvc import Checkpoint, CheckpointConfig, DurabilityMode, GitCheckpointStore  # noqa: E402
+
+ns = time.perf_counter_ns
+cpu_ns = time.thread_time_ns  # CPU time of the calling thread (user + system)
+SQLITE = "sqlite"
+CHUNK = getattr(importlib.import_module("qvc.layout"), "CHUNK", 64)  # qvc's list chunk size: window sizes
+MODES = {"SYNC": DurabilityMode.SYNC, "ASYNC": DurabilityMode.ASYNC, "EXIT": DurabilityMode.EXIT}
+
+
+# ---------------------------------------------------------------------------------------------
+# workload: realistic text and agent state
+# ---------------------------------------------------------------------------------------------
+
+COMMON = (
+    "the of and to a in is it that for on with as was he be at by this had not are but from or have an they "
+    "which one you were her all she there would their we him been has when who will more no if out so said what "
+    "up its about into than them can only other new some could time these two may then do first any my now such "
+    "like our over man me even most made after also did many before must through back years where much your way "
+    "well down should because each just those people how too little state good very make world still own see men "
+    "work long get here between both life being under never day same another know while last might us great old "
+    "year off come since against go came right used take three file test error result value call return tool "
+    "function output input query search data model check step plan next run user agent task found need using"
+).split()
+_CONS = "b c d f g h j k l m n p r s t v w z br ch cl cr dr fl gr pl pr sh st th tr".split()
+_VOW = "a e i o u ai ea ee io ou".split()
+_CODA = ["", "", "", "n", "r", "s", "t", "l", "m", "nd", "st", "ng", "ck"]
+
+
+class TextGen:
+    """Random words with a Zipf-like frequency (common English words plus invented ones): not templated."""
+
+    def __init__(self, seed: int):
+        self.rng = random.Random(seed)
+        vocab = set()
+        while len(vocab) < 4000:
+            n = self.rng.choice((1, 2, 2, 2, 3, 3, 4))
+            vocab.add("".join(self.rng.choice(_CONS) + self.rng.choice(_VOW) for _ in range(n))
+                      + self.rng.choice(_CODA))
+        invented = sorted(vocab)
+        self.rng.shuffle(invented)
+        self.words = COMMON + invented
+        weights = [1.0 / (rank + 2.7) for rank in range(len(COMMON))]
+        weights += [0.9 / (rank + 8.0) for rank in range(len(invented))]
+        acc, total = [], 0.0
+        for w in weights:
+            total += w
+            acc.append(total)
+        self.cum = acc
+
+    def text(self, length: int) -> str:
+        rng, out, size, sentence_left = self.rng, [], 0, 0
+        batch = rng.choices(self.words, cum_weights=self.cum, k=length // 4 + 16)
+        i = 0
+        while size < length:
+            if i >= len(batch):
+                batch, i = rng.choices(self.words, cum_weights=self.cum, k=64), 0
+            word = batch[i]
+            i += 1
+            r = rng.random()
+            if r < 0.03:
+                word = str(rng.randint(0, 99999))
+            if sentence_left == 0:
+                sentence_left = rng.randint(5, 20)
+                word = word.capitalize()
+            sentence_left -= 1
+            if sentence_left == 0:
+                word += rng.choice(".......?!")
+            elif r > 0.92:
+                word += ","
+            out.append(word)
+            size += len(word) + 1
+        text = " ".join(out)[:length].rstrip(" ,")
+        return text if text.endswith((".", "?", "!")) else text + "."
+
+    def message(self, step: int) -> dict:
+        role = ("user", "assistant", "tool", "assistant")[step % 4]
+        return {"role": role, "content": self.text(self.rng.randint(340, 460))}
+
+
+class AgentState:
+    """The 5-field ~5 KB state of the put benchmark; every put changes some fields (never in place)."""
+
+    def __init__(self, seed: int):
+        self.gen = gen = TextGen(seed)
+        self.step = 0
+        self.state: dict[str, Any] = {
+            "messages": [gen.message(i) for i in range(4)],
+            "scratchpad": gen.text(1500),
+            "current_step": 0,
+            "tool_results": {f"tool_{i}": {"status": "ok", "call": i, "output": gen.text(250)} for i in range(4)},
+            "final_result": None,
+        }
+
+    def next(self) -> tuple[dict, list[str]]:
+        gen, s = self.gen, dict(self.state)
+        self.step = step = self.step + 1
+        s["current_step"] = step
+        s["scratchpad"] = (s["scratchpad"] + " " + gen.text(gen.rng.randint(150, 350)))[-1500:]
+        changed = ["current_step", "scratchpad"]
+        if step % 2 == 0:
+            s["messages"] = s["messages"][1:] + [gen.message(step)]
+            changed.append("messages")
+        if step % 3 == 0:
+            tools = dict(s["tool_results"])
+            tools[f"tool_{step % 4}"] = {"status": gen.rng.choice(("ok", "ok", "error")), "call": step,
+                                         "output": gen.text(250)}
+            s["tool_results"] = tools
+            changed.append("tool_results")
+        if step % 25 == 0:
+            s["final_result"] = gen.text(300)
+            changed.append("final_result")
+        self.state = s
+        return s, changed
+
+
+class Transcript:
+    """A growing transcript: each turn appends one ~400-character message (and bumps current_step)."""
+
+    def __init__(self, seed: int):
+        self.gen = TextGen(seed)
+        self.step = 0
+        self.state: dict[str, Any] = {
+            "messages": [], "scratchpad": "", "current_step": 0,
+            "tool_results": {}, "final_result": None,
+        }
+
+    def next(self) -> tuple[dict, list[str]]:
+        s = dict(self.state)
+        self.step = step = self.step + 1
+        s["messages"] = s["messages"] + [self.gen.message(step)]
+        s["current_step"] = step
+        self.state = s
+        return s, ["messages", "current_step"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the two stores behind one small interface
+# ---------------------------------------------------------------------------------------------
+
+
+def open_sqlite(path: str, *, check: bool = True) -> tuple[sqlite3.Connection, SqliteSaver, dict]:
+    conn = sqlite3.connect(path, check_same_thread=False)
+    saver = SqliteSaver(conn)
+    saver.setup()
+    pragmas: dict = {}
+    if check:
+        pragmas = sqlite_pragmas(conn)
+        if pragmas["synchronous"] != 2:  # 2 = FULL, SQLite's default
+            conn.execute("PRAGMA synchronous=FULL")
+            pragmas = sqlite_pragmas(conn) | {"forced_full": True}
+        if pragmas["journal_mode"] != "wal":
+            raise RuntimeError(f"SqliteSaver did not enable WAL: {pragmas}")
+    return conn, saver, pragmas
+
+
+def sqlite_pragmas(conn: sqlite3.Connection) -> dict:
+    out = {name: conn.execute(f"PRAGMA {name}").fetchone()[0]
+           for name in ("journal_mode", "synchronous", "wal_autocheckpoint", "page_size", "fullfsync")}
+    out["synchronous_name"] = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}.get(out["synchronous"], "?")
+    return out
+
+
+class SqliteThread:
+    """Builds proper LangGraph checkpoints (as the Pregel loop does) and puts them to a SqliteSaver."""
+
+    def __init__(self, saver: SqliteSaver, thread_id: str):
+        self.saver, self.thread_id = saver, thread_id
+        self.prev = empty_checkpoint()
+        self.parent_id: str | None = None
+        self.cpu: list[int] = []
+
+    def prepare(self, state: dict, changed: list[str], step: int) -> tuple:
+        cp = copy_checkpoint(self.prev)
+        versions = cp["channel_versions"]
+        names = changed if self.parent_id is not None else list(state)
+        new_versions = {}
+        for ch in names:
+            versions[ch] = new_versions[ch] = self.saver.get_next_version(versions.get(ch), None)
+        cp["channel_values"] = dict(state)
+        cp["versions_seen"] = {"agent": dict(self.prev["channel_versions"])}
+        cp["id"] = str(uuid6(clock_seq=step))
+        cp["ts"] = datetime.now(timezone.utc).isoformat()
+        cp["updated_channels"] = sorted(new_versions)
+        conf: dict = {"thread_id": self.thread_id, "checkpoint_ns": ""}
+        if self.parent_id is not None:
+            conf["checkpoint_id"] = self.parent_id
+        return {"configurable": conf}, cp, {"source": "loop", "step": step, "parents": {}}, new_versions
+
+    def put(self, prepared: tuple) -> int:
+        c0, t0 = cpu_ns(), ns()
+        self.saver.put(*prepared)
+        dt = ns() - t0
+        self.cpu.append(cpu_ns() - c0)
+        self.prev, self.parent_id = prepared[1], prepared[1]["id"]
+        return dt
+
+
+class QvcThread:
+    def __init__(self, store: GitCheckpointStore, thread_id: str):
+        self.store, self.thread_id = store, thread_id
+        self.config = CheckpointConfig(thread_id)
+        self.cpu: list[int] = []
+
+    def prepare(self, state: dict, changed: list[str], step: int) -> tuple:
+        cp = Checkpoint(id=uuid4().hex, thread_id=self.thread_id, step=step, state_data=state)
+        return cp, {"source": "loop", "step": step}
+
+    def put(self, prepared: tuple) -> int:
+        cp, meta = prepared
+        c0, t0 = cpu_ns(), ns()
+        self.store.put(self.config, cp, meta, {})
+        dt = ns() - t0
+        self.cpu.append(cpu_ns() - c0)
+        return dt
+
+
+def lg_config(thread_id: str) -> dict:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+
+
+# ---------------------------------------------------------------------------------------------
+# measurement helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def med_ms(values: list[int]) -> float:
+    return statistics.median(values) / 1e6 if values else float("nan")
+
+
+def pct_ms(values: list[int], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * len(s)))] / 1e6
+
+
+def settle() -> None:
+    """Untimed, between blocks: write back everyone's dirty pages and collect garbage."""
+    gc.collect()
+    os.sync()
+
+
+def alternate(blocks: dict[str, Callable[[int], list[int]]], rounds: int, block: int) -> dict[str, dict]:
+    """Run ``blocks[name](block)`` for each store per round, in a rotating order; collect ns latencies."""
+    names = list(blocks)
+    out = {name: {"all": [], "rounds": []} for name in names}
+    for r in range(rounds):
+        order = names[r % len(names):] + names[: r % len(names)]
+        for name in order:
+            settle()
+            lat = blocks[name](block)
+            out[name]["all"].extend(lat)
+            out[name]["rounds"].append(statistics.median(lat))
+    return out
+
+
+def ratio_of_rounds(res: dict, a: str, b: str) -> tuple[float, float, float]:
+    ratios = [x / y for x, y in zip(res[a]["rounds"], res[b]["rounds"], strict=True)]
+    return statistics.median(ratios), min(ratios), max(ratios)
+
+
+def du(path: str) -> tuple[int, int, int]:
+    """(bytes allocated on disk like ``du -s``, apparent bytes, file count) of a file or directory tree."""
+    if not os.path.exists(path):
+        return 0, 0, 0
+    st = os.lstat(path)
+    if not os.path.isdir(path):
+        return st.st_blocks * 512, st.st_size, 1
+    blocks, size, files = st.st_blocks * 512, 0, 0
+    for root, dirs, names in os.walk(path):
+        for name in dirs + names:
+            try:
+                st = os.lstat(os.path.join(root, name))
+            except FileNotFoundError:
+                continue
+            blocks += st.st_blocks * 512
+            if name in names:
+                size += st.st_size
+                files += 1
+    return blocks, size, files
+
+
+def sqlite_files(path: str) -> tuple[int, int]:
+    """(allocated, apparent) bytes of the database file plus its -wal and -shm files."""
+    alloc = app = 0
+    for suffix in ("", "-wal", "-shm"):
+        b, s, _ = du(path + suffix)
+        alloc, app = alloc + b, app + s
+    return alloc, app
+
+
+def object_files(repo: str) -> dict[str, int]:
+    """{path: apparent size} of every file under ``objects/`` (loose objects and packs alike)."""
+    out = {}
+    for root, _, names in os.walk(os.path.join(repo, "objects")):
+        for name in names:
+            path = os.path.join(root, name)
+            try:
+                out[path] = os.lstat(path).st_size
+            except FileNotFoundError:
+                pass
+    return out
+
+
+def journal_bytes(repo: str) -> int:
+    d = os.path.join(repo, "qvc", "journal")
+    return sum(os.lstat(os.path.join(d, n)).st_size for n in os.listdir(d)) if os.path.isdir(d) else 0
+
+
+def verdict(value: float, target: float) -> str:
+    return "PASS" if value <= target else "MISS"
+
+
+def mb(n: float) -> str:
+    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 1024:.1f} KiB"
+
+
+# ---------------------------------------------------------------------------------------------
+# machine info
+# ---------------------------------------------------------------------------------------------
+
+
+def filesystem(path: str) -> dict:
+    try:
+        line = subprocess.run(["findmnt", "-n", "-T", path, "-o", "TARGET,SOURCE,FSTYPE,OPTIONS"],
+                              capture_output=True, text=True, check=True).stdout.split()
+        return {"mount": line[0], "source": line[1], "fstype": line[2], "options": line[3]}
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        best = ("", "?", "?", "?")
+        with open("/proc/self/mounts") as fh:
+            for row in fh:
+                dev, mnt, fstype, opts = row.split()[:4]
+                if os.path.abspath(path).startswith(mnt) and len(mnt) >= len(best[0]):
+                    best = (mnt, dev, fstype, opts)
+        return dict(zip(("mount", "source", "fstype", "options"), best, strict=True))
+
+
+def fs_create_probe(parent: str, n: int = 100) -> float:
+    """Median ms to create a small file the way libgit2 writes a loose object (write tmp, link, unlink).
+
+    Printed at the start and end of the run as a gauge of how busy the shared file system is.
+    """
+    d = tempfile.mkdtemp(prefix="probe-", dir=parent)
+    lat = []
+    try:
+        for i in range(n):
+            path = os.path.join(d, f"o{i}")
+            t0 = ns()
+            fd = os.open(path + ".tmp", os.O_CREAT | os.O_WRONLY | os.O_EXCL, 0o444)
+            os.write(fd, b"x" * 1500)
+            os.close(fd)
+            os.link(path + ".tmp", path)
+            os.unlink(path + ".tmp")
+            lat.append(ns() - t0)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    return round(med_ms(lat), 4)
+
+
+def version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+def qvc_revision() -> str:
+    try:
+        head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "qvc"], capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+    return head + (f" + uncommitted changes in {len(dirty.splitlines())} qvc file(s)" if dirty else "")
+
+
+def machine_info(workdir: str) -> dict:
+    try:
+        git = subprocess.run(["git", "--version"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        git = "?"
+    return {
+        "cpu_count": os.cpu_count(), "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+        "platform": platform.platform(), "python": platform.python_version(),
+        "pygit2": pygit2.__version__, "libgit2": pygit2.LIBGIT2_VERSION, "sqlite": sqlite3.sqlite_version,
+        "msgpack": version("msgpack"), "langgraph-checkpoint": version("langgraph-checkpoint"),
+        "langgraph-checkpoint-sqlite": version("langgraph-checkpoint-sqlite"), "git": git,
+        "qvc_revision": qvc_revision(),
+        "workdir": workdir, "filesystem": filesystem(workdir), "file_create_ms_start": fs_create_probe(workdir),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# the benchmarks
+# ---------------------------------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, workdir: str):
+        self.args, self.workdir = args, workdir
+        self.results: dict[str, Any] = {}
+        self.quick = args.quick
+        self.rounds = args.rounds or (3 if self.quick else 7)
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.workdir, name)
+
+    def line(self, label: str, value_ms: float, extra: str = "") -> None:
+        print(f"    {label:<34} {value_ms:10.3f} ms  {extra}")
+
+    def ratio_line(self, label: str, ratio: float, lo: float, hi: float, target: float | None) -> dict:
+        if target is None:
+            print(f"    {label:<34} {ratio:8.2f}x   (rounds {lo:.2f}-{hi:.2f})   (no target)")
+            return {"ratio": ratio, "min": lo, "max": hi}
+        v = verdict(ratio, target)
+        print(f"    {label:<34} {ratio:8.2f}x   (rounds {lo:.2f}-{hi:.2f})   target <= {target:g}x   {v}")
+        return {"ratio": ratio, "min": lo, "max": hi, "target": target, "verdict": v}
+
+    # -- 1. put ------------------------------------------------------------------------------
+
+    def bench_put(self) -> None:
+        block = self.args.block or (60 if self.quick else 200)
+        warmup = 20
+        print(f"\n[1] put of a 5-field ~5 KB state ({self.rounds} rounds x {block} puts per store, alternating blocks)")
+        conn, saver, pragmas = open_sqlite(self.path("put.sqlite"))
+        print(f"    sqlite PRAGMAs after setup(): {pragmas}")
+        self.results["sqlite_pragmas"] = pragmas
+        probe = AgentState(7)
+        sizes = [len(msgpack.packb(probe.next()[0], use_bin_type=True)) for _ in range(100)]
+        print(f"    state size (msgpack): mean {statistics.mean(sizes) / 1024:.2f} KiB "
+              f"(min {min(sizes)}, max {max(sizes)} bytes)")
+
+        stores: dict[str, Any] = {}
+        threads: dict[str, Any] = {SQLITE: SqliteThread(saver, "put-thread")}
+        for mode, dm in MODES.items():
+            stores[mode] = GitCheckpointStore(self.path(f"put-{mode.lower()}.qvc"), durability=dm)
+            threads[mode] = QvcThread(stores[mode], "put-thread")
+        streams = {name: AgentState(11) for name in threads}  # the same workload for every store
+        flushes: dict[str, list[int]] = {m: [] for m in ("ASYNC", "EXIT")}
+
+        def runner(name: str) -> Callable[[int], list[int]]:
+            def run(n: int) -> list[int]:
+                th, stream, lat = threads[name], streams[name], []
+                for _ in range(n):
+                    state, changed = stream.next()
+                    lat.append(th.put(th.prepare(state, changed, stream.step)))
+                if name in flushes:  # make the block's writes durable before the next store's block
+                    t0 = ns()
+                    stores[name].flush()
+                    flushes[name].append(ns() - t0)
+                return lat
+            return run
+
+        for name in threads:
+            runner(name)(warmup)
+            threads[name].cpu.clear()
+        for v in flushes.values():
+            v.clear()
+        res = alternate({name: runner(name) for name in threads}, self.rounds, block)
+
+        out: dict[str, Any] = {"block": block, "rounds": self.rounds, "state_bytes_mean": statistics.mean(sizes)}
+        print(f"    {'store':<34} {'median':>10}     p10 / p90 (wall)        CPU median (this thread)")
+        labels = {SQLITE: "SqliteSaver.put (WAL, FULL)", "SYNC": "qvc put SYNC", "ASYNC": "qvc put ASYNC",
+                  "EXIT": "qvc put EXIT"}
+        for name in threads:
+            lat = res[name]["all"]
+            cpu = threads[name].cpu
+            self.line(labels[name], med_ms(lat), f"{pct_ms(lat, 0.1):6.3f} / {pct_ms(lat, 0.9):6.3f} ms       "
+                      f"{med_ms(cpu):.3f} ms")
+            out[name] = {"median_ms": med_ms(lat), "p10_ms": pct_ms(lat, 0.1), "p90_ms": pct_ms(lat, 0.9),
+                         "cpu_median_ms": med_ms(cpu),
+                         "round_medians_ms": [x / 1e6 for x in res[name]["rounds"]]}
+        for name, v in flushes.items():
+            self.line(f"(info) qvc {name} flush() per block", med_ms(v), "(untimed in the put medians)")
+            out[name]["flush_per_block_ms"] = med_ms(v)
+        print("    ratios qvc / sqlite (median of per-round ratios):")
+        for name, target in (("SYNC", 3.0), ("ASYNC", 1.5), ("EXIT", 1.5)):
+            out[f"ratio_{name}"] = self.ratio_line(f"qvc {name} / sqlite", *ratio_of_rounds(res, name, SQLITE),
+                                                   target)
+        closes = {}
+        for mode, store in stores.items():
+            t0 = ns()
+            store.close()
+            closes[mode] = (ns() - t0) / 1e6
+        conn.close()
+        print("    (info) close(): " + ", ".join(f"{m} {v:.2f} ms" for m, v in closes.items()))
+        out["close_ms"] = closes
+        self.results["put"] = out
+
+    # -- 2 + 3. get latest and list, warm and cold ------------------------------------------------
+
+    def bench_reads(self) -> None:
+        n_ckpt = 1000
+        thread = "read-thread"
+        qpath, spath = self.path("read.qvc"), self.path("read.sqlite")
+        print(f"\n[2] reads on a thread of {n_ckpt} checkpoints (5-field ~5 KB state); building it ...")
+        t0 = time.monotonic()
+        # Built without a flush per put (qvc EXIT, sqlite synchronous=OFF, then flushed and set back
+        # to FULL): only the reads are measured here and they do not depend on it.
+        store = GitCheckpointStore(qpath, durability=DurabilityMode.EXIT)
+        conn, saver, _ = open_sqlite(spath)
+        conn.execute("PRAGMA synchronous=OFF")
+        writers = {"qvc": QvcThread(store, thread), SQLITE: SqliteThread(saver, thread)}
+        for th in writers.values():
+            stream = AgentState(23)
+            for _ in range(n_ckpt):
+                state, changed = stream.next()
+                th.put(th.prepare(state, changed, stream.step))
+        store.flush()
+        conn.execute("PRAGMA synchronous=FULL")
+        settle()
+        print(f"    built in {time.monotonic() - t0:.1f} s (qvc EXIT + flush, sqlite synchronous=OFF then FULL)")
+        qconf, sconf = CheckpointConfig(thread), lg_config(thread)
+        assert store.get_tuple(qconf).checkpoint.step == n_ckpt
+        assert saver.get_tuple(sconf).checkpoint["channel_values"]["current_step"] == n_ckpt
+        out: dict[str, Any] = {"checkpoints": n_ckpt}
+
+        # warm get latest: the writer instances
+        gblock = self.args.block or (60 if self.quick else 200)
+
+        def warm_get(get: Callable[[], Any]) -> Callable[[int], list[int]]:
+            def run(n: int) -> list[int]:
+                lat = []
+                for _ in range(n):
+                    t0 = ns()
+                    get()
+                    lat.append(ns() - t0)
+                return lat
+            return run
+
+        res = alternate({"qvc": warm_get(lambda: store.get_tuple(qconf)),
+                         SQLITE: warm_get(lambda: saver.get_tuple(sconf))}, self.rounds, gblock)
+        print(f"    get latest, WARM (same instance that wrote; {self.rounds} rounds x {gblock}):")
+        out["get_warm"] = self.report_pair(res, 3.0)
+
+        # warm list: the writer instances
+        lblock = 2 if self.quick else 4
+
+        def warm_list(lister: Callable[[], Any]) -> Callable[[int], list[int]]:
+            def run(n: int) -> list[int]:
+                lat = []
+                for _ in range(n):
+                    t0 = ns()
+                    count = sum(1 for _ in lister())
+                    lat.append(ns() - t0)
+                    assert count == n_ckpt, count
+                return lat
+            return run
+
+        res = alternate({"qvc": warm_list(lambda: store.list(qconf)),
+                         SQLITE: warm_list(lambda: saver.list(sconf))}, self.rounds, lblock)
+        print(f"\n[3] list all {n_ckpt} checkpoints, fully consumed, WARM ({self.rounds} rounds x {lblock}):")
+        out["list_warm"] = self.report_pair(res, 1.0)
+
+        store.close()
+        conn.close()
+
+        # cold get latest: a fresh store / connection each time (opened, used once, closed)
+        cblock = 10 if self.quick else 20
+        parts: dict[str, dict[str, list[int]]] = {k: {"open": [], "op": [], "close": []} for k in ("qvc", SQLITE)}
+
+        def cold(name: str, op: Callable[[Any], Any], check: Callable[[Any], None]) -> Callable[[int], list[int]]:
+            def run(n: int) -> list[int]:
+                lat = []
+                for _ in range(n):
+                    t0 = ns()
+                    if name == "qvc":
+                        obj = handle = GitCheckpointStore(qpath, create=False)
+                    else:
+                        handle, obj, _ = open_sqlite(spath, check=False)
+                    t1 = ns()
+                    value = op(obj)
+                    t2 = ns()
+                    handle.close()
+                    t3 = ns()
+                    check(value)
+                    parts[name]["open"].append(t1 - t0)
+                    parts[name]["op"].append(t2 - t1)
+                    parts[name]["close"].append(t3 - t2)
+                    lat.append(t2 - t0)
+                return lat
+            return run
+
+        def check_get_q(v: Any) -> None:
+            assert v.checkpoint.step == n_ckpt
+
+        def check_get_s(v: Any) -> None:
+            assert v.checkpoint["channel_values"]["current_step"] == n_ckpt
+
+        res = alternate({"qvc": cold("qvc", lambda s: s.get_tuple(qconf), check_get_q),
+                         SQLITE: cold(SQLITE, lambda s: s.get_tuple(sconf), check_get_s)}, self.rounds, cblock)
+        print(f"\n[2b] get latest, COLD (fresh store / connection each time; {self.rounds} rounds x {cblock}):")
+        print("    ratio on open + get_tuple (close timed separately, info only):")
+        out["get_cold"] = self.report_pair(res, 3.0)
+        out["get_cold"]["parts_ms"] = self.report_parts(parts, "get_tuple")
+
+        parts = {k: {"open": [], "op": [], "close": []} for k in ("qvc", SQLITE)}
+        clblock = 1 if self.quick else 3
+
+        def check_list(v: Any) -> None:
+            assert v == n_ckpt, v
+
+        res = alternate({"qvc": cold("qvc", lambda s: sum(1 for _ in s.list(qconf)), check_list),
+                         SQLITE: cold(SQLITE, lambda s: sum(1 for _ in s.list(sconf)), check_list)},
+                        self.rounds, clblock)
+        print(f"\n[3b] list all {n_ckpt}, COLD (fresh instance each time; {self.rounds} rounds x {clblock}):")
+        print("    ratio on open + list (close timed separately, info only):")
+        out["list_cold"] = self.report_pair(res, 1.0)
+        out["list_cold"]["parts_ms"] = self.report_parts(parts, "list")
+        self.results["reads"] = out
+
+    def report_pair(self, res: dict, target: float) -> dict:
+        out = {}
+        for name, label in (("qvc", "qvc"), (SQLITE, "SqliteSaver")):
+            lat = res[name]["all"]
+            self.line(label, med_ms(lat), f"p90 {pct_ms(lat, 0.9):.3f} ms  n={len(lat)}")
+            out[name] = {"median_ms": med_ms(lat), "p90_ms": pct_ms(lat, 0.9), "n": len(lat)}
+        out["ratio"] = self.ratio_line("qvc / sqlite", *ratio_of_rounds(res, "qvc", SQLITE), target)
+        return out
+
+    def report_parts(self, parts: dict, op: str) -> dict:
+        out = {}
+        for name in ("qvc", SQLITE):
+            p = parts[name]
+            out[name] = {k: med_ms(v) for k, v in p.items()}
+            print(f"    (info) {name:<11} open {out[name]['open']:.3f} ms, {op} {out[name]['op']:.3f} ms, "
+                  f"close {out[name]['close']:.3f} ms (medians)")
+        return out
+
+    # -- 4. growing transcript ----------------------------------------------------------------
+
+    def bench_transcript(self) -> None:
+        turns = 200 if self.quick else 1000
+        block = 50 if self.quick else 100
+        thread = "transcript"
+        qpath, spath = self.path("transcript.qvc"), self.path("transcript.sqlite")
+        print(f"\n[4] growing transcript: {turns} turns, one ~400-char message appended per turn, one put per turn")
+        print(f"    (qvc SYNC vs SqliteSaver; alternating blocks of {block} turns)")
+        store = GitCheckpointStore(qpath)
+        conn, saver, _ = open_sqlite(spath)
+        threads = {"qvc": QvcThread(store, thread), SQLITE: SqliteThread(saver, thread)}
+        streams = {name: Transcript(31) for name in threads}
+        lat_by_turn: dict[str, list[int]] = {name: [] for name in threads}
+        S = CHUNK if turns >= 8 * CHUNK else 16  # a whole chunk period averages out qvc's sawtooth
+        windows = sorted({11, turns // 2 - S // 2, turns - 10 - S})
+        samples: dict[str, list[dict]] = {"qvc": [], SQLITE: []}
+        pending: dict[str, Any] = {}
+
+        def run_block(name: str) -> Callable[[int], list[int]]:
+            def run(n: int) -> list[int]:
+                th, stream, lat = threads[name], streams[name], []
+                for _ in range(n):
+                    if stream.step >= turns:
+                        break
+                    turn = stream.step + 1
+                    if turn in windows:  # untimed size probe before a window of S puts
+                        pending[name] = (turn, self.size_probe(name, qpath, conn))
+                    state, changed = stream.next()
+                    dt = th.put(th.prepare(state, changed, turn))
+                    lat.append(dt)
+                    lat_by_turn[name].append(dt)
+                    if name in pending and turn == pending[name][0] + S - 1:
+                        start, before = pending.pop(name)
+                        after = self.size_probe(name, qpath, conn)
+                        win = lat_by_turn[name][start - 1:turn]
+                        samples[name].append(self.size_delta(name, start, S, before, after, win,
+                                                             th.cpu[start - 1:turn]))
+                return lat
+            return run
+
+        rounds = -(-turns // block)
+        res = alternate({name: run_block(name) for name in threads}, rounds, block)
+        out: dict[str, Any] = {"turns": turns, "block": block}
+        pre_close = {"qvc": du(qpath), SQLITE: sqlite_files(spath)}
+        t0 = ns()
+        store.close()
+        qclose = (ns() - t0) / 1e6
+        conn.close()
+        q_alloc, q_app, q_files = du(qpath)
+        s_alloc, s_app = sqlite_files(spath)
+        t0 = ns()
+        gc_run = subprocess.run(["git", "--git-dir", qpath, "gc", "-q"], capture_output=True, text=True)
+        gc_ms = (ns() - t0) / 1e6
+        g_alloc, g_app, g_files = du(qpath)
+
+        print("    per-put latency (median), first 10 turns vs last 10 turns:")
+        for name, label in (("qvc", "qvc SYNC"), (SQLITE, "SqliteSaver")):
+            lat = lat_by_turn[name]
+            f10, l10 = med_ms(lat[:10]), med_ms(lat[-10:])
+            growth = l10 / f10
+            tail = f"target <= 1.5   {verdict(growth, 1.5)}" if name == "qvc" else "(no target)"
+            print(f"    {label:<14} first10 {f10:8.3f} ms   last10 {l10:8.3f} ms   last10/first10 {growth:6.2f}  "
+                  f"{tail}   all-turns median {med_ms(lat):.3f} ms")
+            out[name] = {"first10_ms": f10, "last10_ms": l10, "growth": growth, "median_ms": med_ms(lat),
+                         "round_medians_ms": [x / 1e6 for x in res[name]["rounds"]]}
+        out["qvc"]["growth_verdict"] = verdict(out["qvc"]["growth"], 1.5)
+        seg = max(1, turns // 10)
+        for name, label in (("qvc", "qvc SYNC"), (SQLITE, "SqliteSaver")):
+            tenths = [med_ms(lat_by_turn[name][i:i + seg]) for i in range(0, turns, seg)]
+            cpu_tenths = [med_ms(threads[name].cpu[i:i + seg]) for i in range(0, turns, seg)]
+            out[name]["tenths_median_ms"] = tenths
+            out[name]["tenths_cpu_median_ms"] = cpu_tenths
+            print(f"    (info) {label} put median per tenth of the run, wall (ms): "
+                  + ", ".join(f"{x:.2f}" for x in tenths))
+            print(f"    (info) {label} put median per tenth of the run, CPU  (ms): "
+                  + ", ".join(f"{x:.2f}" for x in cpu_tenths))
+        out["latency_ratio_all_turns"] = self.ratio_line("(info) put qvc / sqlite, all turns",
+                                                         *ratio_of_rounds(res, "qvc", SQLITE), None)
+        frac = q_alloc / s_alloc if s_alloc else float("nan")
+        print("    bytes on disk after close (allocated, like du):")
+        print(f"    {'qvc repo dir':<34} {mb(q_alloc):>12}  (apparent {mb(q_app)}, {q_files} files; "
+              f"before close {mb(pre_close['qvc'][0])}; close() {qclose:.1f} ms)")
+        print(f"    {'sqlite db + -wal + -shm':<34} {mb(s_alloc):>12}  (apparent {mb(s_app)}; "
+              f"before close {mb(pre_close[SQLITE][0])})")
+        v = verdict(frac, 1 / 20)
+        print(f"    {'qvc / sqlite bytes':<34} {frac:12.4f}  (= 1/{1 / frac:.1f})   target <= 1/20   {v}")
+        print(f"    (info) qvc after `git gc` {mb(g_alloc)} (apparent {mb(g_app)}, {g_files} files; "
+              f"gc took {gc_ms:.0f} ms{', FAILED: ' + gc_run.stderr.strip() if gc_run.returncode else ''}) "
+              f"= 1/{s_alloc / g_alloc:.0f} of sqlite")
+        out["bytes"] = {"qvc": q_alloc, "qvc_apparent": q_app, "qvc_files": q_files, "sqlite": s_alloc,
+                        "sqlite_apparent": s_app, "ratio": frac, "target": 1 / 20, "verdict": v,
+                        "qvc_before_close": pre_close["qvc"][0], "sqlite_before_close": pre_close[SQLITE][0],
+                        "qvc_after_gc": g_alloc, "qvc_after_gc_apparent": g_app, "gc_ms": gc_ms,
+                        "gc_rc": gc_run.returncode}
+        print(f"    bytes added per put (windows of {S} puts; qvc: du delta incl. journal, new files under objects/, "
+              f"net growth of objects/, journal growth; sqlite: serialized checkpoint row):")
+        self.print_samples(samples["qvc"], sqlite=samples[SQLITE])
+        out["per_put_samples"] = samples
+        self.results["transcript"] = out
+
+    def size_probe(self, name: str, qpath: str, conn: sqlite3.Connection | None = None) -> dict:
+        if name == "qvc":
+            alloc, app, files = du(qpath)
+            return {"du": alloc, "apparent": app, "files": files, "objects": object_files(qpath),
+                    "journal": journal_bytes(qpath)}
+        assert conn is not None
+        row = conn.execute("SELECT length(checkpoint) FROM checkpoints ORDER BY checkpoint_id DESC LIMIT 1").fetchone()
+        return {"row": row[0] if row else 0}
+
+    def size_delta(self, name: str, start: int, n: int, before: dict, after: dict, win: list[int],
+                   cpu: list[int]) -> dict:
+        if name == "qvc":
+            new = set(after["objects"]) - set(before["objects"])
+            return {"turn": start, "puts": n, "du_per_put": (after["du"] - before["du"]) / n,
+                    "apparent_per_put": (after["apparent"] - before["apparent"]) / n,
+                    "files_per_put": (after["files"] - before["files"]) / n,
+                    "new_object_files_per_put": len(new) / n,
+                    "object_files_net_per_put": (len(after["objects"]) - len(before["objects"])) / n,
+                    "object_bytes_per_put": (sum(after["objects"].values()) - sum(before["objects"].values())) / n,
+                    "journal_per_put": (after["journal"] - before["journal"]) / n,
+                    "put_median_ms": med_ms(win), "cpu_median_ms": med_ms(cpu)}
+        return {"turn": start, "puts": n, "row_bytes": after["row"], "put_median_ms": med_ms(win),
+                "cpu_median_ms": med_ms(cpu)}
+
+    def print_samples(self, qvc: list[dict], sqlite: list[dict] | None = None) -> None:
+        rows = {s["turn"]: s for s in (sqlite or [])}
+        head = (f"    {'turns':>11} {'qvc ms/put':>10} {'cpu ms':>7} {'du/put':>10} {'files/put':>9} "
+                f"{'objects/ B/put':>14} {'journal/put':>11}")
+        print(head + (f" {'sqlite ms/put':>13} {'cpu ms':>7} {'sqlite row':>11}" if sqlite is not None else ""))
+        for s in qvc:
+            turns = f"{s['turn']}-{s['turn'] + s['puts'] - 1}"
+            line = (f"    {turns:>11} {s['put_median_ms']:>10.3f} {s['cpu_median_ms']:>7.3f} "
+                    f"{mb(s['du_per_put']):>10} {s['new_object_files_per_put']:>9.2f} "
+                    f"{mb(s['object_bytes_per_put']):>14} {mb(s['journal_per_put']):>11}")
+            if sqlite is not None and s["turn"] in rows:
+                r = rows[s["turn"]]
+                line += f" {r['put_median_ms']:>13.3f} {r['cpu_median_ms']:>7.3f} {mb(r['row_bytes']):>11}"
+            print(line)
+
+    # -- 5. qvc-only transcript scaling ---------------------------------------------------------
+
+    def bench_transcript_scaling(self, turns: int) -> None:
+        qpath = self.path("scaling.qvc")
+        S = CHUNK
+        points = [p for p in (11, 100, 1000, 2000, 5000, 10000, 20000, 50000) if p + 2 * S <= turns]
+        points.append(turns - S + 1)
+        print(f"\n[5] qvc-only transcript scaling: {turns} turns (SYNC), bytes added per put in windows of {S} puts")
+        print("    (du delta incl. journal, new files under objects/, net growth of objects/, journal growth)")
+        store = GitCheckpointStore(qpath)
+        th, stream = QvcThread(store, "scaling"), Transcript(47)
+        lat: list[int] = []
+        samples = []
+        t_start = time.monotonic()
+        pending = None
+        for turn in range(1, turns + 1):
+            if turn in points:
+                pending = (turn, self.size_probe("qvc", qpath))
+            state, changed = stream.next()
+            lat.append(th.put(th.prepare(state, changed, turn)))
+            if pending is not None and turn == pending[0] + S - 1:
+                after = self.size_probe("qvc", qpath)
+                samples.append(self.size_delta("qvc", pending[0], S, pending[1], after, lat[pending[0] - 1:turn],
+                                               th.cpu[pending[0] - 1:turn]))
+                pending = None
+        elapsed = time.monotonic() - t_start
+        store.close()
+        alloc, app, files = du(qpath)
+        self.print_samples(samples)
+        seg = max(1, turns // 10)
+        print("    put median per tenth of the run, wall (ms): "
+              + ", ".join(f"{med_ms(lat[i:i + seg]):.2f}" for i in range(0, turns, seg)))
+        print("    put median per tenth of the run, CPU  (ms): "
+              + ", ".join(f"{med_ms(th.cpu[i:i + seg]):.2f}" for i in range(0, turns, seg)))
+        print(f"    {turns} puts in {elapsed:.1f} s; repo after close {mb(alloc)} (apparent {mb(app)}, {files} files)")
+        first, last = samples[0], samples[-1]
+        growth = last["object_bytes_per_put"] / first["object_bytes_per_put"] if first["object_bytes_per_put"] else 0
+        print(f"    objects/ growth per put, last window / first window: {growth:.2f}; "
+              f"du per put, last / first: {last['du_per_put'] / first['du_per_put']:.2f}")
+        self.results["transcript_scaling"] = {
+            "turns": turns, "samples": samples, "elapsed_s": elapsed, "du_after_close": alloc,
+            "apparent_after_close": app, "files": files, "object_bytes_growth": growth,
+            "tenths_median_ms": [med_ms(lat[i:i + seg]) for i in range(0, turns, seg)],
+            "tenths_cpu_median_ms": [med_ms(th.cpu[i:i + seg]) for i in range(0, turns, seg)],
+        }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small sizes, < 1 min")
+    ap.add_argument("--transcript", type=int, metavar="N",
+                    help="also run a qvc-only growing transcript of N turns (e.g. 10000) reporting bytes per put")
+    ap.add_argument("--json", metavar="FILE", help="save the results as JSON")
+    ap.add_argument("--dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "out"),
+                    help="parent of the temporary work directory (default benchmarks/out; must not be tmpfs)")
+    ap.add_argument("--keep", action="store_true", help="keep the stores on disk afterwards")
+    ap.add_argument("--rounds", type=int, help="rounds of alternating blocks (default 7; 3 with --quick)")
+    ap.add_argument("--block", type=int, help="calls per block for put / warm get (default 200; 60 with --quick)")
+    ap.add_argument("--only", choices=("put", "reads", "transcript", "scaling"), action="append",
+                    help="run only these sections (repeatable)")
+    args = ap.parse_args()
+
+    os.makedirs(args.dir, exist_ok=True)
+    workdir = tempfile.mkdtemp(prefix="bench-", dir=args.dir)
+    info = machine_info(workdir)
+    fs = info["filesystem"]
+    print("qvc store benchmark: GitCheckpointStore vs LangGraph SqliteSaver")
+    print(f"  cpus {info['cpu_count']}, loadavg {info['loadavg_start']}, {info['platform']}")
+    print(f"  python {info['python']}, pygit2 {info['pygit2']} (libgit2 {info['libgit2']}), sqlite {info['sqlite']}, "
+          f"msgpack {info['msgpack']}, langgraph-checkpoint {info['langgraph-checkpoint']}, "
+          f"langgraph-checkpoint-sqlite {info['langgraph-checkpoint-sqlite']}, {info['git']}")
+    print(f"  qvc at {info['qvc_revision']}")
+    print(f"  file-system gauge: creating a small file (write+link+unlink) takes {info['file_create_ms_start']} ms "
+          "(median of 100; ~0.06 ms when the VM is quiet)")
+    print(f"  workdir {workdir} on {fs.get('source')} {fs.get('fstype')} ({fs.get('options')}) mounted at "
+          f"{fs.get('mount')}")
+    if fs.get("fstype") in ("tmpfs", "ramfs"):
+        print("  ERROR: the work directory is on a RAM file system; fsync costs would be meaningless. Use --dir.")
+        shutil.rmtree(workdir, ignore_errors=True)
+        return 2
+
+    bench = Bench(args, workdir)
+    bench.results["machine"] = info
+    sections = args.only or ["put", "reads", "transcript"] + (["scaling"] if args.transcript else [])
+    if "scaling" in sections and not args.transcript:
+        args.transcript = 10000
+    errors = {}
+    t0 = time.monotonic()
+    for name in sections:
+        try:
+            if name == "put":
+                bench.bench_put()
+            elif name == "reads":
+                bench.bench_reads()
+            elif name == "transcript":
+                bench.bench_transcript()
+            else:
+                bench.bench_transcript_scaling(args.transcript)
+        except Exception:  # report and go on with the other sections
+            tb = traceback.format_exc()
+            errors[name] = tb
+            print(f"\n  SECTION {name!r} FAILED:\n{tb}")
+    info["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    info["file_create_ms_end"] = fs_create_probe(workdir)
+    info["elapsed_s"] = round(time.monotonic() - t0, 1)
+    bench.results["errors"] = errors
+    print(f"\ndone in {info['elapsed_s']} s; loadavg at end {info['loadavg_end']}; small-file create "
+          f"{info['file_create_ms_start']} ms at start, {info['file_create_ms_end']} ms at end")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(bench.results, fh, indent=1, default=str)
+        print(f"results saved to {args.json}")
+    if args.keep:
+        print(f"stores kept in {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
