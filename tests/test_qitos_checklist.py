@@ -29,6 +29,7 @@ from qvc import (
     NotFoundError,
     PendingWrite,
     PendingWriteManager,
+    StateVersionTracker,
     UnknownCheckpointError,
     UnknownThreadError,
     fork_checkpoint,
@@ -87,6 +88,20 @@ def test_defaults_hold():
     # the config is frozen
     with pytest.raises(dataclasses.FrozenInstanceError):
         CheckpointConfig("t1").thread_id = "t2"  # type: ignore[misc]
+
+
+def test_state_version_tracker():
+    tracker = StateVersionTracker()
+    assert tracker.bump("scratchpad") == 1
+    assert tracker.bump("scratchpad") == 2
+    assert tracker.bump_all(["a", "scratchpad"]) == {"a": 1, "scratchpad": 3}
+    assert tracker.bump_from_diff({"a": 1, "gone": 1, "same": 1}, {"a": 2, "new": 1, "same": 1}) == {
+        "a": 2, "new": 1, "gone": 1}
+    assert tracker.snapshot() == {"scratchpad": 3, "a": 2, "new": 1, "gone": 1}
+    assert tracker.get("never") == 0
+    tracker.apply_versions({"x": 5})
+    assert tracker.snapshot() == {"x": 5}
+    assert StateVersionTracker({"y": 2}).bump("y") == 3
 
 
 # -- store CRUD -------------------------------------------------------------------------

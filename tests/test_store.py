@@ -284,6 +284,20 @@ def test_time_travel_keeps_superseded_line_and_survives_gc(repo_path):
     assert fsck.returncode == 0, fsck.stderr
 
 
+def test_put_with_older_parent_id_on_same_thread_is_time_travel(store):
+    for i in range(4):
+        put(store, f"cp{i}", step=i)
+    put(store, "retry", step=2, parent_id="cp1")
+    assert store.get(CheckpointConfig("t1")).id == "retry"
+    assert ids(store) == ["retry", "cp1", "cp0"]
+    everything = ids(store, superseded=True)
+    assert everything[:3] == ["retry", "cp1", "cp0"] and {"cp3", "cp2"} <= set(everything)
+    assert store.threads() == ["t1"]  # a superseded line is not a thread
+    # a later put without parent_id continues from the new head
+    put(store, "next", step=3)
+    assert ids(store) == ["next", "retry", "cp1", "cp0"]
+
+
 def test_reset(store, git):
     for i in range(4):
         put(store, f"cp{i}", step=i)
@@ -503,6 +517,34 @@ def test_delete_on_same_thread_keeps_writes_of_older_checkpoints(store):
     assert store.get_tuple(CheckpointConfig("t1", "a0")).pending_writes == [PendingWrite("task", "ch", "w0")]
 
 
+def test_delete_checkpoint_shared_by_a_fork_reparents_both_threads(store, git):
+    for i in range(3):
+        put(store, f"cp{i}", step=i, state={"i": i})
+    fork = fork_checkpoint(store, CheckpointConfig("t1", "cp1"), new_thread_id="t2")
+    put(store, "t2-a", "t2", step=2, state={"i": 20})
+    store.delete(CheckpointConfig("t1", "cp1"))
+    assert ids(store, "t1") == ["cp2", "cp0"]
+    assert ids(store, "t2") == ["t2-a", fork.checkpoint_id, "cp0"]
+    forked = store.get_tuple(CheckpointConfig("t2", fork.checkpoint_id))
+    assert forked.parent_config == CheckpointConfig("t1", "cp0")
+    assert forked.checkpoint.state_data == {"i": 1}  # the fork's own copy of the state
+    assert store.get(CheckpointConfig("t2")).state_data == {"i": 20}
+    assert store.threads() == ["t1", "t2"]
+    fsck = git("fsck", "--strict", check=False)
+    assert fsck.returncode == 0, fsck.stderr
+
+
+def test_delete_on_superseded_line(store):
+    for i in range(4):
+        put(store, f"cp{i}", step=i)
+    store.reset("t1", "cp1")
+    store.delete(CheckpointConfig("t1", "cp2"))
+    assert ids(store) == ["cp1", "cp0"]
+    everything = ids(store, superseded=True)
+    assert "cp2" not in everything and "cp3" in everything
+    assert store.get_tuple(CheckpointConfig("t1", "cp3")).parent_config == CheckpointConfig("t1", "cp1")
+
+
 def test_delete_unknown_is_typed_error(store):
     with pytest.raises(UnknownThreadError):
         store.delete(CheckpointConfig("nobody"))
@@ -648,6 +690,40 @@ def test_other_durability_modes_read_their_writes_and_persist(repo_path, mode):
         s.close()
     with GitCheckpointStore(repo_path, create=False) as again:
         assert ids(again) == ["cp2", "cp1", "cp0"]
+
+
+_WRITER = r"""
+import sys
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+path, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with GitCheckpointStore(path) as s:
+    for i in range(n):
+        s.put(CheckpointConfig(name), Checkpoint(id=f"{name}-{i}", thread_id=name, step=i,
+              state_data={"i": i, "by": name}), {"source": "loop", "step": i}, {})
+        s.put_writes(CheckpointConfig("shared", "base"), [("ch", i)], f"{name}-{i}")
+"""
+
+
+def test_processes_write_concurrently(repo_path):
+    import subprocess
+    import sys
+
+    with GitCheckpointStore(repo_path) as s:
+        put(s, "base", "shared")
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(repo_path), f"p{k}", "8"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for k in range(2)]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err.decode()
+    with GitCheckpointStore(repo_path, create=False) as s:
+        assert s.threads() == ["p0", "p1", "shared"]
+        for k in range(2):
+            assert ids(s, f"p{k}") == [f"p{k}-{i}" for i in range(7, -1, -1)]
+        writes = s.get_tuple(CheckpointConfig("shared", "base")).pending_writes
+        assert sorted(w.task_id for w in writes) == sorted(f"p{k}-{i}" for k in range(2) for i in range(8))
+    fsck = run_git(repo_path, "fsck", "--strict", check=False)
+    assert fsck.returncode == 0, fsck.stderr
 
 
 # -- async ------------------------------------------------------------------------------
