@@ -43,7 +43,7 @@ _depth = threading.local()
 @contextlib.contextmanager
 def _nested(what: str):
     level = getattr(_depth, "n", 0)
-    if level >= MAX_EXT_DEPTH:
+    if level > MAX_EXT_DEPTH:  # level 0 is the value itself, not an extension
         raise _TooDeep(f"{what} nested more than {MAX_EXT_DEPTH} levels deep")
     _depth.n = level + 1
     try:
