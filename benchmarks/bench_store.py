@@ -413,8 +413,8 @@ def version(dist: str) -> str:
 
 def qvc_revision() -> str:
     try:
-        head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
+        head = subprocess.run(["git", "-C", ROOT, "log", "-1", "--format=%h %s", "--", "qvc"], capture_output=True,
+                              text=True, check=True).stdout.strip()[:90]
         dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--", "qvc"], capture_output=True,
                                text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
@@ -841,22 +841,31 @@ class Bench:
                                                th.cpu[pending[0] - 1:turn]))
                 pending = None
         elapsed = time.monotonic() - t_start
+        t0 = ns()
         store.close()
+        close_ms = (ns() - t0) / 1e6
         alloc, app, files = du(qpath)
+        t0 = ns()
+        gc_run = subprocess.run(["git", "--git-dir", qpath, "gc", "-q"], capture_output=True, text=True)
+        gc_ms = (ns() - t0) / 1e6
+        g_alloc, g_app, g_files = du(qpath)
         self.print_samples(samples)
         seg = max(1, turns // 10)
         print("    put median per tenth of the run, wall (ms): "
               + ", ".join(f"{med_ms(lat[i:i + seg]):.2f}" for i in range(0, turns, seg)))
         print("    put median per tenth of the run, CPU  (ms): "
               + ", ".join(f"{med_ms(th.cpu[i:i + seg]):.2f}" for i in range(0, turns, seg)))
-        print(f"    {turns} puts in {elapsed:.1f} s; repo after close {mb(alloc)} (apparent {mb(app)}, {files} files)")
+        print(f"    {turns} puts in {elapsed:.1f} s; close() {close_ms:.0f} ms; repo after close {mb(alloc)} "
+              f"(apparent {mb(app)}, {files} files); after `git gc` {mb(g_alloc)} (apparent {mb(g_app)}, "
+              f"{g_files} files; gc {gc_ms:.0f} ms{', FAILED: ' + gc_run.stderr.strip() if gc_run.returncode else ''})")
         first, last = samples[0], samples[-1]
         growth = last["object_bytes_per_put"] / first["object_bytes_per_put"] if first["object_bytes_per_put"] else 0
         print(f"    objects/ growth per put, last window / first window: {growth:.2f}; "
               f"du per put, last / first: {last['du_per_put'] / first['du_per_put']:.2f}")
         self.results["transcript_scaling"] = {
             "turns": turns, "samples": samples, "elapsed_s": elapsed, "du_after_close": alloc,
-            "apparent_after_close": app, "files": files, "object_bytes_growth": growth,
+            "apparent_after_close": app, "files": files, "object_bytes_growth": growth, "close_ms": close_ms,
+            "du_after_gc": g_alloc, "gc_ms": gc_ms,
             "tenths_median_ms": [med_ms(lat[i:i + seg]) for i in range(0, turns, seg)],
             "tenths_cpu_median_ms": [med_ms(th.cpu[i:i + seg]) for i in range(0, turns, seg)],
         }
@@ -886,7 +895,7 @@ def main() -> int:
     print(f"  python {info['python']}, pygit2 {info['pygit2']} (libgit2 {info['libgit2']}), sqlite {info['sqlite']}, "
           f"msgpack {info['msgpack']}, langgraph-checkpoint {info['langgraph-checkpoint']}, "
           f"langgraph-checkpoint-sqlite {info['langgraph-checkpoint-sqlite']}, {info['git']}")
-    print(f"  qvc at {info['qvc_revision']}")
+    print(f"  qvc at last qvc/ commit {info['qvc_revision']}")
     print(f"  file-system gauge: creating a small file (write+link+unlink) takes {info['file_create_ms_start']} ms "
           "(median of 100; ~0.06 ms when the VM is quiet)")
     print(f"  workdir {workdir} on {fs.get('source')} {fs.get('fstype')} ({fs.get('options')}) mounted at "
