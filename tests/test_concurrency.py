@@ -1,0 +1,431 @@
+"""Concurrency: several processes and Python threads writing and reading one repository.
+
+Workers are ``tests/concurrency_worker.py`` subprocesses (real processes, real repositories).
+Sizes are modest: the suite is meant for 2 cores.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from qvc import (  # noqa: E402
+    Checkpoint,
+    CheckpointConfig,
+    CheckpointConflictError,
+    DurabilityMode,
+    GitCheckpointStore,
+)
+
+WORKER = HERE / "concurrency_worker.py"
+_spec = importlib.util.spec_from_file_location("qvc_tests_concurrency_worker", WORKER)
+cwk = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cwk)
+
+
+def child_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def git_env(path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_DIR=os.fspath(path), GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, LC_ALL="C")
+    return env
+
+
+def fsck(path) -> None:
+    proc = subprocess.run(["git", "fsck", "--strict", "--no-progress"], env=git_env(path),
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, f"git fsck --strict failed:\n{proc.stdout}\n{proc.stderr}"
+
+
+def spawn(*args: str) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, str(WORKER), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=child_env())
+    line = proc.stdout.readline()
+    if line.strip() != "READY":
+        proc.kill()
+        raise AssertionError(f"worker {args} did not start: {line}{proc.stderr.read()}")
+    return proc
+
+
+def go(*procs: subprocess.Popen) -> None:
+    for p in procs:
+        p.stdin.write("GO\n")
+        p.stdin.flush()
+
+
+def collect(proc: subprocess.Popen, timeout: float) -> list[str]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(
+            f"worker did not finish within {timeout} s (blocked?)\n{out[-2000:]}\n{err[-2000:]}") from None
+    lines = out.splitlines()
+    errors = [ln for ln in lines if ln.startswith("ERROR")]
+    assert proc.returncode == 0 and not errors, f"worker failed ({proc.returncode}): {errors}\n{err[-3000:]}"
+    return lines
+
+
+def put(store, thread: str, cid: str, step: int, tag: str) -> None:
+    state = cwk.make_state(tag, cid, step)
+    store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step, state_data=state),
+              {"source": "loop", "step": step, "tag": tag})
+
+
+def line_ids(store, thread: str) -> list[str]:
+    return [t.checkpoint.id for t in store.list(CheckpointConfig(thread))]
+
+
+def check_outcome(store, thread: str, ok: list[str], conflicted: list[str]) -> None:
+    """Every returned put is on the head's first-parent line, exactly as written; no conflicted one is."""
+    line = line_ids(store, thread)
+    on_line = set(line)
+    assert len(line) == len(on_line)
+    for cid in ok:
+        tup = store.get_tuple(CheckpointConfig(thread, cid))
+        assert tup is not None, f"put of {cid} returned but the checkpoint is gone (lost update)"
+        assert cwk.check(tup) is None, cwk.check(tup)
+        assert cid in on_line, f"put of {cid} returned but it is not on the first-parent line of {thread!r}"
+    for cid in conflicted:
+        assert cid not in on_line, f"put of {cid} raised CheckpointConflictError but is on the line"
+        assert store.get_tuple(CheckpointConfig(thread, cid)) is None, (
+            f"put of {cid} raised CheckpointConflictError but the checkpoint exists")
+    assert sorted(on_line) == sorted(ok), (
+        f"the line holds checkpoints whose put did not return: {sorted(on_line - set(ok))[:10]}")
+    # parent links along the line are consistent: each checkpoint's parent is the next one
+    tuples = list(store.list(CheckpointConfig(thread)))
+    for newer, older in zip(tuples, tuples[1:], strict=False):
+        assert newer.parent_config is not None and newer.parent_config.checkpoint_id == older.checkpoint.id
+
+
+# -- (a) two processes, one thread -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_two_processes_same_thread_never_lose_a_put(tmp_path, mode):
+    path = tmp_path / "repo.qvc"
+    GitCheckpointStore(path).close()
+    n = 60
+    procs = [spawn("writer", str(path), mode, "shared", str(n), tag) for tag in ("A", "B")]
+    go(*procs)
+    outs = [collect(p, 120) for p in procs]
+    ok = [ln.split()[1] for out in outs for ln in out if ln.startswith("OK ")]
+    conflicted = [ln.split()[1] for out in outs for ln in out if ln.startswith("CONFLICT ")]
+    assert len(ok) + len(conflicted) == 2 * n
+    print(f"{mode}: {len(ok)} returned, {len(conflicted)} conflicts")
+    fsck(path)
+    with GitCheckpointStore(path) as store:
+        check_outcome(store, "shared", ok, conflicted)
+        assert {cid[0] for cid in ok} == {"A", "B"}, "both writers should get puts through"
+
+
+# -- (b) four processes, four threads ------------------------------------------------------------
+
+
+def test_four_processes_four_threads_no_conflicts(tmp_path):
+    path = tmp_path / "repo.qvc"
+    GitCheckpointStore(path).close()
+    n = 60
+    tags = ["P0", "P1", "P2", "P3"]
+    procs = [spawn("writer", str(path), "sync", f"thread-{tag}", str(n), tag) for tag in tags]
+    t0 = time.monotonic()
+    go(*procs)
+    outs = [collect(p, 90) for p in procs]
+    took = time.monotonic() - t0
+    for tag, out in zip(tags, outs, strict=True):
+        assert [ln for ln in out if ln.startswith("CONFLICT")] == [], f"{tag}: conflicts on its own thread"
+        assert sum(ln.startswith("OK ") for ln in out) == n
+    print(f"4 x {n} puts in {took:.2f} s; per process: {[out[-1] for out in outs]}")
+    assert took < 60
+    fsck(path)
+    with GitCheckpointStore(path) as store:
+        assert store.threads() == sorted(f"thread-{t}" for t in tags)
+        for tag in tags:
+            ok = [f"{tag}-{i:05d}" for i in range(n)]
+            assert line_ids(store, f"thread-{tag}") == ok[::-1]
+            check_outcome(store, f"thread-{tag}", ok, [])
+
+
+# -- (c) Python threads sharing one store ----------------------------------------------------------
+
+
+def _run_threads(target, count: int) -> list:
+    errors: list = []
+
+    def wrap(i):
+        try:
+            target(i)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=wrap, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+        assert not t.is_alive(), "a Python thread is blocked"
+    return errors
+
+
+@pytest.mark.parametrize("mode", [DurabilityMode.SYNC, DurabilityMode.ASYNC])
+def test_python_threads_different_threads(tmp_path, mode):
+    path = tmp_path / "repo.qvc"
+    n = 40
+    with GitCheckpointStore(path, durability=mode) as store:
+        def work(i):
+            for k in range(n):
+                put(store, f"pt{i}", f"T{i}-{k:05d}", k, f"T{i}")
+                if k % 10 == 0:  # reads interleaved with other threads' writes
+                    tup = store.get_tuple(CheckpointConfig(f"pt{i}"))
+                    assert tup.checkpoint.id == f"T{i}-{k:05d}" and cwk.check(tup) is None
+
+        errors = _run_threads(work, 4)
+        assert errors == []
+        for i in range(4):
+            assert line_ids(store, f"pt{i}") == [f"T{i}-{k:05d}" for k in range(n)][::-1]
+    fsck(path)
+    with GitCheckpointStore(path) as store:
+        for i in range(4):
+            check_outcome(store, f"pt{i}", [f"T{i}-{k:05d}" for k in range(n)], [])
+
+
+def test_python_threads_same_thread(tmp_path):
+    path = tmp_path / "repo.qvc"
+    n = 30
+    ok, conflicted = [], []
+    lock = threading.Lock()
+    with GitCheckpointStore(path) as store:
+        def work(i):
+            for k in range(n):
+                cid = f"S{i}-{k:05d}"
+                try:
+                    put(store, "same", cid, k, f"S{i}")
+                except CheckpointConflictError:
+                    with lock:
+                        conflicted.append(cid)
+                else:
+                    with lock:
+                        ok.append(cid)
+
+        errors = _run_threads(work, 4)
+        assert errors == []
+        assert len(ok) + len(conflicted) == 4 * n
+        check_outcome(store, "same", ok, conflicted)
+    print(f"{len(ok)} returned, {len(conflicted)} conflicts")
+    fsck(path)
+    with GitCheckpointStore(path) as store:
+        check_outcome(store, "same", ok, conflicted)
+
+
+# -- (d) a reader process never sees a half checkpoint ------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["sync", "exit"])
+def test_reader_process_sees_only_whole_checkpoints(tmp_path, mode):
+    path = tmp_path / "repo.qvc"
+    with GitCheckpointStore(path) as store:
+        put(store, "rd", "W-seed", 0, "W")  # the reader always has something to read
+    stop = tmp_path / "stop"
+    reader = spawn("reader", str(path), "rd", str(stop))
+    writer = spawn("writer", str(path), mode, "rd", "150", "W")
+    go(reader, writer)
+    try:
+        wout = collect(writer, 120)
+    finally:
+        stop.touch()
+    rout = collect(reader, 60)
+    summary = json.loads(rout[-1])
+    print(f"{mode}: reader did {summary['reads']} reads, saw {len(summary['steps'])} distinct heads")
+    assert summary["errors"] == []
+    assert summary["reads"] > 0
+    assert len(summary["steps"]) >= 2, "the reader should observe the writer's progress"
+    assert all(ln.startswith(("OK", "DONE")) for ln in wout)
+
+
+# -- pending writes from two processes onto one checkpoint ----------------------------------------
+
+
+def test_two_processes_put_writes_same_checkpoint(tmp_path):
+    path = tmp_path / "repo.qvc"
+    with GitCheckpointStore(path) as store:
+        put(store, "pw", "PW-00000", 0, "PW")
+    n = 40
+    procs = [spawn("writes", str(path), "pw", "PW-00000", str(n), tag) for tag in ("A", "B")]
+    go(*procs)
+    for p in procs:
+        collect(p, 120)
+    with GitCheckpointStore(path) as store:
+        got = store.get_tuple(CheckpointConfig("pw", "PW-00000")).pending_writes or []
+        have = {(w.task_id, w.channel): w.value for w in got}
+        for tag in ("A", "B"):
+            for i in range(n):
+                assert have.get((f"{tag}-{i:04d}", "chan")) == {"tag": tag, "i": i}, (
+                    f"acknowledged pending write {tag}-{i:04d} is missing ({len(have)} present)")
+        assert len(got) == 2 * n
+    fsck(path)
+
+
+# -- recovery of one dead writer must not undo another process's acknowledged changes --------------
+
+
+def _writer_then_die(path: Path, thread: str, n: int, tag: str) -> None:
+    """A writer process puts n checkpoints on ``thread``, stays open, and is SIGKILLed later."""
+    proc = spawn("writer", str(path), "sync", thread, str(n), tag, "--hold")
+    go(proc)
+    lines = []
+    while not (line := proc.stdout.readline()).startswith("DONE"):
+        assert line, f"writer died: {proc.stderr.read()}"
+        lines.append(line)
+    assert all(ln.startswith("OK") for ln in lines), lines
+    return proc
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    proc.kill()
+    proc.wait()
+
+
+def test_dead_writers_journal_does_not_resurrect_a_deleted_thread(tmp_path):
+    path = tmp_path / "repo.qvc"
+    GitCheckpointStore(path).close()
+    proc = _writer_then_die(path, "doomed", 3, "D")
+    try:
+        with GitCheckpointStore(path) as store:  # another process deletes the thread: acknowledged
+            store.delete_thread("doomed")
+            assert "doomed" not in store.threads()
+    finally:
+        _kill(proc)  # then the first writer dies; its journal still says doomed -> D-00002
+    with GitCheckpointStore(path) as store:
+        assert store.recovery.journals_replayed == 1
+        assert "doomed" not in store.threads(), (
+            f"recovery of a dead writer's journal brought back a thread deleted later by another process "
+            f"({store.recovery.summary()})")
+        assert store.get_tuple(CheckpointConfig("doomed", "D-00001")) is None
+
+
+def test_dead_writers_journal_does_not_resurrect_a_deleted_checkpoint(tmp_path):
+    path = tmp_path / "repo.qvc"
+    GitCheckpointStore(path).close()
+    proc = _writer_then_die(path, "only", 1, "O")
+    try:
+        with GitCheckpointStore(path) as store:
+            store.delete(CheckpointConfig("only", "O-00000"))  # its only checkpoint: the thread goes
+            assert store.get_tuple(CheckpointConfig("only", "O-00000")) is None
+    finally:
+        _kill(proc)
+    with GitCheckpointStore(path) as store:
+        assert store.get_tuple(CheckpointConfig("only", "O-00000")) is None, (
+            f"an acknowledged delete was undone by recovery of another process's journal "
+            f"({store.recovery.summary()})")
+        assert store.threads() == []
+
+
+def test_dead_writers_journal_does_not_undo_anothers_later_move(tmp_path):
+    """Another process moved the thread on (time travel back, then a new put): recovery keeps that."""
+    path = tmp_path / "repo.qvc"
+    GitCheckpointStore(path).close()
+    proc = _writer_then_die(path, "moved", 3, "M")
+    try:
+        with GitCheckpointStore(path) as store:
+            store.reset("moved", "M-00000")
+            put(store, "moved", "N-00001", 1, "N")
+    finally:
+        _kill(proc)
+    with GitCheckpointStore(path) as store:
+        head = store.get_tuple(CheckpointConfig("moved"))
+        assert head.checkpoint.id == "N-00001", (
+            f"recovery moved the head back to {head.checkpoint.id} ({store.recovery.summary()})")
+
+
+# -- (e) stale ref locks ------------------------------------------------------------------------
+
+
+def _stale_lock(path: Path, thread: str, age: float = 3600.0) -> Path:
+    lock = path / "refs" / "heads" / f"{thread}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text("0123456789012345678901234567890123456789\n")
+    old = time.time() - age
+    os.utime(lock, (old, old))
+    return lock
+
+
+def _timed_put(store, thread: str, cid: str, step: int, limit: float) -> float:
+    t0 = time.monotonic()
+    put(store, thread, cid, step, "L")
+    took = time.monotonic() - t0
+    assert took < limit, f"put on {thread!r} took {took:.1f} s behind a stale lock"
+    got = store.get_tuple(CheckpointConfig(thread))
+    assert got is not None and got.checkpoint.id == cid
+    return took
+
+
+def test_stale_lock_removed_on_open(tmp_path):
+    path = tmp_path / "repo.qvc"
+    with GitCheckpointStore(path) as store:
+        put(store, "t", "L-00000", 0, "L")
+    lock = _stale_lock(path, "t")
+    new_lock = _stale_lock(path, "brand-new")  # a thread whose ref does not exist yet
+    with GitCheckpointStore(path) as store:
+        assert not lock.exists() and not new_lock.exists()
+        assert "refs/heads/t.lock" in store.recovery.locks_removed, store.recovery
+        assert "refs/heads/brand-new.lock" in store.recovery.locks_removed, store.recovery
+        _timed_put(store, "t", "L-00001", 1, 3.0)
+        _timed_put(store, "brand-new", "L-00002", 0, 3.0)
+    fsck(path)
+
+
+def test_stale_lock_cleared_by_put_while_open(tmp_path):
+    path = tmp_path / "repo.qvc"
+    with GitCheckpointStore(path) as store:
+        put(store, "t", "L-00000", 0, "L")
+        _stale_lock(path, "t")  # appears after recovery ran (a writer of another process died)
+        _stale_lock(path, "brand-new")
+        _timed_put(store, "t", "L-00001", 1, 3.0)
+        _timed_put(store, "brand-new", "L-00002", 0, 3.0)
+    fsck(path)
+
+
+def test_stale_lock_removed_while_another_process_has_it_open(tmp_path):
+    path = tmp_path / "repo.qvc"
+    with GitCheckpointStore(path) as store:
+        put(store, "t", "L-00000", 0, "L")
+    other = spawn("writer", str(path), "sync", "other", "1", "O")  # keeps the repository open, idle
+    try:
+        lock = _stale_lock(path, "t")
+        with GitCheckpointStore(path) as store:
+            assert not lock.exists(), "an hour-old lock should be removed on open even with others open"
+            assert "refs/heads/t.lock" in store.recovery.locks_removed, store.recovery
+            _timed_put(store, "t", "L-00001", 1, 3.0)
+    finally:
+        go(other)
+        collect(other, 60)
+    fsck(path)
+
+
+def test_fresh_lock_of_a_dead_writer_does_not_block_forever(tmp_path):
+    """A lock that was just left (its writer died a moment ago): put waits it out, then clears it."""
+    path = tmp_path / "repo.qvc"
+    with GitCheckpointStore(path) as store:
+        put(store, "t", "L-00000", 0, "L")
+        _stale_lock(path, "t", age=0.0)
+        took = _timed_put(store, "t", "L-00001", 1, 20.0)
+        print(f"put waited {took:.1f} s for the fresh stale lock")
+    fsck(path)

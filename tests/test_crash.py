@@ -1,0 +1,450 @@
+"""Crash tests: a writer subprocess is SIGKILLed at random points, over and over, on one repository.
+
+After every kill: ``git fsck --strict`` passes, the store opens (recovery runs), every
+acknowledged checkpoint reads back with exactly the state written, every thread head is at
+an acknowledged checkpoint (or at the result of the one operation that was in flight), and
+a fresh put on every thread works (no stale lock blocks it). The next writer then continues
+on the same repository.
+
+The writer is ``tests/crash_writer.py``; its protocol is described in its docstring.
+``QVC_CRASH_ITERATIONS`` scales the slow variant (``-m slow`` or ``QVC_SLOW=1`` to run it).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import queue
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from qvc import Checkpoint, CheckpointConfig, DurabilityMode, GitCheckpointStore  # noqa: E402
+
+WRITER = HERE / "crash_writer.py"
+_spec = importlib.util.spec_from_file_location("qvc_tests_crash_writer", WRITER)
+cw = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cw)
+
+MODES = ["sync", "async", "exit"]
+LINE_TIMEOUT = 20.0  # a writer that prints nothing for this long is blocked
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def slow_enabled(config) -> bool:
+    expr = config.getoption("markexpr", "") or ""
+    return bool(os.environ.get("QVC_SLOW") or os.environ.get("QVC_CRASH_ITERATIONS")
+                or ("slow" in expr and "not slow" not in expr))
+
+
+def child_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def git_env(path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_DIR=os.fspath(path), GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, LC_ALL="C")
+    return env
+
+
+def fsck(path) -> None:
+    proc = subprocess.run([shutil.which("git") or "git", "fsck", "--strict", "--no-progress"],
+                          env=git_env(path), capture_output=True, text=True)
+    assert proc.returncode == 0, f"git fsck --strict failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+
+
+class Writer:
+    """A crash_writer.py subprocess whose stdout lines arrive on a queue."""
+
+    def __init__(self, path, mode: str, run_id: str, seed: int, *extra: str, stderr_path: Path):
+        self.stderr_path = stderr_path
+        self._stderr = open(stderr_path, "wb")
+        self.proc = subprocess.Popen([sys.executable, str(WRITER), os.fspath(path), mode, run_id, str(seed), *extra],
+                                     stdout=subprocess.PIPE, stderr=self._stderr, stdin=subprocess.DEVNULL,
+                                     env=child_env())
+        self.lines: list[str] = []
+        self._q: queue.Queue = queue.Queue()
+        self._t = threading.Thread(target=self._pump, daemon=True)
+        self._t.start()
+
+    def _pump(self) -> None:
+        for raw in self.proc.stdout:
+            if raw.endswith(b"\n"):  # a torn last line (killed mid-print) is not an acknowledgement
+                self._q.put(raw.decode().rstrip("\n"))
+        self._q.put(None)
+
+    def next_line(self, timeout: float = LINE_TIMEOUT) -> str | None:
+        """The next line, or ``None`` at EOF."""
+        try:
+            line = self._q.get(timeout=timeout)
+        except queue.Empty:
+            self.kill()
+            raise AssertionError(f"writer printed nothing for {timeout} s (blocked?)\n{self.stderr()}") from None
+        if line is not None:
+            self.lines.append(line)
+        return line
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def finish(self) -> list[str]:
+        """Kill (if still running) and collect every complete line it printed."""
+        self.kill()
+        self._t.join(10)
+        while True:
+            try:
+                line = self._q.get_nowait()
+            except queue.Empty:
+                break
+            if line is not None:
+                self.lines.append(line)
+        self._stderr.close()
+        return self.lines
+
+    def stderr(self) -> str:
+        self._stderr.flush()
+        return self.stderr_path.read_text(errors="replace")[-4000:]
+
+
+@dataclass
+class Model:
+    """What the acknowledgements guarantee."""
+
+    states: dict = field(default_factory=dict)  # cid -> (thread, step, state)
+    heads: dict = field(default_factory=dict)  # thread -> cid | None
+    writes: dict = field(default_factory=dict)  # cid -> {task: k}
+    deleted: set = field(default_factory=set)  # cids whose deletion was acknowledged
+
+    def apply(self, parts: list[str]) -> None:
+        op = parts[0]
+        if op == "PUT":
+            thread, cid, step, digest = parts[1], parts[2], int(parts[3]), parts[4]
+            state = cw.make_state(thread, cid, step)
+            assert cw.state_digest(state) == digest, "writer and test disagree on make_state"
+            self.states[cid] = (thread, step, state)
+            self.heads[thread] = cid
+        elif op == "FORK":
+            src_cid, new, new_cid = parts[2], parts[3], parts[4]
+            _, step, state = self.states[src_cid]
+            self.states[new_cid] = (new, step, state)
+            self.heads[new] = new_cid
+        elif op == "RESET":
+            self.heads[parts[1]] = parts[2]
+        elif op == "WRITES":
+            self.writes.setdefault(parts[2], {})[parts[3]] = int(parts[4])
+        elif op == "DEL":
+            thread, cid, after = parts[1], parts[2], parts[3]
+            self.states.pop(cid, None)
+            self.writes.pop(cid, None)
+            self.deleted.add(cid)
+            self.heads[thread] = None if after == "-" else after
+        else:
+            raise AssertionError(f"unknown op {parts}")
+
+
+def replay_lines(model: Model, lines: list[str]) -> tuple[list[str] | None, set[str], bool]:
+    """Apply the ACKs; return (operation in flight or None, cids acknowledged, store was opened)."""
+    inflight = None
+    acked: set[str] = set()
+    opened = False
+    for line in lines:
+        parts = line.split(" ")
+        if parts[0] == "ERROR":
+            raise AssertionError(f"writer reported: {line}")
+        if parts[0] == "OPEN":
+            opened = True
+        elif parts[0] == "BEGIN":
+            assert inflight is None, f"two operations in flight: {inflight} and {parts}"
+            inflight = parts[1:]
+        elif parts[0] == "ACK":
+            assert inflight is not None and inflight[:3] == parts[1:4], f"ACK {parts} without BEGIN ({inflight})"
+            model.apply(parts[1:])
+            if parts[1] == "PUT":
+                acked.add(parts[3])
+            elif parts[1] == "FORK":
+                acked.add(parts[5])
+            inflight = None
+    return inflight, acked, opened
+
+
+def check_checkpoint(store, cid: str, expected, where: str) -> None:
+    thread, step, state = expected
+    tup = store.get_tuple(CheckpointConfig(thread, cid))
+    assert tup is not None, f"{where}: acknowledged checkpoint {cid} (thread {thread}) is gone"
+    cp = tup.checkpoint
+    assert (cp.id, cp.thread_id, cp.step) == (cid, thread, step), f"{where}: {cid}: wrong header {cp}"
+    assert cp.state_data == state, f"{where}: {cid}: state differs from what was written"
+
+
+def check_writes(store, cid: str, tasks: dict, where: str) -> None:
+    tup = store.get_tuple(CheckpointConfig("any", cid))  # explicit checkpoint ids resolve across threads
+    assert tup is not None, f"{where}: checkpoint {cid} with acknowledged writes is gone"
+    got = set((w.task_id, w.channel, repr(w.value)) for w in (tup.pending_writes or []))
+    for task, k in tasks.items():
+        for channel, value in cw.make_writes(cid, task, k):
+            assert (task, channel, repr(value)) in got, (
+                f"{where}: acknowledged pending write {task}/{channel} of {cid} is missing; have {sorted(got)}")
+
+
+def verify(store, model: Model, inflight, acked: set[str], rng: random.Random, where: str,
+           full: bool = False) -> None:
+    """Check the store against the model; fold the in-flight operation's outcome into the model."""
+    actual = {}
+    for thread in set(model.heads) | set(store.threads()):
+        tup = store.get_tuple(CheckpointConfig(thread))
+        actual[thread] = None if tup is None else tup.checkpoint.id
+
+    # Heads: at the acknowledged checkpoint, or at the in-flight operation's result.
+    op = inflight[0] if inflight else None
+    for thread, head in actual.items():
+        allowed = {model.heads.get(thread)}
+        if op == "PUT" and inflight[1] == thread:
+            allowed.add(inflight[2])
+        elif op == "RESET" and inflight[1] == thread:
+            allowed.add(inflight[2])
+        elif op == "DEL" and inflight[1] == thread:
+            allowed.add(None if inflight[3] == "-" else inflight[3])
+        elif op == "FORK" and inflight[3] == thread and head is not None:
+            tup = store.get_tuple(CheckpointConfig(thread))
+            assert tup.parent_config is not None and tup.parent_config.checkpoint_id == inflight[2], (
+                f"{where}: in-flight fork {inflight} left head {head} with parent {tup.parent_config}")
+            _, step, state = model.states[inflight[2]]
+            assert tup.checkpoint.state_data == state and tup.checkpoint.step == step, (
+                f"{where}: in-flight fork {inflight} left a checkpoint with the wrong state")
+            model.states[head] = (thread, step, state)
+            allowed.add(head)
+        assert head in allowed, (
+            f"{where}: head of {thread!r} is {head}, expected one of {allowed} (in flight: {inflight})")
+
+    # The in-flight operation's other effects: all or nothing.
+    if op == "PUT":
+        thread, cid, step = inflight[1], inflight[2], int(inflight[3])
+        tup = store.get_tuple(CheckpointConfig(thread, cid))
+        if tup is not None:
+            assert actual[thread] == cid, f"{where}: in-flight put {cid} exists but is not the head"
+            model.states[cid] = (thread, step, cw.make_state(thread, cid, step))
+            check_checkpoint(store, cid, model.states[cid], where + " (in-flight put)")
+    elif op == "WRITES":
+        thread, cid, task, k = inflight[1], inflight[2], inflight[3], int(inflight[4])
+        tup = store.get_tuple(CheckpointConfig(thread, cid))
+        mine = [w for w in (tup.pending_writes or []) if w.task_id == task]
+        assert len(mine) in (0, k), f"{where}: in-flight put_writes left {len(mine)} of {k} writes"
+        if mine:
+            assert [(w.channel, w.value) for w in mine] == cw.make_writes(cid, task, k)
+            model.writes.setdefault(cid, {})[task] = k
+    elif op == "DEL":
+        thread, cid = inflight[1], inflight[2]
+        if actual.get(thread) != cid:  # applied (maybe only partly: make no claim about cid any more)
+            model.states.pop(cid, None)
+            model.writes.pop(cid, None)
+    model.heads = {t: h for t, h in actual.items() if h is not None}
+
+    # Every acknowledged checkpoint reads back exactly (those of this run, a sample of the rest).
+    older = sorted(set(model.states) - acked)
+    sample = older if full else rng.sample(older, min(30, len(older)))
+    for cid in sorted(acked & set(model.states)) + sample:
+        check_checkpoint(store, cid, model.states[cid], where)
+    for cid, tasks in model.writes.items():
+        if full or cid in acked or rng.random() < 0.2:
+            check_writes(store, cid, tasks, where)
+    gone = sorted(model.deleted)
+    for cid in gone if full else rng.sample(gone, min(10, len(gone))):
+        assert store.get_tuple(CheckpointConfig("any", cid)) is None, f"{where}: deleted checkpoint {cid} is back"
+
+
+def fresh_puts(store, model: Model, tag: str, where: str) -> None:
+    """(d): a put on every thread (and the base threads) works promptly."""
+    for thread in sorted(set(model.heads) | set(cw.BASE_THREADS)):
+        head = store.get_tuple(CheckpointConfig(thread))
+        step = 0 if head is None else head.checkpoint.step + 1
+        cid = f"{tag}-{thread}"
+        state = cw.make_state(thread, cid, step)
+        t0 = time.monotonic()
+        store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step, state_data=state),
+                  {"source": "test"})
+        took = time.monotonic() - t0
+        assert took < 3.0, f"{where}: a fresh put on {thread!r} took {took:.1f} s (stale lock?)"
+        model.states[cid] = (thread, step, state)
+        model.heads[thread] = cid
+        check_checkpoint(store, cid, model.states[cid], where + " (fresh put)")
+
+
+def crash_loop(tmp_path: Path, mode: str, iterations: int, seed: int) -> dict:
+    rng = random.Random(seed)
+    path = tmp_path / "repo.qvc"
+    model = Model()
+    stats = {"iterations": 0, "acks": 0, "killed_in_open": 0, "journals_replayed": 0, "locks_removed": 0,
+             "objects_restored": 0, "refs_restored": 0, "inflight": 0,
+             "t_writer": 0.0, "t_fsck": 0.0, "t_open": 0.0, "t_verify": 0.0}
+    durability = DurabilityMode(mode)
+    for it in range(iterations):
+        run_id = f"r{it:04d}"  # ids are fixed-width: none is a prefix of another
+        where = f"[{mode} iteration {it}]"
+        w = Writer(path, mode, run_id, rng.randrange(2**31), stderr_path=tmp_path / f"writer-{it}.err")
+        plan = rng.random()
+        t_start = time.monotonic()
+        try:
+            if plan < 0.12:  # kill while opening (recovery of the previous crash under way)
+                while (line := w.next_line()) not in ("PRE", None):
+                    pass
+                time.sleep(rng.uniform(0, 0.02))
+            else:
+                # after some acknowledgements, at a BEGIN (an operation in flight) or anywhere
+                want = rng.randint(0, 25)
+                at_begin = rng.random() < 0.5
+                got = 0
+                while True:
+                    line = w.next_line()
+                    if line is None:
+                        raise AssertionError(f"{where}: writer exited on its own:\n{w.stderr()}")
+                    if line.startswith("ERROR"):
+                        raise AssertionError(f"{where}: {line}")
+                    got += line.startswith("ACK ")
+                    if got >= want and (not at_begin or line.startswith("BEGIN ")):
+                        break
+                time.sleep(rng.choice([0, rng.uniform(0, 0.001), rng.uniform(0, 0.004)]))
+        finally:
+            lines = w.finish()
+        stats["t_writer"] += time.monotonic() - t_start
+        assert w.proc.returncode == -signal.SIGKILL, f"{where}: writer ended with {w.proc.returncode}:\n{w.stderr()}"
+        inflight, acked, opened = replay_lines(model, lines)
+        stats["iterations"] += 1
+        stats["acks"] += sum(1 for ln in lines if ln.startswith("ACK "))
+        stats["killed_in_open"] += not opened
+        stats["inflight"] += inflight is not None
+
+        # (a) the repository is a valid git repository as the killed writer left it
+        t_phase = time.monotonic()
+        if path.exists():
+            fsck(path)
+        stats["t_fsck"] += time.monotonic() - t_phase
+        # (b) it opens; recovery replays the dead writer's journal
+        t0 = time.monotonic()
+        store = GitCheckpointStore(path, durability=durability)
+        took = time.monotonic() - t0
+        stats["t_open"] += took
+        try:
+            assert took < 10, f"{where}: opening took {took:.1f} s"
+            rec = store.recovery
+            if opened:
+                assert rec.journals_replayed >= 1, f"{where}: the killed writer's journal was not replayed: {rec}"
+            stats["journals_replayed"] += rec.journals_replayed
+            stats["locks_removed"] += len(rec.locks_removed)
+            stats["objects_restored"] += rec.objects_restored
+            stats["refs_restored"] += len(rec.refs_restored)
+            assert not os.listdir(path / "qvc" / "journal") or all(
+                n == os.path.basename(store.repository.journal.path) for n in os.listdir(path / "qvc" / "journal")), (
+                f"{where}: replayed journals were not removed: {os.listdir(path / 'qvc' / 'journal')}")
+            # (c) acknowledged checkpoints and heads
+            t_phase = time.monotonic()
+            verify(store, model, inflight, acked, rng, where)
+            # (d) a fresh put on each thread
+            fresh_puts(store, model, f"p{it:04d}", where)
+        finally:
+            store.close()
+            stats["t_verify"] += time.monotonic() - t_phase
+
+    fsck(path)
+    with GitCheckpointStore(path, durability=durability) as store:
+        assert not store.recovery, f"[{mode}] a clean close left something to repair: {store.recovery.summary()}"
+        verify(store, model, None, set(), rng, f"[{mode} final]", full=True)
+    stats["checkpoints"] = len(model.states)
+    stats["threads"] = len(model.heads)
+    return stats
+
+
+# -- tests -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_kill_writer_repeatedly(tmp_path, mode):
+    iterations = int(os.environ.get("QVC_CRASH_CI_ITERATIONS", "25"))
+    t0 = time.monotonic()
+    stats = crash_loop(tmp_path, mode, iterations, seed=MODES.index(mode) * 7919 + int(os.environ.get("QVC_SEED", "0")))
+    took = time.monotonic() - t0
+    print(f"{mode}: {stats} in {took:.1f} s")
+    assert stats["acks"] > iterations  # the kills did land after real work
+    assert stats["journals_replayed"] >= 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+def test_kill_writer_many_times(tmp_path, mode, request):
+    if not slow_enabled(request.config):
+        pytest.skip("slow: run with -m slow, QVC_SLOW=1 or QVC_CRASH_ITERATIONS=N")
+    iterations = int(os.environ.get("QVC_CRASH_ITERATIONS", "300"))
+    seed = random.randrange(2**31) if not os.environ.get("QVC_SEED") else int(os.environ["QVC_SEED"])
+    print(f"seed {seed}")
+    stats = crash_loop(tmp_path, mode, iterations, seed=seed)
+    print(f"{mode}: {stats}")
+
+
+def _kill_during_create(tmp_path: Path, iterations: int, rng: random.Random) -> dict:
+    outcomes = {"absent": 0, "present": 0}
+    for it in range(iterations):
+        parent = tmp_path / f"c{it}"
+        path = parent / "repo.qvc"
+        if it % 3 == 1:
+            parent.mkdir()
+        elif it % 3 == 2:
+            path.mkdir(parents=True)  # an empty directory is there already (like tmp_path)
+        w = Writer(path, "sync", f"c{it}", it, "--create-only", stderr_path=tmp_path / f"create-{it}.err")
+        try:
+            while w.next_line() not in ("PRE", None):
+                pass
+            time.sleep(rng.choice([0, rng.uniform(0, 0.004), rng.uniform(0, 0.01), rng.uniform(0.002, 0.03)]))
+        finally:
+            w.finish()
+        where = f"[create iteration {it}]"
+        existed = path.exists() and bool(os.listdir(path))
+        outcomes["present" if existed else "absent"] += 1
+        if existed:
+            fsck(path)
+        try:
+            store = GitCheckpointStore(path)
+        except Exception as exc:  # noqa: BLE001 - the point: nothing may be refused
+            listing = sorted(str(p.relative_to(parent)) for p in parent.rglob("*"))[:50]
+            raise AssertionError(f"{where}: qvc refuses the path left by a writer killed while creating it: "
+                                 f"{type(exc).__name__}: {exc}\nleft: {listing}") from None
+        with store:
+            cp = Checkpoint(id="after", thread_id="t0", step=7, state_data=cw.make_state("t0", "after", 7))
+            t0 = time.monotonic()
+            store.put(CheckpointConfig("t0"), cp, {})
+            assert time.monotonic() - t0 < 3.0
+            got = store.get_tuple(CheckpointConfig("t0", "after"))
+            assert got is not None and got.checkpoint.state_data == cp.state_data
+        fsck(path)
+    return outcomes
+
+
+def test_kill_while_creating_repository(tmp_path):
+    rng = random.Random(1234)
+    outcomes = _kill_during_create(tmp_path, int(os.environ.get("QVC_CREATE_KILLS", "20")), rng)
+    print(outcomes)
+
+
+@pytest.mark.slow
+def test_kill_while_creating_repository_many(tmp_path, request):
+    if not slow_enabled(request.config):
+        pytest.skip("slow: run with -m slow, QVC_SLOW=1 or QVC_CRASH_ITERATIONS=N")
+    print(_kill_during_create(tmp_path, int(os.environ.get("QVC_CRASH_ITERATIONS", "300")), random.Random()))
