@@ -373,10 +373,15 @@ class Repository:
             self.journal.restart(Record(refs=[(n, None, self.ref(n)) for n in names], base=True))
 
     def raise_if_failed(self) -> None:
-        """Raise the background flusher's failure, once, as :class:`DurabilityError`."""
+        """Raise the background flusher's failure as :class:`DurabilityError`.
+
+        Sticky: after a failed flush nothing later can be promised durable (Linux may drop the
+        dirty pages and report success next time), so every call raises until the store is
+        reopened, which replays the journal.
+        """
         if self._flusher is not None and self._flusher.error is not None:
-            exc, self._flusher.error = self._flusher.error, None
-            raise DurabilityError(f"{self.path}: background flush failed: {exc}") from exc
+            exc = self._flusher.error
+            raise DurabilityError(f"{self.path}: background flush failed: {exc}; reopen the store") from exc
 
     def flush(self) -> None:
         """Make every write so far durable (a no-op in SYNC mode beyond error reporting)."""
@@ -439,11 +444,12 @@ class Repository:
             error = self._flusher.error
         if self._packer is not None:
             self._packer.stop()
+        self._consolidate_quietly()
         try:
             self.journal.sync()
-            self.consolidate()
             harden(self.path, fsync=self.fsync)
-            self.journal.close(remove=True)
+            # After a failed flush the journal is the only trustworthy record: keep it for replay.
+            self.journal.close(remove=error is None)
         except OSError as exc:
             error = error or exc
             self.journal.close(remove=False)  # keep it: the next open replays it

@@ -241,6 +241,7 @@ class GitCheckpointStore(CheckpointStore):
         appends the lines left behind by time travel. Raises :class:`UnknownCheckpointError`
         for an unknown ``before`` and :class:`InvalidInputError` for a negative ``limit``.
         """
+        self._repo.raise_if_failed()
         thread = _thread_of(config)
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
             raise InvalidInputError(f"limit must be a non-negative integer, not {limit!r}")
