@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
 from .errors import CorruptionError
-from .layout import HEADER, parse_trailers
+from .layout import HEADER, decode_header, parse_trailers
 from .refnames import WRITES, decode_name
 
 if TYPE_CHECKING:
@@ -128,13 +128,17 @@ class History:
             yield info
             hexid = info.parent
 
-    def entries(self, info: CommitInfo) -> dict[str, tuple[int, bytes]]:
-        """The root tree's entries (cached; callers must not mutate the result)."""
-        found = self._trees.get(info.tree)
+    def tree(self, raw: bytes) -> dict[str, tuple[int, bytes]]:
+        """A tree's entries (cached; callers must not mutate the result)."""
+        found = self._trees.get(raw)
         if found is None:
-            found = self.repo.read_tree(info.tree)
-            self._trees.put(info.tree, found)
+            found = self.repo.read_tree(raw)
+            self._trees.put(raw, found)
         return found
+
+    def entries(self, info: CommitInfo) -> dict[str, tuple[int, bytes]]:
+        """The commit's root tree entries (cached; callers must not mutate the result)."""
+        return self.tree(info.tree)
 
     # -- the checkpoint-id index ----------------------------------------------------------
 
@@ -219,28 +223,67 @@ class History:
         return found
 
     # -- state versions -------------------------------------------------------------------
+    #
+    # state_versions[field] counts the checkpoints on the first-parent chain, this one included,
+    # in which the field was added or changed (its blob or tree id differs from the parent's).
+    # qvc records the counts it derived in each commit's header together with the parent SHA
+    # they were derived against; since a SHA pins the whole ancestry, the record is exact for
+    # as long as the commit keeps that parent (a rebase or a rewrite makes it be ignored), and
+    # reading a checkpoint does not walk its history.
 
-    def versions(self, hexid: str) -> tuple[dict[str, int], list[str]]:
-        """(state_versions, fields changed against the first parent) of a checkpoint.
+    def _fields(self, info: CommitInfo) -> dict[str, bytes]:
+        return {decode_name(n): raw for n, (_, raw) in self.entries(info).items() if n != HEADER}
 
-        ``state_versions[field]`` counts the checkpoints on the first-parent chain, this one
-        included, in which the field was added or changed (its blob or tree id differs).
-        """
+    def _recorded(self, info: CommitInfo) -> dict[str, int] | None:
+        entry = self.entries(info).get(HEADER)
+        if entry is None:
+            return None
+        try:
+            header, _ = decode_header(self.repo.read(entry[1], "blob"), f"checkpoint {info.hex[:12]} header")
+        except CorruptionError:
+            return None
+        record = header.get("versions")
+        if (isinstance(record, list) and len(record) == 2 and record[0] == info.parent
+                and isinstance(record[1], dict)):
+            return record[1]
+        return None
+
+    def counts(self, hexid: str) -> tuple[dict[str, int], dict[str, bytes]]:
+        """(counts of every field ever on the chain, ids of the fields present) at a commit."""
         chain: list[CommitInfo] = []
-        base: tuple[dict[str, int], dict[str, bytes], list[str]] | None = None
+        base: tuple[dict[str, int], dict[str, bytes]] | None = None
         for info in self.first_parents(hexid):
-            cached = self._versions.get(info.hex)
-            if cached is not None:
-                base = cached
+            base = self._versions.get(info.hex)
+            if base is None:
+                recorded = self._recorded(info)
+                if recorded is not None:
+                    base = (recorded, self._fields(info))
+                    self._versions.put(info.hex, base)
+            if base is not None:
                 break
             chain.append(info)
-        counts, ids, changed = (dict(base[0]), dict(base[1]), base[2]) if base else ({}, {}, [])
+        counts, ids = (dict(base[0]), base[1]) if base else ({}, {})
         for info in reversed(chain):
-            entries = {decode_name(n): raw for n, (_, raw) in self.entries(info).items() if n != HEADER}
-            changed = [f for f, raw in entries.items() if ids.get(f) != raw]
-            for f in changed:
-                counts[f] = counts.get(f, 0) + 1
-            ids = entries
-            with self._lock:
-                self._versions.put(info.hex, (dict(counts), ids, changed))
-        return {f: counts[f] for f in ids}, changed
+            fields = self._fields(info)
+            for f, raw in fields.items():
+                if ids.get(f) != raw:
+                    counts[f] = counts.get(f, 0) + 1
+            ids = fields
+            self._versions.put(info.hex, (dict(counts), ids))
+        return counts, ids
+
+    def remember(self, hexid: str, counts: dict[str, int], ids: dict[str, bytes]) -> None:
+        """Memoize the counts of a commit this process just wrote."""
+        self._versions.put(hexid, (dict(counts), ids))
+
+    def versions(self, hexid: str) -> dict[str, int]:
+        """``state_versions`` of a checkpoint: the counts of the fields it holds."""
+        counts, ids = self.counts(hexid)
+        return {f: counts[f] for f in ids}
+
+    def changed(self, hexid: str) -> list[str]:
+        """Fields the checkpoint added or changed against its first parent."""
+        info = self.commit(hexid)
+        mine = self._fields(info)
+        theirs = self._fields(self.commit(info.parent)) if info.parent else {}
+        return [f for f, raw in mine.items() if theirs.get(f) != raw]

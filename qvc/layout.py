@@ -143,9 +143,9 @@ class TreeBuilder:
         self._hash = hash_blob
         self._read_tree = read_tree
 
-    def build(self, state: dict[str, Any], header: bytes, parent: dict[str, Entry],
-              cache: dict[str, Any]) -> tuple[bytes, dict[str, Entry], list[str], dict[str, Any]]:
-        """Return (root tree raw oid, its entries, changed field names, cache for the new tree)."""
+    def fields(self, state: dict[str, Any], parent: dict[str, Entry],
+               cache: dict[str, Any]) -> tuple[dict[str, Entry], list[str], dict[str, Any]]:
+        """Entries for the state fields: (entries, names of fields added or changed, new cache)."""
         entries: dict[str, Entry] = {}
         new_cache: dict[str, Any] = {}
         changed: list[str] = []
@@ -162,9 +162,12 @@ class TreeBuilder:
             entries[ename] = entry
             if old != entry:
                 changed.append(name)
-        removed = [decode_name(n) for n in parent if n != HEADER and n not in entries]
-        entries[HEADER] = (MODE_BLOB, self._write("blob", header))
-        return self._write("tree", tree_bytes(entries)), entries, changed + removed, new_cache
+        return entries, changed, new_cache
+
+    def root(self, entries: dict[str, Entry], header: bytes) -> tuple[bytes, dict[str, Entry]]:
+        """Write the root tree: the field entries plus the ``.qvc`` header blob."""
+        entries = {**entries, HEADER: (MODE_BLOB, self._write("blob", header))}
+        return self._write("tree", tree_bytes(entries)), entries
 
     def _blob(self, data: bytes, old: Entry | None, cached: Any) -> Entry:
         if old is not None and old[0] == MODE_BLOB:

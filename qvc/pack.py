@@ -37,36 +37,31 @@ def _entry_header(code: int, size: int) -> bytes:
     return bytes(out)
 
 
-def build(objects: Sequence[tuple[str, bytes]], oids: Sequence[bytes] | None = None) -> tuple[bytes, bytes, str]:
-    """``(pack bytes, idx bytes, pack name)`` for the objects (duplicates are stored once).
-
-    ``oids``, when given, are the objects' ids (saves hashing them again).
-    """
+def _assemble(entries: Sequence[tuple[bytes, bytes]]) -> tuple[bytes, bytes, str]:
+    """``(pack, idx, name)`` from ``(raw oid, entry bytes)`` pairs (first of a duplicate wins)."""
     seen: dict[bytes, tuple[int, int]] = {}
     parts = [b""]
     offset = 12
-    for i, (kind, data) in enumerate(objects):
-        oid = oids[i] if oids is not None else object_id(kind, data)
+    for oid, entry in entries:
         if oid in seen:
             continue
-        entry = _entry_header(TYPE_CODES[kind], len(data)) + zlib.compress(data, 6)
         seen[oid] = (zlib.crc32(entry), offset)
         parts.append(entry)
         offset += len(entry)
     if offset >= 2**31:
-        raise ValueError("a single write of 2 GiB or more is not supported")
+        raise ValueError("packs of 2 GiB or more are not written by qvc")
     parts[0] = b"PACK" + struct.pack(">II", 2, len(seen))
     pack = b"".join(parts)
     checksum = hashlib.sha1(pack).digest()
     pack += checksum
     oids = sorted(seen)
-    fanout, count = [], 0
     counts = [0] * 256
     for oid in oids:
         counts[oid[0]] += 1
+    fanout, total = [], 0
     for c in counts:
-        count += c
-        fanout.append(count)
+        total += c
+        fanout.append(total)
     idx = b"".join([
         _IDX_MAGIC, struct.pack(">256I", *fanout), b"".join(oids),
         b"".join(struct.pack(">I", seen[o][0]) for o in oids),
@@ -76,23 +71,78 @@ def build(objects: Sequence[tuple[str, bytes]], oids: Sequence[bytes] | None = N
     return pack, idx, checksum.hex()
 
 
-def write(pack_dir: str, objects: Sequence[tuple[str, bytes]], oids: Sequence[bytes] | None = None) -> str:
-    """Write a pack of ``objects`` into ``pack_dir``; return its base path (without extension).
+def build(objects: Sequence[tuple[str, bytes]], oids: Sequence[bytes] | None = None) -> tuple[bytes, bytes, str]:
+    """``(pack bytes, idx bytes, pack name)`` for the objects (duplicates are stored once).
 
-    The ``.pack`` is renamed into place before the ``.idx``, so readers, which find packs by
-    their index, never see one without the other.
+    ``oids``, when given, are the objects' ids (saves hashing them again). Objects are stored
+    whole (never as deltas), which is what lets :func:`merge` copy them verbatim.
     """
-    pack, idx, name = build(objects, oids)
+    return _assemble([
+        (oids[i] if oids is not None else object_id(kind, data),
+         _entry_header(TYPE_CODES[kind], len(data)) + zlib.compress(data, 6))
+        for i, (kind, data) in enumerate(objects)
+    ])
+
+
+def _install(pack_dir: str, pack: bytes, idx: bytes, name: str, fsync: bool) -> str:
+    """Put a pack in place: the ``.pack`` first, then the ``.idx`` readers find packs by."""
     base = os.path.join(pack_dir, f"pack-{name}")
     for ext, data in ((".pack", pack), (".idx", idx)):
         tmp = f"{base}{ext}.tmp-{os.getpid()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o444)
         try:
             os.write(fd, data)
+            if fsync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.rename(tmp, base + ext)
     return base
+
+
+def write(pack_dir: str, objects: Sequence[tuple[str, bytes]], oids: Sequence[bytes] | None = None,
+          *, fsync: bool = False) -> str:
+    """Write a pack of ``objects`` into ``pack_dir``; return its base path (without extension)."""
+    return _install(pack_dir, *build(objects, oids), fsync)
+
+
+def read_index(idx_path: str) -> list[tuple[bytes, int]]:
+    """``(raw oid, offset)`` of every object in a version-2 pack index, by offset."""
+    with open(idx_path, "rb") as f:
+        idx = f.read()
+    if idx[:8] != _IDX_MAGIC:
+        raise ValueError(f"{idx_path}: not a version 2 pack index")
+    count = struct.unpack(">I", idx[8 + 1020 : 8 + 1024])[0]
+    names = 8 + 1024
+    offsets = names + 24 * count
+    out = []
+    for i in range(count):
+        off = struct.unpack_from(">I", idx, offsets + 4 * i)[0]
+        if off & 0x80000000:
+            raise ValueError(f"{idx_path}: 64-bit offsets are not written by qvc")
+        out.append((idx[names + 20 * i : names + 20 * i + 20], off))
+    out.sort(key=lambda item: item[1])
+    return out
+
+
+def merge(pack_dir: str, bases: Sequence[str], *, fsync: bool = False) -> str:
+    """Merge packs written by :func:`write` (or merged before) into one, copying entries verbatim.
+
+    No recompression and no delta search, so merging costs about one read and one write of
+    the bytes. The new pack is on stable storage on return when ``fsync`` (then its directory
+    should be synced by the caller); the old packs are left for the caller to remove.
+    """
+    entries: list[tuple[bytes, bytes]] = []
+    for base in bases:
+        with open(base + ".pack", "rb") as f:
+            data = f.read()
+        index = read_index(base + ".idx")
+        ends = [off for _, off in index[1:]] + [len(data) - 20]
+        for (oid, off), end in zip(index, ends, strict=True):
+            if (data[off] >> 4) & 7 not in (1, 2, 3, 4):
+                raise ValueError(f"{base}.pack holds deltas; only qvc's own packs can be merged verbatim")
+            entries.append((oid, data[off:end]))
+    return _install(pack_dir, *_assemble(entries), fsync)
 
 
 def index_oids(idx_path: str) -> list[bytes]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -128,11 +127,6 @@ def _remove_stale_files(repo: Repository, older_than: float, report: RecoveryRep
             if (name.startswith("tmp_") or ".tmp-" in name) and stale(path):
                 os.unlink(path)
                 report.temp_files_removed += 1
-    for name in os.listdir(repo.qvc_dir):  # a pack merge in progress when its process died
-        path = os.path.join(repo.qvc_dir, name)
-        if name.startswith("pack-") and os.path.isdir(path) and stale(path):
-            shutil.rmtree(path, ignore_errors=True)
-            report.temp_files_removed += 1
 
 
 def _remove_damaged_packs(repo: Repository, report: RecoveryReport) -> None:

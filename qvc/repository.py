@@ -203,7 +203,7 @@ class Repository:
             self._small_packs.append(base)
 
     def consolidate(self) -> None:
-        """Merge the small packs this store wrote into one (with deltas); merge those in turn.
+        """Merge the small packs this store wrote into one; merge those in turn.
 
         Tiered like git's geometric repack: CONSOLIDATE_AT small packs become one, and
         CONSOLIDATE_AT merged packs become one, so a long run keeps few packs. Each merged pack
@@ -225,33 +225,14 @@ class Repository:
                 self._merged = [self._merge(self._merged)]
 
     def _merge(self, bases: list[str]) -> str:
-        builder = pygit2.PackBuilder(self.git)
+        merged = pack.merge(self.pack_dir, bases, fsync=self.fsync)
+        if self.fsync:
+            fsync_dir(self.pack_dir)
         for base in bases:
-            for raw in pack.index_oids(base + ".idx"):
-                builder.add(pygit2.Oid(raw=raw))
-        tmp = tempfile.mkdtemp(prefix="pack-", dir=self.qvc_dir)
-        try:
-            builder.write(tmp)
-            names = sorted(os.listdir(tmp), key=lambda n: n.endswith(".idx"))  # the .idx goes last
-            for name in names:
-                if self.fsync:
-                    fd = os.open(os.path.join(tmp, name), os.O_RDONLY)
-                    try:
-                        os.fsync(fd)
-                    finally:
-                        os.close(fd)
-                os.rename(os.path.join(tmp, name), os.path.join(self.pack_dir, name))
-            if self.fsync:
-                fsync_dir(self.pack_dir)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        merged = os.path.join(self.pack_dir, os.path.splitext(names[-1])[0])
-        for base in bases:
-            if base == merged:
-                continue
-            for ext in (".idx", ".pack"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(base + ext)
+            if base != merged:
+                for ext in (".idx", ".pack"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(base + ext)
         return merged
 
     # -- refs -------------------------------------------------------------------------

@@ -195,7 +195,7 @@ class GitCheckpointStore(CheckpointStore):
         header, metadata = decode_header(self._blob(entries[HEADER][1]), f"checkpoint {hexid[:12]} header")
         state = {decode_name(n): self._field(decode_name(n), mode, raw, hexid)
                  for n, (mode, raw) in entries.items() if n != HEADER}
-        versions, _ = self._history.versions(hexid)
+        versions = self._history.versions(hexid)
         parent_config = None
         if info.parent is not None:
             pinfo = self._history.commit(info.parent)
@@ -229,8 +229,9 @@ class GitCheckpointStore(CheckpointStore):
 
     def new_versions(self, config: CheckpointConfig) -> StateVersions:
         """The fields the addressed checkpoint added or changed against its parent, with their versions."""
-        versions, changed = self._history.versions(self._existing(config))
-        return {f: versions[f] for f in changed if f in versions}
+        hexid = self._existing(config)
+        versions = self._history.versions(hexid)
+        return {f: versions[f] for f in self._history.changed(hexid)}
 
     def list(self, config: CheckpointConfig, *, limit: Optional[int] = None, before: Optional[str] = None,
              superseded: bool = False) -> Iterator[CheckpointTuple]:
@@ -319,12 +320,6 @@ class GitCheckpointStore(CheckpointStore):
             "versions_seen": checkpoint.versions_seen,
             "pending_writes": [list(w) for w in checkpoint.pending_writes or []],
         }
-        try:
-            header_bytes = encode_header(header, metadata)
-        except SerializationError:
-            serde.dumps(metadata, "metadata")
-            serde.dumps({k: v for k, v in header.items()}, "checkpoint")
-            raise
         ref = head_ref(thread)
         with self._repo.writing():
             head = self._repo.ref(ref)
@@ -342,11 +337,23 @@ class GitCheckpointStore(CheckpointStore):
                 return CheckpointConfig(thread, checkpoint.id)
             record = Record()
             builder = TreeBuilder(lambda kind, data: self._repo.write(record, kind, data),
-                                  lambda data: Repository.hash("blob", data), self._repo.read_tree)
+                                  lambda data: Repository.hash("blob", data), self._history.tree)
+            parent_entries, cache = self._parent_tree(parent)
+            fields, changed, new_cache = builder.fields(checkpoint.state_data, parent_entries, cache)
+            counts = dict(self._history.counts(parent)[0]) if parent else {}
+            for name in changed:
+                counts[name] = counts.get(name, 0) + 1
+            header["versions"] = [parent, counts]
             try:
-                tree, entries, changed, new_cache = builder.build(
-                    checkpoint.state_data, header_bytes, *self._parent_tree(parent))
-                message = commit_message(checkpoint.step, str(metadata.get("source", "")), changed,
+                header_bytes = encode_header(header, metadata)
+            except SerializationError:
+                serde.dumps(metadata, "metadata")
+                serde.dumps(header, "checkpoint")
+                raise
+            removed = [decode_name(n) for n in parent_entries if n != HEADER and n not in fields]
+            try:
+                tree, entries = builder.root(fields, header_bytes)
+                message = commit_message(checkpoint.step, str(metadata.get("source", "")), changed + removed,
                                          checkpoint.id, thread)
                 data = commit_bytes(tree.hex(), [parent] if parent else [], message)
                 new = self._repo.write(record, "commit", data).hex()
@@ -356,6 +363,7 @@ class GitCheckpointStore(CheckpointStore):
             finally:
                 if record.refs:
                     self._repo.commit(record)
+        self._history.remember(new, counts, {decode_name(n): raw for n, (_, raw) in fields.items()})
         self._history.note(parse_commit(new, data))
         self._trees.put(new, (entries, new_cache))
         return CheckpointConfig(thread, checkpoint.id)
@@ -381,10 +389,10 @@ class GitCheckpointStore(CheckpointStore):
         scratch = Record()  # never stored: only the ids are compared
         builder = TreeBuilder(lambda kind, data: self._repo.write(scratch, kind, data),
                               lambda data: Repository.hash("blob", data), self._repo.read_tree)
-        _, entries, _, _ = builder.build(state, b"", {}, {})
+        entries, _, _ = builder.fields(state, {}, {})
 
         def comparable(h: dict, m: dict) -> bytes:
-            return serde.dumps([{k: v for k, v in h.items() if k != "created_at"}, m])
+            return serde.dumps([{k: v for k, v in h.items() if k not in ("created_at", "versions")}, m])
 
         fields = {n: e for n, e in entries.items() if n != HEADER}
         same = (fields == {n: e for n, e in old_entries.items() if n != HEADER}
