@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import pygit2
@@ -25,7 +26,7 @@ from .errors import (
     UnknownCheckpointError,
     UnknownThreadError,
 )
-from .history import LRU, CommitInfo, History, parse_commit
+from .history import LRU, CommitInfo, History
 from .journal import Record
 from .layout import (
     HEADER,
@@ -351,11 +352,12 @@ class GitCheckpointStore(CheckpointStore):
                 serde.dumps(header, "checkpoint")
                 raise
             removed = [decode_name(n) for n in parent_entries if n != HEADER and n not in fields]
+            now = int(time.time())
             try:
                 tree, entries = builder.root(fields, header_bytes)
                 message = commit_message(checkpoint.step, str(metadata.get("source", "")), changed + removed,
                                          checkpoint.id, thread)
-                data = commit_bytes(tree.hex(), [parent] if parent else [], message)
+                data = commit_bytes(tree.hex(), [parent] if parent else [], message, now)
                 new = self._repo.write(record, "commit", data).hex()
                 if head is not None and parent != head and not self._descends(parent, head):
                     self._keep_superseded(record, thread, head)
@@ -364,7 +366,8 @@ class GitCheckpointStore(CheckpointStore):
                 if record.refs:
                     self._repo.commit(record)
         self._history.remember(new, counts, {decode_name(n): raw for n, (_, raw) in fields.items()})
-        self._history.note(parse_commit(new, data))
+        self._history.note(CommitInfo(new, tree, (parent,) if parent else (), now, message,
+                                      checkpoint.id, thread, checkpoint.step))
         self._trees.put(new, (entries, new_cache))
         return CheckpointConfig(thread, checkpoint.id)
 
