@@ -127,13 +127,34 @@ class Writer:
 
 
 @dataclass
+class Pending:
+    """An operation that was in flight when its writer was killed (its outcome not yet known)."""
+
+    op: list[str]
+    superseded: set = field(default_factory=set)  # threads a later acknowledged operation moved
+
+    def threads(self) -> set[str]:
+        kind = self.op[0]
+        return {self.op[3]} if kind == "FORK" else {self.op[1]} if kind in ("PUT", "RESET", "DEL") else set()
+
+
+@dataclass
 class Model:
     """What the acknowledgements guarantee."""
 
     states: dict = field(default_factory=dict)  # cid -> (thread, step, state)
+    maybe: dict = field(default_factory=dict)  # cid -> (thread, step, state) of in-flight puts
     heads: dict = field(default_factory=dict)  # thread -> cid | None
     writes: dict = field(default_factory=dict)  # cid -> {task: k}
     deleted: set = field(default_factory=set)  # cids whose deletion was acknowledged
+    pending: list = field(default_factory=list)  # Pending operations, oldest first
+
+    def state_of(self, cid: str):
+        return self.states[cid] if cid in self.states else self.maybe[cid]
+
+    def _moved(self, thread: str) -> None:
+        for p in self.pending:
+            p.superseded.add(thread)
 
     def apply(self, parts: list[str]) -> None:
         op = parts[0]
@@ -143,21 +164,26 @@ class Model:
             assert cw.state_digest(state) == digest, "writer and test disagree on make_state"
             self.states[cid] = (thread, step, state)
             self.heads[thread] = cid
+            self._moved(thread)
         elif op == "FORK":
             src_cid, new, new_cid = parts[2], parts[3], parts[4]
-            _, step, state = self.states[src_cid]
+            _, step, state = self.state_of(src_cid)
             self.states[new_cid] = (new, step, state)
             self.heads[new] = new_cid
+            self._moved(new)
         elif op == "RESET":
             self.heads[parts[1]] = parts[2]
+            self._moved(parts[1])
         elif op == "WRITES":
             self.writes.setdefault(parts[2], {})[parts[3]] = int(parts[4])
         elif op == "DEL":
             thread, cid, after = parts[1], parts[2], parts[3]
             self.states.pop(cid, None)
+            self.maybe.pop(cid, None)
             self.writes.pop(cid, None)
             self.deleted.add(cid)
             self.heads[thread] = None if after == "-" else after
+            self._moved(thread)
         else:
             raise AssertionError(f"unknown op {parts}")
 
@@ -184,6 +210,11 @@ def replay_lines(model: Model, lines: list[str]) -> tuple[list[str] | None, set[
             elif parts[1] == "FORK":
                 acked.add(parts[5])
             inflight = None
+    if inflight is not None:
+        model.pending.append(Pending(inflight))
+        if inflight[0] == "PUT":
+            thread, cid, step = inflight[1], inflight[2], int(inflight[3])
+            model.maybe[cid] = (thread, step, cw.make_state(thread, cid, step))
     return inflight, acked, opened
 
 
@@ -206,57 +237,71 @@ def check_writes(store, cid: str, tasks: dict, where: str) -> None:
                 f"{where}: acknowledged pending write {task}/{channel} of {cid} is missing; have {sorted(got)}")
 
 
-def verify(store, model: Model, inflight, acked: set[str], rng: random.Random, where: str,
-           full: bool = False) -> None:
-    """Check the store against the model; fold the in-flight operation's outcome into the model."""
+def verify(store, model: Model, acked: set[str], rng: random.Random, where: str, full: bool = False) -> None:
+    """Check the store against the model; fold the in-flight operations' outcomes into the model."""
     actual = {}
     for thread in set(model.heads) | set(store.threads()):
         tup = store.get_tuple(CheckpointConfig(thread))
         actual[thread] = None if tup is None else tup.checkpoint.id
 
-    # Heads: at the acknowledged checkpoint, or at the in-flight operation's result.
-    op = inflight[0] if inflight else None
+    # Heads: at the acknowledged checkpoint, or at the result of an operation in flight on that
+    # thread when its writer was killed (unless a later acknowledged operation moved the thread).
     for thread, head in actual.items():
         allowed = {model.heads.get(thread)}
-        if op == "PUT" and inflight[1] == thread:
-            allowed.add(inflight[2])
-        elif op == "RESET" and inflight[1] == thread:
-            allowed.add(inflight[2])
-        elif op == "DEL" and inflight[1] == thread:
-            allowed.add(None if inflight[3] == "-" else inflight[3])
-        elif op == "FORK" and inflight[3] == thread and head is not None:
-            tup = store.get_tuple(CheckpointConfig(thread))
-            assert tup.parent_config is not None and tup.parent_config.checkpoint_id == inflight[2], (
-                f"{where}: in-flight fork {inflight} left head {head} with parent {tup.parent_config}")
-            _, step, state = model.states[inflight[2]]
-            assert tup.checkpoint.state_data == state and tup.checkpoint.step == step, (
-                f"{where}: in-flight fork {inflight} left a checkpoint with the wrong state")
-            model.states[head] = (thread, step, state)
-            allowed.add(head)
+        for p in model.pending:
+            if thread not in p.threads() or thread in p.superseded:
+                continue
+            op = p.op
+            if op[0] in ("PUT", "RESET"):
+                allowed.add(op[2])
+            elif op[0] == "DEL":
+                allowed.add(None if op[3] == "-" else op[3])
+            elif op[0] == "FORK" and head is not None and head not in allowed:
+                tup = store.get_tuple(CheckpointConfig(thread))
+                assert tup.parent_config is not None and tup.parent_config.checkpoint_id == op[2], (
+                    f"{where}: in-flight fork {op} left head {head} with parent {tup.parent_config}")
+                _, step, state = model.state_of(op[2])
+                assert tup.checkpoint.state_data == state and tup.checkpoint.step == step, (
+                    f"{where}: in-flight fork {op} left a checkpoint with the wrong state")
+                model.states[head] = (thread, step, state)
+                allowed.add(head)
         assert head in allowed, (
-            f"{where}: head of {thread!r} is {head}, expected one of {allowed} (in flight: {inflight})")
+            f"{where}: head of {thread!r} is {head}, expected one of {allowed} "
+            f"(in flight: {[p.op for p in model.pending]})")
 
-    # The in-flight operation's other effects: all or nothing.
-    if op == "PUT":
-        thread, cid, step = inflight[1], inflight[2], int(inflight[3])
-        tup = store.get_tuple(CheckpointConfig(thread, cid))
-        if tup is not None:
-            assert actual[thread] == cid, f"{where}: in-flight put {cid} exists but is not the head"
-            model.states[cid] = (thread, step, cw.make_state(thread, cid, step))
-            check_checkpoint(store, cid, model.states[cid], where + " (in-flight put)")
-    elif op == "WRITES":
-        thread, cid, task, k = inflight[1], inflight[2], inflight[3], int(inflight[4])
-        tup = store.get_tuple(CheckpointConfig(thread, cid))
-        mine = [w for w in (tup.pending_writes or []) if w.task_id == task]
-        assert len(mine) in (0, k), f"{where}: in-flight put_writes left {len(mine)} of {k} writes"
-        if mine:
-            assert [(w.channel, w.value) for w in mine] == cw.make_writes(cid, task, k)
-            model.writes.setdefault(cid, {})[task] = k
-    elif op == "DEL":
-        thread, cid = inflight[1], inflight[2]
-        if actual.get(thread) != cid:  # applied (maybe only partly: make no claim about cid any more)
-            model.states.pop(cid, None)
-            model.writes.pop(cid, None)
+    # The in-flight operations' other effects: all or nothing.
+    for i, p in enumerate(model.pending):
+        op = p.op
+        if op[0] == "PUT":
+            thread, cid = op[1], op[2]
+            expected = model.maybe.pop(cid, None)
+            if cid in model.states or expected is None:  # known already, or deleted by an acknowledged delete
+                continue
+            tup = store.get_tuple(CheckpointConfig(thread, cid))
+            if tup is not None:
+                if thread not in p.superseded and not any(thread in q.threads() for q in model.pending[i + 1:]):
+                    assert actual[thread] == cid, f"{where}: in-flight put {cid} exists but is not the head"
+                model.states[cid] = expected
+                check_checkpoint(store, cid, expected, where + " (in-flight put)")
+        elif op[0] == "WRITES":
+            cid, task, k = op[2], op[3], int(op[4])
+            tup = store.get_tuple(CheckpointConfig("any", cid))
+            if tup is None:  # deleted since (by an acknowledged delete)
+                assert cid in model.deleted, f"{where}: checkpoint {cid} of in-flight put_writes is gone"
+                continue
+            mine = [w for w in (tup.pending_writes or []) if w.task_id == task]
+            assert len(mine) in (0, k), f"{where}: in-flight put_writes left {len(mine)} of {k} writes"
+            if mine:
+                assert [(w.channel, w.value) for w in mine] == cw.make_writes(cid, task, k)
+                if cid in model.states:
+                    model.writes.setdefault(cid, {})[task] = k
+        elif op[0] == "DEL":
+            cid = op[2]
+            if store.get_tuple(CheckpointConfig("any", cid)) is None:  # applied
+                model.states.pop(cid, None)
+                model.writes.pop(cid, None)
+    model.pending.clear()
+    model.maybe.clear()
     model.heads = {t: h for t, h in actual.items() if h is not None}
 
     # Every acknowledged checkpoint reads back exactly (those of this run, a sample of the rest).
@@ -295,7 +340,8 @@ def crash_loop(tmp_path: Path, mode: str, iterations: int, seed: int) -> dict:
     model = Model()
     stats = {"iterations": 0, "acks": 0, "killed_in_open": 0, "journals_replayed": 0, "locks_removed": 0,
              "objects_restored": 0, "refs_restored": 0, "inflight": 0,
-             "t_writer": 0.0, "t_fsck": 0.0, "t_open": 0.0, "t_verify": 0.0}
+             "recovered_by_writer": 0, "t_writer": 0.0, "t_fsck": 0.0, "t_open": 0.0, "t_verify": 0.0}
+    acked_since: set[str] = set()
     durability = DurabilityMode(mode)
     for it in range(iterations):
         run_id = f"r{it:04d}"  # ids are fixed-width: none is a prefix of another
@@ -328,6 +374,7 @@ def crash_loop(tmp_path: Path, mode: str, iterations: int, seed: int) -> dict:
         stats["t_writer"] += time.monotonic() - t_start
         assert w.proc.returncode == -signal.SIGKILL, f"{where}: writer ended with {w.proc.returncode}:\n{w.stderr()}"
         inflight, acked, opened = replay_lines(model, lines)
+        acked_since |= acked
         stats["iterations"] += 1
         stats["acks"] += sum(1 for ln in lines if ln.startswith("ACK "))
         stats["killed_in_open"] += not opened
@@ -338,6 +385,12 @@ def crash_loop(tmp_path: Path, mode: str, iterations: int, seed: int) -> dict:
         if path.exists():
             fsck(path)
         stats["t_fsck"] += time.monotonic() - t_phase
+
+        # Now and then the next writer recovers this crash itself (and may be killed doing so).
+        if it < iterations - 1 and (inflight is None or inflight[0] != "FORK") and rng.random() < 0.3:
+            stats["recovered_by_writer"] += 1
+            continue
+
         # (b) it opens; recovery replays the dead writer's journal
         t0 = time.monotonic()
         store = GitCheckpointStore(path, durability=durability)
@@ -357,7 +410,8 @@ def crash_loop(tmp_path: Path, mode: str, iterations: int, seed: int) -> dict:
                 f"{where}: replayed journals were not removed: {os.listdir(path / 'qvc' / 'journal')}")
             # (c) acknowledged checkpoints and heads
             t_phase = time.monotonic()
-            verify(store, model, inflight, acked, rng, where)
+            verify(store, model, acked_since, rng, where)
+            acked_since = set()
             # (d) a fresh put on each thread
             fresh_puts(store, model, f"p{it:04d}", where)
         finally:
@@ -367,7 +421,7 @@ def crash_loop(tmp_path: Path, mode: str, iterations: int, seed: int) -> dict:
     fsck(path)
     with GitCheckpointStore(path, durability=durability) as store:
         assert not store.recovery, f"[{mode}] a clean close left something to repair: {store.recovery.summary()}"
-        verify(store, model, None, set(), rng, f"[{mode} final]", full=True)
+        verify(store, model, set(), rng, f"[{mode} final]", full=True)
     stats["checkpoints"] = len(model.states)
     stats["threads"] = len(model.heads)
     return stats
