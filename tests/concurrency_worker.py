@@ -5,6 +5,7 @@ Usage::
     python tests/concurrency_worker.py writer PATH MODE THREAD N TAG [--hold]
     python tests/concurrency_worker.py reader PATH THREAD STOPFILE
     python tests/concurrency_worker.py writes PATH THREAD CID N TAG
+    python tests/concurrency_worker.py deleter PATH THREAD N
 
 Both open the store, print ``READY`` and wait for a line on stdin (so that several workers
 start at the same moment). A writer then does N puts on THREAD without ``parent_id`` (each
@@ -13,7 +14,8 @@ then ``DONE <seconds>`` (with ``--hold`` it then waits for one more stdin line b
 closing). A reader loops over ``get_tuple`` and ``list`` of THREAD until
 STOPFILE exists, checking every checkpoint it sees with :func:`check`, then prints one JSON
 line ``{"reads": ..., "steps": [...], "errors": [...]}``. ``writes`` does N ``put_writes`` on
-one checkpoint (see :func:`writes`). Anything unexpected is printed as
+one checkpoint (see :func:`writes`); ``deleter`` deletes the thread's head N times (see
+:func:`deleter`). Anything unexpected is printed as
 ``ERROR <message>`` (exit status 1).
 """
 
@@ -94,6 +96,33 @@ def writes(path: str, thread: str, cid: str, n: int, tag: str) -> int:
     return 0
 
 
+def deleter(path: str, thread: str, n: int) -> int:
+    """N times: read THREAD's head and delete that checkpoint by id; print ``DEL`` or ``DELCONFLICT``."""
+    from qvc import CheckpointConfig, CheckpointConflictError, GitCheckpointStore
+
+    store = GitCheckpointStore(path)
+    print("READY", flush=True)
+    sys.stdin.readline()
+    done = 0
+    while done < n:
+        tup = store.get_tuple(CheckpointConfig(thread))
+        if tup is None or tup.parent_config is None:  # keep the thread's first checkpoint
+            time.sleep(0.002)
+            continue
+        cid = tup.checkpoint.id
+        try:
+            store.delete(CheckpointConfig(thread, cid))
+        except CheckpointConflictError:
+            print("DELCONFLICT", cid, flush=True)
+        else:
+            print("DEL", cid, flush=True)
+        done += 1
+        time.sleep(0.003)
+    print("DONE", flush=True)
+    store.close()
+    return 0
+
+
 def reader(path: str, thread: str, stopfile: str) -> int:
     from qvc import CheckpointConfig, GitCheckpointStore
 
@@ -125,6 +154,8 @@ if __name__ == "__main__":
         cmd, args = sys.argv[1], sys.argv[2:]
         if cmd == "writer":
             sys.exit(writer(args[0], args[1], args[2], int(args[3]), args[4], "--hold" in args))
+        if cmd == "deleter":
+            sys.exit(deleter(args[0], args[1], int(args[2])))
         if cmd == "writes":
             sys.exit(writes(args[0], args[1], args[2], int(args[3]), args[4]))
         sys.exit(reader(*args))

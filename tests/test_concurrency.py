@@ -260,6 +260,56 @@ def test_reader_process_sees_only_whole_checkpoints(tmp_path, mode):
     assert all(ln.startswith(("OK", "DONE")) for ln in wout)
 
 
+# -- deletes racing puts on one thread ------------------------------------------------------------
+
+
+def test_delete_racing_puts_on_the_same_thread(tmp_path):
+    """One process puts on a thread while another deletes its head (by id) over and over.
+
+    A returned put is either deleted by a returned delete or still on the line, intact. A
+    delete that returned removed its checkpoint; one that raised CheckpointConflictError
+    changed nothing (its checkpoint is still there, unless a later delete removed it).
+    """
+    path = tmp_path / "repo.qvc"
+    with GitCheckpointStore(path) as store:
+        put(store, "race", "R-root", 0, "R")
+    writer = spawn("writer", str(path), "sync", "race", "80", "W")
+    deleter = spawn("deleter", str(path), "race", "25")
+    go(writer, deleter)
+    wout = collect(writer, 120)
+    dout = collect(deleter, 120)
+    ok = [ln.split()[1] for ln in wout if ln.startswith("OK ")]
+    conflicted = [ln.split()[1] for ln in wout if ln.startswith("CONFLICT ")]
+    deleted = [ln.split()[1] for ln in dout if ln.startswith("DEL ")]
+    del_conflicts = [ln.split()[1] for ln in dout if ln.startswith("DELCONFLICT ")]
+    print(f"{len(ok)} puts returned, {len(conflicted)} conflicts; {len(deleted)} deletes, "
+          f"{len(del_conflicts)} delete conflicts")
+    fsck(path)
+    with GitCheckpointStore(path) as store:
+        line = line_ids(store, "race")
+        assert line[-1] == "R-root"
+        for cid in deleted:
+            assert store.get_tuple(CheckpointConfig("race", cid)) is None, f"deleted {cid} is still there"
+            assert cid not in line
+        for cid in ok:
+            if cid in deleted:
+                continue
+            tup = store.get_tuple(CheckpointConfig("race", cid))
+            assert tup is not None, f"put of {cid} returned, nobody deleted it, but it is gone"
+            assert cwk.check(tup) is None, cwk.check(tup)
+            assert cid in line, f"put of {cid} returned, nobody deleted it, but it is not on the line"
+        for cid in del_conflicts:
+            if cid in deleted or cid not in ok:
+                continue
+            assert cid in line, f"delete of {cid} raised CheckpointConflictError but removed it"
+        for cid in conflicted:
+            assert cid not in line and store.get_tuple(CheckpointConfig("race", cid)) is None
+        assert sorted(line) == sorted(set(ok) - set(deleted) | {"R-root"})
+        tuples = list(store.list(CheckpointConfig("race")))
+        for newer, older in zip(tuples, tuples[1:], strict=False):
+            assert newer.parent_config.checkpoint_id == older.checkpoint.id
+
+
 # -- pending writes from two processes onto one checkpoint ----------------------------------------
 
 
