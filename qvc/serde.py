@@ -14,7 +14,6 @@ malformed bytes raise :class:`~qvc.errors.CorruptionError`.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import threading
 from typing import Any
@@ -40,16 +39,13 @@ MAX_EXT_DEPTH = 100
 _depth = threading.local()
 
 
-@contextlib.contextmanager
-def _nested(what: str):
+def _enter(what: str) -> int:
+    """Count one more level of nesting (a plain function: this is on every field's path)."""
     level = getattr(_depth, "n", 0)
     if level > MAX_EXT_DEPTH:  # level 0 is the value itself, not an extension
         raise _TooDeep(f"{what} nested more than {MAX_EXT_DEPTH} levels deep")
     _depth.n = level + 1
-    try:
-        yield
-    finally:
-        _depth.n = level
+    return level
 
 
 class _Unserializable(TypeError):
@@ -83,8 +79,11 @@ def _tz_from(offset_us: int | None, key: str | None) -> _dt.tzinfo | None:
 
 
 def _pack_inner(obj: Any) -> bytes:
-    with _nested("value"):
+    level = _enter("value")
+    try:
         return msgpack.packb(obj, default=_default, strict_types=True, use_bin_type=True)
+    finally:
+        _depth.n = level
 
 
 def _default(obj: Any) -> msgpack.ExtType:
@@ -134,8 +133,11 @@ def _ext_hook(code: int, data: bytes) -> Any:
 
 
 def _unpack(data: bytes) -> Any:
-    with _nested("msgpack data"):
+    level = _enter("msgpack data")
+    try:
         return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_ext_hook, use_list=True)
+    finally:
+        _depth.n = level
 
 
 def _describe(path: str, exc: BaseException) -> str:
