@@ -16,6 +16,7 @@ from .errors import (
     NotFoundError,
     QvcError,
     SerializationError,
+    StoreClosedError,
     UnknownCheckpointError,
     UnknownThreadError,
 )
@@ -41,6 +42,6 @@ __all__ = [
     "CheckpointStore", "CheckpointTuple", "CorruptionError", "DurabilityError", "DurabilityManager",
     "DurabilityMode", "GitCheckpointStore", "InvalidInputError", "InvalidThreadIdError", "NotARepositoryError",
     "NotFoundError", "PendingWrite", "PendingWriteManager", "QvcError", "RecoveryReport", "SerializationError",
-    "StateVersionTracker", "StateVersions", "UnknownCheckpointError", "UnknownThreadError", "fork_checkpoint",
-    "list_fork_history",
+    "StateVersionTracker", "StateVersions", "StoreClosedError", "UnknownCheckpointError", "UnknownThreadError",
+    "fork_checkpoint", "list_fork_history",
 ]

@@ -16,6 +16,10 @@ class NotARepositoryError(QvcError):
     """The path is not a qvc repository (and was not to be created)."""
 
 
+class StoreClosedError(QvcError):
+    """The store (or repository) was closed; open a new one."""
+
+
 class NotFoundError(QvcError, LookupError):
     """Something named by the caller does not exist."""
 

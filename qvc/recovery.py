@@ -134,6 +134,8 @@ def _remove_damaged_packs(repo: Repository, report: RecoveryReport) -> None:
     pack_dir = os.path.join(repo.path, "objects", "pack")
     for name in sorted(os.listdir(pack_dir)):
         base, ext = os.path.splitext(os.path.join(pack_dir, name))
+        if not os.path.exists(base + ext):
+            continue  # removed with its .idx just before
         if ext == ".pack" and not os.path.exists(base + ".idx"):
             os.unlink(base + ".pack")
             report.damaged_packs_removed.append(name)

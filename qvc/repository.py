@@ -30,7 +30,13 @@ from pygit2.enums import ObjectType
 
 from . import pack
 from .durability import DurabilityMode, Worker, harden
-from .errors import CheckpointConflictError, CorruptionError, DurabilityError, NotARepositoryError
+from .errors import (
+    CheckpointConflictError,
+    CorruptionError,
+    DurabilityError,
+    NotARepositoryError,
+    StoreClosedError,
+)
 from .journal import Journal, Record, fsync_dir
 
 log = logging.getLogger("qvc")
@@ -92,6 +98,7 @@ class Repository:
         self.fsync = fsync
         self._journal_limit = journal_limit
         self._closed = True
+        self._released = False
         if not os.path.exists(self.path) or (os.path.isdir(self.path) and not os.listdir(self.path)):
             if not create:
                 raise NotARepositoryError(f"{self.path}: no such qvc repository")
@@ -144,6 +151,8 @@ class Repository:
         """This Python thread's ``pygit2.Repository``."""
         git = getattr(self._local, "git", None)
         if git is None:
+            if self._released:
+                raise StoreClosedError(f"{self.path}: the store is closed")
             git = pygit2.Repository(self.path)
             self._local.git = git
             with self._gits_lock:
@@ -407,7 +416,7 @@ class Repository:
 
     def _ensure_open(self) -> None:
         if self._closed:
-            raise NotARepositoryError(f"{self.path}: the store is closed")
+            raise StoreClosedError(f"{self.path}: the store is closed")
 
     @property
     def closed(self) -> bool:
@@ -440,5 +449,6 @@ class Repository:
                 git.free()
             self._gits.clear()
         self._local = threading.local()
+        self._released = True
         if error is not None:
             raise DurabilityError(f"{self.path}: flush failed: {error}") from error

@@ -997,3 +997,17 @@ def test_ambiguous_prefix_is_invalid_input(store):
     put(store, "run", step=2)
     put(store, "run-extra", step=3)
     assert store.get(CheckpointConfig("t1", "run")).id == "run"
+
+
+def test_calls_on_a_closed_store_raise(repo_path):
+    from qvc import StoreClosedError
+
+    s = GitCheckpointStore(repo_path)
+    s.put(CheckpointConfig("t"), Checkpoint(id="a", thread_id="t", step=0, state_data={"x": 1}), {}, {})
+    s.close()
+    s.close()  # idempotent
+    for call in (lambda: s.get(CheckpointConfig("t")), lambda: list(s.list(CheckpointConfig("t"))),
+                 s.threads, lambda: s.put(CheckpointConfig("t"), Checkpoint(id="b", thread_id="t", step=1,
+                                                                              state_data={}), {}, {})):
+        with pytest.raises(StoreClosedError):
+            call()
