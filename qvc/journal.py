@@ -17,6 +17,7 @@ import fcntl
 import os
 import struct
 import threading
+import time
 import uuid
 import zlib
 from dataclasses import dataclass, field
@@ -36,19 +37,22 @@ class Record:
     objects: list[tuple[str, bytes]] = field(default_factory=list)
     refs: list[tuple[str, str | None, str | None]] = field(default_factory=list)
     base: bool = False  # a snapshot of ref values taken right after hardening
+    time: float = 0.0  # when it was journaled (set by Journal.append)
     stored: int = field(default=0, compare=False)  # how many of ``objects`` are in the object store
     oids: list[bytes] = field(default_factory=list, compare=False)  # ids of ``objects``, when known
 
     def encode(self) -> bytes:
         return msgpack.packb(
-            {"o": [[t, d] for t, d in self.objects], "r": [list(r) for r in self.refs], "b": self.base},
+            {"o": [[t, d] for t, d in self.objects], "r": [list(r) for r in self.refs], "b": self.base,
+             "t": self.time},
             use_bin_type=True,
         )
 
     @classmethod
     def decode(cls, payload: bytes) -> Record:
         obj = msgpack.unpackb(payload, raw=False)
-        return cls([(t, d) for t, d in obj["o"]], [(n, o, w) for n, o, w in obj["r"]], bool(obj.get("b")))
+        return cls([(t, d) for t, d in obj["o"]], [(n, o, w) for n, o, w in obj["r"]], bool(obj.get("b")),
+                   float(obj.get("t", 0.0)))
 
 
 def fsync_dir(path: str) -> None:
@@ -92,6 +96,7 @@ class Journal:
 
     def append(self, record: Record) -> int:
         """Write ``record`` to the OS (one ``write``); return its sequence number."""
+        record.time = time.time()
         payload = record.encode()
         frame = _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
         with self._lock:
@@ -117,6 +122,7 @@ class Journal:
         """After the git files were hardened: drop every record and keep only ``base``."""
         with self._lock, self._sync_lock:
             os.ftruncate(self._fd, len(MAGIC))
+            base.time = time.time()
             payload = base.encode()
             os.write(self._fd, _FRAME.pack(len(payload), zlib.crc32(payload)) + payload)
             self._size = len(MAGIC) + _FRAME.size + len(payload)

@@ -166,7 +166,7 @@ def _loose_path(repo: Repository, raw: bytes) -> str:
 
 def _replay(repo: Repository, path: str, report: RecoveryReport) -> None:
     report.journals_replayed += 1
-    history: dict[str, list[str | None]] = {}
+    moves: dict[str, list[tuple[str | None, str | None, float]]] = {}
     for record in read_records(path):
         for kind, data in record.objects:
             raw = repo.hash(kind, data)
@@ -182,32 +182,58 @@ def _replay(repo: Repository, path: str, report: RecoveryReport) -> None:
             repo.git.odb.write(pygit2.enums.ObjectType[kind.upper()], data)
             report.objects_restored += 1
         for name, old, new in record.refs:
-            values = history.setdefault(name, [])
-            if not values and not record.base:
-                values.append(old)
-            values.append(new)
-    for name, values in history.items():
-        _restore_ref(repo, name, values, report)
+            moves.setdefault(name, []).append((new if record.base else old, new, record.time))
+    for name, history in moves.items():
+        _restore_ref(repo, name, history, report)
 
 
-def _restore_ref(repo: Repository, name: str, values: list[str | None], report: RecoveryReport) -> None:
+def _mtime(path: str) -> float | None:
+    try:
+        return os.stat(path).st_mtime
+    except FileNotFoundError:
+        return None
+
+
+def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str | None, float]],
+                 report: RecoveryReport) -> None:
+    """Bring a ref the dead writer moved back to what its durable journal records say.
+
+    ``moves`` are the writer's (old, new, time) moves of the ref, oldest first. The ref is
+    set to the newest recorded value whose history reads back when it is unreadable now, or
+    when it still holds the value the last move replaced (the rename was lost) and nothing
+    wrote it since: its file is older than that move and, for a missing ref, no delete
+    happened since (deletes bump ``qvc/generation``).
+    """
     try:
         current = repo.ref(name)
+        broken = current is not None and not _history_reads(
+            repo, current, {v for _, v, _ in moves if v} | {v for v, _, _ in moves if v})
     except CorruptionError:
-        current = "broken"
-    if current is None and values[-1] is None:
-        return
-    if current not in (None, "broken") and _history_reads(repo, current, set(v for v in values if v)):
-        return
-    for value in reversed(values):
+        current, broken = None, True
+    old, new, when = moves[-1]
+    if not broken:
+        if current == new:
+            return
+        if current is None:
+            if (_mtime(os.path.join(repo.qvc_dir, "generation")) or 0.0) > when:
+                return  # a delete happened since: do not resurrect
+        elif current != old:
+            return  # moved by someone else since
+        else:
+            loose = _mtime(os.path.join(repo.path, name))
+            written = loose if loose is not None else _mtime(os.path.join(repo.path, "packed-refs"))
+            if written is not None and written > when:
+                return  # rewritten after the move: another writer's value
+    candidates = [new] + [v for _, v, _ in reversed(moves[:-1])] + [moves[0][0]]
+    for value in candidates:
         if value is None or _history_reads(repo, value, set()):
             break
     else:
         return  # nothing better to offer; fsck will name it
-    if value == current:
+    if value == current and not broken:
         return
     loose = os.path.join(repo.path, name)
-    if current == "broken" and os.path.exists(loose):
+    if broken and os.path.exists(loose):
         os.unlink(loose)
     refs = repo.git.references
     if value is None:

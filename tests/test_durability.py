@@ -469,7 +469,10 @@ def _power_loss(path: Path, acked, ref_damage: dict[str, str]) -> dict:
             ref.unlink()
         elif how == "previous":
             assert previous[thread] is not None
+            # The rename never reached the disk: the old file is back, with its older mtime.
+            before = ref.stat().st_mtime - 1
             ref.write_text(previous[thread] + "\n")
+            os.utime(ref, (before, before))
         else:
             raise ValueError(how)
     return damaged
@@ -526,7 +529,10 @@ def test_power_loss_only_refs_lost(tmp_path):
     for thread in ("t", "u"):
         cids = _commits_by_cid(git, f"refs/heads/{thread}")
         mine = [cids[c] for t, c, _ in acked if t == thread]
-        (path / "refs" / "heads" / thread).write_text(mine[-2] + "\n")
+        ref = path / "refs" / "heads" / thread
+        before = ref.stat().st_mtime - 1  # the old file comes back with its older mtime
+        ref.write_text(mine[-2] + "\n")
+        os.utime(ref, (before, before))
     git.free()
     _check_all_back(path, acked)
     fsck(path)
