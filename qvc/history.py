@@ -104,6 +104,7 @@ class History:
         self._commits = LRU(200_000)
         self._versions = LRU(20_000)
         self._trees = LRU(20_000)
+        self._blobs = LRU(65536, 32 * 2**20, len)  # raw oid -> blob bytes
         self._by_id: dict[str, str] = {}
         self._indexed: set[str] = set()
         self._tips: dict[str, str] = {}
@@ -135,6 +136,14 @@ class History:
             found = self.repo.read_tree(raw)
             self._trees.put(raw, found)
         return found
+
+    def blob(self, raw: bytes) -> bytes:
+        """A blob's bytes (cached; blobs are immutable)."""
+        data = self._blobs.get(raw)
+        if data is None:
+            data = self.repo.read(raw, "blob")
+            self._blobs.put(raw, data)
+        return data
 
     def entries(self, info: CommitInfo) -> dict[str, tuple[int, bytes]]:
         """The commit's root tree entries (cached; callers must not mutate the result)."""
@@ -239,7 +248,7 @@ class History:
         if entry is None:
             return None
         try:
-            header, _ = decode_header(self.repo.read(entry[1], "blob"), f"checkpoint {info.hex[:12]} header")
+            header, _ = decode_header(self.blob(entry[1]), f"checkpoint {info.hex[:12]} header")
         except CorruptionError:
             return None
         record = header.get("versions")

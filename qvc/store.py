@@ -86,7 +86,6 @@ class GitCheckpointStore(CheckpointStore):
         # one of them compares bytes instead of hashing every field again.
         self._trees = LRU(64, 64 * 2**20, lambda v: sum(
             len(d) if isinstance(d, bytes) else sum(len(c) for c, _ in d) for d in v[1].values()))
-        self._blobs = LRU(65536, 32 * 2**20, len)  # raw oid -> blob bytes, for reads
 
     # -- properties and lifecycle --------------------------------------------------------
 
@@ -170,11 +169,7 @@ class GitCheckpointStore(CheckpointStore):
     # -- reading --------------------------------------------------------------------------
 
     def _blob(self, raw: bytes) -> bytes:
-        data = self._blobs.get(raw)
-        if data is None:
-            data = self._repo.read(raw, "blob")
-            self._blobs.put(raw, data)
-        return data
+        return self._history.blob(raw)
 
     def _field(self, name: str, mode: int, raw: bytes, hexid: str) -> Any:
         what = f"checkpoint {hexid[:12]} field {name!r}"
@@ -603,7 +598,6 @@ class GitCheckpointStore(CheckpointStore):
 
         with self._repo.exclusive():
             purge(self._repo)
-        self._blobs.clear()
         self._trees.clear()
 
 
