@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Iterator
 from .errors import CorruptionError
 from .layout import HEADER, decode_header, parse_trailers
 from .refnames import WRITES, decode_name
+from .repository import parse_tree
 
 if TYPE_CHECKING:
+    from .journal import Record
     from .repository import Repository
 
 
@@ -136,6 +138,18 @@ class History:
             found = self.repo.read_tree(raw)
             self._trees.put(raw, found)
         return found
+
+    def prime(self, record: Record) -> None:
+        """Cache the trees and blobs this process just wrote, as written.
+
+        Reading them back through libgit2 would first have to discover the fresh pack (a
+        rescan of the pack directory on every put).
+        """
+        for (kind, data), oid in zip(record.objects, record.oids, strict=True):
+            if kind == "blob":
+                self._blobs.put(oid, data)
+            elif kind == "tree":
+                self._trees.put(oid, parse_tree(data, oid))
 
     def blob(self, raw: bytes) -> bytes:
         """A blob's bytes (cached; blobs are immutable)."""

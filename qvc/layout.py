@@ -178,7 +178,10 @@ class TreeBuilder:
     def _chunked(self, chunks: list[bytes], old: Entry | None, cached: Any) -> tuple[Entry, list]:
         prior: dict[str, Entry] = {}
         if old is not None and old[0] == MODE_TREE:
-            prior = self._read_tree(old[1])
+            if isinstance(cached, list):  # the parent's chunks as this process wrote them
+                prior = {chunk_name(i): (MODE_BLOB, raw) for i, (_, raw) in enumerate(cached)}
+            else:
+                prior = self._read_tree(old[1])
         pairs: list[tuple[bytes, bytes]] = []
         sub: dict[str, Entry] = {}
         for i, data in enumerate(chunks):

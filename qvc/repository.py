@@ -174,18 +174,7 @@ class Repository:
 
     def read_tree(self, raw: bytes) -> dict[str, tuple[int, bytes]]:
         """A tree's entries as ``{name: (mode, raw oid)}``."""
-        data = self.read(raw, "tree")
-        entries, pos, end = {}, 0, len(data)
-        try:
-            while pos < end:
-                space = data.index(b" ", pos)
-                nul = data.index(b"\x00", space)
-                entries[data[space + 1 : nul].decode("utf-8", "surrogateescape")] = (
-                    int(data[pos:space], 8), data[nul + 1 : nul + 21])
-                pos = nul + 21
-        except ValueError:
-            raise CorruptionError(f"tree {pygit2.Oid(raw=raw)} is malformed") from None
-        return entries
+        return parse_tree(self.read(raw, "tree"), raw)
 
     hash = staticmethod(pack.object_id)
 
@@ -452,3 +441,18 @@ class Repository:
         self._released = True
         if error is not None:
             raise DurabilityError(f"{self.path}: flush failed: {error}") from error
+
+
+def parse_tree(data: bytes, raw: bytes = b"") -> dict[str, tuple[int, bytes]]:
+    """Parse a git tree object's data into ``{name: (mode, raw oid)}``."""
+    entries, pos, end = {}, 0, len(data)
+    try:
+        while pos < end:
+            space = data.index(b" ", pos)
+            nul = data.index(b"\x00", space)
+            entries[data[space + 1 : nul].decode("utf-8", "surrogateescape")] = (
+                int(data[pos:space], 8), data[nul + 1 : nul + 21])
+            pos = nul + 21
+    except ValueError:
+        raise CorruptionError(f"tree {raw.hex() or '?'} is malformed") from None
+    return entries

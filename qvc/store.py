@@ -360,6 +360,7 @@ class GitCheckpointStore(CheckpointStore):
             finally:
                 if record.refs:
                     self._repo.commit(record)
+        self._history.prime(record)
         self._history.remember(new, counts, {decode_name(n): raw for n, (_, raw) in fields.items()})
         self._history.note(CommitInfo(new, tree, (parent,) if parent else (), now, message,
                                       checkpoint.id, thread, checkpoint.step))
