@@ -6,6 +6,7 @@ Usage::
     python tests/concurrency_worker.py reader PATH THREAD STOPFILE
     python tests/concurrency_worker.py writes PATH THREAD CID N TAG
     python tests/concurrency_worker.py deleter PATH THREAD N
+    python tests/concurrency_worker.py slowput PATH THREAD CID
 
 Both open the store, print ``READY`` and wait for a line on stdin (so that several workers
 start at the same moment). A writer then does N puts on THREAD without ``parent_id`` (each
@@ -123,6 +124,37 @@ def deleter(path: str, thread: str, n: int) -> int:
     return 0
 
 
+def slowput(path: str, thread: str, cid: str) -> int:
+    """One put that is descheduled between moving the ref and journaling it, then held open.
+
+    Simulates the scheduler pausing the process right after the ref's rename: prints
+    ``MOVED`` and waits for a stdin line before the journal append; prints ``ACK`` when put
+    returns, then waits for another line (the test SIGKILLs it meanwhile).
+    """
+    from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+
+    store = GitCheckpointStore(path)
+    repo = store.repository
+    real_commit = repo.commit
+
+    def paused_commit(record):
+        if record.refs:
+            print("MOVED", flush=True)
+            sys.stdin.readline()
+        return real_commit(record)
+
+    repo.commit = paused_commit
+    print("READY", flush=True)
+    sys.stdin.readline()
+    state = make_state("S", cid, 1)
+    store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=1, state_data=state),
+              {"source": "loop", "step": 1, "tag": "S"})
+    print("ACK", cid, flush=True)
+    sys.stdin.readline()
+    store.close()
+    return 0
+
+
 def reader(path: str, thread: str, stopfile: str) -> int:
     from qvc import CheckpointConfig, GitCheckpointStore
 
@@ -156,6 +188,8 @@ if __name__ == "__main__":
             sys.exit(writer(args[0], args[1], args[2], int(args[3]), args[4], "--hold" in args))
         if cmd == "deleter":
             sys.exit(deleter(args[0], args[1], int(args[2])))
+        if cmd == "slowput":
+            sys.exit(slowput(*args))
         if cmd == "writes":
             sys.exit(writes(args[0], args[1], args[2], int(args[3]), args[4]))
         sys.exit(reader(*args))

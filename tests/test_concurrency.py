@@ -405,6 +405,63 @@ def test_dead_writers_journal_does_not_undo_anothers_later_move(tmp_path):
             f"recovery moved the head back to {head.checkpoint.id} ({store.recovery.summary()})")
 
 
+def _slow_put_then_die(path: Path, thread: str, cid: str, meanwhile) -> None:
+    """A writer moves ``thread`` to ``cid`` and is descheduled before journaling that move;
+    meanwhile another process runs ``meanwhile()`` (acknowledged); then the writer journals its
+    move, its put returns, and it is SIGKILLed."""
+    proc = spawn("slowput", str(path), thread, cid)
+    try:
+        go(proc)
+        assert proc.stdout.readline().strip() == "MOVED", proc.stderr.read()
+        meanwhile()
+        time.sleep(0.05)
+        go(proc)  # resume: the journal record is written (and timestamped) only now
+        assert proc.stdout.readline().strip() == f"ACK {cid}", proc.stderr.read()
+    finally:
+        _kill(proc)
+
+
+def test_dead_writers_late_journal_record_does_not_undo_a_delete(tmp_path):
+    """The dead writer's put moved the ref before another process deleted that checkpoint, but
+    journaled the move after the delete: recovery must not roll the ref forward again."""
+    path = tmp_path / "repo.qvc"
+    with GitCheckpointStore(path) as store:
+        put(store, "t", "X", 0, "X")
+
+    other = GitCheckpointStore(path)  # open before the writer starts its put (opening waits for writers)
+
+    def delete_it():
+        assert other.get_tuple(CheckpointConfig("t")).checkpoint.id == "Y"
+        other.delete(CheckpointConfig("t", "Y"))  # acknowledged: head back at X
+
+    try:
+        _slow_put_then_die(path, "t", "Y", delete_it)
+    finally:
+        other.close()
+    with GitCheckpointStore(path) as store:
+        head = store.get_tuple(CheckpointConfig("t")).checkpoint.id
+        assert store.get_tuple(CheckpointConfig("t", "Y")) is None and head == "X", (
+            f"recovery undid an acknowledged delete: head {head} ({store.recovery.summary()})")
+
+
+def test_dead_writers_late_journal_record_does_not_resurrect_a_thread(tmp_path):
+    path = tmp_path / "repo.qvc"
+    GitCheckpointStore(path).close()
+
+    other = GitCheckpointStore(path)
+
+    def delete_thread():
+        other.delete_thread("n")
+
+    try:
+        _slow_put_then_die(path, "n", "Y", delete_thread)
+    finally:
+        other.close()
+    with GitCheckpointStore(path) as store:
+        assert store.threads() == [], (
+            f"recovery brought back a thread deleted by another process ({store.recovery.summary()})")
+
+
 # -- (e) stale ref locks ------------------------------------------------------------------------
 
 
