@@ -2,7 +2,7 @@
 
 Usage::
 
-    python tests/crash_writer.py PATH MODE RUN_ID SEED [--create-only]
+    python tests/crash_writer.py PATH MODE RUN_ID SEED [--create-only] [--prefix=P] [--small-merges]
 
 It opens ``GitCheckpointStore(PATH, durability=MODE)`` and loops forever doing random
 operations (puts on a few threads, forks, time-travel resets, put_writes, deletes of the
@@ -25,7 +25,9 @@ are a pure function of (checkpoint id, task, index), see :func:`make_writes`.
 
 Also prints ``PRE`` before opening the store and ``OPEN <recovery summary>`` after.
 With ``--create-only`` it prints ``PRE``, opens (creating) the store, prints ``OPEN`` and
-puts one checkpoint, then exits.
+puts one checkpoint, then exits. ``--prefix=P`` confines it to threads whose names start with
+P (so several writers can run at once on disjoint threads); ``--small-merges`` makes the store
+merge its small packs after every few puts, so kills also land in the middle of a merge.
 """
 
 from __future__ import annotations
@@ -73,6 +75,9 @@ def say(*parts: object) -> None:
 def main(argv: list[str]) -> int:
     path, mode, run_id, seed = argv[:4]
     create_only = "--create-only" in argv
+    # --prefix=P: touch only threads named P... (several writers on disjoint threads)
+    prefix = next((a.split("=", 1)[1] for a in argv if a.startswith("--prefix=")), "")
+    base_threads = tuple(prefix + t for t in BASE_THREADS)
     from qvc import (
         Checkpoint,
         CheckpointConfig,
@@ -82,6 +87,10 @@ def main(argv: list[str]) -> int:
     )
 
     rng = random.Random(int(seed))
+    if "--small-merges" in argv:  # merge small packs after every few puts (kills land mid-merge too)
+        import qvc.repository
+
+        qvc.repository.CONSOLIDATE_AT = rng.choice([2, 3, 4])
     # For bisecting a failure: QVC_CRASH_SKIP_OPS=DEL,WRITES,FORK,RESET leaves those operations out.
     skip = set(filter(None, os.environ.get("QVC_CRASH_SKIP_OPS", "").upper().split(",")))
     say("PRE")
@@ -107,18 +116,18 @@ def main(argv: list[str]) -> int:
         return 0
 
     while True:
-        threads = store.threads()
+        threads = [t for t in store.threads() if t.startswith(prefix)]
         live = [t for t in threads if store.head(t) is not None]
         r = rng.random()
         if r < 0.55 or not live:
-            missing = [t for t in BASE_THREADS if t not in threads]
-            put(rng.choice(missing) if missing and rng.random() < 0.5 else rng.choice(list(BASE_THREADS) + live))
+            missing = [t for t in base_threads if t not in threads]
+            put(rng.choice(missing) if missing and rng.random() < 0.5 else rng.choice(list(base_threads) + live))
         elif r < 0.63:
             if len(threads) >= MAX_THREADS or "FORK" in skip:
                 continue
             src = rng.choice(live)
             src_cid = store.get_tuple(CheckpointConfig(src)).checkpoint.id
-            new = f"f{run_id}-{n:05d}"
+            new = f"{prefix}f{run_id}-{n:05d}"
             n += 1
             say("BEGIN FORK", src, src_cid, new)
             out = fork_checkpoint(store, CheckpointConfig(src, src_cid), new)

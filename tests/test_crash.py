@@ -237,10 +237,14 @@ def check_writes(store, cid: str, tasks: dict, where: str) -> None:
                 f"{where}: acknowledged pending write {task}/{channel} of {cid} is missing; have {sorted(got)}")
 
 
-def verify(store, model: Model, acked: set[str], rng: random.Random, where: str, full: bool = False) -> None:
-    """Check the store against the model; fold the in-flight operations' outcomes into the model."""
+def verify(store, model: Model, acked: set[str], rng: random.Random, where: str, full: bool = False,
+           prefix: str = "") -> None:
+    """Check the store against the model; fold the in-flight operations' outcomes into the model.
+
+    Only threads whose names start with ``prefix`` are the model's (other writers own the rest).
+    """
     actual = {}
-    for thread in set(model.heads) | set(store.threads()):
+    for thread in set(model.heads) | {t for t in store.threads() if t.startswith(prefix)}:
         tup = store.get_tuple(CheckpointConfig(thread))
         actual[thread] = None if tup is None else tup.checkpoint.id
 
@@ -317,9 +321,9 @@ def verify(store, model: Model, acked: set[str], rng: random.Random, where: str,
         assert store.get_tuple(CheckpointConfig("any", cid)) is None, f"{where}: deleted checkpoint {cid} is back"
 
 
-def fresh_puts(store, model: Model, tag: str, where: str) -> None:
+def fresh_puts(store, model: Model, tag: str, where: str, prefix: str = "") -> None:
     """(d): a put on every thread (and the base threads) works promptly."""
-    for thread in sorted(set(model.heads) | set(cw.BASE_THREADS)):
+    for thread in sorted(set(model.heads) | {prefix + t for t in cw.BASE_THREADS}):
         head = store.get_tuple(CheckpointConfig(thread))
         step = 0 if head is None else head.checkpoint.step + 1
         cid = f"{tag}-{thread}"
@@ -346,7 +350,8 @@ def crash_loop(tmp_path: Path, mode: str, iterations: int, seed: int) -> dict:
     for it in range(iterations):
         run_id = f"r{it:04d}"  # ids are fixed-width: none is a prefix of another
         where = f"[{mode} iteration {it}]"
-        w = Writer(path, mode, run_id, rng.randrange(2**31), stderr_path=tmp_path / f"writer-{it}.err")
+        extra = ["--small-merges"] if rng.random() < 0.5 else []
+        w = Writer(path, mode, run_id, rng.randrange(2**31), *extra, stderr_path=tmp_path / f"writer-{it}.err")
         plan = rng.random()
         t_start = time.monotonic()
         try:
@@ -427,6 +432,67 @@ def crash_loop(tmp_path: Path, mode: str, iterations: int, seed: int) -> dict:
     return stats
 
 
+def two_writer_loop(tmp_path: Path, mode: str, kills: int, seed: int) -> dict:
+    """Writer B runs all along on threads ``b-*``; writer A (threads ``a-*``) is killed and restarted.
+
+    Each restarted A, and the test between kills, recovers A's crash while B is writing.
+    """
+    rng = random.Random(seed)
+    path = tmp_path / "repo.qvc"
+    GitCheckpointStore(path).close()
+    model_a, model_b = Model(), Model()
+    acked_a: set[str] = set()
+    stats = {"kills": 0, "acks_a": 0, "acks_b": 0, "verified_while_b_writes": 0}
+    b = Writer(path, mode, "b0000", rng.randrange(2**31), "--prefix=b-", "--small-merges",
+               stderr_path=tmp_path / "writer-b.err")
+    try:
+        for it in range(kills):
+            where = f"[{mode} two writers, kill {it}]"
+            a = Writer(path, mode, f"a{it:04d}", rng.randrange(2**31), "--prefix=a-",
+                       *(["--small-merges"] if rng.random() < 0.5 else []), stderr_path=tmp_path / f"writer-a{it}.err")
+            try:
+                want, got = rng.randint(0, 20), 0
+                while got < want:
+                    line = a.next_line()
+                    if line is None:
+                        raise AssertionError(f"{where}: writer A exited on its own:\n{a.stderr()}")
+                    got += line.startswith("ACK ")
+                time.sleep(rng.choice([0, rng.uniform(0, 0.003)]))
+            finally:
+                lines = a.finish()
+            assert b.proc.poll() is None, f"{where}: writer B died:\n{b.stderr()}"
+            _, acked, opened = replay_lines(model_a, lines)
+            acked_a |= acked
+            stats["kills"] += 1
+            stats["acks_a"] += sum(1 for ln in lines if ln.startswith("ACK "))
+            if rng.random() < 0.5:
+                continue  # the next A recovers this crash itself, with B writing meanwhile
+            t0 = time.monotonic()
+            store = GitCheckpointStore(path, durability=DurabilityMode(mode))
+            try:
+                took = time.monotonic() - t0
+                assert took < 10, f"{where}: opening took {took:.1f} s while B writes"
+                if opened:
+                    assert store.recovery.journals_replayed >= 1, f"{where}: {store.recovery}"
+                verify(store, model_a, acked_a, rng, where, prefix="a-")
+                acked_a = set()
+                fresh_puts(store, model_a, f"p{it:04d}", where, prefix="a-")
+                stats["verified_while_b_writes"] += 1
+            finally:
+                store.close()
+    finally:
+        lines_b = b.finish()
+    assert b.proc.returncode == -signal.SIGKILL, f"writer B ended with {b.proc.returncode}:\n{b.stderr()}"
+    replay_lines(model_b, lines_b)
+    stats["acks_b"] = sum(1 for ln in lines_b if ln.startswith("ACK "))
+    fsck(path)
+    with GitCheckpointStore(path, durability=DurabilityMode(mode)) as store:
+        verify(store, model_a, acked_a, rng, f"[{mode} two writers, final A]", full=True, prefix="a-")
+        verify(store, model_b, set(), rng, f"[{mode} two writers, final B]", full=True, prefix="b-")
+    fsck(path)
+    return stats
+
+
 # -- tests -------------------------------------------------------------------------------------
 
 
@@ -502,3 +568,22 @@ def test_kill_while_creating_repository_many(tmp_path, request):
     if not slow_enabled(request.config):
         pytest.skip("slow: run with -m slow, QVC_SLOW=1 or QVC_CRASH_ITERATIONS=N")
     print(_kill_during_create(tmp_path, int(os.environ.get("QVC_CRASH_ITERATIONS", "300")), random.Random()))
+
+
+@pytest.mark.parametrize("mode", ["sync"])
+def test_kill_one_writer_while_another_writes(tmp_path, mode):
+    kills = int(os.environ.get("QVC_CRASH_CI_ITERATIONS", "8"))
+    t0 = time.monotonic()
+    stats = two_writer_loop(tmp_path, mode, kills, seed=4242 + MODES.index(mode))
+    print(f"{mode}: {stats} in {time.monotonic() - t0:.1f} s")
+    assert stats["acks_b"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+def test_kill_one_writer_while_another_writes_many(tmp_path, mode, request):
+    if not slow_enabled(request.config):
+        pytest.skip("slow: run with -m slow, QVC_SLOW=1 or QVC_CRASH_ITERATIONS=N")
+    seed = random.randrange(2**31) if not os.environ.get("QVC_SEED") else int(os.environ["QVC_SEED"])
+    print(f"seed {seed}")
+    print(two_writer_loop(tmp_path, mode, int(os.environ.get("QVC_CRASH_ITERATIONS", "300")) // 2, seed))
