@@ -572,3 +572,47 @@ def test_power_loss_async_keeps_what_flush_made_durable(tmp_path):
             for tup in store.list(CheckpointConfig(thread)):  # the whole line reads back
                 assert tup.checkpoint.state_data == state_for(thread, tup.checkpoint.id, tup.checkpoint.step)
     fsck(path)
+
+
+# -- a failed flush ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", list(DurabilityMode))
+def test_failed_flush_is_sticky_until_reopen(tmp_path, monkeypatch, mode):
+    """One fdatasync of the journal fails (EIO). Linux may then drop the dirty pages and report
+    success the next time, so nothing later may be promised durable: the failing call raises,
+    every later put()/flush() raises DurabilityError, close() raises and keeps the journal, and
+    reopening replays it."""
+    from qvc import DurabilityError
+
+    path = tmp_path / "repo.qvc"
+    store = GitCheckpointStore(path, durability=mode, max_lag=0.01)
+    put(store, "t", "t-0000", 0)
+    store.flush()
+    real = os.fdatasync
+    failures = {"left": 1}
+
+    def flaky(fd):
+        if failures["left"]:
+            failures["left"] -= 1
+            raise OSError(5, "Input/output error")
+        return real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", flaky)
+    with pytest.raises((DurabilityError, OSError)):
+        put(store, "t", "t-0001", 1)
+        store.flush()
+    assert failures["left"] == 0
+    time.sleep(0.05)  # the disk "works" again
+    with pytest.raises(DurabilityError):
+        put(store, "t", "t-0002", 2)
+        store.flush()
+    with pytest.raises(DurabilityError):
+        store.flush()
+    jpath = store.repository.journal.path
+    with pytest.raises(DurabilityError):
+        store.close()
+    assert os.path.exists(jpath), "close() after a failed flush removed the journal"
+    with GitCheckpointStore(path) as again:
+        assert again.recovery.journals_replayed == 1, again.recovery
+        check(again, "t", "t-0000", 0)
