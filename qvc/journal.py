@@ -37,7 +37,7 @@ class Record:
     objects: list[tuple[str, bytes]] = field(default_factory=list)
     refs: list[tuple[str, str | None, str | None]] = field(default_factory=list)
     base: bool = False  # a snapshot of ref values taken right after hardening
-    time: float = 0.0  # when it was journaled (set by Journal.append)
+    time: float = 0.0  # just before its first ref move (else when journaled); recovery compares it
     stored: int = field(default=0, compare=False)  # how many of ``objects`` are in the object store
     oids: list[bytes] = field(default_factory=list, compare=False)  # ids of ``objects``, when known
 
@@ -96,7 +96,7 @@ class Journal:
 
     def append(self, record: Record) -> int:
         """Write ``record`` to the OS (one ``write``); return its sequence number."""
-        record.time = time.time()
+        record.time = record.time or time.time()
         payload = record.encode()
         frame = _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
         with self._lock:

@@ -272,6 +272,9 @@ class Repository:
         deadline = time.monotonic() + LOCK_WAIT
         delay = 0.0005
         while True:
+            # Recovery tells "written after this move" by comparing file times with this stamp,
+            # so it must not be later than the move itself.
+            record.time = record.time or time.time()
             try:
                 self._cas(name, old, new)
                 break
