@@ -81,6 +81,7 @@ class Journal:
         self._appended = 0  # sequence number of the last record written to the OS
         self._durable = 0  # sequence number of the last record known to be on stable storage
         self._size = len(MAGIC)
+        self.failed: OSError | None = None  # a failed flush: nothing later is promised durable
 
     @property
     def size(self) -> int:
@@ -107,6 +108,8 @@ class Journal:
 
     def sync(self, upto: int | None = None) -> None:
         """Make every record up to ``upto`` (default: all) durable; concurrent callers share one flush."""
+        if self.failed is not None:
+            raise self.failed
         target = self._appended if upto is None else upto
         if self._durable >= target:
             return
@@ -115,7 +118,11 @@ class Journal:
                 return
             covered = self._appended
             if self._fsync:
-                os.fdatasync(self._fd)
+                try:
+                    os.fdatasync(self._fd)
+                except OSError as exc:
+                    self.failed = exc  # Linux may have dropped the pages: never report success again
+                    raise
             self._durable = max(self._durable, covered)
 
     def restart(self, base: Record) -> None:

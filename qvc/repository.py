@@ -278,7 +278,7 @@ class Repository:
             try:
                 self._cas(name, old, new)
                 break
-            except OSError as exc:  # another writer holds the ref's lock file
+            except (OSError, pygit2.GitError) as exc:  # another writer holds the ref's lock file
                 if "lock" not in str(exc):
                     raise
                 self._clear_stale_lock(name)
@@ -292,14 +292,19 @@ class Repository:
         record.refs.append((name, old, new))
 
     def _cas(self, name: str, old: str | None, new: str | None) -> None:
-        refs = self.git.references
+        git = self.git
+        refs = git.references
         if old is None:
             if new is None:
                 return
-            try:
-                refs.create(name, pygit2.Oid(hex=new), force=False)
-            except pygit2.AlreadyExistsError:
-                raise CheckpointConflictError(f"{name}: created by another writer meanwhile") from None
+            # Not references.create(force=False): libgit2 checks for an existing ref before it
+            # takes the lock, so two creators can both succeed and the second overwrites the
+            # first. Check under the ref's own lock instead.
+            with git.transaction() as tx:
+                tx.lock_ref(name)
+                if refs.get(name) is not None:
+                    raise CheckpointConflictError(f"{name}: created by another writer meanwhile")
+                tx.set_target(name, pygit2.Oid(hex=new), message="qvc")
             return
         ref = refs.get(name)
         current = None if ref is None else str(ref.target)
@@ -330,7 +335,10 @@ class Repository:
         self.store_objects(record)
         seq = self.journal.append(record)
         if self.durability is DurabilityMode.SYNC:
-            self.journal.sync(seq)
+            try:
+                self.journal.sync(seq)
+            except OSError as exc:
+                raise DurabilityError(f"{self.path}: flush failed ({exc}); the write is not durable") from exc
         elif self._flusher is not None:
             self._flusher.poke()
         if self.journal.size > self._journal_limit:
@@ -355,15 +363,17 @@ class Repository:
             self.journal.restart(Record(refs=[(n, None, self.ref(n)) for n in names], base=True))
 
     def raise_if_failed(self) -> None:
-        """Raise the background flusher's failure as :class:`DurabilityError`.
+        """Raise an earlier failed flush (in the background or not) as :class:`DurabilityError`.
 
         Sticky: after a failed flush nothing later can be promised durable (Linux may drop the
         dirty pages and report success next time), so every call raises until the store is
         reopened, which replays the journal.
         """
-        if self._flusher is not None and self._flusher.error is not None:
+        exc = self.journal.failed
+        if exc is None and self._flusher is not None:
             exc = self._flusher.error
-            raise DurabilityError(f"{self.path}: background flush failed: {exc}; reopen the store") from exc
+        if exc is not None:
+            raise DurabilityError(f"{self.path}: a flush failed ({exc}); reopen the store") from exc
 
     def flush(self) -> None:
         """Make every write so far durable (a no-op in SYNC mode beyond error reporting)."""
@@ -372,7 +382,7 @@ class Repository:
         try:
             self.journal.sync()
         except OSError as exc:
-            raise DurabilityError(f"{self.path}: flush failed: {exc}") from exc
+            raise DurabilityError(f"{self.path}: flush failed ({exc}); reopen the store") from exc
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
@@ -424,6 +434,7 @@ class Repository:
         if self._flusher is not None:
             self._flusher.stop()
             error = self._flusher.error
+        error = error or self.journal.failed
         if self._packer is not None:
             self._packer.stop()
         self._consolidate_quietly()
