@@ -34,6 +34,7 @@ from .errors import (
     CheckpointConflictError,
     CorruptionError,
     DurabilityError,
+    InvalidInputError,
     NotARepositoryError,
     StoreClosedError,
 )
@@ -92,8 +93,13 @@ class Repository:
         from . import recovery  # recovery sits on this layer's primitives
 
         self.path = os.path.abspath(os.fspath(path))
-        if not isinstance(durability, DurabilityMode):
-            raise TypeError(f"durability must be a DurabilityMode, not {durability!r}")
+        try:
+            durability = DurabilityMode(durability.lower() if isinstance(durability, str) else durability)
+        except ValueError:
+            raise InvalidInputError(f"durability must be a DurabilityMode or one of 'sync', 'async', "
+                                    f"'exit', not {durability!r}") from None
+        if not isinstance(max_lag, (int, float)) or max_lag < 0:
+            raise InvalidInputError(f"max_lag must be a non-negative number of seconds, not {max_lag!r}")
         self.durability = durability
         self.fsync = fsync
         self._journal_limit = journal_limit

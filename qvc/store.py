@@ -69,7 +69,8 @@ class GitCheckpointStore(CheckpointStore):
 
     Args:
         path: the repository directory; created (atomically) if missing and ``create``.
-        durability: when writes reach stable storage (:class:`DurabilityMode`); SYNC by default.
+        durability: when writes reach stable storage (:class:`DurabilityMode`, or its value
+            ``"sync"``, ``"async"``, ``"exit"``); SYNC by default.
         fsync: ``False`` skips every flush (throwaway repositories, tmpfs).
         create: ``False`` raises :class:`~qvc.errors.NotARepositoryError` for a missing path.
         max_lag: ASYNC only, the longest a returned write waits for its flush (seconds).
@@ -78,7 +79,7 @@ class GitCheckpointStore(CheckpointStore):
     context manager; :meth:`close` flushes (and, in EXIT mode, is when writes become durable).
     """
 
-    def __init__(self, path: str | os.PathLike, *, durability: DurabilityMode = DurabilityMode.SYNC,
+    def __init__(self, path: str | os.PathLike, *, durability: DurabilityMode | str = DurabilityMode.SYNC,
                  fsync: bool = True, create: bool = True, max_lag: float = 0.05):
         self._repo = Repository(path, create=create, durability=durability, fsync=fsync, max_lag=max_lag)
         self._history = History(self._repo)
@@ -284,6 +285,11 @@ class GitCheckpointStore(CheckpointStore):
 
     # -- writing --------------------------------------------------------------------------
 
+    def _builder(self, record: Record) -> TreeBuilder:
+        """A tree builder whose objects go into ``record``."""
+        return TreeBuilder(lambda kind, data: self._repo.write(record, kind, data),
+                           lambda data: Repository.hash("blob", data), self._history.tree)
+
     def _parent_tree(self, parent: str | None) -> tuple[dict, dict]:
         if parent is None:
             return {}, {}
@@ -332,8 +338,7 @@ class GitCheckpointStore(CheckpointStore):
                                   checkpoint.parent_id is not None)
                 return CheckpointConfig(thread, checkpoint.id)
             record = Record()
-            builder = TreeBuilder(lambda kind, data: self._repo.write(record, kind, data),
-                                  lambda data: Repository.hash("blob", data), self._history.tree)
+            builder = self._builder(record)
             parent_entries, cache = self._parent_tree(parent)
             fields, changed, new_cache = builder.fields(checkpoint.state_data, parent_entries, cache)
             counts = dict(self._history.counts(parent)[0]) if parent else {}
@@ -385,16 +390,12 @@ class GitCheckpointStore(CheckpointStore):
         info = self._history.commit(existing)
         old_entries = self._history.entries(info)
         old_header, old_metadata = decode_header(self._blob(old_entries[HEADER][1]), f"checkpoint {existing[:12]}")
-        scratch = Record()  # never stored: only the ids are compared
-        builder = TreeBuilder(lambda kind, data: self._repo.write(scratch, kind, data),
-                              lambda data: Repository.hash("blob", data), self._repo.read_tree)
-        entries, _, _ = builder.fields(state, {}, {})
+        entries, _, _ = self._builder(Record()).fields(state, {}, {})  # never stored: ids are compared
 
         def comparable(h: dict, m: dict) -> bytes:
             return serde.dumps([{k: v for k, v in h.items() if k not in ("created_at", "versions")}, m])
 
-        fields = {n: e for n, e in entries.items() if n != HEADER}
-        same = (fields == {n: e for n, e in old_entries.items() if n != HEADER}
+        same = (entries == {n: e for n, e in old_entries.items() if n != HEADER}
                 and comparable(old_header, old_metadata) == comparable(header, metadata)
                 and (not parent_given or info.parent == parent))
         if not same:

@@ -1011,3 +1011,14 @@ def test_calls_on_a_closed_store_raise(repo_path):
                                                                               state_data={}), {}, {})):
         with pytest.raises(StoreClosedError):
             call()
+
+
+def test_durability_given_as_a_string_and_bad_values_are_typed_errors(tmp_path):
+    from qvc import DurabilityMode, InvalidInputError
+
+    with GitCheckpointStore(tmp_path / "a.qvc", durability="async") as s:
+        assert s.durability is DurabilityMode.ASYNC
+    with pytest.raises(InvalidInputError, match="durability"):
+        GitCheckpointStore(tmp_path / "b.qvc", durability="fast")
+    with pytest.raises(InvalidInputError, match="max_lag"):
+        GitCheckpointStore(tmp_path / "c.qvc", durability="async", max_lag=-1)
