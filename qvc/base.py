@@ -38,6 +38,10 @@ class CheckpointStore(ABC):
     def delete(self, config: CheckpointConfig) -> None:
         """Delete the addressed checkpoint."""
 
+    def session_capabilities(self) -> frozenset:
+        """QitOS's optional Session protocol: qvc offers none of its capabilities (empty set)."""
+        return frozenset()
+
     def get(self, config: CheckpointConfig) -> Optional[Checkpoint]:
         found = self.get_tuple(config)
         return None if found is None else found.checkpoint
