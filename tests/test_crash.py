@@ -321,8 +321,14 @@ def verify(store, model: Model, acked: set[str], rng: random.Random, where: str,
         assert store.get_tuple(CheckpointConfig("any", cid)) is None, f"{where}: deleted checkpoint {cid} is back"
 
 
-def fresh_puts(store, model: Model, tag: str, where: str, prefix: str = "") -> None:
-    """(d): a put on every thread (and the base threads) works promptly."""
+def fresh_puts(store, model: Model, tag: str, where: str, prefix: str = "", limit: float = 3.0) -> float:
+    """(d): a put on every thread (and the base threads) works within ``limit`` seconds; returns the slowest.
+
+    With no other store open, recovery removes every lock a killed writer left, so puts are
+    immediate. While another process has the repository open, a lock left by the killed
+    writer is only known to be stale by its age, so a put may wait for that (qvc: 5 s).
+    """
+    slowest = 0.0
     for thread in sorted(set(model.heads) | {prefix + t for t in cw.BASE_THREADS}):
         head = store.get_tuple(CheckpointConfig(thread))
         step = 0 if head is None else head.checkpoint.step + 1
@@ -332,10 +338,12 @@ def fresh_puts(store, model: Model, tag: str, where: str, prefix: str = "") -> N
         store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step, state_data=state),
                   {"source": "test"})
         took = time.monotonic() - t0
-        assert took < 3.0, f"{where}: a fresh put on {thread!r} took {took:.1f} s (stale lock?)"
+        slowest = max(slowest, took)
+        assert took < limit, f"{where}: a fresh put on {thread!r} took {took:.1f} s (stale lock?)"
         model.states[cid] = (thread, step, state)
         model.heads[thread] = cid
         check_checkpoint(store, cid, model.states[cid], where + " (fresh put)")
+    return slowest
 
 
 def crash_loop(tmp_path: Path, mode: str, iterations: int, seed: int) -> dict:
@@ -442,7 +450,7 @@ def two_writer_loop(tmp_path: Path, mode: str, kills: int, seed: int) -> dict:
     GitCheckpointStore(path).close()
     model_a, model_b = Model(), Model()
     acked_a: set[str] = set()
-    stats = {"kills": 0, "acks_a": 0, "acks_b": 0, "verified_while_b_writes": 0}
+    stats = {"kills": 0, "acks_a": 0, "acks_b": 0, "verified_while_b_writes": 0, "puts_waiting_for_stale_lock": 0}
     b = Writer(path, mode, "b0000", rng.randrange(2**31), "--prefix=b-", "--small-merges",
                stderr_path=tmp_path / "writer-b.err")
     try:
@@ -476,7 +484,8 @@ def two_writer_loop(tmp_path: Path, mode: str, kills: int, seed: int) -> dict:
                     assert store.recovery.journals_replayed >= 1, f"{where}: {store.recovery}"
                 verify(store, model_a, acked_a, rng, where, prefix="a-")
                 acked_a = set()
-                fresh_puts(store, model_a, f"p{it:04d}", where, prefix="a-")
+                slowest = fresh_puts(store, model_a, f"p{it:04d}", where, prefix="a-", limit=12.0)
+                stats["puts_waiting_for_stale_lock"] += slowest > 1.0
                 stats["verified_while_b_writes"] += 1
             finally:
                 store.close()
