@@ -6,7 +6,7 @@ Usage::
 
 It opens ``GitCheckpointStore(PATH, durability=MODE)`` and loops forever doing random
 operations (puts on a few threads, forks, time-travel resets, put_writes, deletes of the
-latest checkpoint). Around every operation it prints one line to stdout, flushed:
+latest checkpoint, now and then a purge). Around every operation it prints one line to stdout, flushed:
 
     BEGIN <op> <args...>         the operation is about to start (it is "in flight")
     ACK <op> <args...>           the operation returned: its effect is now guaranteed
@@ -18,6 +18,7 @@ Lines (space separated; ``-`` stands for "none"):
     BEGIN RESET <thread> <target_cid> <old>     ACK RESET <thread> <target_cid>
     BEGIN WRITES <thread> <cid> <task> <k>      ACK WRITES <thread> <cid> <task> <k>
     BEGIN DEL <thread> <cid> <head_after>       ACK DEL <thread> <cid> <head_after>
+    BEGIN PURGE                                 ACK PURGE
 
 Checkpoint states are a pure function of (thread, checkpoint id, step), see :func:`make_state`,
 so the parent can recompute what every acknowledged checkpoint must contain. Pending writes
@@ -91,7 +92,7 @@ def main(argv: list[str]) -> int:
         import qvc.repository
 
         qvc.repository.CONSOLIDATE_AT = rng.choice([2, 3, 4])
-    # For bisecting a failure: QVC_CRASH_SKIP_OPS=DEL,WRITES,FORK,RESET leaves those operations out.
+    # For bisecting a failure: QVC_CRASH_SKIP_OPS=DEL,WRITES,FORK,RESET,PURGE leaves those operations out.
     skip = set(filter(None, os.environ.get("QVC_CRASH_SKIP_OPS", "").upper().split(",")))
     say("PRE")
     store = GitCheckpointStore(path, durability=DurabilityMode(mode))
@@ -156,6 +157,12 @@ def main(argv: list[str]) -> int:
             say("BEGIN WRITES", thread, cid, task, k)
             store.put_writes(CheckpointConfig(thread, cid), make_writes(cid, task, k), task)
             say("ACK WRITES", thread, cid, task, k)
+        elif r > 0.985:
+            if "PURGE" in skip:
+                continue
+            say("BEGIN PURGE")
+            store.purge()  # git repack + prune under the exclusive lock; a kill may land in git's work
+            say("ACK PURGE")
         else:
             if "DEL" in skip:
                 continue

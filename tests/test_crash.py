@@ -16,7 +16,6 @@ import importlib.util
 import os
 import queue
 import random
-import shutil
 import signal
 import subprocess
 import sys
@@ -31,6 +30,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from conftest import child_env, fsck  # noqa: E402
 
 from qvc import Checkpoint, CheckpointConfig, DurabilityMode, GitCheckpointStore  # noqa: E402
 
@@ -52,23 +53,10 @@ def slow_enabled(config) -> bool:
                 or ("slow" in expr and "not slow" not in expr))
 
 
-def child_env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
 
 
-def git_env(path) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_DIR=os.fspath(path), GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, LC_ALL="C")
-    return env
 
 
-def fsck(path) -> None:
-    proc = subprocess.run([shutil.which("git") or "git", "fsck", "--strict", "--no-progress"],
-                          env=git_env(path), capture_output=True, text=True)
-    assert proc.returncode == 0, f"git fsck --strict failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
 
 
 class Writer:
@@ -176,6 +164,8 @@ class Model:
             self._moved(parts[1])
         elif op == "WRITES":
             self.writes.setdefault(parts[2], {})[parts[3]] = int(parts[4])
+        elif op == "PURGE":
+            pass  # acknowledged deletes were checked to be gone already; now their data is too
         elif op == "DEL":
             thread, cid, after = parts[1], parts[2], parts[3]
             self.states.pop(cid, None)
@@ -381,9 +371,13 @@ def crash_loop(tmp_path: Path, mode: str, iterations: int, seed: int) -> dict:
                     got += line.startswith("ACK ")
                     if got >= want and (not at_begin or line.startswith("BEGIN ")):
                         break
+                    if line == "BEGIN PURGE" and rng.random() < 0.7:  # kill while git repacks/prunes
+                        time.sleep(rng.uniform(0, 0.15))
+                        break
                 time.sleep(rng.choice([0, rng.uniform(0, 0.001), rng.uniform(0, 0.004)]))
         finally:
             lines = w.finish()
+            (tmp_path / f"writer-{it}.out").write_text("\n".join(lines) + "\n")  # for post-mortems
         stats["t_writer"] += time.monotonic() - t_start
         assert w.proc.returncode == -signal.SIGKILL, f"{where}: writer ended with {w.proc.returncode}:\n{w.stderr()}"
         inflight, acked, opened = replay_lines(model, lines)
@@ -596,3 +590,66 @@ def test_kill_one_writer_while_another_writes_many(tmp_path, mode, request):
     seed = random.randrange(2**31) if not os.environ.get("QVC_SEED") else int(os.environ["QVC_SEED"])
     print(f"seed {seed}")
     print(two_writer_loop(tmp_path, mode, int(os.environ.get("QVC_CRASH_ITERATIONS", "300")) // 2, seed))
+
+
+MID_DELETE = """
+import os, signal, sys
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+path, k = sys.argv[1], int(sys.argv[2])
+s = GitCheckpointStore(path)
+def put(thread, cid, step, parent=None):
+    s.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step, parent_id=parent,
+                                               state_data={"cid": cid, "step": step}), {})
+put("t", "A", 0)
+put("t", "D", 1)
+put("f", "F", 2, parent="D")  # a fork of D
+s.put_writes(CheckpointConfig("f", "F"), [("c", 1), ("d", 2)], "task")
+print("ACKED", flush=True)
+repo, real, n = s.repository, s.repository.move_ref, [0]
+def move_ref(record, name, old, new):  # SIGKILL this process at its k-th ref move
+    n[0] += 1
+    if n[0] == k:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(record, name, old, new)
+repo.move_ref = move_ref
+s.delete(CheckpointConfig("t", "D"))
+print("DELETED", n[0], flush=True)
+"""
+
+
+def test_kill_at_every_ref_move_of_a_delete(tmp_path):
+    """delete() moves several refs (heads of forks re-parented, then their pending-writes refs).
+
+    Killed before each of those moves in turn, it may apply or not, but what returned calls
+    wrote stays readable: the fork's checkpoint F with its acknowledged pending writes.
+    """
+    moves = None
+    k = 1
+    while moves is None or k <= moves + 1:
+        path = tmp_path / f"r{k}.qvc"
+        proc = subprocess.run([sys.executable, "-c", MID_DELETE, os.fspath(path), str(k)], env=child_env(),
+                              capture_output=True, text=True, timeout=60)
+        out = proc.stdout.split()
+        assert "ACKED" in out, proc.stderr[-3000:]
+        if "DELETED" in out:
+            moves = int(out[out.index("DELETED") + 1])
+        else:
+            assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+        where = f"[killed before ref move {k} of the delete]" if "DELETED" not in out else "[delete completed]"
+        fsck(path)
+        with GitCheckpointStore(path) as store:
+            f = store.get_tuple(CheckpointConfig("f", "F"))
+            assert f is not None and f.checkpoint.state_data == {"cid": "F", "step": 2}, where
+            assert sorted(f.pending_writes or []) == [("task", "c", 1), ("task", "d", 2)], (
+                f"{where}: the fork's acknowledged pending writes are gone: {f.pending_writes} "
+                f"(F is commit {store.resolve('F')[:12]}; refs: "
+                f"{sorted(n for n, _ in store.repository.refs('refs/'))})")
+            a = store.get_tuple(CheckpointConfig("t", "A"))
+            assert a is not None and a.checkpoint.state_data == {"cid": "A", "step": 0}, where
+            d = store.get_tuple(CheckpointConfig("t", "D"))
+            head = store.get_tuple(CheckpointConfig("t")).checkpoint.id
+            assert head in ("A", "D"), where
+            if "DELETED" in out:
+                assert d is None and head == "A" and f.parent_config.checkpoint_id == "A", where
+        k += 1
+    assert moves is not None and moves >= 3, "the delete should move the fork's head and its writes ref"
