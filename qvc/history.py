@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Iterator
 from .errors import CorruptionError
 from .layout import HEADER, decode_header, parse_trailers
 from .refnames import WRITES, decode_name
-from .repository import parse_tree
+from .repository import GENERATION, parse_tree
 
 if TYPE_CHECKING:
     from .journal import Record
@@ -166,7 +166,7 @@ class History:
     # -- the checkpoint-id index ----------------------------------------------------------
 
     def generation_path(self) -> str:
-        return os.path.join(self.repo.qvc_dir, "generation")
+        return os.path.join(self.repo.path, GENERATION)
 
     def bump_generation(self) -> None:
         """Tell every process that history was rewritten or deleted (their indexes rebuild)."""

@@ -17,7 +17,6 @@ import fcntl
 import os
 import struct
 import threading
-import time
 import uuid
 import zlib
 from dataclasses import dataclass, field
@@ -37,14 +36,16 @@ class Record:
     objects: list[tuple[str, bytes]] = field(default_factory=list)
     refs: list[tuple[str, str | None, str | None]] = field(default_factory=list)
     base: bool = False  # a snapshot of ref values taken right after hardening
-    time: float = 0.0  # just before its first ref move (else when journaled); recovery compares it
+    #: ref name -> identity (inode, mtime ns) of the ref's file and of ``qvc/generation`` just
+    #: before the move; recovery uses it to tell a lost rename from a later writer's change.
+    seen: dict[str, list] = field(default_factory=dict)
     stored: int = field(default=0, compare=False)  # how many of ``objects`` are in the object store
     oids: list[bytes] = field(default_factory=list, compare=False)  # ids of ``objects``, when known
 
     def encode(self) -> bytes:
         return msgpack.packb(
             {"o": [[t, d] for t, d in self.objects], "r": [list(r) for r in self.refs], "b": self.base,
-             "t": self.time},
+             "s": self.seen},
             use_bin_type=True,
         )
 
@@ -52,7 +53,7 @@ class Record:
     def decode(cls, payload: bytes) -> Record:
         obj = msgpack.unpackb(payload, raw=False)
         return cls([(t, d) for t, d in obj["o"]], [(n, o, w) for n, o, w in obj["r"]], bool(obj.get("b")),
-                   float(obj.get("t", 0.0)))
+                   dict(obj.get("s") or {}))
 
 
 def fsync_dir(path: str) -> None:
@@ -97,7 +98,6 @@ class Journal:
 
     def append(self, record: Record) -> int:
         """Write ``record`` to the OS (one ``write``); return its sequence number."""
-        record.time = record.time or time.time()
         payload = record.encode()
         frame = _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
         with self._lock:
@@ -129,7 +129,6 @@ class Journal:
         """After the git files were hardened: drop every record and keep only ``base``."""
         with self._lock, self._sync_lock:
             os.ftruncate(self._fd, len(MAGIC))
-            base.time = time.time()
             payload = base.encode()
             os.write(self._fd, _FRAME.pack(len(payload), zlib.crc32(payload)) + payload)
             self._size = len(MAGIC) + _FRAME.size + len(payload)

@@ -30,6 +30,7 @@ from .durability import harden
 from .errors import CorruptionError
 from .journal import claim_orphans, fsync_dir, read_records
 from .layout import MODE_TREE
+from .repository import GENERATION
 
 if TYPE_CHECKING:
     from .repository import Repository
@@ -182,27 +183,23 @@ def _replay(repo: Repository, path: str, report: RecoveryReport) -> None:
             repo.git.odb.write(pygit2.enums.ObjectType[kind.upper()], data)
             report.objects_restored += 1
         for name, old, new in record.refs:
-            moves.setdefault(name, []).append((new if record.base else old, new, record.time))
+            moves.setdefault(name, []).append((new if record.base else old, new, record.seen.get(name)))
     for name, history in moves.items():
         _restore_ref(repo, name, history, report)
 
 
-def _mtime(path: str) -> float | None:
-    try:
-        return os.stat(path).st_mtime
-    except FileNotFoundError:
-        return None
-
-
-def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str | None, float]],
+def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str | None, list | None]],
                  report: RecoveryReport) -> None:
     """Bring a ref the dead writer moved back to what its durable journal records say.
 
-    ``moves`` are the writer's (old, new, time) moves of the ref, oldest first. The ref is
-    set to the newest recorded value whose history reads back when it is unreadable now, or
-    when it still holds the value the last move replaced (the rename was lost) and nothing
-    wrote it since: its file is older than that move and, for a missing ref, no delete
-    happened since (deletes bump ``qvc/generation``).
+    ``moves`` are the writer's (old, new, seen) moves of the ref, oldest first, where ``seen``
+    is the identity (inode, mtime) of the ref's file and of ``qvc/generation`` just before the
+    move. The ref is set to the newest recorded value whose history reads back when it is
+    unreadable now; or when it still holds the value the last move replaced in a file no newer
+    than the one seen before the move (the rename never reached the disk); or when it is
+    missing and no delete happened since (``qvc/generation`` is replaced by every delete). A
+    ref anyone else wrote since is left alone. File times come from the kernel's coarse clock:
+    two writes of one ref within one tick (a few ms) plus a power loss cannot be told apart.
     """
     try:
         current = repo.ref(name)
@@ -210,20 +207,18 @@ def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str 
             repo, current, {v for _, v, _ in moves if v} | {v for v, _, _ in moves if v})
     except CorruptionError:
         current, broken = None, True
-    old, new, when = moves[-1]
+    old, new, seen = moves[-1]
     if not broken:
         if current == new:
             return
+        ref_was, generation_was = seen if seen else (None, None)
         if current is None:
-            if (_mtime(os.path.join(repo.qvc_dir, "generation")) or 0.0) > when:
+            if repo.file_identity(GENERATION) != generation_was:
                 return  # a delete happened since: do not resurrect
-        elif current != old:
-            return  # moved by someone else since
         else:
-            loose = _mtime(os.path.join(repo.path, name))
-            written = loose if loose is not None else _mtime(os.path.join(repo.path, "packed-refs"))
-            if written is not None and written > when:
-                return  # rewritten after the move: another writer's value
+            now = repo.file_identity(name)
+            if current != old or ref_was is None or now is None or now[1] > ref_was[1]:
+                return  # moved, or written again, by someone else since
     candidates = [new] + [v for _, v, _ in reversed(moves[:-1])] + [moves[0][0]]
     for value in candidates:
         if value is None or _history_reads(repo, value, set()):

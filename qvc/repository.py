@@ -46,6 +46,7 @@ TYPES = {"blob": ObjectType.BLOB, "tree": ObjectType.TREE, "commit": ObjectType.
 QVC_DIR = "qvc"
 FORMAT_KEY = "qvc.format"
 JOURNAL_LIMIT = 64 * 2**20
+GENERATION = "qvc/generation"  # replaced whenever history is deleted or rewritten
 CONSOLIDATE_AT = 32  # small packs this store wrote before they are merged into one
 LOCK_WAIT = 10.0
 
@@ -278,9 +279,7 @@ class Repository:
         deadline = time.monotonic() + LOCK_WAIT
         delay = 0.0005
         while True:
-            # Recovery tells "written after this move" by comparing file times with this stamp,
-            # so it must not be later than the move itself.
-            record.time = record.time or time.time()
+            record.seen[name] = [self.file_identity(name), self.file_identity(GENERATION)]
             try:
                 self._cas(name, old, new)
                 break
@@ -326,6 +325,17 @@ class Repository:
             if "does not match" in str(exc) or "not found" in str(exc):
                 raise CheckpointConflictError(f"{name}: moved by another writer meanwhile") from None
             raise
+
+    def file_identity(self, name: str) -> list | None:
+        """``[inode, mtime ns]`` of the file holding ref ``name`` (its loose file, else packed-refs)
+        or of another file of the repository, ``None`` if there is none."""
+        for rel in (name, "packed-refs") if name.startswith("refs/") else (name,):
+            try:
+                st = os.stat(os.path.join(self.path, rel))
+                return [st.st_ino, st.st_mtime_ns]
+            except FileNotFoundError:
+                continue
+        return None
 
     def _clear_stale_lock(self, name: str, older_than: float = LOCK_WAIT / 2) -> None:
         lock = os.path.join(self.path, name + ".lock")

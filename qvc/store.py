@@ -508,35 +508,39 @@ class GitCheckpointStore(CheckpointStore):
             info = self._history.commit(target)
             mapping: dict[str, str | None] = {target: info.parent}
             record = Record()
+            # Plan every move first, then apply them in an order whose every prefix is
+            # consistent, so a crash part-way loses nothing acknowledged: new pending-writes
+            # refs, then the heads and superseded lines, then the old pending-writes refs.
+            moves: list[tuple[str, str | None, str | None]] = []
+            for name, tip in list(self._repo.refs("refs/")):
+                if name.startswith(WRITES):
+                    continue
+                new = self._rewrite(tip, mapping, record)
+                if new == tip:
+                    continue
+                if name.startswith(HEADS) and new is not None:
+                    self._repo.store_objects(record)  # the rewritten commits, readable from here on
+                    owner = self._history.commit(new).thread_id
+                    if owner is not None and encode_thread(owner) != name[len(HEADS):]:
+                        new = None  # its only checkpoints are gone: do not adopt another thread's
+                if name.startswith(SUPERSEDED):
+                    moves.append((name, tip, None))
+                    fresh = name.rsplit("/", 1)[0] + "/" + new if new is not None else None
+                    if fresh is not None and self._repo.ref(fresh) is None:
+                        moves.append((fresh, None, new))
+                else:
+                    moves.append((name, tip, new))
+            rekeyed, dropped = [], []
+            for old, new in mapping.items():
+                wtip = self._repo.ref(writes_ref(old)) if new != old else None
+                if wtip is None:
+                    continue
+                if new is not None and old != target:
+                    rekeyed.append((writes_ref(new), None, wtip))
+                dropped.append((writes_ref(old), wtip, None))
             try:
-                for name, tip in list(self._repo.refs("refs/")):
-                    if name.startswith(WRITES):
-                        continue
-                    new = self._rewrite(tip, mapping, record)
-                    if new == tip:
-                        continue
-                    if name.startswith(HEADS) and new is not None:
-                        self._repo.store_objects(record)  # the rewritten commits, readable from here on
-                        owner = self._history.commit(new).thread_id
-                        if owner is not None and encode_thread(owner) != name[len(HEADS):]:
-                            new = None  # its only checkpoints are gone: do not adopt another thread's
-                    if name.startswith(SUPERSEDED):
-                        self._repo.move_ref(record, name, tip, None)
-                        if new is not None:
-                            fresh = name.rsplit("/", 1)[0] + "/" + new
-                            if self._repo.ref(fresh) is None:
-                                self._repo.move_ref(record, fresh, None, new)
-                    else:
-                        self._repo.move_ref(record, name, tip, new)
-                for old, new in mapping.items():
-                    if new == old:
-                        continue  # not rewritten
-                    wtip = self._repo.ref(writes_ref(old))
-                    if wtip is None:
-                        continue
-                    if new is not None and old != target:
-                        self._repo.move_ref(record, writes_ref(new), None, wtip)
-                    self._repo.move_ref(record, writes_ref(old), wtip, None)
+                for name, old, new in rekeyed + moves + dropped:
+                    self._repo.move_ref(record, name, old, new)
             finally:
                 self._repo.commit(record)
                 self._history.bump_generation()
@@ -574,16 +578,17 @@ class GitCheckpointStore(CheckpointStore):
             refs = [(n, t) for n, t in refs if t is not None]
             if not refs:
                 raise UnknownThreadError(f"thread {thread!r} has no checkpoints")
+            writes: dict[str, str] = {}  # a head and its superseded lines share commits
+            for _, tip in refs:
+                for info in self._history.first_parents(tip):
+                    if info.thread_id != thread:
+                        break
+                    wtip = self._repo.ref(writes_ref(info.hex))
+                    if wtip is not None:
+                        writes[writes_ref(info.hex)] = wtip
             record = Record()
-            try:
-                for _, tip in refs:
-                    for info in self._history.first_parents(tip):
-                        if info.thread_id != thread:
-                            break
-                        wtip = self._repo.ref(writes_ref(info.hex))
-                        if wtip is not None:
-                            self._repo.move_ref(record, writes_ref(info.hex), wtip, None)
-                for name, tip in refs:
+            try:  # the thread's refs first: a crash part-way leaves only unreachable pending writes
+                for name, tip in refs + list(writes.items()):
                     self._repo.move_ref(record, name, tip, None)
             finally:
                 self._repo.commit(record)

@@ -24,6 +24,28 @@ def _git_env() -> dict:
     return env
 
 
+def child_env() -> dict:
+    """The environment for a Python subprocess that imports qvc from this checkout."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def git_env(path) -> dict:
+    """The environment for running the real ``git`` on the repository at ``path`` (no user config)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(GIT_DIR=os.fspath(path), GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, LC_ALL="C")
+    return env
+
+
+def fsck(path) -> None:
+    """Assert that ``git fsck --strict`` accepts the repository at ``path``."""
+    proc = subprocess.run([shutil.which("git") or "git", "fsck", "--strict", "--no-progress"],
+                          env=git_env(path), capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
+    assert proc.returncode == 0, f"git fsck --strict failed:\n{proc.stdout}\n{proc.stderr}"
+
+
 def run_git(git_dir, *args: str, check: bool = True, input: bytes | None = None,
             text: bool = True) -> subprocess.CompletedProcess:
     """Run the real ``git`` binary against ``git_dir`` (a bare repository; ``None``: no --git-dir)."""

@@ -22,6 +22,8 @@ ROOT = HERE.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from conftest import child_env, fsck  # noqa: E402
+
 from qvc import (  # noqa: E402
     Checkpoint,
     CheckpointConfig,
@@ -36,22 +38,10 @@ cwk = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cwk)
 
 
-def child_env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
 
 
-def git_env(path) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_DIR=os.fspath(path), GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, LC_ALL="C")
-    return env
 
 
-def fsck(path) -> None:
-    proc = subprocess.run(["git", "fsck", "--strict", "--no-progress"], env=git_env(path),
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, f"git fsck --strict failed:\n{proc.stdout}\n{proc.stderr}"
 
 
 def spawn(*args: str) -> subprocess.Popen:
