@@ -187,7 +187,6 @@ class History:
                 self._by_id.clear()
                 self._indexed.clear()
                 self._tips.clear()
-                self._versions.clear()
                 self._generation = gen
 
     def note(self, info: CommitInfo) -> None:
@@ -197,10 +196,6 @@ class History:
             if self._tips or self._by_id:
                 self._by_id[info.checkpoint_id] = info.hex
                 self._indexed.add(info.hex)
-
-    def forget(self) -> None:
-        with self._lock:
-            self._generation = ("forgotten",)
 
     def _index_from(self, tip: str) -> None:
         stack = [tip]
