@@ -232,6 +232,11 @@ class History:
             hexid = self._by_id.get(checkpoint_id)
         return hexid
 
+    def reachable(self, hexid: str) -> bool:
+        """Whether a commit is reachable from a ref (deleted checkpoints are not)."""
+        self.refresh()
+        return hexid in self._indexed
+
     def matches(self, prefix: str) -> set[str]:
         """Commits whose checkpoint id or SHA starts with ``prefix``."""
         self.refresh()

@@ -141,12 +141,8 @@ class GitCheckpointStore(CheckpointStore):
         found = self._history.lookup(name)
         if found is not None:
             return found
-        if len(name) == 40 and _HEXISH.match(name):
-            try:
-                self._history.commit(name.lower())
-                return name.lower()
-            except CorruptionError:
-                pass
+        if len(name) == 40 and _HEXISH.match(name) and self._history.reachable(name.lower()):
+            return name.lower()
         matches = self._history.matches(name) if len(name) >= 4 else set()
         if len(matches) == 1:
             return matches.pop()

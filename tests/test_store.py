@@ -1022,3 +1022,14 @@ def test_durability_given_as_a_string_and_bad_values_are_typed_errors(tmp_path):
         GitCheckpointStore(tmp_path / "b.qvc", durability="fast")
     with pytest.raises(InvalidInputError, match="max_lag"):
         GitCheckpointStore(tmp_path / "c.qvc", durability="async", max_lag=-1)
+
+
+def test_deleted_checkpoint_no_longer_resolves_by_commit_sha(store):
+    for i in range(3):
+        store.put(CheckpointConfig("t"), Checkpoint(id=f"c{i}", thread_id="t", step=i, state_data={"x": i}), {}, {})
+    sha = store.resolve("c1")
+    assert store.get(CheckpointConfig("t", sha)).id == "c1"
+    store.delete(CheckpointConfig("t", "c1"))
+    assert store.get(CheckpointConfig("t", sha)) is None  # the object stays until purge(), unreachable
+    with pytest.raises(UnknownCheckpointError):
+        store.resolve(sha)
