@@ -23,25 +23,30 @@ _SAFE_CONFIG = [
 ]
 
 
-def git(repo_path: str, *args: str) -> str:
-    """Run ``git`` on the repository; raise :class:`QvcError` with git's message on failure."""
+def git(repo_path: str, *args: str, lock_fd: int | None = None) -> str:
+    """Run ``git`` on the repository; raise :class:`QvcError` with git's message on failure.
+
+    ``lock_fd`` (the maintenance lock) is inherited by git, so the lock outlives this process
+    if it is killed while git runs.
+    """
     exe = shutil.which("git")
     if exe is None:
         raise QvcError("git is not installed; it is needed for maintenance (gc, purge)")
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(GIT_DIR=repo_path, GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_TERMINAL_PROMPT="0")
     proc = subprocess.run([exe, *_SAFE_CONFIG, *args], env=env, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL)
+                          stdin=subprocess.DEVNULL, pass_fds=() if lock_fd is None else (lock_fd,))
     if proc.returncode != 0:
         detail = (proc.stderr or proc.stdout).strip().splitlines()
         raise QvcError(f"git {args[0]} failed: {detail[-1] if detail else proc.returncode}")
     return proc.stdout
 
 
-def purge(repo: Repository) -> None:
-    """Drop every unreachable object, packed or loose. Call under ``repo.exclusive()``."""
+def purge(repo: Repository, lock_fd: int) -> None:
+    """Drop every unreachable object, packed or loose. Call under ``repo.exclusive()``, passing
+    the lock's descriptor so git keeps the lock even if this process is killed meanwhile."""
     repo.harden()
-    git(repo.path, "reflog", "expire", "--expire=now", "--all")
-    git(repo.path, "repack", "-a", "-d", "-q")
-    git(repo.path, "prune", "--expire=now")
+    git(repo.path, "reflog", "expire", "--expire=now", "--all", lock_fd=lock_fd)
+    git(repo.path, "repack", "-a", "-d", "-q", lock_fd=lock_fd)
+    git(repo.path, "prune", "--expire=now", lock_fd=lock_fd)
     harden(repo.path, fsync=repo.fsync)

@@ -423,12 +423,17 @@ class Repository:
                     fcntl.flock(self._shared_fd, fcntl.LOCK_UN)
 
     @contextlib.contextmanager
-    def exclusive(self) -> Iterator[None]:
-        """Exclude every writer of every process (for recovery and maintenance)."""
+    def exclusive(self) -> Iterator[int]:
+        """Exclude every writer of every process (for recovery and maintenance).
+
+        Yields the lock's file descriptor: a subprocess that must stay covered by the lock
+        even if this process dies (``git repack``) inherits it, and the lock then lasts
+        until the subprocess exits too.
+        """
         fd = os.open(self._lock_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
+            yield fd
         finally:
             os.close(fd)
 

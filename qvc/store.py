@@ -599,8 +599,8 @@ class GitCheckpointStore(CheckpointStore):
         """
         from .maintenance import purge
 
-        with self._repo.exclusive():
-            purge(self._repo)
+        with self._repo.exclusive() as lock_fd:
+            purge(self._repo, lock_fd)
         self._trees.clear()
 
 
