@@ -6,11 +6,16 @@ Subclasses implement the five sync methods. The async twins run them in a worker
 
 from __future__ import annotations
 
-import asyncio
 from abc import ABC, abstractmethod
 from typing import Any, Iterator, List, Optional, Sequence
 
 from .types import Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointTuple, PendingWrite, StateVersions
+
+
+async def _in_thread(fn, *args: Any) -> Any:
+    import asyncio  # imported on first use: it costs a tenth of a second at start-up
+
+    return await asyncio.to_thread(fn, *args)
 
 
 class CheckpointStore(ABC):
@@ -48,20 +53,20 @@ class CheckpointStore(ABC):
 
     async def aput(self, config: CheckpointConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
                    new_versions: StateVersions) -> CheckpointConfig:
-        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+        return await _in_thread(self.put, config, checkpoint, metadata, new_versions)
 
     async def aget_tuple(self, config: CheckpointConfig) -> Optional[CheckpointTuple]:
-        return await asyncio.to_thread(self.get_tuple, config)
+        return await _in_thread(self.get_tuple, config)
 
     async def aget(self, config: CheckpointConfig) -> Optional[Checkpoint]:
-        return await asyncio.to_thread(self.get, config)
+        return await _in_thread(self.get, config)
 
     async def alist(self, config: CheckpointConfig, *, limit: Optional[int] = None,
                     before: Optional[str] = None, **kwargs: Any) -> List[CheckpointTuple]:
-        return await asyncio.to_thread(lambda: list(self.list(config, limit=limit, before=before, **kwargs)))
+        return await _in_thread(lambda: list(self.list(config, limit=limit, before=before, **kwargs)))
 
     async def aput_writes(self, config: CheckpointConfig, writes: Sequence[PendingWrite], task_id: str) -> None:
-        await asyncio.to_thread(self.put_writes, config, writes, task_id)
+        await _in_thread(self.put_writes, config, writes, task_id)
 
     async def adelete(self, config: CheckpointConfig) -> None:
-        await asyncio.to_thread(self.delete, config)
+        await _in_thread(self.delete, config)

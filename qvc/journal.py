@@ -72,9 +72,13 @@ class Journal:
         self.directory = directory
         self.path = os.path.join(directory, f"{os.getpid()}-{uuid.uuid4().hex[:12]}{SUFFIX}")
         self._fsync = fsync
-        self._fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        # Created and locked under another name, then renamed: a journal is never seen unlocked,
+        # so another process's recovery cannot take a starting store's journal for an orphan.
+        tmp = self.path + ".new"
+        self._fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_APPEND | os.O_CLOEXEC, 0o644)
         fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.write(self._fd, MAGIC)
+        os.rename(tmp, self.path)
         if fsync:
             fsync_dir(directory)  # the file's name must survive for its records to be found
         self._lock = threading.Lock()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import secrets
 import struct
 import zlib
 from typing import Sequence
@@ -96,7 +97,8 @@ def _install(pack_dir: str, pack: bytes, idx: bytes, name: str, fsync: bool) -> 
     """Put a pack in place: the ``.pack`` first, then the ``.idx`` readers find packs by."""
     base = os.path.join(pack_dir, f"pack-{name}")
     for ext, data in ((".pack", pack), (".idx", idx)):
-        tmp = f"{base}{ext}.tmp-{os.getpid()}"
+        # unique per call: two threads may install byte-identical packs (same name) at once
+        tmp = f"{base}{ext}.tmp-{os.getpid()}-{secrets.token_hex(6)}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o444)
         try:
             os.write(fd, data)

@@ -100,6 +100,13 @@ def recover(repo: Repository) -> RecoveryReport:
     return report
 
 
+def _mtime(path: str, default: float) -> float:
+    try:
+        return os.lstat(path).st_mtime
+    except FileNotFoundError:
+        return default
+
+
 def _remove_stale_files(repo: Repository, older_than: float, report: RecoveryReport) -> None:
     now = time.time()
 
@@ -116,6 +123,13 @@ def _remove_stale_files(repo: Repository, older_than: float, report: RecoveryRep
                 if name.endswith(".lock") and stale(path):
                     os.unlink(path)
                     report.locks_removed.append(os.path.relpath(path, repo.path))
+    journal_dir = os.path.join(repo.qvc_dir, "journal")
+    for name in os.listdir(journal_dir):  # a store killed while creating its journal
+        path = os.path.join(journal_dir, name)
+        # by age only: a store creating its journal right now is not yet counted as open
+        if name.endswith(".wal.new") and now - _mtime(path, now) >= STALE_SECONDS:
+            os.unlink(path)
+            report.temp_files_removed += 1
     for name in ("packed-refs.lock", "config.lock", "HEAD.lock"):
         path = os.path.join(repo.path, name)
         if os.path.exists(path) and stale(path):
