@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
 import pygit2
@@ -52,26 +52,19 @@ class RecoveryReport:
     damaged_packs_removed: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.journals_replayed or self.objects_restored or self.refs_restored
-                    or self.locks_removed or self.temp_files_removed or self.empty_objects_removed
-                    or self.damaged_packs_removed)
+        return any(getattr(self, f.name) for f in fields(self))
 
     def summary(self) -> str:
-        parts = []
-        if self.journals_replayed:
-            parts.append(f"replayed {self.journals_replayed} journal(s) of crashed writers")
-        if self.objects_restored:
-            parts.append(f"restored {self.objects_restored} object(s)")
-        if self.refs_restored:
-            parts.append(f"restored ref(s) {', '.join(self.refs_restored)}")
-        if self.locks_removed:
-            parts.append(f"removed stale lock(s) {', '.join(self.locks_removed)}")
-        if self.temp_files_removed:
-            parts.append(f"removed {self.temp_files_removed} temporary file(s)")
-        if self.empty_objects_removed:
-            parts.append(f"removed {self.empty_objects_removed} empty object file(s)")
-        if self.damaged_packs_removed:
-            parts.append(f"removed damaged pack(s) {', '.join(self.damaged_packs_removed)}")
+        lines = (
+            (self.journals_replayed, f"replayed {self.journals_replayed} journal(s) of crashed writers"),
+            (self.objects_restored, f"restored {self.objects_restored} object(s)"),
+            (self.refs_restored, f"restored ref(s) {', '.join(self.refs_restored)}"),
+            (self.locks_removed, f"removed stale lock(s) {', '.join(self.locks_removed)}"),
+            (self.temp_files_removed, f"removed {self.temp_files_removed} temporary file(s)"),
+            (self.empty_objects_removed, f"removed {self.empty_objects_removed} empty object file(s)"),
+            (self.damaged_packs_removed, f"removed damaged pack(s) {', '.join(self.damaged_packs_removed)}"),
+        )
+        parts = [text for present, text in lines if present]
         return "; ".join(parts) or "nothing to repair"
 
 
