@@ -155,17 +155,6 @@ def merge(pack_dir: str, bases: Sequence[str], *, fsync: bool = False) -> str:
     return _install(pack_dir, *_assemble(entries), fsync)
 
 
-def index_oids(idx_path: str) -> list[bytes]:
-    """The raw object ids a version-2 pack index lists."""
-    with open(idx_path, "rb") as f:
-        head = f.read(8 + 1024)
-        if head[:8] != _IDX_MAGIC:
-            raise ValueError(f"{idx_path}: not a version 2 pack index")
-        count = struct.unpack(">I", head[-4:])[0]
-        data = f.read(20 * count)
-    return [data[i : i + 20] for i in range(0, len(data), 20)]
-
-
 def is_intact(base: str) -> bool:
     """Whether a pack and its index are whole: sizes agree and both name the same checksum.
 

@@ -172,7 +172,7 @@ class GitCheckpointStore(CheckpointStore):
         what = f"checkpoint {hexid[:12]} field {name!r}"
         if mode == MODE_TREE:
             out: list = []
-            for chunk in sorted(self._repo.read_tree(raw).items()):
+            for chunk in sorted(self._history.tree(raw).items()):
                 part = serde.loads(self._blob(chunk[1][1]), what)
                 if not isinstance(part, list):
                     raise CorruptionError(f"{what}: chunk {chunk[0]} is not a list")
