@@ -23,7 +23,7 @@ import tempfile
 import threading
 import time
 import weakref
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 import pygit2
 from pygit2.enums import ObjectType
@@ -49,6 +49,8 @@ JOURNAL_LIMIT = 64 * 2**20
 GENERATION = "qvc/generation"  # replaced whenever history is deleted or rewritten
 CONSOLIDATE_AT = 32  # small packs this store wrote before they are merged into one
 LOCK_WAIT = 10.0
+T = TypeVar("T")
+MISS_RETRIES = 8  # lookups of an object while other stores keep merging packs
 
 _open_repos: weakref.WeakSet[Repository] = weakref.WeakSet()
 
@@ -170,7 +172,7 @@ class Repository:
         """An object's data; :class:`CorruptionError` if it is missing, unreadable or not ``kind``."""
         oid = pygit2.Oid(raw=raw)
         try:
-            otype, data = self.git.odb.read(oid)
+            otype, data = self.retry_on_miss(lambda: self.git.odb.read(oid))
         except KeyError:
             raise CorruptionError(f"object {oid} is missing") from None
         except (pygit2.GitError, OSError, ValueError) as exc:
@@ -178,6 +180,22 @@ class Repository:
         if kind is not None and otype != TYPES[kind]:
             raise CorruptionError(f"object {oid} is a {otype.name.lower()}, expected a {kind}")
         return data
+
+    def retry_on_miss(self, lookup: Callable[[], T]) -> T:
+        """Run a libgit2 object lookup, looking again while the pack directory keeps changing.
+
+        libgit2 rescans the pack directory once on a miss. Another store merging its small
+        packs can delete one between that scan and the lookup, hiding objects that now sit in
+        the merged pack the scan did not see. A miss counts only once the directory held still.
+        """
+        for _ in range(MISS_RETRIES):
+            before = os.listdir(self.pack_dir)
+            try:
+                return lookup()
+            except KeyError:
+                if sorted(os.listdir(self.pack_dir)) == sorted(before):
+                    raise
+        return lookup()
 
     def read_tree(self, raw: bytes) -> dict[str, tuple[int, bytes]]:
         """A tree's entries as ``{name: (mode, raw oid)}``."""

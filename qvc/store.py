@@ -373,7 +373,8 @@ class GitCheckpointStore(CheckpointStore):
             return False
         if commit == ancestor:
             return True
-        return self._repo.git.descendant_of(pygit2.Oid(hex=commit), pygit2.Oid(hex=ancestor))
+        repo = self._repo
+        return repo.retry_on_miss(lambda: repo.git.descendant_of(pygit2.Oid(hex=commit), pygit2.Oid(hex=ancestor)))
 
     def _keep_superseded(self, record: Record, thread: str, tip: str) -> None:
         name = superseded_prefix(thread) + tip

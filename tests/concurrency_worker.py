@@ -61,6 +61,10 @@ def check(tup) -> str | None:
 def writer(path: str, mode: str, thread: str, n: int, tag: str, hold: bool = False) -> int:
     from qvc import Checkpoint, CheckpointConfig, CheckpointConflictError, DurabilityMode, GitCheckpointStore
 
+    if "--small-merges" in sys.argv:  # merge (and delete) small packs every other put
+        import qvc.repository
+
+        qvc.repository.CONSOLIDATE_AT = 2
     store = GitCheckpointStore(path, durability=DurabilityMode(mode))
     print("READY", flush=True)
     sys.stdin.readline()

@@ -526,3 +526,31 @@ def test_fresh_lock_of_a_dead_writer_does_not_block_forever(tmp_path):
         took = _timed_put(store, "t", "L-00001", 1, 20.0)
         print(f"put waited {took:.1f} s for the fresh stale lock")
     fsck(path)
+
+
+def test_reader_finds_objects_while_other_processes_merge_packs(tmp_path):
+    """A merge deletes small packs another process's libgit2 may have just scanned: lookups retry."""
+    path = str(tmp_path / "repo.qvc")
+    GitCheckpointStore(path).close()
+    writers = [spawn("writer", path, "exit", f"b{k}", "100000", f"m{k}", "--small-merges") for k in range(2)]
+    store = GitCheckpointStore(path)
+    repo = store.repository
+    seen: set[str] = set()
+    try:
+        go(*writers)
+        deadline = time.monotonic() + 6.0
+        k = 0
+        while time.monotonic() < deadline:
+            k += 1
+            head = repo.ref(f"refs/heads/b{k % 2}")
+            if head is None or head in seen:
+                continue
+            seen.add(head)
+            commit = repo.read(bytes.fromhex(head), "commit")  # CorruptionError if it were "missing"
+            repo.read_tree(bytes.fromhex(commit.split(b"\n", 1)[0][5:].decode()))
+    finally:
+        for w in writers:
+            w.kill()
+            w.wait()
+        store.close()
+    assert len(seen) > 100, f"the writers hardly wrote ({len(seen)} heads seen)"
