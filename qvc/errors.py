@@ -54,3 +54,7 @@ class CorruptionError(QvcError):
 
 class DurabilityError(QvcError):
     """A background flush failed; raised on the next call, on ``flush()`` or ``close()``."""
+
+
+class AmbiguousNameError(InvalidInputError):
+    """A name (checkpoint id prefix, SHA prefix) matches more than one checkpoint."""

@@ -79,8 +79,7 @@ class Journal:
         fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.write(self._fd, MAGIC)
         os.rename(tmp, self.path)
-        if fsync:
-            fsync_dir(directory)  # the file's name must survive for its records to be found
+        self._named = not fsync  # the name reaches stable storage with the first flush
         self._lock = threading.Lock()
         self._sync_lock = threading.Lock()
         self._appended = 0  # sequence number of the last record written to the OS
@@ -123,6 +122,9 @@ class Journal:
             covered = self._appended
             if self._fsync:
                 try:
+                    if not self._named:  # the file's name must survive for its records to be found
+                        fsync_dir(self.directory)
+                        self._named = True
                     os.fdatasync(self._fd)
                 except OSError as exc:
                     self.failed = exc  # Linux may have dropped the pages: never report success again

@@ -20,22 +20,28 @@ if TYPE_CHECKING:
 _SAFE_CONFIG = [
     "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "gc.auto=0",
     "-c", "uploadpack.packObjectsHook=", "-c", "core.sshCommand=false", "-c", "core.pager=cat",
+    "-c", "repack.writeBitmaps=false", "-c", "core.logAllRefUpdates=true",
 ]
 
 
-def git(repo_path: str, *args: str, lock_fd: int | None = None) -> str:
-    """Run ``git`` on the repository; raise :class:`QvcError` with git's message on failure.
+def run(repo_path: str, *args: str, lock_fd: int | None = None) -> subprocess.CompletedProcess:
+    """Run ``git`` on the repository with its configuration neutralized; return the finished process.
 
     ``lock_fd`` (the maintenance lock) is inherited by git, so the lock outlives this process
     if it is killed while git runs.
     """
     exe = shutil.which("git")
     if exe is None:
-        raise QvcError("git is not installed; it is needed for maintenance (gc, purge)")
+        raise QvcError("git is not installed; it is needed for maintenance (gc, fsck, purge, log --graph)")
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(GIT_DIR=repo_path, GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_TERMINAL_PROMPT="0")
-    proc = subprocess.run([exe, *_SAFE_CONFIG, *args], env=env, capture_output=True, text=True,
+    return subprocess.run([exe, *_SAFE_CONFIG, *args], env=env, capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, pass_fds=() if lock_fd is None else (lock_fd,))
+
+
+def git(repo_path: str, *args: str, lock_fd: int | None = None) -> str:
+    """Run ``git`` (see :func:`run`); its output, or :class:`QvcError` with git's message on failure."""
+    proc = run(repo_path, *args, lock_fd=lock_fd)
     if proc.returncode != 0:
         detail = (proc.stderr or proc.stdout).strip().splitlines()
         raise QvcError(f"git {args[0]} failed: {detail[-1] if detail else proc.returncode}")
@@ -50,3 +56,23 @@ def purge(repo: Repository, lock_fd: int) -> None:
     git(repo.path, "repack", "-a", "-d", "-q", lock_fd=lock_fd)
     git(repo.path, "prune", "--expire=now", lock_fd=lock_fd)
     harden(repo.path, fsync=repo.fsync)
+
+
+def gc(repo: Repository, lock_fd: int) -> None:
+    """Pack refs and objects (git's own maintenance; libgit2 has none). Keeps unreachable objects:
+    deleted checkpoints stay recoverable until :func:`purge`. Call under ``repo.exclusive()``."""
+    repo.harden()
+    git(repo.path, "pack-refs", "--all", "--prune", lock_fd=lock_fd)
+    git(repo.path, "repack", "-a", "-d", "-q", "--keep-unreachable", lock_fd=lock_fd)
+    harden(repo.path, fsync=repo.fsync)
+
+
+def due(repo: Repository) -> str | None:
+    """Why maintenance (``qvc gc``) is due, or ``None``: many packs, loose objects or loose refs."""
+    packs = sum(1 for n in os.listdir(repo.pack_dir) if n.endswith(".idx"))
+    objects = os.path.join(repo.path, "objects")
+    loose = sum(len(os.listdir(os.path.join(objects, d))) for d in os.listdir(objects) if len(d) == 2)
+    refs = sum(len(files) for _, _, files in os.walk(os.path.join(repo.path, "refs")))
+    reasons = [f"{n} {what}" for n, what, limit in ((packs, "packs", 50), (loose, "loose objects", 1000),
+                                                     (refs, "loose refs", 2000)) if n > limit]
+    return ", ".join(reasons) or None

@@ -18,6 +18,7 @@ The result is a :class:`RecoveryReport`, kept as ``store.recovery`` and logged.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import time
 from dataclasses import dataclass, field, fields
@@ -30,7 +31,7 @@ from .durability import harden
 from .errors import CorruptionError
 from .journal import claim_orphans, fsync_dir, read_records
 from .layout import MODE_TREE
-from .repository import GENERATION
+from .repository import GENERATION, ReflogEntry
 
 if TYPE_CHECKING:
     from .repository import Repository
@@ -50,6 +51,7 @@ class RecoveryReport:
     temp_files_removed: int = 0
     empty_objects_removed: int = 0
     damaged_packs_removed: list[str] = field(default_factory=list)
+    reflogs_repaired: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return any(getattr(self, f.name) for f in fields(self))
@@ -63,9 +65,40 @@ class RecoveryReport:
             (self.temp_files_removed, f"removed {self.temp_files_removed} temporary file(s)"),
             (self.empty_objects_removed, f"removed {self.empty_objects_removed} empty object file(s)"),
             (self.damaged_packs_removed, f"removed damaged pack(s) {', '.join(self.damaged_packs_removed)}"),
+            (self.reflogs_repaired, f"repaired reflog(s) of {', '.join(self.reflogs_repaired)}"),
         )
         parts = [text for present, text in lines if present]
         return "; ".join(parts) or "nothing to repair"
+
+
+def needed(repo: Repository) -> bool:
+    """Whether :func:`recover` has anything to do, judged without the exclusive lock: a journal
+    no live store holds, or a lock, temporary or half-created journal file left behind."""
+    journal_dir = os.path.join(repo.qvc_dir, "journal")
+    try:
+        names = os.listdir(journal_dir)
+    except FileNotFoundError:
+        return False
+    for name in names:
+        if name.endswith(".wal.new"):
+            return True
+        if name.endswith(".wal"):
+            try:
+                fd = os.open(os.path.join(journal_dir, name), os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return True  # nobody holds it: its owner died
+            except BlockingIOError:
+                pass
+            finally:
+                os.close(fd)
+    for top in ("refs", "objects"):
+        for _, _, files in os.walk(os.path.join(repo.path, top)):
+            if any(n.endswith(".lock") or n.startswith("tmp_") or ".tmp-" in n for n in files):
+                return True
+    return any(os.path.exists(os.path.join(repo.path, n)) for n in ("packed-refs.lock", "config.lock", "HEAD.lock"))
 
 
 def recover(repo: Repository) -> RecoveryReport:
@@ -79,8 +112,12 @@ def recover(repo: Repository) -> RecoveryReport:
         if orphans:
             _remove_empty_objects(repo, report)
             _remove_damaged_packs(repo, report)
-        for path, _ in orphans:
-            _replay(repo, path, report)
+        moves = [_replay(repo, path, report) for path, _ in orphans]
+        if orphans:
+            _repair_reflogs(repo, report)  # before restoring refs appends to the reflogs
+        for journal_moves in moves:
+            for name, history in journal_moves.items():
+                _restore_ref(repo, name, history, report)
         if report:
             harden(repo.path, fsync=repo.fsync)
         for path, _ in orphans:
@@ -172,7 +209,8 @@ def _loose_path(repo: Repository, raw: bytes) -> str:
     return os.path.join(repo.path, "objects", hexid[:2], hexid[2:])
 
 
-def _replay(repo: Repository, path: str, report: RecoveryReport) -> None:
+def _replay(repo: Repository, path: str, report: RecoveryReport) -> dict[str, list]:
+    """Restore the journal's missing objects; return its ref moves (``{ref: [(old, new, seen)]}``)."""
     report.journals_replayed += 1
     moves: dict[str, list[tuple[str | None, str | None, float]]] = {}
     for record in read_records(path):
@@ -191,8 +229,41 @@ def _replay(repo: Repository, path: str, report: RecoveryReport) -> None:
             report.objects_restored += 1
         for name, old, new in record.refs:
             moves.setdefault(name, []).append((new if record.base else old, new, record.seen.get(name)))
-    for name, history in moves.items():
-        _restore_ref(repo, name, history, report)
+    return moves
+
+
+def _repair_reflogs(repo: Repository, report: RecoveryReport) -> None:
+    """Drop the reflog lines a crash tore, zero-filled or left pointing at lost objects.
+
+    Reflogs are appended without a flush, so after a power loss their tail may name commits
+    that never reached the disk. Only reflogs whose last line is bad are rewritten.
+    """
+    logs = os.path.join(repo.path, "logs")
+
+    def usable(line: bytes) -> bool:
+        entry = ReflogEntry.parse(line)
+        return entry is not None and all(sha is None or _history_reads(repo, sha, {sha})
+                                         for sha in (entry.old, entry.new))
+
+    for dirpath, _, files in os.walk(logs):
+        for fname in files:
+            path = os.path.join(dirpath, fname)
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except OSError:
+                continue
+            lines = data.split(b"\n")
+            if lines[-1] == b"":
+                lines.pop()
+            if not lines or (data.endswith(b"\n") and usable(lines[-1])):
+                continue
+            good = [ln for ln in lines if usable(ln)]
+            tmp = path + ".qvc-repair"
+            with open(tmp, "wb") as f:
+                f.write(b"".join(ln + b"\n" for ln in good))
+            os.replace(tmp, path)
+            report.reflogs_repaired.append(os.path.relpath(path, logs))
 
 
 def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str | None, list | None]],
@@ -242,7 +313,8 @@ def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str 
         if refs.get(name) is not None:
             refs.delete(name)
     else:
-        refs.create(name, pygit2.Oid(hex=value), force=True)
+        repo.git.create_reference_direct(name, pygit2.Oid(hex=value), True,
+                                         message="recovery: restored from the journal")
     report.refs_restored.append(name)
 
 

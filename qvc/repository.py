@@ -23,6 +23,7 @@ import tempfile
 import threading
 import time
 import weakref
+from dataclasses import dataclass
 from typing import Callable, Iterator, TypeVar
 
 import pygit2
@@ -53,6 +54,32 @@ T = TypeVar("T")
 MISS_RETRIES = 8  # lookups of an object while other stores keep merging packs
 
 _open_repos: weakref.WeakSet[Repository] = weakref.WeakSet()
+_ZERO = "0" * 40
+
+
+@dataclass(frozen=True)
+class ReflogEntry:
+    """One movement of a ref: from ``old`` to ``new`` (``None`` = absent) at ``time``, and why."""
+
+    old: str | None
+    new: str | None
+    time: int
+    who: str
+    message: str
+
+    @classmethod
+    def parse(cls, line: bytes) -> ReflogEntry | None:
+        """Parse one reflog line; ``None`` if it is malformed (torn by a crash)."""
+        try:
+            head, _, message = line.decode("utf-8", "replace").partition("\t")
+            old, new, rest = head.split(" ", 2)
+            who, when, _tz = rest.rsplit(" ", 2)
+            if len(old) != 40 or len(new) != 40:
+                return None
+            int(old, 16), int(new, 16)
+            return cls(None if old == _ZERO else old, None if new == _ZERO else new, int(when), who, message)
+        except ValueError:
+            return None
 
 # qvc writes whole, valid objects itself; libgit2's check that a ref's target exists would
 # rescan the pack directory for every fresh pack. This is a process-wide libgit2 setting.
@@ -72,9 +99,9 @@ def _create(path: str) -> None:
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".qvc-init-", dir=parent)
     try:
-        repo = pygit2.init_repository(tmp, bare=True)
+        repo = pygit2.init_repository(tmp, bare=True, initial_head="main")
         repo.config[FORMAT_KEY] = "1"
-        repo.config["core.logAllRefUpdates"] = "false"
+        repo.config["core.logAllRefUpdates"] = "true"  # reflogs of threads: `qvc reflog`
         repo.config["gc.auto"] = "0"
         repo.config["receive.denyNonFastForwards"] = "false"
         repo.free()
@@ -132,15 +159,34 @@ class Repository:
         self._merged: list[str] = []  # packs this store merged
         self._packs_lock = threading.Lock()
         self._consolidate_lock = threading.Lock()
-        with self.exclusive():
-            self.recovery = recovery.recover(self)
+        # Recovery takes the exclusive lock (pausing writers) only when a quick look finds work.
+        self.recovery = recovery.RecoveryReport()
+        if recovery.needed(self):
+            with self.exclusive():
+                self.recovery = recovery.recover(self)
         if self.recovery:
             log.warning("qvc: recovered %s: %s", self.path, self.recovery.summary())
-        self.journal = Journal(os.path.join(self.qvc_dir, "journal"), fsync=fsync)
-        self._flusher = Worker(self.journal.sync, max_lag) if durability is DurabilityMode.ASYNC else None
+        self._journal: Journal | None = None  # created by the first write: readers leave no trace
+        self._journal_mutex = threading.Lock()
+        self._flusher = Worker(self._sync_journal, max_lag) if durability is DurabilityMode.ASYNC else None
         self._packer: Worker | None = None  # started on first need
         self._closed = False
         _open_repos.add(self)
+
+    @property
+    def journal(self) -> Journal:
+        """This store's journal, created on first use."""
+        journal = self._journal
+        if journal is None:
+            with self._journal_mutex:
+                if self._journal is None:
+                    self._journal = Journal(os.path.join(self.qvc_dir, "journal"), fsync=self.fsync)
+                journal = self._journal
+        return journal
+
+    def _sync_journal(self) -> None:
+        if self._journal is not None:
+            self._journal.sync()
 
     def _check(self) -> None:
         try:
@@ -282,10 +328,12 @@ class Repository:
         except pygit2.GitError as exc:
             raise CorruptionError(f"{self.path}: refs are unreadable: {exc}") from None
 
-    def move_ref(self, record: Record, name: str, old: str | None, new: str | None) -> None:
+    def move_ref(self, record: Record, name: str, old: str | None, new: str | None,
+                 message: str | None = None) -> None:
         """Compare-and-swap ``name`` from ``old`` to ``new`` (``None`` = absent) and note it.
 
-        Raises :class:`CheckpointConflictError` if the ref is not at ``old``.
+        ``message`` is the reflog entry's cause (threads' branches keep reflogs). Raises
+        :class:`CheckpointConflictError` if the ref is not at ``old``.
         """
         self.store_objects(record)
         if old is not None and name not in self._touched:
@@ -299,7 +347,7 @@ class Repository:
         while True:
             record.seen[name] = [self.file_identity(name), self.file_identity(GENERATION)]
             try:
-                self._cas(name, old, new)
+                self._cas(name, old, new, message)
                 break
             except (OSError, pygit2.GitError) as exc:  # another writer holds the ref's lock file
                 if "lock" not in str(exc):
@@ -314,7 +362,7 @@ class Repository:
             self._touched.add(name)
         record.refs.append((name, old, new))
 
-    def _cas(self, name: str, old: str | None, new: str | None) -> None:
+    def _cas(self, name: str, old: str | None, new: str | None, message: str | None) -> None:
         git = self.git
         refs = git.references
         if old is None:
@@ -327,7 +375,7 @@ class Repository:
                 tx.lock_ref(name)
                 if refs.get(name) is not None:
                     raise CheckpointConflictError(f"{name}: created by another writer meanwhile")
-                tx.set_target(name, pygit2.Oid(hex=new), message="qvc")
+                tx.set_target(name, pygit2.Oid(hex=new), message=message or "qvc")
             return
         ref = refs.get(name)
         current = None if ref is None else str(ref.target)
@@ -338,11 +386,62 @@ class Repository:
             if new is None:
                 ref.delete()
             else:
-                ref.set_target(pygit2.Oid(hex=new))
+                ref.set_target(pygit2.Oid(hex=new), message or "qvc")
         except pygit2.GitError as exc:
             if "does not match" in str(exc) or "not found" in str(exc):
                 raise CheckpointConflictError(f"{name}: moved by another writer meanwhile") from None
             raise
+
+    # -- HEAD and reflogs ---------------------------------------------------------------
+
+    def head_ref(self) -> tuple[str | None, str | None]:
+        """``(ref name, commit)`` HEAD stands for: ``(name, None)`` on an unborn branch,
+        ``(None, commit)`` when detached."""
+        try:
+            head = self.git.references.get("HEAD")
+        except (pygit2.GitError, ValueError) as exc:
+            raise CorruptionError(f"{self.path}: HEAD is unreadable: {exc}") from None
+        if head is None:
+            raise CorruptionError(f"{self.path}: HEAD is missing")
+        if head.type == pygit2.enums.ReferenceType.SYMBOLIC:
+            name = head.target
+            return name, self.ref(name)
+        return None, str(head.target)
+
+    def set_head(self, target: str) -> None:
+        """Point HEAD at a ref name (``refs/heads/...``, possibly unborn) or detach it at a commit.
+
+        Durable on return (unless the repository was opened with ``fsync=False``)."""
+        with self.writing():
+            if target.startswith("refs/"):
+                self.git.set_head(target)
+            else:
+                self.git.set_head(pygit2.Oid(hex=target))
+            if self.fsync:
+                fd = os.open(os.path.join(self.path, "HEAD"), os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                fsync_dir(self.path)
+
+    def reflog(self, name: str) -> list[ReflogEntry]:
+        """The reflog of ``name`` (e.g. a thread's branch), newest first; ``[]`` if it has none.
+
+        Parsed leniently: a line torn by a crash is skipped, not an error.
+        """
+        try:
+            with open(os.path.join(self.path, "logs", name), "rb") as f:
+                data = f.read()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return []
+        out = []
+        for line in data.split(b"\n"):
+            entry = ReflogEntry.parse(line)
+            if entry is not None:
+                out.append(entry)
+        out.reverse()
+        return out
 
     def file_identity(self, name: str) -> list | None:
         """``[inode, mtime ns]`` of the file holding ref ``name`` (its loose file, else packed-refs)
@@ -403,7 +502,7 @@ class Repository:
         dirty pages and report success next time), so every call raises until the store is
         reopened, which replays the journal.
         """
-        exc = self.journal.failed
+        exc = self._journal.failed if self._journal is not None else None
         if exc is None and self._flusher is not None:
             exc = self._flusher.error
         if exc is not None:
@@ -414,7 +513,7 @@ class Repository:
         self._ensure_open()
         self.raise_if_failed()
         try:
-            self.journal.sync()
+            self._sync_journal()
         except OSError as exc:
             raise DurabilityError(f"{self.path}: flush failed ({exc}); reopen the store") from exc
 
@@ -473,18 +572,20 @@ class Repository:
         if self._flusher is not None:
             self._flusher.stop()
             error = self._flusher.error
-        error = error or self.journal.failed
-        if self._packer is not None:
-            self._packer.stop()
-        self._consolidate_quietly()
-        try:
-            self.journal.sync()
-            harden(self.path, fsync=self.fsync)
-            # After a failed flush the journal is the only trustworthy record: keep it for replay.
-            self.journal.close(remove=error is None)
-        except OSError as exc:
-            error = error or exc
-            self.journal.close(remove=False)  # keep it: the next open replays it
+        journal = self._journal
+        if journal is not None:  # else this store never wrote: nothing to flush
+            error = error or journal.failed
+            if self._packer is not None:
+                self._packer.stop()
+            self._consolidate_quietly()
+            try:
+                journal.sync()
+                harden(self.path, fsync=self.fsync)
+                # After a failed flush the journal is the only trustworthy record: keep it for replay.
+                journal.close(remove=error is None)
+            except OSError as exc:
+                error = error or exc
+                journal.close(remove=False)  # keep it: the next open replays it
         os.close(self._shared_fd)
         with self._gits_lock:
             for git in self._gits:

@@ -19,6 +19,7 @@ from . import serde
 from .base import CheckpointStore
 from .durability import DurabilityMode
 from .errors import (
+    AmbiguousNameError,
     CheckpointConflictError,
     CorruptionError,
     InvalidInputError,
@@ -37,6 +38,7 @@ from .layout import (
     commit_message,
     decode_header,
     encode_header,
+    escape_trailer,
     tree_bytes,
 )
 from .recovery import RecoveryReport
@@ -52,8 +54,8 @@ from .refnames import (
     superseded_prefix,
     writes_ref,
 )
-from .repository import Repository
-from .types import Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointTuple, PendingWrite, StateVersions
+from .repository import ReflogEntry, Repository
+from .types import Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointTuple, Head, PendingWrite, StateVersions
 
 _HEXISH = re.compile(r"^[0-9a-fA-F]{4,40}$")
 _ORDER = ".order"
@@ -131,6 +133,73 @@ class GitCheckpointStore(CheckpointStore):
         """The commit SHA of a thread's head, or ``None`` for a thread with no checkpoints."""
         return self._repo.ref(head_ref(thread_id))
 
+    def commit(self, sha: str) -> CommitInfo:
+        """What a checkpoint commit says (id, thread, step, parents, time, message), without its
+        state. Raises :class:`CorruptionError` if it is missing or malformed."""
+        return self._history.commit(sha)
+
+    def first_parents(self, sha: str) -> Iterator[CommitInfo]:
+        """The commit and its first parents, newest first (``git log --first-parent``)."""
+        return self._history.first_parents(sha)
+
+    def changed(self, sha: str) -> list[str]:
+        """The fields a checkpoint added or changed against its first parent (from the trees)."""
+        return self._history.changed(sha)
+
+    def tree_entries(self, sha: str) -> dict[str, tuple[int, bytes]]:
+        """The raw entries (``{encoded name: (mode, raw id)}``) of a checkpoint commit's tree."""
+        return self._history.entries(self._history.commit(sha))
+
+    def blob(self, raw: bytes) -> bytes:
+        """A blob's bytes by raw id."""
+        return self._history.blob(raw)
+
+    def read(self, sha: str) -> CheckpointTuple:
+        """The checkpoint stored in commit ``sha``, fully decoded. Raises :class:`CorruptionError`."""
+        return self._tuple(sha)
+
+    def pending_writes_at(self, sha: str) -> Optional[list[PendingWrite]]:
+        """The pending writes of the checkpoint in commit ``sha`` (``None`` if it has none)."""
+        return self._writes(sha)
+
+    def thread_of_ref(self, name: str) -> str | None:
+        """The thread a ``refs/heads/...`` name stands for (``None`` for other refs)."""
+        if not name.startswith(HEADS):
+            return None
+        component = name[len(HEADS):]
+        thread = decode_thread(component)
+        if thread is None:  # a hashed long id: the full id is in its commits
+            tip = self._repo.ref(name)
+            thread = (self._history.commit(tip).thread_id if tip else None) or component
+        return thread
+
+    def current(self) -> Head:
+        """What HEAD stands for: the current thread and its head commit (``None`` while it has
+        no checkpoints), or, when detached, no thread and the checkpoint commit."""
+        name, commit = self._repo.head_ref()
+        return Head(self.thread_of_ref(name) if name else None, commit)
+
+    def checkout(self, thread_id: str | None = None, *, commit: str | None = None) -> Head:
+        """Make ``thread_id`` the current thread, or detach HEAD at ``commit`` (a commit SHA).
+
+        A thread need not exist yet (its first put creates it, like git's unborn branch).
+        Durable on return. Raises :class:`InvalidThreadIdError` / :class:`UnknownCheckpointError`.
+        """
+        if (thread_id is None) == (commit is None):
+            raise InvalidInputError("checkout needs exactly one of a thread or a commit")
+        if thread_id is not None:
+            self._repo.set_head(head_ref(check_thread_id(thread_id)))
+        else:
+            if not (isinstance(commit, str) and len(commit) == 40 and _HEXISH.match(commit)):
+                raise InvalidInputError(f"not a commit SHA: {commit!r}")
+            self._history.commit(commit.lower())  # exists and parses
+            self._repo.set_head(commit.lower())
+        return self.current()
+
+    def reflog(self, thread_id: str) -> list[ReflogEntry]:
+        """Every movement of the thread's head, newest first (puts, resets, forks, deletes)."""
+        return self._repo.reflog(head_ref(check_thread_id(thread_id)))
+
     def resolve(self, name: str) -> str:
         """The commit SHA of a checkpoint named by id, unique id prefix, commit SHA or SHA prefix.
 
@@ -147,7 +216,7 @@ class GitCheckpointStore(CheckpointStore):
         if len(matches) == 1:
             return matches.pop()
         if matches:
-            raise InvalidInputError(f"checkpoint {name!r} is ambiguous: matches {len(matches)} checkpoints")
+            raise AmbiguousNameError(f"checkpoint {name!r} is ambiguous: matches {len(matches)} checkpoints")
         raise UnknownCheckpointError(f"unknown checkpoint {name!r}")
 
     def _target(self, config: CheckpointConfig) -> str | None:
@@ -270,14 +339,7 @@ class GitCheckpointStore(CheckpointStore):
 
     def threads(self) -> list[str]:
         """Every thread id, sorted."""
-        out = []
-        for name, tip in self._repo.refs(HEADS):
-            component = name[len(HEADS):]
-            thread = decode_thread(component)
-            if thread is None:
-                thread = self._history.commit(tip).thread_id or component
-            out.append(thread)
-        return sorted(out)
+        return sorted(self.thread_of_ref(name) for name, _ in self._repo.refs(HEADS))
 
     # -- writing --------------------------------------------------------------------------
 
@@ -355,9 +417,13 @@ class GitCheckpointStore(CheckpointStore):
                                          checkpoint.id, thread)
                 data = commit_bytes(tree.hex(), [parent] if parent else [], message, now)
                 new = self._repo.write(record, "commit", data).hex()
+                cause = f"{metadata.get('source') or 'put'}: step {checkpoint.step} {checkpoint.id}"
                 if head is not None and parent != head and not self._descends(parent, head):
                     self._keep_superseded(record, thread, head)
-                self._repo.move_ref(record, ref, head, new)
+                    cause += " (time travel)"
+                elif parent is not None and parent != head:
+                    cause += f" (fork of {self._history.commit(parent).checkpoint_id})"
+                self._repo.move_ref(record, ref, head, new, cause)
             finally:
                 if record.refs:
                     self._repo.commit(record)
@@ -421,7 +487,7 @@ class GitCheckpointStore(CheckpointStore):
                 try:
                     if head is not None and not self._descends(target, head):
                         self._keep_superseded(record, thread, head)
-                    self._repo.move_ref(record, ref, head, target)
+                    self._repo.move_ref(record, ref, head, target, f"reset: moving to {info.checkpoint_id}")
                 finally:
                     self._repo.commit(record)
         return CheckpointConfig(thread, info.checkpoint_id)
@@ -536,8 +602,9 @@ class GitCheckpointStore(CheckpointStore):
                     rekeyed.append((writes_ref(new), None, wtip))
                 dropped.append((writes_ref(old), wtip, None))
             try:
+                cause = f"delete: checkpoint {info.checkpoint_id}"
                 for name, old, new in rekeyed + moves + dropped:
-                    self._repo.move_ref(record, name, old, new)
+                    self._repo.move_ref(record, name, old, new, cause)
             finally:
                 self._repo.commit(record)
                 self._history.bump_generation()
@@ -590,6 +657,85 @@ class GitCheckpointStore(CheckpointStore):
             finally:
                 self._repo.commit(record)
                 self._history.bump_generation()
+
+    def rename_thread(self, old_id: str, new_id: str) -> None:
+        """Rename a thread: its branch, superseded lines, reflog and the thread id its own
+        checkpoints record (their ids stay; their commit SHAs change, pending writes follow).
+
+        Raises :class:`UnknownThreadError`, :class:`CheckpointConflictError` if ``new_id``
+        exists or another writer moved the thread meanwhile, and :class:`InvalidInputError`
+        if other threads were forked from it (their history records the old name; fork instead).
+        """
+        old, new = check_thread_id(old_id), check_thread_id(new_id)
+        if old == new:
+            return
+        with self._repo.writing():
+            tips = [(head_ref(old), self.head(old))] + list(self._repo.refs(superseded_prefix(old)))
+            tips = [(n, t) for n, t in tips if t is not None]
+            if not tips:
+                raise UnknownThreadError(f"thread {old!r} has no checkpoints")
+            if self.head(new) is not None or list(self._repo.refs(superseded_prefix(new))):
+                raise CheckpointConflictError(f"thread {new!r} already exists")
+            own = {info.hex for _, tip in tips for info in self._history.first_parents(tip)
+                   if info.thread_id == old}
+            for name, tip in self._repo.refs(HEADS):
+                if name != head_ref(old) and any(i.hex in own for i in self._history.first_parents(tip)):
+                    raise InvalidInputError(f"thread {self.thread_of_ref(name)!r} was forked from {old!r}; "
+                                            f"renaming would duplicate checkpoints (fork {old!r} instead)")
+            record, mapping = Record(), {}
+            for _, tip in tips:
+                self._relabel(tip, old, new, mapping, record)
+            moves = [(head_ref(new), None, mapping.get(tips[0][1], tips[0][1]))]
+            moves += [(superseded_prefix(new) + mapping.get(t, t), None, mapping.get(t, t)) for _, t in tips[1:]]
+            for sha, fresh in mapping.items():
+                wtip = self._repo.ref(writes_ref(sha))
+                if wtip is not None:
+                    moves += [(writes_ref(fresh), None, wtip), (writes_ref(sha), wtip, None)]
+            moves += [(name, tip, None) for name, tip in tips]
+            logs = os.path.join(self.path, "logs")
+            reflog = self._repo.reflog(head_ref(old))
+            try:
+                for name, was, now in moves:
+                    self._repo.move_ref(record, name, was, now, f"branch: renamed {old} to {new}")
+            finally:
+                self._repo.commit(record)
+                self._history.bump_generation()
+            if reflog:  # carry the old reflog over, under the new name
+                path = os.path.join(logs, head_ref(new))
+                with open(path, "rb") as f:
+                    tail = f.read()
+                lines = [f"{e.old or '0' * 40} {e.new or '0' * 40} {e.who} {e.time} +0000\t{e.message}\n"
+                         for e in reversed(reflog)]
+                with open(path + ".qvc-rename", "wb") as f:
+                    f.write("".join(lines).encode() + tail)
+                os.replace(path + ".qvc-rename", path)
+
+    def _relabel(self, tip: str, old: str, new: str, mapping: dict[str, str], record: Record) -> None:
+        chain = []
+        for info in self._history.first_parents(tip):
+            if info.hex in mapping or info.thread_id != old:
+                break
+            chain.append(info)
+        for info in reversed(chain):
+            entries = dict(self._history.entries(info))
+            header, metadata = decode_header(self._blob(entries[HEADER][1]), f"checkpoint {info.hex[:12]}")
+            header["thread_id"] = new
+            parents = [mapping.get(p, p) for p in info.parents]
+            if isinstance(header.get("versions"), list) and header["versions"]:
+                header["versions"] = [parents[0] if parents else None, header["versions"][1]]
+            entries[HEADER] = (MODE_BLOB, self._repo.write(record, "blob", encode_header(header, metadata)))
+            tree = self._repo.write(record, "tree", tree_bytes(entries))
+            message = info.message.replace(f"\nThread: {escape_trailer(old)}\n", f"\nThread: {escape_trailer(new)}\n")
+            data = commit_bytes(tree.hex(), parents, message, info.time)
+            mapping[info.hex] = self._repo.write(record, "commit", data).hex()
+
+    def gc(self) -> None:
+        """Pack objects and refs with git (waits for writers in every process). Deleted
+        checkpoints stay in the object store; :meth:`purge` drops them."""
+        from .maintenance import gc
+
+        with self._repo.exclusive() as lock_fd:
+            gc(self._repo, lock_fd)
 
     def purge(self) -> None:
         """Make deleted checkpoints unrecoverable: drop unreachable objects from the repository.

@@ -101,3 +101,16 @@ class CheckpointTuple(NamedTuple):
     metadata: CheckpointMetadata
     parent_config: Optional[CheckpointConfig] = None
     pending_writes: Optional[List[PendingWrite]] = None
+
+
+@dataclass(frozen=True)
+class Head:
+    """What HEAD stands for: the current ``thread`` (``None`` when detached) and its ``commit``
+    (``None`` while the thread has no checkpoints)."""
+
+    thread: Optional[str]
+    commit: Optional[str]
+
+    @property
+    def detached(self) -> bool:
+        return self.thread is None

@@ -215,22 +215,25 @@ class Model:
 
 
 def replay_lines(model: Model, lines: list[str]) -> tuple[list[str] | None, set[str], bool]:
-    """Apply the ACKs; return (operation in flight or None, cids acknowledged, store was opened)."""
+    """Apply the ACKs; return (operation in flight or None, cids acknowledged, the writer wrote).
+
+    A store creates its journal with its first write, so a writer with an acknowledged write
+    certainly left a journal to replay.
+    """
     inflight = None
     acked: set[str] = set()
-    opened = False
+    wrote = False
     for line in lines:
         parts = line.split(" ")
         if parts[0] == "ERROR":
             raise AssertionError(f"writer reported: {line}")
-        if parts[0] == "OPEN":
-            opened = True
-        elif parts[0] == "BEGIN":
+        if parts[0] == "BEGIN":
             assert inflight is None, f"two operations in flight: {inflight} and {parts}"
             inflight = parts[1:]
         elif parts[0] == "ACK":
             assert inflight is not None and inflight[:3] == parts[1:4], f"ACK {parts} without BEGIN ({inflight})"
             model.apply(parts[1:])
+            wrote = True
             if parts[1] == "PUT":
                 acked.add(parts[3])
             elif parts[1] == "FORK":
@@ -241,7 +244,7 @@ def replay_lines(model: Model, lines: list[str]) -> tuple[list[str] | None, set[
         if inflight[0] == "PUT":
             thread, cid, step = inflight[1], inflight[2], int(inflight[3])
             model.maybe[cid] = (thread, step, cw.make_state(thread, cid, step))
-    return inflight, acked, opened
+    return inflight, acked, wrote
 
 
 def check_checkpoint(store, cid: str, expected, where: str) -> None:
@@ -376,7 +379,7 @@ def crash_loop(tmp_path: Path, mode: str, iterations: int, seed: int) -> dict:
     rng = random.Random(seed)
     path = tmp_path / "repo.qvc"
     model = Model()
-    stats = {"iterations": 0, "acks": 0, "killed_in_open": 0, "journals_replayed": 0, "locks_removed": 0,
+    stats = {"iterations": 0, "acks": 0, "killed_before_a_write": 0, "journals_replayed": 0, "locks_removed": 0,
              "objects_restored": 0, "refs_restored": 0, "inflight": 0,
              "recovered_by_writer": 0, "orphaned_git": 0,
              "t_writer": 0.0, "t_fsck": 0.0, "t_open": 0.0, "t_verify": 0.0}
@@ -421,11 +424,11 @@ def crash_loop(tmp_path: Path, mode: str, iterations: int, seed: int) -> dict:
         wait_gone(list(w.orphans))
         stats["t_writer"] += time.monotonic() - t_start
         assert w.proc.returncode == -signal.SIGKILL, f"{where}: writer ended with {w.proc.returncode}:\n{w.stderr()}"
-        inflight, acked, opened = replay_lines(model, lines)
+        inflight, acked, wrote = replay_lines(model, lines)
         acked_since |= acked
         stats["iterations"] += 1
         stats["acks"] += sum(1 for ln in lines if ln.startswith("ACK "))
-        stats["killed_in_open"] += not opened
+        stats["killed_before_a_write"] += not wrote
         stats["inflight"] += inflight is not None
 
         # (a) the repository is a valid git repository as the killed writer left it
@@ -447,7 +450,7 @@ def crash_loop(tmp_path: Path, mode: str, iterations: int, seed: int) -> dict:
         try:
             assert took < 10, f"{where}: opening took {took:.1f} s"
             rec = store.recovery
-            if opened:
+            if wrote:
                 assert rec.journals_replayed >= 1, f"{where}: the killed writer's journal was not replayed: {rec}"
             stats["journals_replayed"] += rec.journals_replayed
             stats["locks_removed"] += len(rec.locks_removed)
@@ -505,7 +508,7 @@ def two_writer_loop(tmp_path: Path, mode: str, kills: int, seed: int) -> dict:
                 lines = a.finish()
             wait_gone(list(a.orphans))
             assert b.proc.poll() is None, f"{where}: writer B died:\n{b.stderr()}"
-            _, acked, opened = replay_lines(model_a, lines)
+            _, acked, wrote = replay_lines(model_a, lines)
             acked_a |= acked
             stats["kills"] += 1
             stats["acks_a"] += sum(1 for ln in lines if ln.startswith("ACK "))
@@ -516,7 +519,7 @@ def two_writer_loop(tmp_path: Path, mode: str, kills: int, seed: int) -> dict:
             try:
                 took = time.monotonic() - t0
                 assert took < 10, f"{where}: opening took {took:.1f} s while B writes"
-                if opened:
+                if wrote:
                     assert store.recovery.journals_replayed >= 1, f"{where}: {store.recovery}"
                 verify(store, model_a, acked_a, rng, where, prefix="a-")
                 acked_a = set()
@@ -649,11 +652,11 @@ put("f", "F", 2, parent="D")  # a fork of D
 s.put_writes(CheckpointConfig("f", "F"), [("c", 1), ("d", 2)], "task")
 print("ACKED", flush=True)
 repo, real, n = s.repository, s.repository.move_ref, [0]
-def move_ref(record, name, old, new):  # SIGKILL this process at its k-th ref move
+def move_ref(record, name, old, new, message=None):  # SIGKILL this process at its k-th ref move
     n[0] += 1
     if n[0] == k:
         os.kill(os.getpid(), signal.SIGKILL)
-    return real(record, name, old, new)
+    return real(record, name, old, new, message)
 repo.move_ref = move_ref
 s.delete(CheckpointConfig("t", "D"))
 print("DELETED", n[0], flush=True)

@@ -1,0 +1,159 @@
+"""History as people read it: ``qvc log`` entries, newest first, and the fork graph.
+
+Entries are read from commits and trees only (a checkpoint's state is not decoded, except its
+``status`` field when it has one), so listing stays cheap on long threads.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Iterator
+
+from . import serde
+from .errors import CorruptionError, InvalidInputError
+from .layout import MODE_BLOB
+from .refnames import HEADS, SUPERSEDED, encode_name
+
+if TYPE_CHECKING:
+    from .history import CommitInfo
+    from .store import GitCheckpointStore
+
+
+@dataclass
+class LogEntry:
+    """One checkpoint as ``qvc log`` shows it."""
+
+    commit: str
+    checkpoint_id: str
+    thread: str | None
+    step: int | None
+    source: str
+    time: int
+    parents: tuple[str, ...]
+    changed: list[str]
+    status: str | None = None
+    heads: list[str] = field(default_factory=list)  # threads whose head this is
+    superseded: bool = False  # only reachable through a line left by time travel
+
+    def to_json(self) -> dict[str, Any]:
+        """The stable ``--json`` form (documented in README.md)."""
+        return {
+            "id": self.checkpoint_id, "commit": self.commit, "thread": self.thread, "step": self.step,
+            "source": self.source, "time": datetime.fromtimestamp(self.time, timezone.utc).isoformat(),
+            "timestamp": self.time, "parents": list(self.parents), "changed": self.changed,
+            "status": self.status, "heads": self.heads, "superseded": self.superseded,
+        }
+
+
+def source_of(info: CommitInfo) -> str:
+    """The ``source`` metadata, as recorded in the commit subject (``step N · source · ...``)."""
+    parts = info.message.split("\n", 1)[0].split(" · ")
+    return " · ".join(parts[1:-1]) if len(parts) >= 3 and parts[0].startswith("step ") else ""
+
+
+def entry(store: GitCheckpointStore, commit: str, heads: dict[str, list[str]] | None = None,
+          superseded: bool = False) -> LogEntry:
+    """The log entry of one checkpoint commit."""
+    info = store.commit(commit)
+    return LogEntry(commit, info.checkpoint_id, info.thread_id, info.step, source_of(info), info.time,
+                    info.parents, store.changed(commit), _status(store, info),
+                    (heads or {}).get(commit, []), superseded)
+
+
+def _status(store: GitCheckpointStore, info: CommitInfo) -> str | None:
+    found = store.tree_entries(info.hex).get(encode_name("status"))
+    if found is None or found[0] != MODE_BLOB:
+        return None
+    try:
+        value = serde.loads(store.blob(found[1]), "status")
+    except CorruptionError:
+        return None
+    return value if isinstance(value, str) and len(value) <= 40 else None
+
+
+def head_map(store: GitCheckpointStore) -> dict[str, list[str]]:
+    """``{commit: [threads whose head it is]}``."""
+    out: dict[str, list[str]] = {}
+    for name, tip in store.repository.refs(HEADS):
+        out.setdefault(tip, []).append(store.thread_of_ref(name))
+    return out
+
+
+def log(store: GitCheckpointStore, start: str | None = None, *, limit: int | None = None,
+        all: bool = False) -> Iterator[LogEntry]:
+    """Checkpoints newest first.
+
+    With ``start`` (a commit), its first-parent line, crossing into the source thread at a
+    fork (``git log --first-parent``). With ``all``, every checkpoint reachable from any thread
+    or superseded line, newest first by commit time (``git log --all --date-order``); those
+    reachable only through a superseded line are marked ``superseded``.
+    """
+    if limit is not None and limit < 0:
+        raise InvalidInputError(f"limit must be a non-negative integer, not {limit!r}")
+    heads = head_map(store)
+    count = 0
+    if not all:
+        if start is None:
+            return
+        for info in store.first_parents(start):
+            if limit is not None and count >= limit:
+                return
+            count += 1
+            yield entry(store, info.hex, heads)
+        return
+    live = set(heads)
+    tips = list(heads) + [tip for _, tip in store.repository.refs(SUPERSEDED)]
+    on_live = _reachable_from(store, live)
+    queue: list[tuple[int, str]] = []
+    seen: set[str] = set()
+    for tip in tips:
+        if tip not in seen:
+            seen.add(tip)
+            heapq.heappush(queue, (-store.commit(tip).time, tip))
+    while queue:
+        _, commit = heapq.heappop(queue)
+        if limit is not None and count >= limit:
+            return
+        count += 1
+        yield entry(store, commit, heads, superseded=commit not in on_live)
+        for parent in store.commit(commit).parents:
+            if parent not in seen:
+                seen.add(parent)
+                heapq.heappush(queue, (-store.commit(parent).time, parent))
+
+
+def _reachable_from(store: GitCheckpointStore, tips: set[str]) -> set[str]:
+    out: set[str] = set()
+    stack = list(tips)
+    while stack:
+        commit = stack.pop()
+        if commit in out:
+            continue
+        out.add(commit)
+        stack.extend(store.commit(commit).parents)
+    return out
+
+
+def graph(store: GitCheckpointStore, start: str | None = None, *, limit: int | None = None, all: bool = False,
+          color: bool = False) -> str:
+    """The fork graph drawn by ``git log --graph`` (threads as branch decorations).
+
+    git is better at laying out a graph than anything we would write; it runs with the
+    repository's own configuration neutralized (see :mod:`qvc.maintenance`).
+    """
+    from .maintenance import git
+
+    fmt = "%h%C(auto)%d%Creset %s  %C(dim)%ad · %(trailers:key=Checkpoint-Id,valueonly,separator=%x2C)%Creset"
+    args = ["log", "--graph", "--date-order", "--date=relative", f"--format={fmt}",
+            f"--color={'always' if color else 'never'}"]
+    if limit is not None:
+        args.append(f"-n{int(limit)}")
+    if all:
+        args += ["--branches", f"--glob={SUPERSEDED}*"]
+    elif start is not None:
+        args.append(start)
+    else:
+        return ""
+    return git(store.path, *args, "--")
