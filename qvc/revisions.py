@@ -89,8 +89,10 @@ def _base(store: GitCheckpointStore, text: str) -> Revision | None:
     if text == "HEAD":
         head = store.current()
         if head.commit is None:
+            threads = store.threads()
+            hint = f"; threads: {', '.join(threads[:5])}{', ...' if len(threads) > 5 else ''}" if threads else ""
             raise UnknownThreadError(f"HEAD: the current thread {head.thread!r} has no checkpoints yet "
-                                     "(choose one with `qvc checkout THREAD`)")
+                                     f"(name a thread, or choose one with `qvc checkout THREAD`{hint})")
         return Revision(head.commit, head.thread)
     thread = thread_named(store, text)
     if thread is not None:

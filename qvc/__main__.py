@@ -1,0 +1,5 @@
+"""``python -m qvc``: the command line."""
+
+from .cli import run
+
+run()

@@ -1,0 +1,823 @@
+"""The ``qvc`` command line: a thin click shell over the library.
+
+Every command is a library call (:mod:`qvc.store`, :mod:`qvc.revisions`, :mod:`qvc.log`,
+:mod:`qvc.statediff`, :mod:`qvc.statefiles`, :mod:`qvc.fsck`, :mod:`qvc.status`); this module
+only parses arguments and prints. Errors are one line on stderr with a distinct exit status
+(see :data:`EXIT_CODES`); ``--json`` output is stable and documented in README.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+import click
+
+from . import __version__
+from .errors import (
+    CheckpointConflictError,
+    CorruptionError,
+    DurabilityError,
+    InvalidInputError,
+    NotARepositoryError,
+    NotFoundError,
+    QvcError,
+    UnknownThreadError,
+)
+
+EXIT_ERROR = 1  # any other failure (git missing, I/O)
+EXIT_USAGE = 2  # bad arguments or input
+EXIT_NOT_FOUND = 3  # unknown thread, checkpoint, field
+EXIT_CONFLICT = 4  # another writer got there first; a name already taken
+EXIT_CORRUPT = 5  # damaged repository (also `qvc fsck` finding problems)
+EXIT_DURABILITY = 6  # a flush failed
+EXIT_NOT_A_REPO = 128  # no repository here (git's "fatal" status)
+
+EXIT_CODES: list[tuple[type[BaseException], int]] = [
+    (NotARepositoryError, EXIT_NOT_A_REPO), (NotFoundError, EXIT_NOT_FOUND), (InvalidInputError, EXIT_USAGE),
+    (CheckpointConflictError, EXIT_CONFLICT), (CorruptionError, EXIT_CORRUPT), (DurabilityError, EXIT_DURABILITY),
+    (QvcError, EXIT_ERROR),
+]
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+# -- plumbing of the shell ---------------------------------------------------------------------
+
+
+class Session:
+    """Per-invocation state: where the repository is, output settings, the open store."""
+
+    def __init__(self, repo: str | None, color: str, pager: bool):
+        self.repo = repo
+        self.color = (color == "always" or color == "auto" and sys.stdout.isatty()
+                      and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb")
+        self.pager = pager
+        self._store = None
+
+    def store(self):
+        """The repository's store, opened on first use (closed when the command ends)."""
+        if self._store is None:
+            from .discovery import find_repository
+            from .store import GitCheckpointStore
+
+            self._store = GitCheckpointStore(find_repository(explicit=self.repo), create=False)
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+
+def session() -> Session:
+    return click.get_current_context().find_object(Session)
+
+
+def style(text: str, **kw: Any) -> str:
+    return click.style(text, **kw) if session().color else text
+
+
+def out(text: str = "") -> None:
+    click.echo(text, color=session().color)
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, ensure_ascii=False, indent=2, allow_nan=False))
+
+
+def page(lines: list[str]) -> None:
+    """Print ``lines``; through a pager when they do not fit a terminal (never when piped)."""
+    s = session()
+    text = "\n".join(lines)
+    height = shutil.get_terminal_size((80, 24)).lines
+    if s.pager and sys.stdout.isatty() and sys.stdin.isatty() and len(lines) > height - 1:
+        os.environ.setdefault("LESS", "FRX")  # like git: quit if one screen, keep colors
+        pager = os.environ.get("QVC_PAGER") or os.environ.get("PAGER")
+        if pager is not None:
+            os.environ["PAGER"] = pager
+        click.echo_via_pager(text + "\n", color=s.color)
+    elif text:
+        click.echo(text, color=s.color)
+
+
+def ago(ts: int | float, now: float | None = None) -> str:
+    """``3 minutes ago``: the relative form people read fastest."""
+    delta = int((time.time() if now is None else now) - ts)
+    if delta < 0:
+        return "in the future"
+    for unit, size in (("year", 365 * 86400), ("month", 30 * 86400), ("week", 7 * 86400), ("day", 86400),
+                       ("hour", 3600), ("minute", 60), ("second", 1)):
+        if delta >= size:
+            n = delta // size
+            return f"{n} {unit}{'s' if n != 1 else ''} ago"
+    return "just now"
+
+
+def iso(ts: int | float) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat()
+
+
+def short(checkpoint_id: str) -> str:
+    """A checkpoint id short enough to read (long ids are cut; prefixes resolve)."""
+    return checkpoint_id if len(checkpoint_id) <= 16 else checkpoint_id[:12]
+
+
+def revision(store, name: str | None):
+    """Resolve a revision (default HEAD) for a command."""
+    from .revisions import parse_revision
+
+    return parse_revision(store, name or "HEAD")
+
+
+def complete_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
+    """Shell completion: thread names (and HEAD) of the repository in reach."""
+    from click.shell_completion import CompletionItem
+
+    try:
+        from .discovery import find_repository
+        from .store import GitCheckpointStore
+
+        root = ctx.find_root().params
+        if root.get("chdir"):
+            os.chdir(root["chdir"])
+        with GitCheckpointStore(find_repository(explicit=root.get("repo")), create=False) as store:
+            names = ["HEAD"] + store.threads()
+    except (QvcError, OSError):
+        return []
+    return [CompletionItem(n) for n in names if n.startswith(incomplete)]
+
+
+class Group(click.Group):
+    """Commands listed in the order they are defined (the order of the help text)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)
+
+
+@click.group(cls=Group, context_settings=CONTEXT)
+@click.option("-C", "chdir", metavar="DIR", type=click.Path(file_okay=False),
+              help="Run as if qvc was started in DIR.")
+@click.option("--repo", metavar="PATH", type=click.Path(file_okay=False),
+              help="The repository (default: $QVC_DIR, else .qvc here or in a parent).")
+@click.option("--color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
+              help="Colors (auto: on a terminal, unless NO_COLOR is set).")
+@click.option("--no-pager", is_flag=True, help="Never page long output.")
+@click.version_option(__version__, "--version", prog_name="qvc")
+@click.pass_context
+def cli(ctx: click.Context, chdir: str | None, repo: str | None, color: str, no_pager: bool) -> None:
+    """qvc: git-like checkpoint history of AI agent runs.
+
+    Each thread is a branch, each checkpoint a commit. Name checkpoints by id, unique id
+    prefix, commit SHA or prefix, THREAD (its head), HEAD, and suffixes ~N, ^, @{N}.
+
+    \b
+    Example:
+      qvc log -n 5 run-7
+      qvc diff run-7~1 run-7
+    """
+    if chdir is not None:
+        try:
+            os.chdir(chdir)
+        except OSError as exc:
+            raise click.UsageError(f"cannot change to {chdir}: {exc.strerror}") from None
+    s = Session(repo, color, not no_pager)
+    ctx.obj = s
+    ctx.call_on_close(s.close)
+
+
+# -- init, status ------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("path", required=False, type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def init(path: str | None, as_json: bool) -> None:
+    """Create a repository (.qvc in the current directory by default).
+
+    \b
+    Example:
+      qvc init            # ./.qvc
+      qvc init runs.qvc
+    """
+    from .discovery import DEFAULT_NAME, is_repository
+    from .store import GitCheckpointStore
+
+    target = os.path.abspath(path or session().repo or DEFAULT_NAME)
+    existed = is_repository(target)
+    if os.path.exists(target) and not existed and (not os.path.isdir(target) or os.listdir(target)):
+        raise InvalidInputError(f"{target} exists and is not a qvc repository")
+    GitCheckpointStore(target).close()
+    if as_json:
+        emit_json({"path": target, "created": not existed})
+    else:
+        out(f"{'Reinitialized existing' if existed else 'Initialized empty'} qvc repository in {target}")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(as_json: bool) -> None:
+    """Show the repository, current thread, head and what needs attention.
+
+    \b
+    Example:
+      qvc status
+    """
+    from .status import status as repo_status
+
+    st = repo_status(session().store())
+    if as_json:
+        emit_json(st.to_json())
+        return
+    out(f"repository {st.path}")
+    if st.thread is None:
+        out(f"HEAD detached at {style(short(st.head_id or ''), fg='yellow')} (step {st.head_step})")
+    elif st.head is None:
+        out(f"On thread {style(st.thread, fg='green')} (no checkpoints yet)")
+    else:
+        out(f"On thread {style(st.thread, fg='green')}, head {style(short(st.head_id), fg='yellow')} "
+            f"(step {st.head_step})")
+    out(f"durability {st.durability} · {st.threads} thread(s) · {st.superseded_lines} superseded line(s) · "
+        f"{st.pending_writes} checkpoint(s) with pending writes")
+    if st.recovery:
+        out(style(f"recovered on open: {st.recovery}", fg="yellow"))
+    if st.maintenance_due:
+        out(style(f"maintenance due ({st.maintenance_due}): run `qvc gc`", fg="yellow"))
+
+
+# -- log, show, diff ---------------------------------------------------------------------------
+
+
+def _decorations(entry, head) -> str:
+    names = [f"HEAD -> {t}" if t == head.thread else t for t in entry.heads]
+    if head.thread is None and head.commit == entry.commit:
+        names.insert(0, "HEAD")
+    if entry.superseded:
+        names.append("superseded")
+    return f" ({', '.join(names)})" if names else ""
+
+
+@cli.command()
+@click.argument("name", required=False, shell_complete=complete_names)
+@click.option("-n", "--max-count", "limit", type=click.IntRange(min=0), help="Show at most N checkpoints.")
+@click.option("--oneline", is_flag=True, help="One line per checkpoint.")
+@click.option("--graph", is_flag=True, help="Draw forks across threads (git's graph).")
+@click.option("--all", "all_", is_flag=True, help="Every thread and the lines superseded by time travel.")
+@click.option("--json", "as_json", is_flag=True, help="A JSON array of checkpoints.")
+def log(name: str | None, limit: int | None, oneline: bool, graph: bool, all_: bool, as_json: bool) -> None:
+    """Show checkpoints, newest first (default: the current thread).
+
+    NAME is a thread or a checkpoint; its line is followed back through forks.
+
+    \b
+    Example:
+      qvc log --oneline -n 20 run-7
+      qvc log --all --graph
+    """
+    from .log import graph as draw
+    from .log import log as walk
+
+    store = session().store()
+    head = store.current()
+    start = None if all_ and name is None else revision(store, name).commit
+    if graph:
+        text = draw(store, start, limit=limit, all=all_, color=session().color)
+        page(text.rstrip("\n").split("\n") if text else [])
+        return
+    entries = walk(store, start, limit=limit, all=all_)
+    if as_json:
+        emit_json([e.to_json() for e in entries])
+        return
+    lines: list[str] = []
+    for e in entries:
+        status = f" [{e.status}]" if e.status else ""
+        changed = ", ".join(e.changed) if e.changed else "(nothing)"
+        if oneline:
+            lines.append(f"{style(e.commit[:7], fg='yellow')} {short(e.checkpoint_id)} step {e.step} · "
+                         f"{e.source or 'put'} · {len(e.changed)} changed{status}"
+                         f"{style(_decorations(e, head), fg='cyan')}")
+            continue
+        lines.append(style(f"checkpoint {e.checkpoint_id}", fg="yellow")
+                     + style(_decorations(e, head), fg="cyan"))
+        lines.append(f"Commit:  {e.commit[:12]}   Thread: {e.thread}   Step: {e.step}   "
+                     f"Source: {e.source or 'put'}{'   Status: ' + e.status if e.status else ''}")
+        lines.append(f"Date:    {ago(e.time)} ({datetime.fromtimestamp(e.time).astimezone():%Y-%m-%d %H:%M:%S %z})")
+        lines.append(f"Changed: {changed}")
+        lines.append("")
+    page(lines[:-1] if lines and lines[-1] == "" else lines)
+
+
+@cli.command()
+@click.argument("name", required=False, shell_complete=complete_names)
+@click.option("--field", "fields", multiple=True, metavar="NAME", help="Show only this state field (repeatable).")
+@click.option("--full", is_flag=True, help="Do not shorten long strings and lists.")
+@click.option("--json", "as_json", is_flag=True, help="The exact data (lossless tagged JSON).")
+def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool) -> None:
+    """Show a checkpoint: header, metadata, state and pending writes (default: HEAD).
+
+    \b
+    Example:
+      qvc show run-7~2 --field messages --full
+      qvc show 3f2a9c --json
+    """
+    from .statediff import shorten
+    from .statefiles import to_jsonable
+
+    store = session().store()
+    rev = revision(store, name)
+    tup = store.read(rev.commit)
+    info = store.commit(rev.commit)
+    cp = tup.checkpoint
+    state = cp.state_data
+    for f in fields:
+        if f not in state:
+            raise NotFoundError(f"checkpoint {short(cp.id)} has no field {f!r} (fields: {', '.join(state) or 'none'})")
+    shown = {f: state[f] for f in fields} if fields else state
+    parent = tup.parent_config
+    if as_json:
+        emit_json({
+            "id": cp.id, "commit": rev.commit, "thread": cp.thread_id, "step": cp.step,
+            "parent": {"thread": parent.thread_id, "id": parent.checkpoint_id} if parent else None,
+            "created_at": cp.created_at, "time": iso(info.time), "timestamp": info.time,
+            "metadata": to_jsonable(tup.metadata, "metadata"), "state": to_jsonable(shown, "state"),
+            "state_versions": cp.state_versions,
+            "pending_writes": [{"task": w.task_id, "channel": w.channel, "value": to_jsonable(w.value, "write")}
+                               for w in tup.pending_writes or []],
+        })
+        return
+    width = max(40, shutil.get_terminal_size((100, 24)).columns - 4)
+    lines = [style(f"checkpoint {cp.id}", fg="yellow"),
+             f"Commit:   {rev.commit}",
+             f"Thread:   {cp.thread_id}   Step: {cp.step}",
+             f"Parent:   {parent.thread_id}@{parent.checkpoint_id}" if parent else "Parent:   (none)",
+             f"Date:     {ago(info.time)} ({cp.created_at or iso(info.time)})"]
+    if tup.metadata:
+        lines.append(style("Metadata:", bold=True))
+        lines += [f"  {k}: {shorten(v, full, width)}" for k, v in tup.metadata.items()]
+    lines.append(style(f"State ({len(state)} field{'s' if len(state) != 1 else ''}):", bold=True))
+    for f, v in shown.items():
+        version = cp.state_versions.get(f)
+        lines.append(f"  {style(f, fg='green')}{f' (v{version})' if version else ''}: {shorten(v, full, width)}")
+    writes = tup.pending_writes or []
+    lines.append(style(f"Pending writes ({len(writes)}):", bold=True) if writes else "Pending writes: none")
+    lines += [f"  {w.task_id} {w.channel}: {shorten(w.value, full, width)}" for w in writes]
+    page(lines)
+
+
+@cli.command()
+@click.argument("a", shell_complete=complete_names)
+@click.argument("b", required=False, shell_complete=complete_names)
+@click.option("--stat", is_flag=True, help="Only counts per field.")
+@click.option("--full", is_flag=True, help="Do not shorten values.")
+@click.option("--json", "as_json", is_flag=True, help="Structured changes as JSON.")
+def diff(a: str, b: str | None, stat: bool, full: bool, as_json: bool) -> None:
+    """Show which fields changed between two checkpoints, and how.
+
+    With one checkpoint, compares it with its parent; with two, A to B.
+
+    \b
+    Example:
+      qvc diff run-7            # the head against its parent
+      qvc diff run-7~5 run-7 --stat
+    """
+    from .statediff import diff_states, format_diff, format_stat, to_json
+
+    store = session().store()
+    ra = revision(store, a)
+    if b is None:
+        parent = store.commit(ra.commit).parent
+        old = store.read(parent).checkpoint.state_data if parent else {}
+        new = store.read(ra.commit).checkpoint.state_data
+    else:
+        old = store.read(ra.commit).checkpoint.state_data
+        new = store.read(revision(store, b).commit).checkpoint.state_data
+    diffs = diff_states(old, new)
+    if as_json:
+        emit_json(to_json(diffs))
+    elif stat:
+        out(format_stat(diffs))
+    else:
+        width = max(40, shutil.get_terminal_size((100, 24)).columns - 4)
+        text = format_diff(diffs, color=session().color, full=full, width=width)
+        page(text.split("\n") if text else [])
+
+
+# -- threads: branch, checkout, commit, reset, reflog ------------------------------------------
+
+
+def _fork(store, rev, new: str):
+    from .fork import fork_checkpoint
+    from .types import CheckpointConfig
+
+    if store.head(new) is not None:
+        raise CheckpointConflictError(f"thread {new!r} already exists")
+    info = store.commit(rev.commit)
+    return fork_checkpoint(store, CheckpointConfig(info.thread_id or "", rev.commit), new)
+
+
+@cli.command()
+@click.argument("names", nargs=-1, shell_complete=complete_names)
+@click.option("-v", "--verbose", is_flag=True, help="Head step, status, last update and checkpoint count.")
+@click.option("-d", "--delete", "delete", is_flag=True, help="Delete threads (refuses when unsafe).")
+@click.option("-D", "force_delete", is_flag=True, help="Delete threads, no questions asked.")
+@click.option("-m", "--move", "move", is_flag=True, help="Rename: OLD NEW (or NEW for the current thread).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def branch(names: tuple[str, ...], verbose: bool, delete: bool, force_delete: bool, move: bool,
+           as_json: bool) -> None:
+    """List, fork, delete or rename threads.
+
+    \b
+    qvc branch [-v]                 list threads (* marks the current one)
+    qvc branch NEW [CHECKPOINT]     fork a new thread (default: from HEAD)
+    qvc branch -d THREAD...         delete; refuses the current thread and threads with
+                                    lines kept by time travel (use -D)
+    qvc branch -m [OLD] NEW         rename
+
+    \b
+    Example:
+      qvc branch retry-1 run-7~3
+    """
+    store = session().store()
+    if sum((delete or force_delete, move)) > 1:
+        raise click.UsageError("choose one of -d/-D and -m")
+    if delete or force_delete:
+        if not names:
+            raise click.UsageError("name the thread(s) to delete")
+        _delete_threads(store, names, force_delete)
+        return
+    if move:
+        if len(names) not in (1, 2):
+            raise click.UsageError("usage: qvc branch -m [OLD] NEW")
+        current = store.current()
+        old, new = (current.thread, names[0]) if len(names) == 1 else names
+        if old is None:
+            raise InvalidInputError("HEAD is detached: name the thread to rename")
+        store.rename_thread(old, new)
+        if current.thread == old:
+            store.checkout(new)
+        out(f"Renamed thread {old!r} to {new!r}")
+        return
+    if names:
+        if len(names) > 2:
+            raise click.UsageError("usage: qvc branch NEW [CHECKPOINT]")
+        rev = revision(store, names[1] if len(names) == 2 else None)
+        made = _fork(store, rev, names[0])
+        source = store.commit(rev.commit).checkpoint_id
+        if as_json:
+            emit_json({"thread": made.thread_id, "id": made.checkpoint_id, "from": source})
+        else:
+            out(f"Forked thread {made.thread_id!r} from {short(source)} "
+                f"(new checkpoint {short(made.checkpoint_id)})")
+        return
+    _list_threads(store, verbose or as_json, as_json)
+
+
+def _delete_threads(store, names: tuple[str, ...], force: bool) -> None:
+    from .refnames import superseded_prefix
+
+    current = store.current().thread
+    for name in names:
+        if store.head(name) is None:
+            raise UnknownThreadError(f"thread {name!r} not found")
+        if not force:
+            if name == current:
+                raise InvalidInputError(f"cannot delete the current thread {name!r} (checkout another, or use -D)")
+            kept = list(store.repository.refs(superseded_prefix(name)))
+            if kept:
+                raise InvalidInputError(f"thread {name!r} has {len(kept)} line(s) kept by time travel that would be "
+                                        "deleted too (see `qvc log --all`); use -D to delete anyway")
+    for name in names:
+        head = store.commit(store.head(name))
+        store.delete_thread(name)
+        out(f"Deleted thread {name} (was {short(head.checkpoint_id)}; data stays until `qvc gc --prune`)")
+
+
+def _list_threads(store, verbose: bool, as_json: bool) -> None:
+    from .log import entry
+
+    current = store.current().thread
+    rows = []
+    for thread in store.threads():
+        tip = store.head(thread)
+        row: dict[str, Any] = {"thread": thread, "current": thread == current, "head": tip}
+        if verbose:
+            e = entry(store, tip)
+            row.update(head_id=e.checkpoint_id, step=e.step, status=e.status, updated=iso(e.time), timestamp=e.time,
+                       checkpoints=sum(1 for _ in store.first_parents(tip)))
+        rows.append(row)
+    if as_json:
+        emit_json(rows)
+        return
+    width = max((len(r["thread"]) for r in rows), default=0)
+    lines = []
+    for r in rows:
+        mark = "*" if r["current"] else " "
+        name = style(r["thread"].ljust(width), fg="green") if r["current"] else r["thread"].ljust(width)
+        if not verbose:
+            lines.append(f"{mark} {name}")
+            continue
+        status = f" [{r['status']}]" if r["status"] else ""
+        lines.append(f"{mark} {name}  {style(short(r['head_id']), fg='yellow')} step {r['step']}{status} · "
+                     f"{r['checkpoints']} checkpoint(s) · updated {ago(r['timestamp'])}")
+    page(lines)
+
+
+@cli.command()
+@click.argument("name", required=False, shell_complete=complete_names)
+@click.option("-b", "new", metavar="NEW", help="Fork a new thread NEW at the checkpoint and switch to it.")
+@click.option("--to", "to", metavar="DIR", type=click.Path(file_okay=False),
+              help="Write the checkpoint's state to DIR as JSON files (HEAD does not move).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def checkout(name: str | None, new: str | None, to: str | None, as_json: bool) -> None:
+    """Switch threads, detach at a checkpoint, fork-and-switch, or export a state to files.
+
+    \b
+    qvc checkout THREAD               make THREAD the current thread
+    qvc checkout CHECKPOINT           detach HEAD at a checkpoint
+    qvc checkout -b NEW [CHECKPOINT]  fork NEW from it (default HEAD) and switch
+    qvc checkout [CHECKPOINT] --to DIR
+                                      one JSON file per field, to edit and `qvc commit DIR`
+
+    \b
+    Example:
+      qvc checkout run-7~2 --to fix/ && $EDITOR fix/scratchpad.json && qvc commit fix/ -m "fix plan"
+    """
+    from .revisions import thread_named
+
+    store = session().store()
+    if to is not None:
+        if new is not None:
+            raise click.UsageError("--to and -b do not go together")
+        from .statefiles import write_state
+
+        rev = revision(store, name)
+        tup = store.read(rev.commit)
+        cp = tup.checkpoint
+        files = write_state(cp.state_data, to, meta={"id": cp.id, "thread": cp.thread_id, "step": cp.step,
+                                                     "commit": rev.commit})
+        if as_json:
+            emit_json({"directory": os.path.abspath(to), "id": cp.id, "thread": cp.thread_id, "files": files})
+        else:
+            out(f"Wrote {len(files)} field(s) of checkpoint {short(cp.id)} (thread {cp.thread_id}, step {cp.step}) "
+                f"to {to}; edit them, then `qvc commit {to}`")
+        return
+    if new is not None:
+        made = _fork(store, revision(store, name), new)
+        head = store.checkout(new)
+        message = f"Switched to a new thread {new!r} (forked at {short(made.checkpoint_id)})"
+    elif name is None:
+        raise click.UsageError("name a thread or checkpoint (or use -b NEW, --to DIR)")
+    elif thread_named(store, name) is not None and name != "HEAD":
+        head = store.checkout(name)
+        message = f"Switched to thread {name!r}"
+    else:
+        rev = revision(store, name)
+        head = store.checkout(commit=rev.commit)
+        message = f"HEAD is now at {short(store.commit(rev.commit).checkpoint_id)} (detached)"
+    if as_json:
+        emit_json({"thread": head.thread, "head": head.commit, "detached": head.detached})
+    else:
+        out(message)
+
+
+@cli.command()
+@click.argument("directory", type=click.Path(file_okay=False, exists=True))
+@click.option("-m", "--message", default="", help="Why the state was edited (kept in the metadata).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def commit(directory: str, message: str, as_json: bool) -> None:
+    """Store an edited state (from `checkout --to DIR`) as a new checkpoint on the current thread.
+
+    The new checkpoint's parent is the one DIR was written from when it is on the current
+    thread (so editing an older checkpoint is time travel: the newer line is kept), else the
+    current head. Its metadata has source "update".
+
+    \b
+    Example:
+      qvc commit fix/ -m "drop the hallucinated tool result"
+    """
+    from .statefiles import read_state
+    from .types import Checkpoint, CheckpointConfig
+
+    store = session().store()
+    head = store.current()
+    if head.thread is None:
+        raise InvalidInputError("HEAD is detached: `qvc checkout THREAD` (or `checkout -b NEW`) first")
+    state, meta = read_state(directory)
+    base = meta.get("commit") if isinstance(meta.get("commit"), str) else None
+    if base is not None:
+        try:
+            info = store.commit(base)
+        except CorruptionError:
+            base = None
+        else:
+            if info.thread_id != head.thread:
+                base = None
+    parent = base or head.commit
+    pinfo = store.commit(parent) if parent else None
+    step = (pinfo.step or 0) + 1 if pinfo else 0
+    cid = uuid.uuid4().hex
+    metadata = {"source": "update", "step": step, "message": message, "edited_from": meta.get("id")}
+    checkpoint = Checkpoint(id=cid, thread_id=head.thread, step=step, state_data=state,
+                            parent_id=pinfo.checkpoint_id if pinfo else None)
+    store.put(CheckpointConfig(head.thread), checkpoint, metadata)
+    sha = store.head(head.thread)
+    changed = store.changed(sha)
+    if as_json:
+        emit_json({"thread": head.thread, "id": cid, "commit": sha, "step": step, "changed": changed,
+                   "time_travel": bool(head.commit and parent != head.commit)})
+        return
+    out(f"[{head.thread} {short(cid)}] step {step} · update · {len(changed)} field(s) changed"
+        + (f": {', '.join(changed)}" if changed else ""))
+    if head.commit and parent != head.commit:
+        out("note: the thread had moved on since the state was checked out; the newer checkpoints are "
+            "kept as a superseded line (`qvc log --all`)")
+
+
+@cli.command()
+@click.argument("name", shell_complete=complete_names)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def reset(name: str, as_json: bool) -> None:
+    """Time-travel the current thread to a checkpoint; the line left behind is kept.
+
+    Undo with `qvc reset THREAD@{1}` (see `qvc reflog`).
+
+    \b
+    Example:
+      qvc reset HEAD~3
+    """
+    store = session().store()
+    head = store.current()
+    if head.thread is None:
+        raise InvalidInputError("HEAD is detached: check out a thread to reset it")
+    rev = revision(store, name)
+    done = store.reset(head.thread, rev.commit)
+    info = store.commit(store.head(head.thread))
+    if as_json:
+        emit_json({"thread": head.thread, "id": done.checkpoint_id, "commit": info.hex, "step": info.step})
+    else:
+        out(f"HEAD is now at {short(info.checkpoint_id)} (step {info.step}) on {head.thread}"
+            + ("; the previous line is kept (`qvc log --all`)" if head.commit and head.commit != info.hex else ""))
+
+
+@cli.command()
+@click.argument("thread", required=False, shell_complete=complete_names)
+@click.option("-n", "--max-count", "limit", type=click.IntRange(min=0), help="Show at most N entries.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def reflog(thread: str | None, limit: int | None, as_json: bool) -> None:
+    """List every movement of a thread's head (default: the current thread), newest first.
+
+    \b
+    Example:
+      qvc reflog run-7 && qvc reset run-7@{2}
+    """
+    store = session().store()
+    if thread is None or thread == "HEAD":
+        thread = store.current().thread
+        if thread is None:
+            raise InvalidInputError("HEAD is detached: name a thread")
+    entries = store.reflog(thread)[:limit] if limit is not None else store.reflog(thread)
+    if not entries and store.head(thread) is None:
+        raise UnknownThreadError(f"thread {thread!r} not found")
+    if as_json:
+        emit_json([{"selector": f"{thread}@{{{i}}}", "old": e.old, "new": e.new, "time": iso(e.time),
+                    "timestamp": e.time, "message": e.message} for i, e in enumerate(entries)])
+        return
+    page([f"{style((e.new or '0' * 7)[:7], fg='yellow')} {thread}@{{{i}}}: {e.message} ({ago(e.time)})"
+          for i, e in enumerate(entries)])
+
+
+# -- maintenance --------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--prune", is_flag=True, help="Also drop deleted checkpoints for good (unrecoverable).")
+def gc(prune: bool) -> None:
+    """Pack objects and refs with git; --prune also purges deleted data.
+
+    Waits for writers in every process (briefly) and never loses a checkpoint that any
+    thread or superseded line still reaches.
+
+    \b
+    Example:
+      qvc gc --prune
+    """
+    store = session().store()
+    before = _disk_usage(store.path)
+    t0 = time.monotonic()
+    store.purge() if prune else store.gc()
+    after = _disk_usage(store.path)
+    out(f"{'Purged and packed' if prune else 'Packed'} {store.path}: {before / 2**20:.1f} MiB -> "
+        f"{after / 2**20:.1f} MiB in {time.monotonic() - t0:.1f} s")
+
+
+def _disk_usage(path: str) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def fsck(as_json: bool) -> None:
+    """Verify the repository: git's object checks, every ref, every checkpoint and pending write.
+
+    Exits with status 5 when it finds problems.
+
+    \b
+    Example:
+      qvc fsck && echo healthy
+    """
+    from .fsck import fsck as check
+
+    report = check(session().store())
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        for problem in report.problems:
+            click.echo(f"error: {problem}", err=True)
+        out(f"checked {report.refs} ref(s), {report.checkpoints} checkpoint(s), "
+            f"{report.pending_writes} set(s) of pending writes: "
+            + (f"{len(report.problems)} problem(s)" if report else "ok"))
+    if report:
+        raise SystemExit(EXIT_CORRUPT)
+
+
+@cli.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell completion script (thread names included).
+
+    \b
+    Example:
+      eval "$(qvc completion bash)"
+    """
+    from click.shell_completion import get_completion_class
+
+    cls = get_completion_class(shell)
+    click.echo(cls(cli, {}, "qvc", "_QVC_COMPLETE").source())
+
+
+# -- entry point --------------------------------------------------------------------------------
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit status for a library error (see the table in README.md)."""
+    return next(code for kind, code in EXIT_CODES if isinstance(exc, kind))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; return its exit status. Errors are one line on stderr, never a traceback."""
+    def fail(message: str, code: int) -> int:
+        click.echo(f"qvc: {message}".splitlines()[0], err=True)
+        return code
+
+    try:
+        result = cli.main(args=argv, prog_name="qvc", standalone_mode=False)
+        return result if isinstance(result, int) else 0
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code
+    except click.Abort:
+        return fail("aborted", EXIT_ERROR)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else EXIT_ERROR
+    except QvcError as exc:
+        return fail(str(exc), exit_code(exc))
+    except BrokenPipeError:  # `qvc log | head`: the reader left; not an error
+        _silence_stdout()
+        return 0
+    except KeyboardInterrupt:
+        return fail("interrupted", 130)
+    except OSError as exc:
+        return fail(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}", EXIT_ERROR)
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def run() -> None:
+    """The console script."""
+    code = main()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+    sys.exit(code)
+
