@@ -92,17 +92,29 @@ def log(store: GitCheckpointStore, start: str | None = None, *, limit: int | Non
     """
     if limit is not None and limit < 0:
         raise InvalidInputError(f"limit must be a non-negative integer, not {limit!r}")
-    heads = head_map(store)
     count = 0
     if not all:
         if start is None:
             return
+        # Decorate with the heads of the threads this line belongs to and of HEAD's thread
+        # (not every ref: listing thousands of threads would cost more than the log itself).
+        heads: dict[str, list[str]] = {}
+        threads = {store.current().thread}
+        for info in store.first_parents(start):
+            if info.thread_id not in threads:
+                break
+        threads |= {store.commit(start).thread_id}
+        for thread in sorted(t for t in threads if t is not None):
+            tip = store.head(thread)
+            if tip is not None:
+                heads.setdefault(tip, []).append(thread)
         for info in store.first_parents(start):
             if limit is not None and count >= limit:
                 return
             count += 1
             yield entry(store, info.hex, heads)
         return
+    heads = head_map(store)
     live = set(heads)
     tips = list(heads) + [tip for _, tip in store.repository.refs(SUPERSEDED)]
     on_live = _reachable_from(store, live)

@@ -86,14 +86,21 @@ def _pack_inner(obj: Any) -> bytes:
         _depth.n = level
 
 
+def _pack_members(members: Any) -> bytes:
+    """A set's members as a msgpack array in a canonical order (sorted by their encoding), so
+    equal sets always encode to the same bytes, whatever their iteration order."""
+    packed = sorted(_pack_inner(m) for m in members)
+    return msgpack.Packer().pack_array_header(len(packed)) + b"".join(packed)
+
+
 def _default(obj: Any) -> msgpack.ExtType:
     t = type(obj)
     if t is tuple:
         return msgpack.ExtType(EXT_TUPLE, _pack_inner(list(obj)))
     if t is set:
-        return msgpack.ExtType(EXT_SET, _pack_inner(list(obj)))
+        return msgpack.ExtType(EXT_SET, _pack_members(obj))
     if t is frozenset:
-        return msgpack.ExtType(EXT_FROZENSET, _pack_inner(list(obj)))
+        return msgpack.ExtType(EXT_FROZENSET, _pack_members(obj))
     if t is int:  # only reached for ints msgpack cannot hold natively (see _widen)
         return msgpack.ExtType(EXT_BIGINT, str(obj).encode())
     if t is _dt.datetime:
@@ -157,8 +164,9 @@ def _widen(value: Any, path: str) -> Any:
         return [_widen(v, f"{path}[{i}]") for i, v in enumerate(value)]
     if t in (tuple, set, frozenset):
         items = [_widen(v, f"{path}[{i}]") for i, v in enumerate(value)]
-        code = {tuple: EXT_TUPLE, set: EXT_SET, frozenset: EXT_FROZENSET}[t]
-        return msgpack.ExtType(code, _pack_inner(items))
+        if t is tuple:
+            return msgpack.ExtType(EXT_TUPLE, _pack_inner(items))
+        return msgpack.ExtType(EXT_SET if t is set else EXT_FROZENSET, _pack_members(items))
     if t is dict:
         out = {}
         for k, v in value.items():
