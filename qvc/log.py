@@ -115,15 +115,17 @@ def log(store: GitCheckpointStore, start: str | None = None, *, limit: int | Non
             yield entry(store, info.hex, heads)
         return
     heads = head_map(store)
-    live = set(heads)
     tips = list(heads) + [tip for _, tip in store.repository.refs(SUPERSEDED)]
-    on_live = _reachable_from(store, live)
-    queue: list[tuple[int, str]] = []
-    seen: set[str] = set()
-    for tip in tips:
-        if tip not in seen:
-            seen.add(tip)
-            heapq.heappush(queue, (-store.commit(tip).time, tip))
+    on_live = _reachable_from(store, set(heads))
+    everything = _reachable_from(store, set(tips))
+    # Newest first, but never a parent before any of its children (git log --date-order).
+    children = dict.fromkeys(everything, 0)
+    for commit in everything:
+        for parent in store.commit(commit).parents:
+            if parent in children:
+                children[parent] += 1
+    queue = [(-store.commit(c).time, c) for c, n in children.items() if n == 0]
+    heapq.heapify(queue)
     while queue:
         _, commit = heapq.heappop(queue)
         if limit is not None and count >= limit:
@@ -131,9 +133,10 @@ def log(store: GitCheckpointStore, start: str | None = None, *, limit: int | Non
         count += 1
         yield entry(store, commit, heads, superseded=commit not in on_live)
         for parent in store.commit(commit).parents:
-            if parent not in seen:
-                seen.add(parent)
-                heapq.heappush(queue, (-store.commit(parent).time, parent))
+            if parent in children:
+                children[parent] -= 1
+                if children[parent] == 0:
+                    heapq.heappush(queue, (-store.commit(parent).time, parent))
 
 
 def _reachable_from(store: GitCheckpointStore, tips: set[str]) -> set[str]:

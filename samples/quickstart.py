@@ -11,7 +11,8 @@ a built-in table, so every run makes the same history (only commit SHAs and ids 
 3. Time travel: the first run used a calculator that truncated to an integer. After fixing
    it, thread ``france`` is rewound to the checkpoint after the searches and replayed. The
    line it replaces stays in the repository as a superseded line.
-4. The history is printed through the qvc API, then read with plain ``git``.
+4. The history is printed through the qvc API, then read with plain ``git``
+5. and with the ``qvc`` command line (log, diff, branch, reflog, fsck).
 
 Usage::
 
@@ -265,6 +266,17 @@ def main() -> int:
     if fsck.returncode != 0:
         print("git fsck failed", file=sys.stderr)
         return 1
+
+    # 5. The qvc command line reads it too (git's verbs, checkpoint-aware output).
+    qvc = [shutil.which("qvc") or sys.executable, *([] if shutil.which("qvc") else ["-m", "qvc"])]
+    for args in (["checkout", "france"], ["log", "--oneline"], ["log", "--oneline", "--all"],
+                 ["diff", "france~1", "france"], ["branch", "-v"], ["reflog", "-n", "3"], ["fsck"]):
+        print(f"\n$ qvc {' '.join(args)}")
+        done = subprocess.run([*qvc, "--repo", repo, "--no-pager", *args], capture_output=True, text=True)
+        print((done.stdout + done.stderr).rstrip())
+        if done.returncode != 0:
+            print(f"qvc {args[0]} failed", file=sys.stderr)
+            return 1
     print(f"\nrepository: {repo}")
     return 0
 

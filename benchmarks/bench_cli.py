@@ -1,0 +1,119 @@
+#!/usr/bin/env python
+"""Wall time of whole ``qvc`` commands on a large repository, side by side with ``git``.
+
+Run by hand from the repository root::
+
+    .venv/bin/python benchmarks/bench_cli.py            # 1,000 threads + one 5,000-checkpoint thread
+    .venv/bin/python benchmarks/bench_cli.py --quick    # 200 threads + 1,000 checkpoints
+
+Each command is a fresh process (as a person runs it), timed with ``perf_counter`` around
+``subprocess.run``; commands alternate round by round so load spikes hit them all alike.
+Reported: the median wall time per command over the rounds and ratios against the floors
+measured in the same run (``python -c pass``; importing qvc's dependencies pygit2 + click) and
+against ``git log`` on the same repository. Bytecode is compiled first and kept (as a normal
+install has it), whatever PYTHONDONTWRITEBYTECODE says in the calling shell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore  # noqa: E402
+
+TARGET_LOG_MS = 150.0
+
+
+def build(path: str, threads: int, long_thread: int) -> float:
+    """A repository with ``threads`` short threads and one ``long_thread``-checkpoint thread."""
+    t0 = time.perf_counter()
+    with GitCheckpointStore(path, fsync=False, durability="exit") as store:
+        for i in range(long_thread):
+            state = {"step": i, "scratchpad": f"thinking about step {i}", "status": "RUNNING",
+                     "config": {"model": "m-1"}, "last_tool": {"name": "search", "result": "r" * (i % 200)}}
+            store.put(CheckpointConfig("big"), Checkpoint(id=f"big-{i:05d}", thread_id="big", step=i,
+                                                          state_data=state), {"source": "loop", "step": i})
+        for t in range(threads):
+            name = f"run_{t:04d}"
+            for s in range(1 + t % 2):
+                store.put(CheckpointConfig(name), Checkpoint(id=f"{name}-{s}", thread_id=name, step=s,
+                                                             state_data={"x": t, "s": s}), {"source": "loop"})
+    return time.perf_counter() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="a smaller repository and fewer rounds")
+    ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--dir", default=os.path.join(ROOT, "benchmarks", "out"))
+    args = ap.parse_args()
+    threads, long_thread = (200, 1000) if args.quick else (1000, 5000)
+    rounds = args.rounds or (7 if args.quick else 15)
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    compileall.compile_dir(os.path.join(ROOT, "qvc"), quiet=1)
+    os.makedirs(args.dir, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="bench-cli-", dir=args.dir)
+    repo = os.path.join(work, "r.qvc")
+    try:
+        took = build(repo, threads, long_thread)
+        print(f"repository: {threads} threads + 1 thread of {long_thread} checkpoints, built in {took:.0f} s")
+        script = shutil.which("qvc", path=os.path.dirname(sys.executable))
+        qvc = [script] if script else [sys.executable, "-m", "qvc"]
+        print(f"qvc command: {' '.join(qvc)}; python {sys.version.split()[0]}")
+        py = sys.executable
+        commands = {
+            "python -c pass": [py, "-c", "pass"],
+            "import pygit2, click": [py, "-c", "import pygit2, click"],
+            "git log -n 20 big": ["git", "--git-dir", repo, "log", "-n", "20", "big"],
+            "qvc log -n 20 big": [*qvc, "--repo", repo, "log", "-n", "20", "big"],
+            "qvc log --oneline -n 20 big": [*qvc, "--repo", repo, "log", "--oneline", "-n", "20", "big"],
+            "qvc show big": [*qvc, "--repo", repo, "show", "big"],
+            "qvc branch": [*qvc, "--repo", repo, "branch"],
+            "qvc status": [*qvc, "--repo", repo, "status"],
+        }
+        results: dict[str, dict[str, list[float]]] = {}
+        for phase in ("loose refs", "after qvc gc"):
+            if phase == "after qvc gc":
+                subprocess.run([*qvc, "--repo", repo, "gc"], env=env, check=True, capture_output=True)
+            times: dict[str, list[float]] = {name: [] for name in commands}
+            for cmd in commands.values():  # warm-up: page cache, pyc
+                subprocess.run(cmd, env=env, check=True, capture_output=True)
+            for r in range(rounds):
+                order = list(commands.items())
+                order = order[r % len(order):] + order[: r % len(order)]
+                for name, cmd in order:
+                    t0 = time.perf_counter()
+                    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    times[name].append((time.perf_counter() - t0) * 1000)
+            results[phase] = times
+        for phase, times in results.items():
+            med = {name: statistics.median(v) for name, v in times.items()}
+            floor, deps, git = med["python -c pass"], med["import pygit2, click"], med["git log -n 20 big"]
+            print(f"\n== {phase} (median of {rounds} runs, ms) ==")
+            print(f"{'command':32} {'median':>8} {'min':>8} {'x python':>9} {'x deps':>7} {'x git':>7}")
+            for name, v in times.items():
+                print(f"{name:32} {med[name]:8.1f} {min(v):8.1f} {med[name] / floor:9.1f} "
+                      f"{med[name] / deps:7.2f} {med[name] / git:7.1f}")
+            log_ms = med["qvc log -n 20 big"]
+            verdict = "PASS" if log_ms < TARGET_LOG_MS else "MISS"
+            print(f"target: qvc log -n 20 < {TARGET_LOG_MS:.0f} ms: {log_ms:.0f} ms {verdict} "
+                  f"(of which interpreter + pygit2 + click imports: {deps:.0f} ms)")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
