@@ -13,7 +13,6 @@ import os
 import shutil
 import sys
 import time
-import uuid
 from datetime import datetime, timezone
 from typing import Any
 
@@ -61,13 +60,16 @@ class Session:
         self.pager = pager
         self._store = None
 
-    def store(self):
-        """The repository's store, opened on first use (closed when the command ends)."""
+    def store(self, write: bool = False):
+        """The repository's store, opened on first use (closed when the command ends).
+
+        Reading commands open it read-only: no libgit2 import, no journal, no lock.
+        """
         if self._store is None:
             from .discovery import find_repository
             from .store import GitCheckpointStore
 
-            self._store = GitCheckpointStore(find_repository(explicit=self.repo), create=False)
+            self._store = GitCheckpointStore(find_repository(explicit=self.repo), create=False, readonly=not write)
         return self._store
 
     def close(self) -> None:
@@ -146,7 +148,7 @@ def complete_names(ctx: click.Context, param: click.Parameter, incomplete: str) 
         root = ctx.find_root().params
         if root.get("chdir"):
             os.chdir(root["chdir"])
-        with GitCheckpointStore(find_repository(explicit=root.get("repo")), create=False) as store:
+        with GitCheckpointStore(find_repository(explicit=root.get("repo")), create=False, readonly=True) as store:
             names = ["HEAD"] + store.threads()
     except (QvcError, OSError):
         return []
@@ -442,7 +444,7 @@ def branch(names: tuple[str, ...], verbose: bool, delete: bool, force_delete: bo
     Example:
       qvc branch retry-1 run-7~3
     """
-    store = session().store()
+    store = session().store(write=bool(delete or force_delete or move or names))
     if sum((delete or force_delete, move)) > 1:
         raise click.UsageError("choose one of -d/-D and -m")
     if delete or force_delete:
@@ -549,7 +551,7 @@ def checkout(name: str | None, new: str | None, to: str | None, as_json: bool) -
     """
     from .revisions import thread_named
 
-    store = session().store()
+    store = session().store(write=to is None)
     if to is not None:
         if new is not None:
             raise click.UsageError("--to and -b do not go together")
@@ -603,7 +605,7 @@ def commit(directory: str, message: str, as_json: bool) -> None:
     from .statefiles import read_state
     from .types import Checkpoint, CheckpointConfig
 
-    store = session().store()
+    store = session().store(write=True)
     head = store.current()
     if head.thread is None:
         raise InvalidInputError("HEAD is detached: `qvc checkout THREAD` (or `checkout -b NEW`) first")
@@ -620,6 +622,8 @@ def commit(directory: str, message: str, as_json: bool) -> None:
     parent = base or head.commit
     pinfo = store.commit(parent) if parent else None
     step = (pinfo.step or 0) + 1 if pinfo else 0
+    import uuid
+
     cid = uuid.uuid4().hex
     metadata = {"source": "update", "step": step, "message": message, "edited_from": meta.get("id")}
     checkpoint = Checkpoint(id=cid, thread_id=head.thread, step=step, state_data=state,
@@ -650,7 +654,7 @@ def reset(name: str, as_json: bool) -> None:
     Example:
       qvc reset HEAD~3
     """
-    store = session().store()
+    store = session().store(write=True)
     head = store.current()
     if head.thread is None:
         raise InvalidInputError("HEAD is detached: check out a thread to reset it")
@@ -706,7 +710,7 @@ def gc(prune: bool) -> None:
     Example:
       qvc gc --prune
     """
-    store = session().store()
+    store = session().store(write=True)
     before = _disk_usage(store.path)
     t0 = time.monotonic()
     store.purge() if prune else store.gc()

@@ -18,8 +18,6 @@ returned call wrote; only a power loss can cost ASYNC and EXIT their unflushed w
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import enum
 import os
 import threading
@@ -46,10 +44,14 @@ def harden(path: str, *, fsync: bool = True) -> None:
     """
     if not fsync:
         return
+    import ctypes  # here, not at import time: only writers flush
+
     global _libc
     if _libc is None:
-        name = ctypes.util.find_library("c")
-        _libc = ctypes.CDLL(name, use_errno=True) if name else False
+        try:
+            _libc = ctypes.CDLL(None, use_errno=True)  # the C library this process already has loaded
+        except OSError:
+            _libc = False
     syncfs = getattr(_libc, "syncfs", None) if _libc else None
     if syncfs is None:
         os.sync()

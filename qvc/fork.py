@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import uuid
 from typing import List, Optional
 
 from .base import CheckpointStore
@@ -20,6 +19,8 @@ def fork_checkpoint(store: CheckpointStore, config: CheckpointConfig,
     the line it supersedes stays reachable. Returns the new checkpoint's config. Raises
     :class:`UnknownCheckpointError` (a ``ValueError`` is what QitOS raised) if not found.
     """
+    import uuid
+
     source = store.get_tuple(config)
     if source is None:
         raise UnknownCheckpointError(f"Checkpoint not found for config: {config}")

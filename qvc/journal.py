@@ -17,7 +17,6 @@ import fcntl
 import os
 import struct
 import threading
-import uuid
 import zlib
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -70,7 +69,7 @@ class Journal:
     def __init__(self, directory: str, *, fsync: bool = True):
         os.makedirs(directory, exist_ok=True)
         self.directory = directory
-        self.path = os.path.join(directory, f"{os.getpid()}-{uuid.uuid4().hex[:12]}{SUFFIX}")
+        self.path = os.path.join(directory, f"{os.getpid()}-{os.urandom(6).hex()}{SUFFIX}")
         self._fsync = fsync
         # Created and locked under another name, then renamed: a journal is never seen unlocked,
         # so another process's recovery cannot take a starting store's journal for an orphan.

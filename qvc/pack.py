@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
-import secrets
 import struct
 import zlib
 from typing import Sequence
@@ -98,7 +97,7 @@ def _install(pack_dir: str, pack: bytes, idx: bytes, name: str, fsync: bool) -> 
     base = os.path.join(pack_dir, f"pack-{name}")
     for ext, data in ((".pack", pack), (".idx", idx)):
         # unique per call: two threads may install byte-identical packs (same name) at once
-        tmp = f"{base}{ext}.tmp-{os.getpid()}-{secrets.token_hex(6)}"
+        tmp = f"{base}{ext}.tmp-{os.getpid()}-{os.urandom(6).hex()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o444)
         try:
             os.write(fd, data)

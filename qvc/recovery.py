@@ -24,9 +24,8 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
-import pygit2
-
 from . import pack
+from ._libgit2 import pygit2
 from .durability import harden
 from .errors import CorruptionError
 from .journal import claim_orphans, fsync_dir, read_records

@@ -19,17 +19,14 @@ import fcntl
 import logging
 import os
 import shutil
-import tempfile
 import threading
 import time
 import weakref
 from dataclasses import dataclass
 from typing import Callable, Iterator, TypeVar
 
-import pygit2
-from pygit2.enums import ObjectType
-
 from . import pack
+from ._libgit2 import configured, pygit2
 from .durability import DurabilityMode, Worker, harden
 from .errors import (
     CheckpointConflictError,
@@ -43,7 +40,8 @@ from .journal import Journal, Record, fsync_dir
 
 log = logging.getLogger("qvc")
 
-TYPES = {"blob": ObjectType.BLOB, "tree": ObjectType.TREE, "commit": ObjectType.COMMIT}
+TYPES = {"blob": 3, "tree": 2, "commit": 1}  # git's object type numbers (pygit2.enums.ObjectType)
+TYPE_NAMES = {v: k for k, v in TYPES.items()} | {4: "tag"}
 QVC_DIR = "qvc"
 FORMAT_KEY = "qvc.format"
 JOURNAL_LIMIT = 64 * 2**20
@@ -81,10 +79,6 @@ class ReflogEntry:
         except ValueError:
             return None
 
-# qvc writes whole, valid objects itself; libgit2's check that a ref's target exists would
-# rescan the pack directory for every fresh pack. This is a process-wide libgit2 setting.
-pygit2.option(pygit2.enums.Option.ENABLE_STRICT_OBJECT_CREATION, 0)
-
 
 @atexit.register
 def _flush_at_exit() -> None:  # EXIT mode's promise; harmless for the others
@@ -97,9 +91,11 @@ def _create(path: str) -> None:
     """Create a bare repository at ``path`` atomically (built aside, then renamed into place)."""
     parent = os.path.dirname(path) or "."
     os.makedirs(parent, exist_ok=True)
+    import tempfile
+
     tmp = tempfile.mkdtemp(prefix=".qvc-init-", dir=parent)
     try:
-        repo = pygit2.init_repository(tmp, bare=True, initial_head="main")
+        repo = configured().init_repository(tmp, bare=True, initial_head="main")
         repo.config[FORMAT_KEY] = "1"
         repo.config["core.logAllRefUpdates"] = "true"  # reflogs of threads: `qvc reflog`
         repo.config["gc.auto"] = "0"
@@ -119,7 +115,7 @@ class Repository:
 
     def __init__(self, path: str | os.PathLike, *, create: bool = True,
                  durability: DurabilityMode = DurabilityMode.SYNC, fsync: bool = True,
-                 max_lag: float = 0.05, journal_limit: int = JOURNAL_LIMIT):
+                 max_lag: float = 0.05, journal_limit: int = JOURNAL_LIMIT, readonly: bool = False):
         from . import recovery  # recovery sits on this layer's primitives
 
         self.path = os.path.abspath(os.fspath(path))
@@ -136,14 +132,21 @@ class Repository:
         self._closed = True
         self._released = False
         if not os.path.exists(self.path) or (os.path.isdir(self.path) and not os.listdir(self.path)):
-            if not create:
+            if not create or readonly:
                 raise NotARepositoryError(f"{self.path}: no such qvc repository")
             if os.path.isdir(self.path):
                 os.rmdir(self.path)
             _create(self.path)
+        self.readonly = readonly
         self._check()
         self.qvc_dir = os.path.join(self.path, QVC_DIR)
-        os.makedirs(os.path.join(self.qvc_dir, "journal"), exist_ok=True)
+        if not readonly:
+            os.makedirs(os.path.join(self.qvc_dir, "journal"), exist_ok=True)
+        self._reader = None
+        if readonly:
+            from .odb import ObjectReader
+
+            self._reader = ObjectReader(self.path)
         self._local = threading.local()
         self._gits: list[pygit2.Repository] = []
         self._gits_lock = threading.Lock()
@@ -189,8 +192,14 @@ class Repository:
             self._journal.sync()
 
     def _check(self) -> None:
+        if self.readonly:  # no libgit2 here: look for the parts of a bare repository
+            for part, isdir in (("HEAD", False), ("objects", True), ("refs", True), (QVC_DIR, True)):
+                where = os.path.join(self.path, part)
+                if not (os.path.isdir(where) if isdir else os.path.isfile(where)):
+                    raise NotARepositoryError(f"{self.path}: not a qvc repository (no {part})")
+            return
         try:
-            git = pygit2.Repository(self.path)
+            git = configured().Repository(self.path)
         except (pygit2.GitError, KeyError, OSError) as exc:
             raise NotARepositoryError(f"{self.path}: not a qvc repository ({exc})") from None
         try:
@@ -208,7 +217,7 @@ class Repository:
         if git is None:
             if self._released:
                 raise StoreClosedError(f"{self.path}: the store is closed")
-            git = pygit2.Repository(self.path)
+            git = configured().Repository(self.path)
             self._local.git = git
             with self._gits_lock:
                 self._gits.append(git)
@@ -216,15 +225,21 @@ class Repository:
 
     def read(self, raw: bytes, kind: str | None = None) -> bytes:
         """An object's data; :class:`CorruptionError` if it is missing, unreadable or not ``kind``."""
-        oid = pygit2.Oid(raw=raw)
-        try:
-            otype, data = self.retry_on_miss(lambda: self.git.odb.read(oid))
-        except KeyError:
-            raise CorruptionError(f"object {oid} is missing") from None
-        except (pygit2.GitError, OSError, ValueError) as exc:
-            raise CorruptionError(f"object {oid} is unreadable: {exc}") from None
+        if self._reader is not None:
+            try:
+                otype, data = self._reader.read(raw)
+            except KeyError:
+                raise CorruptionError(f"object {raw.hex()} is missing") from None
+        else:
+            oid = pygit2.Oid(raw=raw)
+            try:
+                otype, data = self.retry_on_miss(lambda: self.git.odb.read(oid))
+            except KeyError:
+                raise CorruptionError(f"object {oid} is missing") from None
+            except (pygit2.GitError, OSError, ValueError) as exc:
+                raise CorruptionError(f"object {oid} is unreadable: {exc}") from None
         if kind is not None and otype != TYPES[kind]:
-            raise CorruptionError(f"object {oid} is a {otype.name.lower()}, expected a {kind}")
+            raise CorruptionError(f"object {raw.hex()} is a {TYPE_NAMES.get(otype, otype)}, expected a {kind}")
         return data
 
     def retry_on_miss(self, lookup: Callable[[], T]) -> T:
@@ -308,6 +323,8 @@ class Repository:
 
     def ref(self, name: str) -> str | None:
         """The hex target of ``name``, or ``None`` when it does not exist."""
+        if self._reader is not None:
+            return self._reader.ref(name)
         try:
             ref = self.git.references.get(name)
         except (pygit2.GitError, ValueError) as exc:
@@ -321,6 +338,9 @@ class Repository:
 
     def refs(self, prefix: str) -> Iterator[tuple[str, str]]:
         """``(name, hex target)`` of every ref under ``prefix``."""
+        if self._reader is not None:
+            yield from self._reader.refs(prefix)
+            return
         try:
             for ref in self.git.references.iterator():
                 if ref.name.startswith(prefix) and ref.type == pygit2.enums.ReferenceType.DIRECT:
@@ -397,6 +417,8 @@ class Repository:
     def head_ref(self) -> tuple[str | None, str | None]:
         """``(ref name, commit)`` HEAD stands for: ``(name, None)`` on an unborn branch,
         ``(None, commit)`` when detached."""
+        if self._reader is not None:
+            return self._reader.head()
         try:
             head = self.git.references.get("HEAD")
         except (pygit2.GitError, ValueError) as exc:
@@ -521,6 +543,8 @@ class Repository:
     def writing(self) -> Iterator[None]:
         """Hold the shared maintenance lock while writing; surfaces flusher failures first."""
         self._ensure_open()
+        if self.readonly:
+            raise InvalidInputError(f"{self.path}: opened read-only")
         self.raise_if_failed()
         with self._shared_lock():
             yield
@@ -587,6 +611,8 @@ class Repository:
                 error = error or exc
                 journal.close(remove=False)  # keep it: the next open replays it
         os.close(self._shared_fd)
+        if self._reader is not None:
+            self._reader.close()
         with self._gits_lock:
             for git in self._gits:
                 git.free()

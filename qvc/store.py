@@ -13,9 +13,8 @@ import re
 import time
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
-import pygit2
-
 from . import serde
+from ._libgit2 import pygit2
 from .base import CheckpointStore
 from .durability import DurabilityMode
 from .errors import (
@@ -76,14 +75,18 @@ class GitCheckpointStore(CheckpointStore):
         fsync: ``False`` skips every flush (throwaway repositories, tmpfs).
         create: ``False`` raises :class:`~qvc.errors.NotARepositoryError` for a missing path.
         max_lag: ASYNC only, the longest a returned write waits for its flush (seconds).
+        readonly: read without libgit2 (:mod:`qvc.odb`: no pygit2 import, no journal);
+            writes raise :class:`~qvc.errors.InvalidInputError`. Opening still repairs a
+            crashed repository first.
 
     Opening runs crash recovery; what it repaired is in :attr:`recovery`. The store is a
     context manager; :meth:`close` flushes (and, in EXIT mode, is when writes become durable).
     """
 
     def __init__(self, path: str | os.PathLike, *, durability: DurabilityMode | str = DurabilityMode.SYNC,
-                 fsync: bool = True, create: bool = True, max_lag: float = 0.05):
-        self._repo = Repository(path, create=create, durability=durability, fsync=fsync, max_lag=max_lag)
+                 fsync: bool = True, create: bool = True, max_lag: float = 0.05, readonly: bool = False):
+        self._repo = Repository(path, create=create, durability=durability, fsync=fsync, max_lag=max_lag,
+                                readonly=readonly)
         self._history = History(self._repo)
         # commit hex -> (entries, serialized fields) of trees this store wrote: a put on top of
         # one of them compares bytes instead of hashing every field again.
