@@ -54,3 +54,15 @@ class CorruptionError(QvcError):
 
 class DurabilityError(QvcError):
     """A background flush failed; raised on the next call, on ``flush()`` or ``close()``."""
+
+
+class UnknownRunError(NotFoundError):
+    """No run (or session) has that id."""
+
+
+class RunStateError(QvcError):
+    """The run's status does not allow the operation (continuing a CANCELLED run, recording after finish)."""
+
+
+class RunOwnedError(RunStateError, CheckpointConflictError):
+    """A live process owns the RUNNING run; taking it over is refused."""
