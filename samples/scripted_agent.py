@@ -47,17 +47,20 @@ def make_tools(delay: float = 0.0) -> dict[str, Callable[..., Any]]:
 class ScriptedModel:
     """``plan[i]`` is the i-th tool batch, as ``(tool name, arguments)`` pairs.
 
-    ``fail_calls``: the first N calls raise ``ConnectionError`` (a model API that is down).
+    ``fail_calls``: the first N calls raise ``ConnectionError`` (a model API that is down);
+    ``fail_on``: the numbers (1-based) of further calls that raise it.
     """
 
-    def __init__(self, plan: Sequence[Sequence[tuple[str, dict]]], fail_calls: int = 0):
+    def __init__(self, plan: Sequence[Sequence[tuple[str, dict]]], fail_calls: int = 0,
+                 fail_on: Sequence[int] = ()):
         self.plan = [list(batch) for batch in plan]
         self.fail_calls = fail_calls
+        self.fail_on = set(fail_on)
         self.calls = 0
 
     def __call__(self, messages: Sequence[Message]) -> Message:
         self.calls += 1
-        if self.calls <= self.fail_calls:
+        if self.calls <= self.fail_calls or self.calls in self.fail_on:
             raise ConnectionError("model API unreachable (scripted failure)")
         last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
         done = sum(1 for m in messages[last_user + 1:] if m.role == "assistant" and m.tool_calls)
