@@ -97,22 +97,24 @@ def wchar() -> int:
 
 
 def record(runs: Runs, k: int, text: Text, session: str, cadence: str = "tool-batch") -> tuple:
-    """One run of ``k`` batches; returns (run, put latencies in seconds)."""
-    lat = []
+    """One run of ``k`` batches; returns (run, put latencies in seconds, put CPU times in seconds)."""
+    lat, cpu = [], []
     rec = runs.start("Research the topic and summarise it.", system="You are a research agent.",
                      session_id=session, cadence=cadence)
     for i in range(k):
         call = ToolCall(f"call_{i}", "search", {"query": text(40)})
         rec.add_message(Message("assistant", tool_calls=[call]))
         rec.tool_result(call, text(RESULT_BYTES))
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.thread_time()
         rec.after_tool_batch()
         lat.append(time.perf_counter() - t)
+        cpu.append(time.thread_time() - c)
     rec.add_message(Message("assistant", text(300)))
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.thread_time()
     run = rec.complete()
     lat.append(time.perf_counter() - t)
-    return run, lat
+    cpu.append(time.thread_time() - c)
+    return run, lat, cpu
 
 
 def measure(workdir: str, k: int, seed: int, cadence: str = "tool-batch") -> dict:
@@ -126,7 +128,7 @@ def measure(workdir: str, k: int, seed: int, cadence: str = "tool-batch") -> dic
     with GitCheckpointStore(repo) as store:
         runs = Runs(store)
         w0 = wchar()
-        run, lat = record(runs, k, text, "bench", cadence)
+        run, lat, cpu = record(runs, k, text, "bench", cadence)
         store.flush()
         syscall = wchar() - w0
     disk = du(repo) - before_disk  # after close: journal gone, the run's small packs merged
@@ -135,7 +137,7 @@ def measure(workdir: str, k: int, seed: int, cadence: str = "tool-batch") -> dic
     final = len(json.dumps(run.to_dict(), default=str).encode())
     shutil.rmtree(repo)
     return {"k": k, "cadence": cadence, "logical": logical, "disk": disk, "syscall": syscall, "final": final,
-            "latencies": lat}
+            "latencies": lat, "cpu": cpu}
 
 
 def fmt(n: float) -> str:
@@ -168,29 +170,33 @@ def main() -> None:
 
     print()
     print("| K | checkpoints | qvc logical | qvc disk | qvc syscall | final run (JSON) | logical / final "
-          "| agno 3.x logical | agno 3.x syscall | agno 2.x logical | put median |")
+          "| agno 3.x logical | agno 3.x syscall | agno 2.x logical | put median (CPU) |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     rows = []
     for k, rounds in results.items():
         med = {key: statistics.median(r[key] for r in rounds) for key in ("logical", "disk", "syscall", "final")}
         lat = statistics.median(x for r in rounds for x in r["latencies"])
+        cpu = statistics.median(x for r in rounds for x in r["cpu"])
         a3 = AGNO3.get(k)
         a2 = AGNO2.get(k)
-        rows.append({"k": k, **med, "put_median_ms": lat * 1e3})
+        rows.append({"k": k, **med, "put_median_ms": lat * 1e3, "put_cpu_median_ms": cpu * 1e3})
         print(f"| {k} | {k + 1} | {fmt(med['logical'])} | {fmt(med['disk'])} | {fmt(med['syscall'])} "
               f"| {fmt(med['final'])} | {med['logical'] / med['final']:.2f}× "
               f"| {fmt(a3[0]) if a3 else ''} | {fmt(a3[1]) if a3 else ''} | {fmt(a2[0]) if a2 else ''} "
-              f"| {lat * 1e3:.2f} ms |")
+              f"| {lat * 1e3:.2f} ms ({cpu * 1e3:.2f}) |")
     lat1 = statistics.median(x for r in results[1] for x in r["latencies"])
     lat64_all = [x for r in results[64] for x in r["latencies"]]
     lat64 = statistics.median(lat64_all)
     first = statistics.median(x for r in results[64] for x in r["latencies"][:10])
     last = statistics.median(x for r in results[64] for x in r["latencies"][-10:])
+    cfirst = statistics.median(x for r in results[64] for x in r["cpu"][:10])
+    clast = statistics.median(x for r in results[64] for x in r["cpu"][-10:])
     k64 = rows[-1]
     print()
     print(f"put latency, median: K=1 {lat1 * 1e3:.2f} ms, K=64 {lat64 * 1e3:.2f} ms "
           f"(ratio {lat64 / lat1:.2f}); within K=64: first 10 puts {first * 1e3:.2f} ms, "
-          f"last 10 {last * 1e3:.2f} ms (ratio {last / first:.2f})")
+          f"last 10 {last * 1e3:.2f} ms (ratio {last / first:.2f}); CPU first 10 {cfirst * 1e3:.2f} ms, "
+          f"last 10 {clast * 1e3:.2f} ms (ratio {clast / cfirst:.2f})")
     print(f"K=64: qvc writes {fmt(k64['logical'])} logical for a {fmt(k64['final'])} run "
           f"({k64['logical'] / k64['final']:.2f}× the final run; target ≤ 2×: "
           f"{'met' if k64['logical'] <= 2 * k64['final'] else 'MISS'}); agno 3.x writes 10.9 MB "
