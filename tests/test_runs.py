@@ -460,3 +460,30 @@ def test_sample_runs(sample, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "FAIL" not in proc.stdout and "  ok    " in proc.stdout
     fsck(tmp_path / "s.qvc")
+
+
+def test_history_hides_a_replaced_source_even_if_its_mark_was_lost(runs):
+    finished_run(runs, 1, run_id="src")
+    blocker = runs._lock(runs.thread("src"))  # another process holding the source's lock
+    assert blocker.try_acquire()
+    try:
+        rec = runs.regenerate("src")
+        rec.complete("better")
+    finally:
+        blocker.release()
+    assert runs.get("src").status is RunStatus.COMPLETED  # the mark could not be written
+    assert [r.run_id for r in runs.history_runs("s")] == [rec.run_id]
+
+
+def test_continue_from_last_user_rewinds_in_place_and_copy_run(runs):
+    with pytest.raises(KeyError):
+        with runs.start("first", run_id="lu", session_id="s") as rec:
+            batch(rec, 0)
+            raise KeyError("tool registry")
+    rec = runs.continue_run("lu", continue_from="last_user")
+    assert rec.run_id == "lu" and [m.role for m in rec.run.messages] == ["user"] and rec.run.tools == []
+    rec.complete("fresh")
+    assert [e.reason for e in runs.timeline("lu") if e.current] == ["tool-batch", "rewind", "end"]
+    copy = runs.copy_run("lu", session_id="elsewhere")
+    assert copy.run_id != "lu" and copy.session_id == "elsewhere" and copy.forked_from_session_id == "s"
+    assert copy.messages == runs.get("lu").messages and copy.status is RunStatus.COMPLETED
