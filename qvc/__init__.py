@@ -15,9 +15,12 @@ from .errors import (
     NotARepositoryError,
     NotFoundError,
     QvcError,
+    RunOwnedError,
+    RunStateError,
     SerializationError,
     StoreClosedError,
     UnknownCheckpointError,
+    UnknownRunError,
     UnknownThreadError,
 )
 from .fork import fork_checkpoint, list_fork_history
@@ -37,11 +40,25 @@ from .versioning import StateVersionTracker
 
 __version__ = "0.1.0"
 
+# Agent runs (qvc.runs) are imported on first use, so ``import qvc`` stays light.
+_RUNS = ("Cadence", "Message", "Run", "RunRecorder", "RunStatus", "Runs", "TimelineEntry", "ToolCall",
+         "ToolExecution")
+
+
+def __getattr__(name: str):
+    if name in _RUNS:
+        from . import runs
+
+        return getattr(runs, name)
+    raise AttributeError(f"module 'qvc' has no attribute {name!r}")
+
+
 __all__ = [
     "Checkpoint", "CheckpointConfig", "CheckpointConflictError", "CheckpointId", "CheckpointMetadata",
     "CheckpointStore", "CheckpointTuple", "CorruptionError", "DurabilityError", "DurabilityManager",
     "DurabilityMode", "GitCheckpointStore", "InvalidInputError", "InvalidThreadIdError", "NotARepositoryError",
-    "NotFoundError", "PendingWrite", "PendingWriteManager", "QvcError", "RecoveryReport", "SerializationError",
-    "StateVersionTracker", "StateVersions", "StoreClosedError", "UnknownCheckpointError", "UnknownThreadError",
-    "fork_checkpoint", "list_fork_history",
+    "NotFoundError", "PendingWrite", "PendingWriteManager", "QvcError", "RecoveryReport", "RunOwnedError",
+    "RunStateError", "SerializationError", "StateVersionTracker", "StateVersions", "StoreClosedError",
+    "UnknownCheckpointError", "UnknownRunError", "UnknownThreadError", "fork_checkpoint", "list_fork_history",
+    *_RUNS,
 ]

@@ -58,3 +58,15 @@ class DurabilityError(QvcError):
 
 class AmbiguousNameError(InvalidInputError):
     """A name (checkpoint id prefix, SHA prefix) matches more than one checkpoint."""
+
+
+class UnknownRunError(NotFoundError):
+    """No run (or session) has that id."""
+
+
+class RunStateError(QvcError):
+    """The run's status does not allow the operation (continuing a CANCELLED run, recording after finish)."""
+
+
+class RunOwnedError(RunStateError, CheckpointConflictError):
+    """A live process owns the RUNNING run; taking it over is refused."""
