@@ -130,6 +130,18 @@ def short(checkpoint_id: str) -> str:
     return checkpoint_id if len(checkpoint_id) <= 16 else checkpoint_id[:12]
 
 
+def state_of(store, sha: str, state: dict) -> dict:
+    """The state to show people: a LangGraph checkpoint's channels decoded with LangGraph's
+    serializer when it is installed (else the stored ``[type, bytes]`` pairs)."""
+    if "langgraph" not in store.header(sha)[0]:
+        return state
+    try:
+        from .integrations.langgraph import channel_values
+    except ImportError:
+        return state
+    return channel_values(store, sha)
+
+
 def revision(store, name: str | None):
     """Resolve a revision (default HEAD) for a command."""
     from .revisions import parse_revision
@@ -210,7 +222,7 @@ def init(path: str | None, as_json: bool) -> None:
     from .discovery import DEFAULT_NAME, is_repository
     from .store import GitCheckpointStore
 
-    target = os.path.abspath(path or session().repo or DEFAULT_NAME)
+    target = os.path.abspath(path or session().repo or os.environ.get("QVC_DIR") or DEFAULT_NAME)
     existed = is_repository(target)
     if os.path.exists(target) and not existed and (not os.path.isdir(target) or os.listdir(target)):
         raise InvalidInputError(f"{target} exists and is not a qvc repository")
@@ -284,6 +296,8 @@ def log(name: str | None, limit: int | None, oneline: bool, graph: bool, all_: b
     from .log import graph as draw
     from .log import log as walk
 
+    if graph and as_json:
+        raise click.UsageError("--graph and --json do not go together")
     store = session().store()
     head = store.current()
     start = None if all_ and name is None else revision(store, name).commit
@@ -335,7 +349,7 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool) -
     tup = store.read(rev.commit)
     info = store.commit(rev.commit)
     cp = tup.checkpoint
-    state = cp.state_data
+    state = state_of(store, rev.commit, cp.state_data)
     for f in fields:
         if f not in state:
             raise NotFoundError(f"checkpoint {short(cp.id)} has no field {f!r} (fields: {', '.join(state) or 'none'})")
@@ -391,13 +405,13 @@ def diff(a: str, b: str | None, stat: bool, full: bool, as_json: bool) -> None:
 
     store = session().store()
     ra = revision(store, a)
+    def state(sha: str | None) -> dict:
+        return state_of(store, sha, store.read(sha).checkpoint.state_data) if sha else {}
+
     if b is None:
-        parent = store.commit(ra.commit).parent
-        old = store.read(parent).checkpoint.state_data if parent else {}
-        new = store.read(ra.commit).checkpoint.state_data
+        old, new = state(store.commit(ra.commit).parent), state(ra.commit)
     else:
-        old = store.read(ra.commit).checkpoint.state_data
-        new = store.read(revision(store, b).commit).checkpoint.state_data
+        old, new = state(ra.commit), state(revision(store, b).commit)
     diffs = diff_states(old, new)
     if as_json:
         emit_json(to_json(diffs))
@@ -489,7 +503,8 @@ def _delete_threads(store, names: tuple[str, ...], force: bool) -> None:
         if not force:
             if name == current:
                 raise InvalidInputError(f"cannot delete the current thread {name!r} (checkout another, or use -D)")
-            kept = list(store.repository.refs(superseded_prefix(name)))
+            line = {info.hex for info in store.first_parents(store.head(name))}
+            kept = [tip for _, tip in store.repository.refs(superseded_prefix(name)) if tip not in line]
             if kept:
                 raise InvalidInputError(f"thread {name!r} has {len(kept)} line(s) kept by time travel that would be "
                                         "deleted too (see `qvc log --all`); use -D to delete anyway")
@@ -574,6 +589,9 @@ def checkout(name: str | None, new: str | None, to: str | None, as_json: bool) -
         message = f"Switched to a new thread {new!r} (forked at {short(made.checkpoint_id)})"
     elif name is None:
         raise click.UsageError("name a thread or checkpoint (or use -b NEW, --to DIR)")
+    elif name == "HEAD" and store.current().thread is not None:
+        head = store.current()
+        message = f"Already on {head.thread!r}"
     elif thread_named(store, name) is not None and name != "HEAD":
         head = store.checkout(name)
         message = f"Switched to thread {name!r}"
@@ -631,6 +649,12 @@ def commit(directory: str, message: str, as_json: bool) -> None:
     store.put(CheckpointConfig(head.thread), checkpoint, metadata)
     sha = store.head(head.thread)
     changed = store.changed(sha)
+    if parent:  # dropped fields changed too (store.changed lists only added and modified ones)
+        from .layout import HEADER
+        from .refnames import decode_name
+
+        now = store.tree_entries(sha)
+        changed += [decode_name(n) for n in store.tree_entries(parent) if n != HEADER and n not in now]
     if as_json:
         emit_json({"thread": head.thread, "id": cid, "commit": sha, "step": step, "changed": changed,
                    "time_travel": bool(head.commit and parent != head.commit)})
@@ -654,6 +678,8 @@ def reset(name: str, as_json: bool) -> None:
     Example:
       qvc reset HEAD~3
     """
+    from .refnames import superseded_prefix
+
     store = session().store(write=True)
     head = store.current()
     if head.thread is None:
@@ -661,11 +687,13 @@ def reset(name: str, as_json: bool) -> None:
     rev = revision(store, name)
     done = store.reset(head.thread, rev.commit)
     info = store.commit(store.head(head.thread))
+    kept = (head.commit is not None and head.commit != info.hex
+            and store.repository.ref(superseded_prefix(head.thread) + head.commit) is not None)
     if as_json:
         emit_json({"thread": head.thread, "id": done.checkpoint_id, "commit": info.hex, "step": info.step})
     else:
         out(f"HEAD is now at {short(info.checkpoint_id)} (step {info.step}) on {head.thread}"
-            + ("; the previous line is kept (`qvc log --all`)" if head.commit and head.commit != info.hex else ""))
+            + ("; the previous line is kept (`qvc log --all`)" if kept else ""))
 
 
 @cli.command()
@@ -790,9 +818,11 @@ def main(argv: list[str] | None = None) -> int:
         return result if isinstance(result, int) else 0
     except click.exceptions.Exit as exc:
         return exc.exit_code
+    except click.UsageError as exc:
+        hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+        return fail(exc.format_message() + hint, EXIT_USAGE)
     except click.ClickException as exc:
-        exc.show()
-        return EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code
+        return fail(exc.format_message(), exc.exit_code)
     except click.Abort:
         return fail("aborted", EXIT_ERROR)
     except SystemExit as exc:

@@ -75,10 +75,8 @@ def fails(capsys, code: int, *args: str) -> str:
     cap = capsys.readouterr()
     assert got == code, f"qvc {' '.join(args)} -> {got}, expected {code}\nstdout: {cap.out}\nstderr: {cap.err}"
     assert "Traceback" not in cap.err + cap.out
-    err = cap.err.strip()
-    if code != qvc.cli.EXIT_USAGE or err.startswith("qvc: "):  # click's own usage errors print usage lines
-        assert err.startswith("qvc: ") and "\n" not in err, f"not a one-line error: {cap.err!r}"
-    return err
+    assert cap.err.startswith("qvc: ") and cap.err.count("\n") == 1, f"not a one-line error: {cap.err!r}"
+    return cap.err.strip()
 
 
 def cp(cid: str, thread: str, step: int, state: dict, parent_id: str | None = None) -> Checkpoint:
@@ -175,6 +173,14 @@ def test_init_with_C_and_repo(tmp_path):
     assert (tmp_path / "other.qvc" / "HEAD").is_file()
 
 
+def test_init_honours_QVC_DIR(tmp_path, monkeypatch):
+    """Like `git init` with GIT_DIR: the repository every other command will look for."""
+    monkeypatch.setenv("QVC_DIR", str(tmp_path / "env.qvc"))
+    ok("init")
+    assert (tmp_path / "env.qvc" / "HEAD").is_file() and not (tmp_path / ".qvc").exists()
+    assert ok_json("status")["path"] == str(tmp_path / "env.qvc")
+
+
 # -- finding the repository --------------------------------------------------------------------
 
 
@@ -268,6 +274,10 @@ def test_log_max_count_must_be_a_natural_number(repo, capsys):
     fails(capsys, 2, "log", "-n", "x")
 
 
+def test_log_graph_with_json_is_a_usage_error(repo, capsys):
+    assert "--graph" in fails(capsys, 2, "log", "--graph", "--json")
+
+
 def test_log_oneline(repo):
     lines = ok("log", "--oneline").splitlines()
     assert len(lines) == 4
@@ -291,6 +301,32 @@ def test_log_json_is_stable_and_exact(repo):
     assert isinstance(head["timestamp"], int)
     assert dt.datetime.fromisoformat(head["time"]) == dt.datetime.fromtimestamp(head["timestamp"], dt.timezone.utc)
     assert head["timestamp"] == int(git(repo, "log", "-1", "--format=%ct", "run-1").stdout)
+
+
+def test_log_counts_removed_fields_as_changed(tmp_path):
+    """A checkpoint that drops a field changed it: `qvc log` must say so, as the commit subject does."""
+    path = tmp_path / ".qvc"
+    with GitCheckpointStore(path) as store:
+        put(store, "t", "a", 0, {"keep": 1, "scratch": "x"})
+        put(store, "t", "b", 1, {"keep": 1})
+        store.checkout("t")
+    assert git(path, "log", "-1", "--format=%s", "t").stdout.strip().endswith("1 field changed")
+    assert ok_json("log", "-n", "1")[0]["changed"] == ["scratch"]
+    assert "Changed: scratch" in ok("log", "-n", "1")
+
+
+def test_commit_counts_removed_fields_as_changed(tmp_path):
+    with GitCheckpointStore(tmp_path / ".qvc") as store:
+        put(store, "t", "a", 0, {"keep": 1, "scratch": "x"})
+        store.checkout("t")
+    ok("checkout", "--to", "fix")
+    Path("fix/keep.json").unlink()
+    assert ok("commit", "fix").rstrip().endswith("update · 1 field(s) changed: keep")
+    ok("checkout", "--to", "fix")
+    Path("fix/scratch.json").unlink()
+    (Path("fix") / "new.json").write_text("1")
+    made = json.loads(ok("commit", "fix", "--json"))
+    assert sorted(made["changed"]) == ["new", "scratch"]
 
 
 def test_log_all_shows_superseded_lines(repo):
@@ -609,6 +645,13 @@ def test_checkout_thread(repo):
     assert ok_json("checkout", "run-1") == {"thread": "run-1", "head": sha(repo, "run-1"), "detached": False}
 
 
+def test_checkout_HEAD_stays_on_the_thread(repo):
+    assert ok("checkout", "HEAD").strip() == "Already on 'run-1'"
+    assert ok_json("status")["thread"] == "run-1"
+    ok("checkout", "c1")
+    assert ok_json("checkout", "HEAD") == {"thread": None, "head": sha(repo, "run-1~2"), "detached": True}
+
+
 def test_checkout_checkpoint_detaches(repo):
     assert ok("checkout", "c1").strip() == "HEAD is now at c1 (detached)"
     st = ok_json("status")
@@ -727,6 +770,25 @@ def test_reset_keeps_the_superseded_line_and_undoes(repo):
     made = json.loads(ok("reset", "run-1@{1}", "--json"))
     assert made == {"thread": "run-1", "id": "c3", "commit": reflog[1]["new"], "step": 3}
     assert [e["id"] for e in ok_json("log")] == ["c3", "c2", "c1", "c0"]
+
+
+def test_undoing_a_reset_claims_no_kept_line_and_deletes_cleanly(repo):
+    ok("reset", "HEAD~2")
+    out = ok("reset", "run-1@{1}")
+    assert out.strip() == "HEAD is now at c3 (step 3) on run-1"  # a fast-forward leaves nothing behind
+    assert not any(e["superseded"] for e in ok_json("log", "--all"))
+    with GitCheckpointStore(repo) as store:
+        put(store, "other", "o0", 0, {"x": 1})
+    ok("checkout", "other")
+    ok("branch", "-d", "run-1")  # the line the reset left is the head's own: nothing would be lost
+    assert [r["thread"] for r in ok_json("branch")] == ["other"]
+
+
+def test_status_after_undoing_a_reset_has_no_superseded_line(repo):
+    ok("reset", "HEAD~2")
+    assert ok_json("status")["superseded_lines"] == 1
+    ok("reset", "run-1@{1}")
+    assert ok_json("status")["superseded_lines"] == 0
 
 
 def test_reset_by_id_and_errors(repo, capsys):
@@ -1032,9 +1094,10 @@ def test_version():
     assert ok("--version").strip() == f"qvc, version {qvc.__version__}"
 
 
-def test_unknown_command_is_a_usage_error(capsys):
-    assert qvc.cli.main(["frobnicate"]) == 2
-    assert "No such command" in capsys.readouterr().err
+def test_usage_errors_are_one_line(capsys):
+    assert "No such command 'frobnicate'" in fails(capsys, 2, "frobnicate")
+    assert "`qvc log --help`" in fails(capsys, 2, "log", "--bogus")
+    assert "`qvc show --help`" in fails(capsys, 2, "show", "a", "b")
 
 
 def test_exit_codes_are_distinct():

@@ -119,7 +119,7 @@ def test_errors_are_one_line_without_traceback(repo, tmp_path):
         assert proc.stderr.startswith("qvc: ") and proc.stderr.count("\n") == 1, (args, proc.stderr)
         assert proc.stdout == "", args
     usage = qvc("log", "--bogus", cwd=repo.parent, check=2)
-    assert "No such option" in usage.stderr
+    assert usage.stderr.startswith("qvc: No such option") and usage.stderr.count("\n") == 1, usage.stderr
 
 
 def test_corruption_is_exit_5_one_line(repo):
