@@ -55,8 +55,12 @@ def fsck(store: GitCheckpointStore, *, objects: bool = True) -> FsckReport:
     for name, tip in refs:
         report.refs += 1
         if name.startswith(WRITES):
+            key = name[len(WRITES):]
             try:
-                store.pending_writes_at(name[len(WRITES):])
+                if len(key) == 40 and all(c in "0123456789abcdef" for c in key):
+                    store.pending_writes_at(key)
+                else:  # another layout's writes (e.g. LangGraph's, keyed by checkpoint id)
+                    store.tree_entries(tip)
                 report.pending_writes += 1
             except QvcError as exc:
                 report.problems.append(f"{name}: {exc}")

@@ -7,6 +7,7 @@ Entries are read from commits and trees only (a checkpoint's state is not decode
 from __future__ import annotations
 
 import heapq
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterator
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from . import serde
 from .errors import CorruptionError, InvalidInputError
 from .layout import MODE_BLOB
-from .refnames import HEADS, SUPERSEDED, encode_name
+from .refnames import HEADS, SUPERSEDED, decode_thread, encode_name
 
 if TYPE_CHECKING:
     from .history import CommitInfo
@@ -160,9 +161,10 @@ def graph(store: GitCheckpointStore, start: str | None = None, *, limit: int | N
     """
     from .maintenance import git
 
-    fmt = "%h%C(auto)%d%Creset %s  %C(dim)%ad · %(trailers:key=Checkpoint-Id,valueonly,separator=%x2C)%Creset"
+    fmt = "%h%x01%D%x01 %s  %C(dim)%ad · %(trailers:key=Checkpoint-Id,valueonly,separator=%x2C)%Creset"
     args = ["log", "--graph", "--date-order", "--date=relative", f"--format={fmt}",
-            f"--color={'always' if color else 'never'}"]
+            f"--color={'always' if color else 'never'}", "--decorate-refs=refs/heads/", "--decorate-refs=HEAD",
+            f"--decorate-refs={SUPERSEDED}"]
     if limit is not None:
         args.append(f"-n{int(limit)}")
     if all:
@@ -171,4 +173,27 @@ def graph(store: GitCheckpointStore, start: str | None = None, *, limit: int | N
         args.append(start)
     else:
         return ""
-    return git(store.path, *args, "--")
+    text = git(store.path, *args, "--")
+    return _DECORATION.sub(lambda m: _decorate(m.group(1), color), text)
+
+
+_DECORATION = re.compile("\x01([^\x01]*)\x01")
+
+
+def _decorate(refs: str, color: bool) -> str:
+    """git's ref decorations with thread names decoded (``run%2F7`` is thread ``run/7``)."""
+    if not refs:
+        return ""
+    names = []
+    for ref in refs.split(", "):
+        head, arrow, rest = ref.rpartition(" -> ")
+        name = rest if arrow else ref
+        if name.startswith(("qvc/superseded/", SUPERSEDED)):
+            name = "superseded"
+        elif name.startswith("refs/") or name == "HEAD":
+            pass
+        else:
+            name = decode_thread(name) or name
+        names.append(f"{head} -> {name}" if arrow else name)
+    text = f" ({', '.join(names)})"
+    return f"\x1b[33m{text}\x1b[m" if color else text

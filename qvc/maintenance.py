@@ -48,10 +48,19 @@ def git(repo_path: str, *args: str, lock_fd: int | None = None) -> str:
     return proc.stdout
 
 
+def _prepare(repo: Repository) -> None:
+    """Flush everything, and remove lock files crashed writers left (git refuses to touch a
+    locked ref). Under the exclusive lock no qvc writer is mid-write, so every lock is stale."""
+    from .recovery import RecoveryReport, remove_stale_files
+
+    repo.harden()
+    remove_stale_files(repo, 0.0, RecoveryReport())
+
+
 def purge(repo: Repository, lock_fd: int) -> None:
     """Drop every unreachable object, packed or loose. Call under ``repo.exclusive()``, passing
     the lock's descriptor so git keeps the lock even if this process is killed meanwhile."""
-    repo.harden()
+    _prepare(repo)
     git(repo.path, "reflog", "expire", "--expire=now", "--all", lock_fd=lock_fd)
     git(repo.path, "repack", "-a", "-d", "-q", lock_fd=lock_fd)
     git(repo.path, "prune", "--expire=now", lock_fd=lock_fd)
@@ -61,7 +70,7 @@ def purge(repo: Repository, lock_fd: int) -> None:
 def gc(repo: Repository, lock_fd: int) -> None:
     """Pack refs and objects (git's own maintenance; libgit2 has none). Keeps unreachable objects:
     deleted checkpoints stay recoverable until :func:`purge`. Call under ``repo.exclusive()``."""
-    repo.harden()
+    _prepare(repo)
     git(repo.path, "pack-refs", "--all", "--prune", lock_fd=lock_fd)
     git(repo.path, "repack", "-a", "-d", "-q", "--keep-unreachable", lock_fd=lock_fd)
     harden(repo.path, fsync=repo.fsync)

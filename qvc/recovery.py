@@ -107,7 +107,7 @@ def recover(repo: Repository) -> RecoveryReport:
     try:
         live = [n for n in os.listdir(journal_dir) if n.endswith(".wal")]
         alone = len(live) == len(orphans)
-        _remove_stale_files(repo, 0.0 if alone else STALE_SECONDS, report)
+        remove_stale_files(repo, 0.0 if alone else STALE_SECONDS, report)
         if orphans:
             _remove_empty_objects(repo, report)
             _remove_damaged_packs(repo, report)
@@ -136,7 +136,9 @@ def _mtime(path: str, default: float) -> float:
         return default
 
 
-def _remove_stale_files(repo: Repository, older_than: float, report: RecoveryReport) -> None:
+def remove_stale_files(repo: Repository, older_than: float, report: RecoveryReport) -> None:
+    """Remove lock and temporary files at least ``older_than`` seconds old. Under the exclusive
+    lock (no qvc writer is mid-write) every lock file is stale: pass 0."""
     now = time.time()
 
     def stale(path: str) -> bool:

@@ -161,6 +161,13 @@ class GitCheckpointStore(CheckpointStore):
         """The checkpoint stored in commit ``sha``, fully decoded. Raises :class:`CorruptionError`."""
         return self._tuple(sha)
 
+    def header(self, sha: str) -> tuple[dict, dict]:
+        """``(checkpoint header, metadata)`` of the checkpoint commit ``sha`` (its ``.qvc`` blob)."""
+        entries = self.tree_entries(sha)
+        if HEADER not in entries:
+            raise CorruptionError(f"commit {sha[:12]} is not a qvc checkpoint (no {HEADER} entry)")
+        return decode_header(self._blob(entries[HEADER][1]), f"checkpoint {sha[:12]} header")
+
     def pending_writes_at(self, sha: str) -> Optional[list[PendingWrite]]:
         """The pending writes of the checkpoint in commit ``sha`` (``None`` if it has none)."""
         return self._writes(sha)

@@ -25,6 +25,8 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 
 from scripted_agent import QUESTION, RESEARCH_PLAN, SYSTEM, ScriptedModel, drive, make_tools
@@ -141,6 +143,14 @@ def main() -> None:
         shutil.rmtree(repo)
     try:
         demo(repo)
+        # The same history through the command line: the fork and the superseded line drawn.
+        qvc = [shutil.which("qvc") or sys.executable, *([] if shutil.which("qvc") else ["-m", "qvc"])]
+        for args in (["log", "--graph", "--all"], ["timeline", "flaky"]):
+            print(f"\n$ qvc {' '.join(args)}")
+            done = subprocess.run([*qvc, "--repo", repo, "--no-pager", *args], capture_output=True, text=True)
+            print((done.stdout + done.stderr).rstrip())
+            if done.returncode != 0:
+                raise SystemExit(f"qvc {args[0]} failed")
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -947,3 +947,21 @@ def _take(iterator: Iterator[CheckpointTuple], n: int) -> List[CheckpointTuple]:
             break
     return out
 
+
+
+def channel_values(store: GitCheckpointStore, sha: str, serde: SerializerProtocol | None = None) -> dict[str, Any]:
+    """The decoded channel values of the LangGraph checkpoint in commit ``sha``, for people
+    reading a repository through a plain store (``qvc show`` / ``qvc diff``). ``serde``
+    defaults to LangGraph's own serializer. Raises :class:`~qvc.errors.CorruptionError`."""
+    if serde is None:
+        from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+        serde = JsonPlusSerializer()
+    state = store.read(sha).checkpoint.state_data
+    modes = {decode_name(n): mode for n, (mode, _) in store.tree_entries(sha).items()}
+    try:
+        return {name: ([serde.loads_typed((t, b)) for t, b in value] if modes.get(name) == MODE_TREE
+                       else serde.loads_typed((value[0], value[1])))
+                for name, value in state.items()}
+    except (TypeError, ValueError, IndexError) as exc:
+        raise CorruptionError(f"checkpoint {sha[:12]}: a channel does not decode: {exc}") from None
