@@ -130,6 +130,18 @@ def short(checkpoint_id: str) -> str:
     return checkpoint_id if len(checkpoint_id) <= 16 else checkpoint_id[:12]
 
 
+def state_of(store, sha: str, state: dict) -> dict:
+    """The state to show people: a LangGraph checkpoint's channels decoded with LangGraph's
+    serializer when it is installed (else the stored ``[type, bytes]`` pairs)."""
+    if "langgraph" not in store.header(sha)[0]:
+        return state
+    try:
+        from .integrations.langgraph import channel_values
+    except ImportError:
+        return state
+    return channel_values(store, sha)
+
+
 def revision(store, name: str | None):
     """Resolve a revision (default HEAD) for a command."""
     from .revisions import parse_revision
@@ -333,11 +345,16 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool) -
     from .statefiles import to_jsonable
 
     store = session().store()
-    rev = revision(store, name)
+    try:
+        rev = revision(store, name)
+    except NotFoundError:
+        if name is None or not _show_run(store, name, full, as_json):
+            raise
+        return
     tup = store.read(rev.commit)
     info = store.commit(rev.commit)
     cp = tup.checkpoint
-    state = cp.state_data
+    state = state_of(store, rev.commit, cp.state_data)
     for f in fields:
         if f not in state:
             raise NotFoundError(f"checkpoint {short(cp.id)} has no field {f!r} (fields: {', '.join(state) or 'none'})")
@@ -393,13 +410,13 @@ def diff(a: str, b: str | None, stat: bool, full: bool, as_json: bool) -> None:
 
     store = session().store()
     ra = revision(store, a)
+    def state(sha: str | None) -> dict:
+        return state_of(store, sha, store.read(sha).checkpoint.state_data) if sha else {}
+
     if b is None:
-        parent = store.commit(ra.commit).parent
-        old = store.read(parent).checkpoint.state_data if parent else {}
-        new = store.read(ra.commit).checkpoint.state_data
+        old, new = state(store.commit(ra.commit).parent), state(ra.commit)
     else:
-        old = store.read(ra.commit).checkpoint.state_data
-        new = store.read(revision(store, b).commit).checkpoint.state_data
+        old, new = state(ra.commit), state(revision(store, b).commit)
     diffs = diff_states(old, new)
     if as_json:
         emit_json(to_json(diffs))
@@ -409,6 +426,104 @@ def diff(a: str, b: str | None, stat: bool, full: bool, as_json: bool) -> None:
         width = max(40, shutil.get_terminal_size((100, 24)).columns - 4)
         text = format_diff(diffs, color=session().color, full=full, width=width)
         page(text.split("\n") if text else [])
+
+
+# -- runs ----------------------------------------------------------------------------------------
+
+
+def _show_run(store, ref: str, full: bool, as_json: bool) -> bool:
+    """``qvc show RUN`` / ``RUN@MESSAGE_INDEX`` / ``RUN@CHECKPOINT``: ``False`` if no run has that id."""
+    from .errors import UnknownRunError
+    from .runs import Runs, Snapshot, parse_run_ref
+
+    try:
+        parse_run_ref(ref)
+        shown = Runs(store).show(ref)
+    except (UnknownRunError, InvalidInputError):
+        return False
+    if as_json:
+        emit_json(shown.to_dict())
+        return True
+    from .statediff import shorten
+
+    run = shown.run if isinstance(shown, Snapshot) else shown
+    width = max(40, shutil.get_terminal_size((100, 24)).columns - 4)
+    lines = [style(f"run {run.run_id}", fg="yellow") + f" (session {run.session_id})  status {run.status.value}"]
+    if isinstance(shown, Snapshot):
+        snapped = "" if shown.requested_index == shown.message_index else \
+            f" (asked for {shown.requested_index}; moved to the nearest pair-safe boundary)"
+        lines.append(f"as of message {shown.message_index}{snapped}, checkpoint {shown.checkpoint_id}"
+                     + ("" if shown.current else " (superseded)"))
+    else:
+        lines.append(f"latest checkpoint {run.checkpoint_id}")
+    lines.append(style(f"Messages ({len(run.messages)}):", bold=True))
+    for i, m in enumerate(run.messages):
+        calls = f" calls {', '.join(c.name for c in m.tool_calls)}" if m.tool_calls else ""
+        answer = f" [{m.tool_name or m.tool_call_id}]" if m.role == "tool" else ""
+        lines.append(f"  {i:>3} {m.role}{answer}{calls}: {shorten(m.content, full, width)}")
+    if run.session_state:
+        lines.append(f"Session state: {shorten(run.session_state, full, width)}")
+    if run.metrics:
+        lines.append(f"Metrics: {shorten(run.metrics, full, width)}")
+    if run.error:
+        lines.append(style(f"Error: {shorten(run.error, full, width)}", fg="red"))
+    if run.content is not None:
+        lines.append(f"Content: {shorten(run.content, full, width)}")
+    page(lines)
+    return True
+
+
+@cli.command()
+@click.option("--session", "session_id", metavar="ID", help="Only the runs of this session.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def runs(session_id: str | None, as_json: bool) -> None:
+    """List agent runs (see qvc.runs): status, messages, last update, lineage.
+
+    \b
+    Example:
+      qvc runs --session s-42
+    """
+    from .runs import Runs
+
+    found = Runs(session().store()).list_runs(session_id)
+    if as_json:
+        emit_json([r.to_dict() for r in found])
+        return
+    lines = []
+    for r in found:
+        lineage = (f" · forked from {r.forked_from_run_id}" if r.forked_from_run_id else "") + (
+            f" · regenerates {r.regenerated_from}" if r.regenerated_from else "")
+        lines.append(f"{style(r.run_id, fg='yellow')}  {r.status.value:<11} session {r.session_id} · "
+                     f"{r.message_count} message(s) · updated {ago(r.updated_at or r.created_at)}{lineage}")
+    page(lines)
+
+
+@cli.command()
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def timeline(run_id: str, as_json: bool) -> None:
+    """A run's checkpoints with their message boundaries: where it can be continued from.
+
+    The id column is the checkpoint id (stable); `qvc show RUN@INDEX` shows the run as it was
+    at that boundary.
+
+    \b
+    Example:
+      qvc timeline r-7 && qvc show r-7@12
+    """
+    from .runs import Runs
+
+    entries = Runs(session().store()).timeline(run_id)
+    if as_json:
+        emit_json([e.to_dict() for e in entries])
+        return
+    lines = []
+    for e in entries:
+        mark = "*" if e.is_latest else (" " if e.current else "~")
+        lines.append(f"{mark} {style(short(e.id), fg='yellow')}  msg {e.message_index:>3}  {e.status.value:<11} "
+                     f"{e.reason:<12} {(e.role or '-'):<9} {e.preview}  ({ago(e.created_at)})")
+    lines.append("(* latest, ~ superseded by time travel)")
+    page(lines)
 
 
 # -- threads: branch, checkout, commit, reset, reflog ------------------------------------------
@@ -524,7 +639,7 @@ def _list_threads(store, verbose: bool, as_json: bool) -> None:
         mark = "*" if r["current"] else " "
         name = style(r["thread"].ljust(width), fg="green") if r["current"] else r["thread"].ljust(width)
         if not verbose:
-            lines.append(f"{mark} {name}")
+            lines.append(f"{mark} {style(r['thread'], fg='green') if r['current'] else r['thread']}")
             continue
         status = f" [{r['status']}]" if r["status"] else ""
         lines.append(f"{mark} {name}  {style(short(r['head_id']), fg='yellow')} step {r['step']}{status} · "
