@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from . import serde
 from .errors import CorruptionError, InvalidInputError
-from .layout import MODE_BLOB
-from .refnames import HEADS, SUPERSEDED, decode_thread, encode_name
+from .layout import HEADER, MODE_BLOB
+from .refnames import HEADS, SUPERSEDED, decode_name, decode_thread, encode_name
 
 if TYPE_CHECKING:
     from .history import CommitInfo
@@ -58,9 +58,12 @@ def entry(store: GitCheckpointStore, commit: str, heads: dict[str, list[str]] | 
           superseded: bool = False) -> LogEntry:
     """The log entry of one checkpoint commit."""
     info = store.commit(commit)
+    changed = store.changed(commit)
+    if info.parent is not None:  # removed fields count as changed, as in the commit subject
+        mine = store.tree_entries(commit)
+        changed += [decode_name(n) for n in store.tree_entries(info.parent) if n != HEADER and n not in mine]
     return LogEntry(commit, info.checkpoint_id, info.thread_id, info.step, source_of(info), info.time,
-                    info.parents, store.changed(commit), _status(store, info),
-                    (heads or {}).get(commit, []), superseded)
+                    info.parents, changed, _status(store, info), (heads or {}).get(commit, []), superseded)
 
 
 def _status(store: GitCheckpointStore, info: CommitInfo) -> str | None:

@@ -498,6 +498,10 @@ class GitCheckpointStore(CheckpointStore):
                     if head is not None and not self._descends(target, head):
                         self._keep_superseded(record, thread, head)
                     self._repo.move_ref(record, ref, head, target, f"reset: moving to {info.checkpoint_id}")
+                    # Lines the new head reaches again (an undone reset) are no longer superseded.
+                    for name, tip in list(self._repo.refs(superseded_prefix(thread))):
+                        if self._descends(target, tip):
+                            self._repo.move_ref(record, name, tip, None, "reset: line reached again")
                 finally:
                     self._repo.commit(record)
         return CheckpointConfig(thread, info.checkpoint_id)

@@ -715,6 +715,15 @@ print("DONE", flush=True)
 """
 
 
+def _cmdline(pid: int) -> str | None:
+    """A process's command line, ``None`` if it exited meanwhile."""
+    try:
+        with open(f"/proc/{pid}/cmdline") as f:
+            return f.read().replace("\0", " ")
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
 def test_killed_purge_leaves_no_git_running(tmp_path):
     """purge() runs git under the exclusive maintenance lock. If the purging process is killed
     while git repacks, git must not go on rewriting the packs unlocked: once another store has
@@ -727,8 +736,8 @@ def test_killed_purge_leaves_no_git_running(tmp_path):
         assert proc.stdout.readline().strip() == "PURGE"
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and proc.poll() is None:
-            gits = [(pid, open(f"/proc/{pid}/cmdline").read().replace("\0", " "))
-                    for pid, comm in child_processes(proc.pid) if comm.startswith("git")]
+            gits = [(pid, cmd) for pid, comm in child_processes(proc.pid) if comm.startswith("git")
+                    for cmd in [_cmdline(pid)] if cmd is not None]
             if any(" repack " in cmd for _, cmd in gits):
                 break
             time.sleep(0.0005)
