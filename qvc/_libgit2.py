@@ -8,27 +8,26 @@ by :func:`configured` before the first repository is opened through it.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import threading
 from types import ModuleType
+from typing import Any
 
 
-def _lazy(name: str) -> ModuleType:
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.find_spec(name)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"No module named {name!r}")
-    loader = importlib.util.LazyLoader(spec.loader)
-    spec.loader = loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    loader.exec_module(module)
-    return module
+class _Lazy:
+    """Stands for a module and imports it at the first attribute access."""
+
+    def __init__(self, name: str):
+        self._name = name
+        self._module: ModuleType | None = None
+
+    def __getattr__(self, attr: str) -> Any:
+        module = self._module
+        if module is None:
+            module = self._module = __import__(self._name)
+        return getattr(module, attr)
 
 
-pygit2 = _lazy("pygit2")
+pygit2: Any = _Lazy("pygit2")
 _done = False
 _lock = threading.Lock()
 

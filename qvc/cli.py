@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import time
 from datetime import datetime, timezone
@@ -97,7 +96,7 @@ def page(lines: list[str]) -> None:
     """Print ``lines``; through a pager when they do not fit a terminal (never when piped)."""
     s = session()
     text = "\n".join(lines)
-    height = shutil.get_terminal_size((80, 24)).lines
+    height = terminal_size((80, 24)).lines
     if s.pager and sys.stdout.isatty() and sys.stdin.isatty() and len(lines) > height - 1:
         os.environ.setdefault("LESS", "FRX")  # like git: quit if one screen, keep colors
         pager = os.environ.get("QVC_PAGER") or os.environ.get("PAGER")
@@ -106,6 +105,17 @@ def page(lines: list[str]) -> None:
         click.echo_via_pager(text + "\n", color=s.color)
     elif text:
         click.echo(text, color=s.color)
+
+
+def terminal_size(fallback: tuple[int, int]) -> os.terminal_size:
+    """The terminal's size, ``$COLUMNS``/``$LINES`` first (what shutil does, without importing it)."""
+    try:
+        size = os.get_terminal_size(sys.__stdout__.fileno())
+    except (AttributeError, ValueError, OSError):
+        size = os.terminal_size(fallback)
+    columns = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else size.columns
+    lines = int(os.environ["LINES"]) if os.environ.get("LINES", "").isdigit() else size.lines
+    return os.terminal_size((columns or fallback[0], lines or fallback[1]))
 
 
 def ago(ts: int | float, now: float | None = None) -> str:
@@ -371,7 +381,7 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool) -
                                for w in tup.pending_writes or []],
         })
         return
-    width = max(40, shutil.get_terminal_size((100, 24)).columns - 4)
+    width = max(40, terminal_size((100, 24)).columns - 4)
     lines = [style(f"checkpoint {cp.id}", fg="yellow"),
              f"Commit:   {rev.commit}",
              f"Thread:   {cp.thread_id}   Step: {cp.step}",
@@ -423,7 +433,7 @@ def diff(a: str, b: str | None, stat: bool, full: bool, as_json: bool) -> None:
     elif stat:
         out(format_stat(diffs))
     else:
-        width = max(40, shutil.get_terminal_size((100, 24)).columns - 4)
+        width = max(40, terminal_size((100, 24)).columns - 4)
         text = format_diff(diffs, color=session().color, full=full, width=width)
         page(text.split("\n") if text else [])
 
@@ -447,7 +457,7 @@ def _show_run(store, ref: str, full: bool, as_json: bool) -> bool:
     from .statediff import shorten
 
     run = shown.run if isinstance(shown, Snapshot) else shown
-    width = max(40, shutil.get_terminal_size((100, 24)).columns - 4)
+    width = max(40, terminal_size((100, 24)).columns - 4)
     lines = [style(f"run {run.run_id}", fg="yellow") + f" (session {run.session_id})  status {run.status.value}"]
     if isinstance(shown, Snapshot):
         snapped = "" if shown.requested_index == shown.message_index else \

@@ -8,7 +8,6 @@ Small packs are merged later (see :meth:`qvc.repository.Repository.consolidate`)
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import os
 import struct
@@ -21,6 +20,8 @@ _IDX_MAGIC = b"\xfftOc" + struct.pack(">I", 2)
 
 def object_id(kind: str, data: bytes) -> bytes:
     """The raw SHA-1 git gives ``data`` as a ``kind`` object."""
+    import hashlib  # here: read-only commands never hash
+
     h = hashlib.sha1(b"%s %d\x00" % (kind.encode(), len(data)))
     h.update(data)
     return h.digest()
@@ -50,6 +51,8 @@ def _entry_header(code: int, size: int) -> bytes:
 
 def _assemble(entries: Sequence[tuple[bytes, bytes]]) -> tuple[bytes, bytes, str]:
     """``(pack, idx, name)`` from ``(raw oid, entry bytes)`` pairs (first of a duplicate wins)."""
+    import hashlib
+
     seen: dict[bytes, tuple[int, int]] = {}
     parts = [b""]
     offset = 12
@@ -160,6 +163,8 @@ def is_intact(base: str) -> bool:
     Cheap (reads the index and the pack's last 20 bytes); it catches what a crash leaves:
     a missing, empty or truncated file, or a tail never written out.
     """
+    import hashlib
+
     try:
         with open(base + ".idx", "rb") as f:
             idx = f.read()

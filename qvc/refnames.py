@@ -15,7 +15,6 @@ and a hash of the whole id; the full id is then read from the head commit.
 
 from __future__ import annotations
 
-import hashlib
 import re
 
 from .errors import InvalidThreadIdError
@@ -48,6 +47,8 @@ def encode_thread(thread_id: str) -> str:
     enc = _encode(check_thread_id(thread_id))
     if len(enc) <= MAX_ENCODED:
         return enc
+    import hashlib
+
     digest = hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     keep, out = MAX_ENCODED - len(digest) - len(_LONG_MARK), ""
     for c in thread_id:  # cut on a character boundary, never inside a %XX run

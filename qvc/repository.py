@@ -16,9 +16,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
-import logging
 import os
-import shutil
 import threading
 import time
 import weakref
@@ -38,7 +36,12 @@ from .errors import (
 )
 from .journal import Journal, Record, fsync_dir
 
-log = logging.getLogger("qvc")
+
+def _warn(message: str, *args: object) -> None:
+    import logging  # only when there is something to say
+
+    logging.getLogger("qvc").warning(message, *args)
+
 
 TYPES = {"blob": 3, "tree": 2, "commit": 1}  # git's object type numbers (pygit2.enums.ObjectType)
 TYPE_NAMES = {v: k for k, v in TYPES.items()} | {4: "tag"}
@@ -104,6 +107,8 @@ def _create(path: str) -> None:
         os.makedirs(os.path.join(tmp, QVC_DIR, "journal"))
         os.rename(tmp, path)
     except OSError as exc:
+        import shutil
+
         shutil.rmtree(tmp, ignore_errors=True)
         if os.path.isdir(path) and os.listdir(path):
             return  # another process created it first; opening it will validate it
@@ -168,7 +173,7 @@ class Repository:
             with self.exclusive():
                 self.recovery = recovery.recover(self)
         if self.recovery:
-            log.warning("qvc: recovered %s: %s", self.path, self.recovery.summary())
+            _warn("qvc: recovered %s: %s", self.path, self.recovery.summary())
         self._journal: Journal | None = None  # created by the first write: readers leave no trace
         self._journal_mutex = threading.Lock()
         self._flusher = Worker(self._sync_journal, max_lag) if durability is DurabilityMode.ASYNC else None
@@ -481,7 +486,7 @@ class Repository:
         with contextlib.suppress(OSError):
             if time.time() - os.stat(lock).st_mtime > older_than:
                 os.unlink(lock)
-                log.warning("qvc: removed stale lock %s", lock)
+                _warn("qvc: removed stale lock %s", lock)
 
     # -- durability -------------------------------------------------------------------
 
@@ -507,7 +512,7 @@ class Repository:
         try:
             self.consolidate()
         except Exception as exc:  # harmless: the small packs stay and are merged later
-            log.warning("qvc: merging small packs in %s failed: %s", self.path, exc)
+            _warn("qvc: merging small packs in %s failed: %s", self.path, exc)
 
     def harden(self) -> None:
         """Flush the git files themselves and restart the journal (the journal is then redundant)."""
