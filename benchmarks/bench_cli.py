@@ -56,23 +56,30 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="a smaller repository and fewer rounds")
     ap.add_argument("--rounds", type=int, default=None)
     ap.add_argument("--dir", default=os.path.join(ROOT, "benchmarks", "out"))
+    ap.add_argument("--python", default=sys.executable,
+                    help="run qvc and the floors with this interpreter, e.g. that of a venv where qvc is installed "
+                         "as users install it (`pip install .`: an editable install adds an import hook to every "
+                         "start of Python)")
     args = ap.parse_args()
     threads, long_thread = (200, 1000) if args.quick else (1000, 5000)
     rounds = args.rounds or (7 if args.quick else 15)
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    compileall.compile_dir(os.path.join(ROOT, "qvc"), quiet=1)
+    if args.python == sys.executable:  # this checkout's qvc
+        env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+        compileall.compile_dir(os.path.join(ROOT, "qvc"), quiet=1)
     os.makedirs(args.dir, exist_ok=True)
     work = tempfile.mkdtemp(prefix="bench-cli-", dir=args.dir)
     repo = os.path.join(work, "r.qvc")
     try:
         took = build(repo, threads, long_thread)
         print(f"repository: {threads} threads + 1 thread of {long_thread} checkpoints, built in {took:.0f} s")
-        script = shutil.which("qvc", path=os.path.dirname(sys.executable))
-        qvc = [script] if script else [sys.executable, "-m", "qvc"]
-        print(f"qvc command: {' '.join(qvc)}; python {sys.version.split()[0]}")
-        py = sys.executable
+        py = args.python
+        script = shutil.which("qvc", path=os.path.dirname(py))
+        qvc = [script] if script else [py, "-m", "qvc"]
+        version = subprocess.run([py, "-c", "import sys, qvc; print(sys.version.split()[0], qvc.__file__)"], env=env,
+                                 capture_output=True, text=True, check=True, cwd=work).stdout.strip()
+        print(f"qvc command: {' '.join(qvc)}; python and qvc: {version}")
         commands = {
             "python -c pass": [py, "-c", "pass"],
             "import pygit2, click": [py, "-c", "import pygit2, click"],
@@ -86,16 +93,17 @@ def main() -> int:
         results: dict[str, dict[str, list[float]]] = {}
         for phase in ("loose refs", "after qvc gc"):
             if phase == "after qvc gc":
-                subprocess.run([*qvc, "--repo", repo, "gc"], env=env, check=True, capture_output=True)
+                subprocess.run([*qvc, "--repo", repo, "gc"], env=env, check=True, capture_output=True, cwd=work)
             times: dict[str, list[float]] = {name: [] for name in commands}
             for cmd in commands.values():  # warm-up: page cache, pyc
-                subprocess.run(cmd, env=env, check=True, capture_output=True)
+                subprocess.run(cmd, env=env, check=True, capture_output=True, cwd=work)
             for r in range(rounds):
                 order = list(commands.items())
                 order = order[r % len(order):] + order[: r % len(order)]
                 for name, cmd in order:
                     t0 = time.perf_counter()
-                    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   cwd=work)
                     times[name].append((time.perf_counter() - t0) * 1000)
             results[phase] = times
         for phase, times in results.items():
