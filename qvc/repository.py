@@ -156,7 +156,8 @@ class Repository:
         self._gits: list[pygit2.Repository] = []
         self._gits_lock = threading.Lock()
         self._lock_path = os.path.join(self.qvc_dir, "lock")
-        self._shared_fd = os.open(self._lock_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+        # read-only stores never write, so they need no lock (and work on a repository they cannot write)
+        self._shared_fd = -1 if readonly else os.open(self._lock_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
         self._shared_count = 0
         self._shared_mutex = threading.Lock()
         self._touched: set[str] = set()
@@ -615,7 +616,8 @@ class Repository:
             except OSError as exc:
                 error = error or exc
                 journal.close(remove=False)  # keep it: the next open replays it
-        os.close(self._shared_fd)
+        if self._shared_fd >= 0:
+            os.close(self._shared_fd)
         if self._reader is not None:
             self._reader.close()
         with self._gits_lock:

@@ -150,3 +150,16 @@ def test_reading_does_not_load_libgit2(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_readonly_store_writes_nothing(tmp_path):
+    """Not even its lock file: a read-only store works on a repository it may not write."""
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path) as store:
+        store.put(CheckpointConfig("t"), Checkpoint(id="x", thread_id="t", step=0, state_data={"a": 1}), {})
+    (path / "qvc" / "lock").unlink()
+    before = sorted(p.relative_to(path) for p in path.rglob("*"))
+    with GitCheckpointStore(path, readonly=True) as ro:
+        assert ro.get(CheckpointConfig("t")).state_data == {"a": 1}
+        assert ro.current().thread == "main"
+    assert sorted(p.relative_to(path) for p in path.rglob("*")) == before
