@@ -238,15 +238,33 @@ class Repository:
                 raise CorruptionError(f"object {raw.hex()} is missing") from None
         else:
             oid = pygit2.Oid(raw=raw)
-            try:
-                otype, data = self.retry_on_miss(lambda: self.git.odb.read(oid))
-            except KeyError:
-                raise CorruptionError(f"object {oid} is missing") from None
-            except (pygit2.GitError, OSError, ValueError) as exc:
-                raise CorruptionError(f"object {oid} is unreadable: {exc}") from None
+            for fresh in (False, True):
+                try:
+                    otype, data = self.retry_on_miss(lambda: self.git.odb.read(oid))
+                    break
+                except KeyError:
+                    if fresh:
+                        raise CorruptionError(f"object {oid} is missing") from None
+                except (pygit2.GitError, OSError, ValueError) as exc:
+                    if fresh:
+                        raise CorruptionError(f"object {oid} is unreadable: {exc}") from None
+                # Before calling it lost: this thread's libgit2 may hold a pack list from before
+                # another store merged, repacked or recovery removed packs. Look once more afresh.
+                self._reopen_git()
         if kind is not None and otype != TYPES[kind]:
             raise CorruptionError(f"object {raw.hex()} is a {TYPE_NAMES.get(otype, otype)}, expected a {kind}")
         return data
+
+    def _reopen_git(self) -> None:
+        """Give this Python thread a new ``pygit2.Repository`` (a fresh view of the packs)."""
+        old = getattr(self._local, "git", None)
+        git = configured().Repository(self.path)
+        self._local.git = git
+        with self._gits_lock:
+            self._gits.append(git)
+            if old is not None and old in self._gits:
+                self._gits.remove(old)
+                old.free()  # qvc keeps no libgit2 objects between calls
 
     def retry_on_miss(self, lookup: Callable[[], T]) -> T:
         """Run a libgit2 object lookup, looking again while the pack directory keeps changing.
@@ -347,12 +365,13 @@ class Repository:
         if self._reader is not None:
             yield from self._reader.refs(prefix)
             return
-        try:
-            for ref in self.git.references.iterator():
-                if ref.name.startswith(prefix) and ref.type == pygit2.enums.ReferenceType.DIRECT:
-                    yield ref.name, str(ref.target)
+        direct = pygit2.enums.ReferenceType.DIRECT
+        try:  # read them all first: callers read objects meanwhile, which may reopen self.git
+            found = [(ref.name, str(ref.target)) for ref in self.git.references.iterator()
+                     if ref.name.startswith(prefix) and ref.type == direct]
         except pygit2.GitError as exc:
             raise CorruptionError(f"{self.path}: refs are unreadable: {exc}") from None
+        yield from found
 
     def move_ref(self, record: Record, name: str, old: str | None, new: str | None,
                  message: str | None = None) -> None:
