@@ -42,6 +42,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from qvc import GitCheckpointStore  # noqa: E402
+from qvc.maintenance import disk_usage  # noqa: E402
 from qvc.runs import Message, Runs, ToolCall  # noqa: E402
 
 KS = (1, 2, 4, 8, 16, 32, 64)
@@ -80,17 +81,6 @@ def objects(repo: str) -> dict[str, int]:
     return {oid: int(size) for oid, size in (line.split() for line in out.stdout.splitlines())}
 
 
-def du(path: str) -> int:
-    total = 0
-    for d, _, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(d, f)).st_size
-            except FileNotFoundError:
-                pass
-    return total
-
-
 def wchar() -> int:
     with open("/proc/self/io") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("wchar:"))
@@ -124,14 +114,14 @@ def measure(workdir: str, k: int, seed: int, cadence: str = "tool-batch") -> dic
         runs = Runs(store)
         for _ in range(5):  # the session already holds 5 runs of K=8
             record(runs, 8, text, "bench")
-    before_objects, before_disk = objects(repo), du(repo)
+    before_objects, before_disk = objects(repo), disk_usage(repo)
     with GitCheckpointStore(repo) as store:
         runs = Runs(store)
         w0 = wchar()
         run, lat, cpu = record(runs, k, text, "bench", cadence)
         store.flush()
         syscall = wchar() - w0
-    disk = du(repo) - before_disk  # after close: journal gone, the run's small packs merged
+    disk = disk_usage(repo) - before_disk  # after close: journal gone, the run's small packs merged
     after = objects(repo)
     logical = sum(size for oid, size in after.items() if oid not in before_objects)
     final = len(json.dumps(run.to_dict(), default=str).encode())

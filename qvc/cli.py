@@ -851,24 +851,15 @@ def gc(prune: bool) -> None:
     Example:
       qvc gc --prune
     """
+    from .maintenance import disk_usage
+
     store = session().store(write=True)
-    before = _disk_usage(store.path)
+    before = disk_usage(store.path)
     t0 = time.monotonic()
     store.purge() if prune else store.gc()
-    after = _disk_usage(store.path)
+    after = disk_usage(store.path)
     out(f"{'Purged and packed' if prune else 'Packed'} {store.path}: {before / 2**20:.1f} MiB -> "
         f"{after / 2**20:.1f} MiB in {time.monotonic() - t0:.1f} s")
-
-
-def _disk_usage(path: str) -> int:
-    total = 0
-    for dirpath, _, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(dirpath, f)).st_size
-            except OSError:
-                pass
-    return total
 
 
 @cli.command()

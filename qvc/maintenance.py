@@ -85,3 +85,15 @@ def due(repo: Repository) -> str | None:
     reasons = [f"{n} {what}" for n, what, limit in ((packs, "packs", 50), (loose, "loose objects", 1000),
                                                      (refs, "loose refs", 2000)) if n > limit]
     return ", ".join(reasons) or None
+
+
+def disk_usage(path: str) -> int:
+    """Bytes in the files under ``path`` (files that vanish meanwhile count as 0)."""
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                pass
+    return total
