@@ -273,13 +273,18 @@ class Repository:
         packs can delete one between that scan and the lookup, hiding objects that now sit in
         the merged pack the scan did not see. A miss counts only once the directory held still.
         """
+        try:
+            return lookup()  # the hot path: no directory listing unless the object is missing
+        except KeyError:
+            before = sorted(os.listdir(self.pack_dir))
         for _ in range(MISS_RETRIES):
-            before = os.listdir(self.pack_dir)
             try:
-                return lookup()
+                return lookup()  # libgit2 rescans the directory (as it is now, or newer) first
             except KeyError:
-                if sorted(os.listdir(self.pack_dir)) == sorted(before):
+                now = sorted(os.listdir(self.pack_dir))
+                if now == before:
                     raise
+                before = now
         return lookup()
 
     def read_tree(self, raw: bytes) -> dict[str, tuple[int, bytes]]:
