@@ -58,10 +58,11 @@ def entry(store: GitCheckpointStore, commit: str, heads: dict[str, list[str]] | 
           superseded: bool = False) -> LogEntry:
     """The log entry of one checkpoint commit."""
     info = store.commit(commit)
-    changed = store.changed(commit)
-    if info.parent is not None:  # removed fields count as changed, as in the commit subject
-        mine = store.tree_entries(commit)
-        changed += [decode_name(n) for n in store.tree_entries(info.parent) if n != HEADER and n not in mine]
+    mine = store.tree_entries(commit)
+    theirs = store.tree_entries(info.parent) if info.parent is not None else {}
+    # added or changed, then removed (as in the commit subject); entries compare by (mode, id)
+    changed = [decode_name(n) for n, e in mine.items() if n != HEADER and theirs.get(n) != e]
+    changed += [decode_name(n) for n in theirs if n != HEADER and n not in mine]
     return LogEntry(commit, info.checkpoint_id, info.thread_id, info.step, source_of(info), info.time,
                     info.parents, changed, _status(store, info), (heads or {}).get(commit, []), superseded)
 

@@ -140,19 +140,11 @@ def _enc(v: Any, path: str) -> Any:
         if all(type(k) is str for k in v):
             return {("$" + k if k.startswith("$") else k): _enc(x, f"{path}[{k!r}]") for k, x in v.items()}
         return {"$dict": [[_enc(k, f"{path}[{k!r}] (key)"), _enc(x, f"{path}[{k!r}]")] for k, x in v.items()]}
-    if t is _dt.datetime:
-        key = _tz_key(v.tzinfo, path)
-        out: dict = {"$datetime": v.isoformat()}
-        if key is not None:
-            out["tz"] = key
-        if v.fold:
-            out["fold"] = v.fold
-        return out
     if t is _dt.date:
         return {"$date": v.isoformat()}
-    if t is _dt.time:
-        key = _tz_key(v.tzinfo, path)
-        out = {"$time": v.isoformat()}
+    if t is _dt.datetime or t is _dt.time:
+        key = _tz_key(v.tzinfo, path)  # first: it rejects a zone that isoformat() would choke on
+        out: dict = {"$datetime" if t is _dt.datetime else "$time": v.isoformat()}
         if key is not None:
             out["tz"] = key
         if v.fold:

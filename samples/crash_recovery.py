@@ -23,14 +23,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
-from scripted_agent import QUESTION, RESEARCH_PLAN, SYSTEM, ScriptedModel, drive, make_tools
+from scripted_agent import QUESTION, RESEARCH_PLAN, SYSTEM, ScriptedModel, drive, make_tools, sample_repository
 
 from qvc.errors import UnknownRunError
 from qvc.runs import Runs, RunStatus
@@ -65,18 +63,8 @@ def main() -> None:
     if args.worker:
         worker(args.repo, args.delay)
         return
-    tmp = None
-    repo = args.repo
-    if repo is None:
-        tmp = tempfile.mkdtemp(prefix="qvc-crash-")
-        repo = os.path.join(tmp, "runs.qvc")
-    elif os.path.exists(repo):
-        shutil.rmtree(repo)
-    try:
+    with sample_repository(args.repo, "qvc-crash-") as repo:
         demo(repo, args.delay)
-    finally:
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def demo(repo: str, delay: float) -> None:

@@ -8,8 +8,14 @@ and identical on every replay.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from qvc.runs import Message, Run, RunRecorder, ToolCall
@@ -106,3 +112,30 @@ RESEARCH_PLAN = [
     [("compare", {"cities": ["Paris", "Tokyo", "Lagos"]})],
 ]
 QUESTION = "Which is biggest: Paris, Tokyo or Lagos?"
+
+
+@contextlib.contextmanager
+def sample_repository(path: str | None, prefix: str) -> Iterator[str]:
+    """The repository a sample writes: ``path`` (recreated), or one in a temporary directory
+    that is removed afterwards."""
+    if path is not None:
+        if os.path.exists(path):
+            shutil.rmtree(path)
+        yield path
+        return
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield os.path.join(tmp, "runs.qvc")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def show_cli(repo: str, *commands: list[str]) -> None:
+    """Run ``qvc`` commands on ``repo`` and print them with their output; exit if one fails."""
+    qvc = [shutil.which("qvc")] if shutil.which("qvc") else [sys.executable, "-m", "qvc"]
+    for args in commands:
+        print(f"\n$ qvc {' '.join(args)}")
+        done = subprocess.run([*qvc, "--repo", repo, "--no-pager", *args], capture_output=True, text=True)
+        print((done.stdout + done.stderr).rstrip())
+        if done.returncode != 0:
+            raise SystemExit(f"qvc {args[0]} failed")

@@ -23,13 +23,17 @@ Exits 0 when every step behaved as described, 1 otherwise.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 
-from scripted_agent import QUESTION, RESEARCH_PLAN, SYSTEM, ScriptedModel, drive, make_tools
+from scripted_agent import (
+    QUESTION,
+    RESEARCH_PLAN,
+    SYSTEM,
+    ScriptedModel,
+    drive,
+    make_tools,
+    sample_repository,
+    show_cli,
+)
 
 from qvc.runs import Runs, RunStatus
 
@@ -134,26 +138,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repo", help="repository path (default: a temporary directory, removed at the end)")
     args = parser.parse_args()
-    tmp = None
-    repo = args.repo
-    if repo is None:
-        tmp = tempfile.mkdtemp(prefix="qvc-timetravel-")
-        repo = os.path.join(tmp, "runs.qvc")
-    elif os.path.exists(repo):
-        shutil.rmtree(repo)
-    try:
+    with sample_repository(args.repo, "qvc-timetravel-") as repo:
         demo(repo)
         # The same history through the command line: the fork and the superseded line drawn.
-        qvc = [shutil.which("qvc") or sys.executable, *([] if shutil.which("qvc") else ["-m", "qvc"])]
-        for args in (["log", "--graph", "--all"], ["timeline", "flaky"]):
-            print(f"\n$ qvc {' '.join(args)}")
-            done = subprocess.run([*qvc, "--repo", repo, "--no-pager", *args], capture_output=True, text=True)
-            print((done.stdout + done.stderr).rstrip())
-            if done.returncode != 0:
-                raise SystemExit(f"qvc {args[0]} failed")
-    finally:
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
+        show_cli(repo, ["log", "--graph", "--all"], ["timeline", "flaky"])
 
 
 if __name__ == "__main__":

@@ -18,11 +18,8 @@ Exits 0 when every step behaved as described, 1 otherwise.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import tempfile
 
-from scripted_agent import SYSTEM, ScriptedModel, drive, make_tools
+from scripted_agent import SYSTEM, ScriptedModel, drive, make_tools, sample_repository
 
 from qvc.runs import Runs, RunStatus
 
@@ -81,18 +78,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repo", help="repository path (default: a temporary directory, removed at the end)")
     args = parser.parse_args()
-    tmp = None
-    repo = args.repo
-    if repo is None:
-        tmp = tempfile.mkdtemp(prefix="qvc-errors-")
-        repo = os.path.join(tmp, "runs.qvc")
-    elif os.path.exists(repo):
-        shutil.rmtree(repo)
-    try:
+    with sample_repository(args.repo, "qvc-errors-") as repo:
         demo(repo)
-    finally:
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
