@@ -796,6 +796,39 @@ def reflog(thread: str | None, limit: int | None, as_json: bool) -> None:
           for i, e in enumerate(entries)])
 
 
+# -- serve -------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8321, show_default=True,
+              help="Port (0: any free port).")
+@click.option("--read-only", is_flag=True, help="Refuse every action (continue, fork, reset, delete) with 403.")
+@click.option("--token", envvar="QVC_SERVE_TOKEN", metavar="TOKEN",
+              help="Require this bearer token on every request (default: $QVC_SERVE_TOKEN).")
+@click.option("--allow-no-token", is_flag=True, help="Serve a non-loopback host without a token.")
+def serve(host: str, port: int, read_only: bool, token: str | None, allow_no_token: bool) -> None:
+    """Serve the repository over HTTP: a JSON API (OpenAPI at /openapi.json) and a page to browse runs.
+
+    Listens on loopback by default; another host needs --token. Ctrl-C stops it.
+
+    \b
+    Example:
+      qvc serve --port 0 --read-only
+    """
+    from .discovery import find_repository
+
+    try:
+        from .server import serve as run_server
+    except ImportError as exc:
+        raise click.ClickException(f'qvc serve needs the server extra ({exc.name} is missing): '
+                                   'pip install "qvc[server]"') from None
+    path = find_repository(explicit=session().repo)
+    run_server(path, host, port, read_only=read_only, token=token, allow_no_token=allow_no_token,
+               on_listen=lambda url: out(f"Serving {path} at {url}" + (" (read-only)" if read_only else "")
+                                         + "; Ctrl-C stops"))
+
+
 # -- maintenance --------------------------------------------------------------------------------
 
 
