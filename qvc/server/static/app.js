@@ -163,7 +163,7 @@ function drawGraph() {
     const [x, y] = pos(k);
     const fill = { line: "#57606a", source: "#8c959f", superseded: "#fff", fork: "#1f6feb" }[n.kind];
     const label = n.kind === "fork"
-      ? `⑂ fork: ${n.fork.thread}${n.fork.run ? " (run " + n.fork.run.run_id + ")" : ""}`
+      ? `↳ fork: ${n.fork.thread}${n.fork.run ? " (run " + n.fork.run.run_id + ")" : ""}`
       : `${shortId(n.e.id)}  step ${n.e.step} · ${n.e.source || "put"}${n.e.status ? " · " + n.e.status : ""}` +
         `${n.e.heads.length ? "  (" + n.e.heads.join(", ") + ")" : ""}${n.kind === "superseded" ? "  superseded" : ""}` +
         `${n.kind === "source" ? "  [" + n.e.thread + "]" : ""}`;
@@ -243,9 +243,9 @@ async function loadTimeline() {
     class: "entry" + (e.current ? "" : " old"), "data-id": e.id, "data-index": e.message_index,
     onclick: (ev) => { if (ev.target.tagName !== "BUTTON") openEntry(e); },
   }, el("td", { class: "mono" }, String(e.message_index)), el("td", {}, statusBadge(e.status)),
-     el("td", {}, e.reason + (e.current ? "" : " (superseded)")),
+     el("td", { class: "reason" }, e.reason + (e.current ? "" : " (superseded)")),
      el("td", { class: "preview" }, e.role ? el("span", { class: "role" }, e.role) : "", e.preview),
-     el("td", { class: "dim" }, new Date(e.created_at * 1000).toLocaleTimeString()),
+     el("td", { class: "dim when" }, new Date(e.created_at * 1000).toLocaleTimeString()),
      el("td", { class: "actions" }, ro || !e.current ? "" : [
        el("button", { type: "button", class: "continue", title: `Continue the run from message ${e.message_index}`,
                       onclick: () => continueFrom(e.message_index) }, "Continue from here"), " ",
