@@ -126,6 +126,8 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
+        # Event streams wait in threads of their own, so open pages never starve the request pool.
+        app.state.event_threads = anyio.CapacityLimiter(256)
         try:
             yield
         finally:
@@ -406,7 +408,7 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
                 yield f"retry: 2000\nevent: ready\ndata: {json.dumps({'type': 'ready', 'live': events.SOURCE})}\n\n"
                 quiet = 0
                 while not stopping.is_set():
-                    event = await anyio.to_thread.run_sync(next, source, None)
+                    event = await anyio.to_thread.run_sync(next, source, None, limiter=app.state.event_threads)
                     if event is not None:
                         quiet = 0
                         yield f"event: ref\ndata: {json.dumps(event)}\n\n"
