@@ -807,7 +807,9 @@ def reflog(thread: str | None, limit: int | None, as_json: bool) -> None:
 @click.option("--token", envvar="QVC_SERVE_TOKEN", metavar="TOKEN",
               help="Require this bearer token on every request (default: $QVC_SERVE_TOKEN).")
 @click.option("--allow-no-token", is_flag=True, help="Serve a non-loopback host without a token.")
-def serve(host: str, port: int, read_only: bool, token: str | None, allow_no_token: bool) -> None:
+@click.option("--agent", metavar="MODULE:FUNCTION",
+              help="Record each continuation with FUNCTION(recorder) (else continuations are detached).")
+def serve(host: str, port: int, read_only: bool, token: str | None, allow_no_token: bool, agent: str | None) -> None:
     """Serve the repository over HTTP: a JSON API (OpenAPI at /openapi.json) and a page to browse runs.
 
     Listens on loopback by default; another host needs --token. Ctrl-C stops it.
@@ -819,12 +821,14 @@ def serve(host: str, port: int, read_only: bool, token: str | None, allow_no_tok
     from .discovery import find_repository
 
     try:
+        from .server import load_agent
         from .server import serve as run_server
     except ImportError as exc:
         raise click.ClickException(f'qvc serve needs the server extra ({exc.name} is missing): '
                                    'pip install "qvc[server]"') from None
     path = find_repository(explicit=session().repo)
     run_server(path, host, port, read_only=read_only, token=token, allow_no_token=allow_no_token,
+               agent=load_agent(agent) if agent else None,
                on_listen=lambda url: out(f"Serving {path} at {url}" + (" (read-only)" if read_only else "")
                                          + "; Ctrl-C stops"))
 

@@ -343,6 +343,32 @@ def test_fork_run_reset_delete(api):
     assert "notes/zero" not in names and "notes/alt" not in names and "run/s1/done-2" in names
 
 
+def test_continue_with_an_agent(repo):
+    s = Server(repo[0], "--agent", "tests.server_agent:scripted")
+    try:
+        api = API(s.url)
+        status, made = api("POST", "/api/runs/{run_id}/continue", {"continue_from": 7, "input": "and Berlin?"},
+                           run_id="done")
+        assert status == 200 and made["agent"] and made["forked"] and made["forked_from_message_index"] == 7
+        # The server's agent owns the new run while it records: continuing it meanwhile is refused.
+        status, err = api("POST", "/api/runs/{run_id}/continue", {}, run_id=made["run_id"])
+        assert status == 409 and err["error"]["type"] == "RunOwnedError"
+        deadline = time.monotonic() + 30
+        while (run := api("GET", "/api/runs/{run_id}", run_id=made["run_id"])[1])["run"]["status"] != "COMPLETED":
+            assert time.monotonic() < deadline, run["run"]["status"]
+            time.sleep(0.1)
+        messages = run["run"]["messages"]
+        assert messages[7]["content"] == "and Berlin?" and messages[-1]["content"].startswith("Answer:")
+        assert run["owner_status"]["state"] == "none"
+        _, tl = api("GET", "/api/runs/{run_id}/checkpoints", run_id=made["run_id"])
+        assert [e["reason"] for e in tl["checkpoints"]] == ["fork", "tool-batch", "tool-batch", "tool-batch", "end"]
+    finally:
+        assert s.stop() == 0
+    bad = subprocess.run([sys.executable, "-m", "qvc", "--repo", str(repo[0]), "serve", "--agent", "nowhere:x"],
+                         capture_output=True, text=True, env=child_env(), timeout=30, stdin=subprocess.DEVNULL)
+    assert bad.returncode == 2 and "--agent 'nowhere:x'" in bad.stderr
+
+
 # -- another process writes while the server runs ---------------------------------------------
 
 WRITER = """

@@ -54,6 +54,22 @@ def click(css: str):
     return attempt
 
 
+def attribute(css: str, name: str):
+    """A wait condition returning an attribute of the element once it is there."""
+    def attempt(d):
+        try:
+            return d.find_element(By.CSS_SELECTOR, css).get_attribute(name)
+        except (NoSuchElementException, StaleElementReferenceException):
+            return False
+    return attempt
+
+
+def timeline(d) -> list:
+    """The timeline rows as ``[message index, text]``, read in one go (refreshes redraw them)."""
+    return d.execute_script("return [...document.querySelectorAll('#timeline tr.entry')]"
+                            ".map((r) => [r.dataset.index, r.textContent])")
+
+
 ARTIFACTS = Path(os.environ.get("QVC_TEST_ARTIFACTS") or ROOT / "tests" / "artifacts")
 
 
@@ -84,10 +100,9 @@ def test_open_run_continue_from_inner_boundary_and_see_the_fork(tmp_path, browse
         wait.until(click('li[data-thread="run/s1/done"]'))
 
         # The timeline: one row per checkpoint, with message previews.
-        rows = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#timeline tr.entry")
-                          if len(d.find_elements(By.CSS_SELECTOR, "#timeline tr.entry")) == 4 else False)
-        assert [r.get_attribute("data-index") for r in rows] == ["5", "7", "9", "10"]
-        assert "Tokyo: 14.1 million" in rows[0].text and "Answer:" in rows[-1].text
+        rows = wait.until(lambda d: timeline(d) if len(timeline(d)) == 4 else False)
+        assert [index for index, _ in rows] == ["5", "7", "9", "10"]
+        assert "Tokyo: 14.1 million" in rows[0][1] and "Answer:" in rows[-1][1]
         wait.until(text_in("thread-info", "COMPLETED"))
         assert len(browser.find_elements(By.CSS_SELECTOR, "#graph .node")) == 4
         assert not browser.find_elements(By.CSS_SELECTOR, "#graph .node.fork")
@@ -102,8 +117,7 @@ def test_open_run_continue_from_inner_boundary_and_see_the_fork(tmp_path, browse
         browser.find_element(By.ID, "continue-input").send_keys("and Berlin?")
         wait.until(click('#timeline tr.entry[data-index="7"] button.continue'))
         wait.until(text_in("notice", "forked at message 7"))
-        fork = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#graph .node.fork")))
-        new_thread = fork.get_attribute("data-thread")
+        new_thread = wait.until(attribute("#graph .node.fork", "data-thread"))
         assert new_thread.startswith("run/s1/") and new_thread != "run/s1/done"
         wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, f'li[data-thread="{new_thread}"]')))
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -112,8 +126,8 @@ def test_open_run_continue_from_inner_boundary_and_see_the_fork(tmp_path, browse
         # The fork opens on its own: its line crosses into the source at message 7.
         wait.until(click(f'#graph .node.fork[data-thread="{new_thread}"] text'))
         wait.until(text_in("thread-name", new_thread))
-        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#timeline tr.entry")) == 1)
-        assert "and Berlin?" in browser.find_element(By.CSS_SELECTOR, "#timeline tr.entry").text
+        [(_, text)] = wait.until(lambda d: timeline(d) if len(timeline(d)) == 1 else False)
+        assert "and Berlin?" in text
 
         # Another process records a run: it appears without a reload (server-sent events).
         writer = subprocess.run([sys.executable, "-c", WRITER, str(repo), "live-1"], env=child_env(),

@@ -10,12 +10,28 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from ..errors import InvalidInputError
 from .app import create_app
 
-__all__ = ["create_app", "is_loopback", "serve"]
+__all__ = ["create_app", "is_loopback", "load_agent", "serve"]
+
+
+def load_agent(spec: str) -> Callable[[Any], Any]:
+    """The callable ``MODULE:NAME`` names (``qvc serve --agent``). Raises :class:`~qvc.errors.InvalidInputError`."""
+    import importlib
+
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise InvalidInputError(f"--agent {spec!r}: expected MODULE:FUNCTION")
+    try:
+        found = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise InvalidInputError(f"--agent {spec!r}: {exc}") from None
+    if not callable(found):
+        raise InvalidInputError(f"--agent {spec!r} is not callable")
+    return found
 
 
 def is_loopback(host: str) -> bool:
@@ -30,12 +46,13 @@ def is_loopback(host: str) -> bool:
 
 def serve(path: str | os.PathLike, host: str = "127.0.0.1", port: int = 8321, *, read_only: bool = False,
           token: Optional[str] = None, allow_no_token: bool = False, poll_interval: float = 0.5,
-          on_listen: Optional[Callable[[str], None]] = None) -> None:
+          agent: Optional[Callable[[Any], Any]] = None, on_listen: Optional[Callable[[str], None]] = None) -> None:
     """Serve the repository at ``path`` until interrupted (SIGINT/SIGTERM end it cleanly).
 
-    ``port=0`` picks a free port. ``on_listen`` is called with the page's URL once the socket
-    listens (before requests are answered). A host other than loopback needs a ``token`` unless
-    ``allow_no_token``: raises :class:`~qvc.errors.InvalidInputError` otherwise, and
+    ``port=0`` picks a free port; ``agent`` records continuations (see :func:`create_app`).
+    ``on_listen`` is called with the page's URL once the socket listens (before requests are
+    answered). A host other than loopback needs a ``token`` unless ``allow_no_token``: raises
+    :class:`~qvc.errors.InvalidInputError` otherwise, and
     :class:`~qvc.errors.NotARepositoryError` for a path that is not a repository.
     """
     import uvicorn
@@ -44,7 +61,7 @@ def serve(path: str | os.PathLike, host: str = "127.0.0.1", port: int = 8321, *,
         raise InvalidInputError(f"refusing to serve on {host} without a token: anyone who reaches it could "
                                 "read and change the repository (use --token or $QVC_SERVE_TOKEN, or "
                                 "--allow-no-token)")
-    app = create_app(path, read_only=read_only, token=token or None, poll_interval=poll_interval)
+    app = create_app(path, read_only=read_only, token=token or None, poll_interval=poll_interval, agent=agent)
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except socket.gaierror as exc:

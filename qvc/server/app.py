@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 import os
 import re
 import threading
@@ -39,6 +40,7 @@ from ..errors import (
 from ..store import GitCheckpointStore
 from . import events, models
 
+log = logging.getLogger("qvc")
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 COOKIE = "qvc_token"
 
@@ -113,11 +115,13 @@ class Guard:
 
 
 def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optional[str] = None,
-               poll_interval: float = 0.5) -> FastAPI:
+               poll_interval: float = 0.5, agent: Optional[Callable[[Any], Any]] = None) -> FastAPI:
     """The ``qvc serve`` application for the repository at ``path``.
 
     ``read_only`` refuses every action with 403; ``token`` (when not ``None``) is required on
-    every request. ``poll_interval`` is how often the event stream looks at the refs. Raises
+    every request. ``poll_interval`` is how often the event stream looks at the refs. ``agent``,
+    when given, is called with the :class:`~qvc.runs.RunRecorder` of each continuation (in a
+    thread of its own) to record it: the agent loop of :mod:`qvc.runs`. Raises
     :class:`~qvc.errors.NotARepositoryError` if ``path`` is not a repository.
     """
     path = os.fspath(path)
@@ -300,27 +304,47 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
     @app.post("/api/runs/{run_id}/continue", response_model=models.RunAction, tags=["actions"],
               responses=_ACTION_ERRORS)
     def continue_run(run_id: str, body: Optional[models.ContinueRequest] = None) -> Dict[str, Any]:
-        """Prepare a run's continuation with `Runs.continue_run`'s rules, then hand it back.
+        """Continue a run with `Runs.continue_run`'s rules.
 
         In place for RUNNING (a stale owner is taken over), ERROR, PAUSED and PENDING runs, where a
         boundary before the end rewinds the run (the old tail stays as a superseded line); in a new
         run forked at the boundary for COMPLETED and REGENERATED runs or `fork: true`. CANCELLED
-        runs and runs owned by a live worker are refused (409). The server runs no agent: it writes
-        the continuation's first checkpoint (`input` as a user message) and detaches
-        (`RunRecorder.close`), leaving the run RUNNING and unowned; an agent picks it up with
-        `Runs.continue_run(run_id)`, which records the takeover.
+        runs and runs owned by a live worker are refused (409). The continuation's first
+        checkpoint (`input` as a user message) is durable when this answers. Then, if the server
+        has an agent (`qvc serve --agent`), the agent records the continuation in the background
+        (`agent: true`; the run is owned by this server until it finishes); otherwise the
+        continuation is detached (`RunRecorder.close`): RUNNING with no live owner, for an agent
+        to pick up with `Runs.continue_run(run_id)`, which records the takeover.
         """
         from ..statefiles import from_jsonable
 
         body = body or models.ContinueRequest()
-
-        def act(store: GitCheckpointStore) -> Dict[str, Any]:
+        store = GitCheckpointStore(path, create=False)
+        try:
             rec = runs(store).continue_run(run_id, from_jsonable(body.input, "input"), body.continue_from,
                                            fork=body.fork, requirements=body.requirements)
-            rec.close()
-            return run_action(store, rec.run, rec.run.run_id != run_id)
+            answer = run_action(store, rec.run, rec.run.run_id != run_id)
+        except BaseException:
+            store.close()
+            raise
+        if agent is None:
+            try:
+                rec.close()
+            finally:
+                store.close()
+            return {**answer, "agent": False}
+        threading.Thread(target=record, args=(rec, store), daemon=True, name=f"qvc-agent-{rec.run_id}").start()
+        return {**answer, "agent": True}
 
-        return write(act)
+    def record(rec: Any, store: GitCheckpointStore) -> None:
+        """The agent's thread: an exception leaving the agent finishes the run ERROR (as `with rec:` does)."""
+        try:
+            with rec:
+                agent(rec)
+        except Exception:  # noqa: BLE001 - recorded as the run's ERROR checkpoint; the server goes on
+            log.exception("qvc serve: the agent failed on run %s", rec.run_id)
+        finally:
+            store.close()
 
     @app.post("/api/runs/{run_id}/fork", response_model=models.RunAction, tags=["actions"],
               responses=_ACTION_ERRORS)
@@ -333,7 +357,7 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
         def act(store: GitCheckpointStore) -> Dict[str, Any]:
             run = runs(store).fork(run_id, body.at, input=from_jsonable(body.input, "input"),
                                    new_run_id=body.new_run_id)
-            return run_action(store, run, True)
+            return {**run_action(store, run, True), "agent": False}
 
         return write(act)
 

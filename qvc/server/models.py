@@ -242,6 +242,8 @@ class RunAction(BaseModel):
     forked: bool = Field(description="The continuation is a new run (forked_from_run_id names the source)")
     forked_from_run_id: Optional[str]
     forked_from_message_index: Optional[int]
+    agent: bool = Field(description="The server's agent records the continuation now (else it is detached, "
+                                    "or a PENDING fork, for an agent to continue)")
 
 
 class ForkThreadRequest(BaseModel):

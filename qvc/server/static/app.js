@@ -282,9 +282,10 @@ async function continueFrom(index) {
   try {
     const made = await api("POST", `/api/runs/${enc(state.runId)}/continue`, { continue_from: index, input });
     $("#continue-input").value = "";
+    const next = made.agent ? "the server's agent is recording it." : "it waits for an agent to take it over.";
     notice(made.forked
-      ? `Continued in a new run ${made.run_id}, forked at message ${made.forked_from_message_index} (thread ${made.thread}); it waits for an agent to take it over.`
-      : `Run ${made.run_id} continues in place from message ${made.message_index}; it waits for an agent to take it over.`);
+      ? `Continued in a new run ${made.run_id}, forked at message ${made.forked_from_message_index} (thread ${made.thread}); ${next}`
+      : `Run ${made.run_id} continues in place from message ${made.message_index}; ${next}`);
     await refresh();
   } catch (e) {
     notice(e.message, true);
