@@ -52,6 +52,7 @@ STATUS: List[tuple] = [
 _INDEX = re.compile(r"^-?\d+$")
 _WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _ERRORS = {400: {"model": models.ErrorBody, "description": "Bad input (a bad boundary, name or body)"},
+           401: {"model": models.ErrorBody, "description": "The server has a token and the request did not carry it"},
            404: {"model": models.ErrorBody, "description": "Unknown thread, checkpoint or run"}}
 _ACTION_ERRORS = {**_ERRORS, 403: {"model": models.ErrorBody, "description": "The server is read-only"},
                   409: {"model": models.ErrorBody,
@@ -191,7 +192,7 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
 
     # -- reading --------------------------------------------------------------------------
 
-    @app.get("/api/repository", response_model=models.Repository, tags=["read"])
+    @app.get("/api/repository", response_model=models.Repository, tags=["read"], responses=_ERRORS)
     def repository() -> Dict[str, Any]:
         """The repository: current thread, counts, recovery, maintenance; and how this server runs."""
         from ..status import status
