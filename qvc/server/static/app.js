@@ -243,7 +243,7 @@ async function loadTimeline() {
     class: "entry" + (e.current ? "" : " old"), "data-id": e.id, "data-index": e.message_index,
     onclick: (ev) => { if (ev.target.tagName !== "BUTTON") openEntry(e); },
   }, el("td", { class: "mono" }, String(e.message_index)), el("td", {}, statusBadge(e.status)),
-     el("td", { class: "reason" }, e.reason + (e.current ? "" : " (superseded)")),
+     el("td", { class: "reason" }, e.reason, e.current ? "" : el("div", { class: "dim" }, "superseded")),
      el("td", { class: "preview" }, e.role ? el("span", { class: "role" }, e.role) : "", e.preview),
      el("td", { class: "dim when" }, new Date(e.created_at * 1000).toLocaleTimeString()),
      el("td", { class: "actions" }, ro || !e.current ? "" : [
