@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 import click
@@ -28,6 +28,7 @@ from .errors import (
     QvcError,
     UnknownThreadError,
 )
+from .views import iso
 
 EXIT_ERROR = 1  # any other failure (git missing, I/O)
 EXIT_USAGE = 2  # bad arguments or input
@@ -131,25 +132,9 @@ def ago(ts: int | float, now: float | None = None) -> str:
     return "just now"
 
 
-def iso(ts: int | float) -> str:
-    return datetime.fromtimestamp(ts, timezone.utc).isoformat()
-
-
 def short(checkpoint_id: str) -> str:
     """A checkpoint id short enough to read (long ids are cut; prefixes resolve)."""
     return checkpoint_id if len(checkpoint_id) <= 16 else checkpoint_id[:12]
-
-
-def state_of(store, sha: str, state: dict) -> dict:
-    """The state to show people: a LangGraph checkpoint's channels decoded with LangGraph's
-    serializer when it is installed (else the stored ``[type, bytes]`` pairs)."""
-    if "langgraph" not in store.header(sha)[0]:
-        return state
-    try:
-        from .integrations.langgraph import channel_values
-    except ImportError:
-        return state
-    return channel_values(store, sha)
 
 
 def revision(store, name: str | None):
@@ -352,7 +337,7 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool) -
       qvc show 3f2a9c --json
     """
     from .statediff import shorten
-    from .statefiles import to_jsonable
+    from .views import checkpoint_json, state_of
 
     store = session().store()
     try:
@@ -360,6 +345,9 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool) -
     except NotFoundError:
         if name is None or not _show_run(store, name, full, as_json):
             raise
+        return
+    if as_json:
+        emit_json(checkpoint_json(store, rev.commit, fields))
         return
     tup = store.read(rev.commit)
     info = store.commit(rev.commit)
@@ -370,17 +358,6 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool) -
             raise NotFoundError(f"checkpoint {short(cp.id)} has no field {f!r} (fields: {', '.join(state) or 'none'})")
     shown = {f: state[f] for f in fields} if fields else state
     parent = tup.parent_config
-    if as_json:
-        emit_json({
-            "id": cp.id, "commit": rev.commit, "thread": cp.thread_id, "step": cp.step,
-            "parent": {"thread": parent.thread_id, "id": parent.checkpoint_id} if parent else None,
-            "created_at": cp.created_at, "time": iso(info.time), "timestamp": info.time,
-            "metadata": to_jsonable(tup.metadata, "metadata"), "state": to_jsonable(shown, "state"),
-            "state_versions": cp.state_versions,
-            "pending_writes": [{"task": w.task_id, "channel": w.channel, "value": to_jsonable(w.value, "write")}
-                               for w in tup.pending_writes or []],
-        })
-        return
     width = max(40, terminal_size((100, 24)).columns - 4)
     lines = [style(f"checkpoint {cp.id}", fg="yellow"),
              f"Commit:   {rev.commit}",
@@ -416,18 +393,13 @@ def diff(a: str, b: str | None, stat: bool, full: bool, as_json: bool) -> None:
       qvc diff run-7            # the head against its parent
       qvc diff run-7~5 run-7 --stat
     """
-    from .statediff import diff_states, format_diff, format_stat, to_json
+    from .statediff import format_diff, format_stat, to_json
+    from .views import diff_commits
 
     store = session().store()
     ra = revision(store, a)
-    def state(sha: str | None) -> dict:
-        return state_of(store, sha, store.read(sha).checkpoint.state_data) if sha else {}
-
-    if b is None:
-        old, new = state(store.commit(ra.commit).parent), state(ra.commit)
-    else:
-        old, new = state(ra.commit), state(revision(store, b).commit)
-    diffs = diff_states(old, new)
+    diffs = diff_commits(store, None, ra.commit) if b is None else \
+        diff_commits(store, ra.commit, revision(store, b).commit)
     if as_json:
         emit_json(to_json(diffs))
     elif stat:
@@ -540,13 +512,9 @@ def timeline(run_id: str, as_json: bool) -> None:
 
 
 def _fork(store, rev, new: str):
-    from .fork import fork_checkpoint
-    from .types import CheckpointConfig
+    from .views import fork_thread
 
-    if store.head(new) is not None:
-        raise CheckpointConflictError(f"thread {new!r} already exists")
-    info = store.commit(rev.commit)
-    return fork_checkpoint(store, CheckpointConfig(info.thread_id or "", rev.commit), new)
+    return fork_thread(store, rev.commit, new)
 
 
 @cli.command()
@@ -628,18 +596,10 @@ def _delete_threads(store, names: tuple[str, ...], force: bool) -> None:
 
 
 def _list_threads(store, verbose: bool, as_json: bool) -> None:
-    from .log import entry
+    from .views import thread_json
 
     current = store.current().thread
-    rows = []
-    for thread in store.threads():
-        tip = store.head(thread)
-        row: dict[str, Any] = {"thread": thread, "current": thread == current, "head": tip}
-        if verbose:
-            e = entry(store, tip)
-            row.update(head_id=e.checkpoint_id, step=e.step, status=e.status, updated=iso(e.time), timestamp=e.time,
-                       checkpoints=sum(1 for _ in store.first_parents(tip)))
-        rows.append(row)
+    rows = [thread_json(store, thread, thread == current, verbose=verbose) for thread in store.threads()]
     if as_json:
         emit_json(rows)
         return
@@ -834,6 +794,43 @@ def reflog(thread: str | None, limit: int | None, as_json: bool) -> None:
         return
     page([f"{style((e.new or '0' * 7)[:7], fg='yellow')} {thread}@{{{i}}}: {e.message} ({ago(e.time)})"
           for i, e in enumerate(entries)])
+
+
+# -- serve -------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8321, show_default=True,
+              help="Port (0: any free port).")
+@click.option("--read-only", is_flag=True, help="Refuse every action (continue, fork, reset, delete) with 403.")
+@click.option("--token", envvar="QVC_SERVE_TOKEN", metavar="TOKEN",
+              help="Require this bearer token on every request (default: $QVC_SERVE_TOKEN).")
+@click.option("--allow-no-token", is_flag=True, help="Serve a non-loopback host without a token.")
+@click.option("--agent", metavar="MODULE:FUNCTION",
+              help="Record each continuation with FUNCTION(recorder) (else continuations are detached).")
+def serve(host: str, port: int, read_only: bool, token: str | None, allow_no_token: bool, agent: str | None) -> None:
+    """Serve the repository over HTTP: a JSON API (OpenAPI at /openapi.json) and a page to browse runs.
+
+    Listens on loopback by default; another host needs --token. Ctrl-C stops it.
+
+    \b
+    Example:
+      qvc serve --port 0 --read-only
+    """
+    from .discovery import find_repository
+
+    try:
+        from .server import load_agent
+        from .server import serve as run_server
+    except ImportError as exc:
+        raise click.ClickException(f'qvc serve needs the server extra ({exc.name} is missing): '
+                                   'pip install "qvc[server]"') from None
+    path = find_repository(explicit=session().repo)
+    run_server(path, host, port, read_only=read_only, token=token, allow_no_token=allow_no_token,
+               agent=load_agent(agent) if agent else None,
+               on_listen=lambda url: out(f"Serving {path} at {url}" + (" (read-only)" if read_only else "")
+                                         + "; Ctrl-C stops"))
 
 
 # -- maintenance --------------------------------------------------------------------------------

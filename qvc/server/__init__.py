@@ -1,0 +1,88 @@
+"""``qvc serve``: a repository's checkpoint timeline over HTTP (JSON, OpenAPI) and a page to browse it.
+
+Needs the ``server`` extra (``pip install "qvc[server]"``: FastAPI and uvicorn); ``import qvc``
+never imports this package. :func:`create_app` builds the ASGI application (see
+:mod:`qvc.server.app` for the endpoints); :func:`serve` runs it the way ``qvc serve`` does.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from typing import Any, Callable, Optional
+
+from ..errors import InvalidInputError
+from .app import create_app
+
+__all__ = ["create_app", "is_loopback", "load_agent", "serve"]
+
+
+def load_agent(spec: str) -> Callable[[Any], Any]:
+    """The callable ``MODULE:NAME`` names (``qvc serve --agent``). Raises :class:`~qvc.errors.InvalidInputError`."""
+    import importlib
+
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise InvalidInputError(f"--agent {spec!r}: expected MODULE:FUNCTION")
+    try:
+        found = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise InvalidInputError(f"--agent {spec!r}: {exc}") from None
+    if not callable(found):
+        raise InvalidInputError(f"--agent {spec!r} is not callable")
+    return found
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(path: str | os.PathLike, host: str = "127.0.0.1", port: int = 8321, *, read_only: bool = False,
+          token: Optional[str] = None, allow_no_token: bool = False, poll_interval: float = 0.5,
+          agent: Optional[Callable[[Any], Any]] = None, on_listen: Optional[Callable[[str], None]] = None) -> None:
+    """Serve the repository at ``path`` until interrupted (SIGINT/SIGTERM end it cleanly).
+
+    ``port=0`` picks a free port; ``agent`` records continuations (see :func:`create_app`).
+    ``on_listen`` is called with the page's URL once the socket listens (before requests are
+    answered). A host other than loopback needs a ``token`` unless ``allow_no_token``: raises
+    :class:`~qvc.errors.InvalidInputError` otherwise, and
+    :class:`~qvc.errors.NotARepositoryError` for a path that is not a repository.
+    """
+    import uvicorn
+
+    if not is_loopback(host) and not token and not allow_no_token:
+        raise InvalidInputError(f"refusing to serve on {host} without a token: anyone who reaches it could "
+                                "read and change the repository (use --token or $QVC_SERVE_TOKEN, or "
+                                "--allow-no-token)")
+    app = create_app(path, read_only=read_only, token=token or None, poll_interval=poll_interval, agent=agent)
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except socket.gaierror as exc:
+        raise InvalidInputError(f"cannot resolve host {host!r}: {exc.strerror}") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise InvalidInputError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    bound_host, bound_port = sock.getsockname()[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    url = f"http://{shown}:{bound_port}/" + (f"?token={token}" if token else "")
+    if on_listen is not None:
+        on_listen(url)
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1, lifespan="on")
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn shut down cleanly, then re-raised the Ctrl-C it caught
+        pass
+    finally:
+        sock.close()
