@@ -743,6 +743,25 @@ class GitCheckpointStore(CheckpointStore):
             data = commit_bytes(tree.hex(), parents, message, info.time)
             mapping[info.hex] = self._repo.write(record, "commit", data).hex()
 
+    # -- remotes (qvc.remote) ---------------------------------------------------------------
+
+    def push(self, remote: str = "origin", threads: Optional[Sequence[str]] = None, **options: Any):
+        """Push threads (default: all, with every qvc ref) to ``remote``; see :func:`qvc.remote.push`.
+
+        Returns a :class:`~qvc.remote.PushResult`; raises :class:`~qvc.errors.PushRejectedError`
+        (per-ref reasons in ``.result``) if any ref was rejected, :class:`~qvc.errors.RemoteError`
+        if the remote cannot be reached.
+        """
+        from .remote import push
+
+        return push(self, remote, threads, **options)
+
+    def fetch(self, remote: str = "origin", **options: Any):
+        """Fetch a remote's threads as ``REMOTE/THREAD``; see :func:`qvc.remote.fetch`."""
+        from .remote import fetch
+
+        return fetch(self, remote, **options)
+
     def gc(self) -> None:
         """Pack objects and refs with git (waits for writers in every process). Deleted
         checkpoints stay in the object store; :meth:`purge` drops them."""
