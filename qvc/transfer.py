@@ -67,9 +67,10 @@ class GitRun:
 
     def failure(self) -> str:
         """git's own explanation of a failure (its last ``fatal:``/``error:`` line)."""
-        for line in reversed(self.messages):
-            if line.startswith(("fatal:", "error:")):
-                return line.split(":", 1)[1].strip()
+        for i in range(len(self.messages) - 1, -1, -1):
+            if self.messages[i].startswith(("fatal:", "error:")):
+                text = " ".join([self.messages[i].split(":", 1)[1].strip(), *self.messages[i + 1:]])
+                return text[:300]
         return self.messages[-1] if self.messages else f"exit status {self.returncode}"
 
 
