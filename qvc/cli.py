@@ -272,6 +272,14 @@ def status(as_json: bool) -> None:
         out(style(f"recovered on open: {st.recovery}", fg="yellow"))
     if st.maintenance_due:
         out(style(f"maintenance due ({st.maintenance_due}): run `qvc gc`", fg="yellow"))
+    for r in st.replication:
+        age = r["oldest_unreplicated_age"]
+        lag = "up to date" if not r["threads_behind"] else f"{r['threads_behind']} thread(s) behind" + (
+            f", oldest unreplicated checkpoint from {ago(time.time() - age)}" if age is not None else "")
+        last = f", last push {ago(r['last_success'])}" if r["last_success"] else ", never pushed"
+        error = f", last error: {r['last_error']}" if r["last_error"] else ""
+        out(style(f"replicating to {r['remote']}: {lag}{last}{error}",
+                  fg="yellow" if r["threads_behind"] or error else None))
 
 
 # -- log, show, diff ---------------------------------------------------------------------------

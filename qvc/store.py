@@ -92,6 +92,18 @@ class GitCheckpointStore(CheckpointStore):
         # one of them compares bytes instead of hashing every field again.
         self._trees = LRU(64, 64 * 2**20, lambda v: sum(
             len(d) if isinstance(d, bytes) else sum(len(c) for c, _ in d) for d in v[1].values()))
+        self._replicators: list = []
+        if not readonly:
+            self._start_replication()
+
+    def _start_replication(self) -> None:
+        """One background pusher per remote with replication on (see :mod:`qvc.replication`)."""
+        from .replication import Replicator, replicated_remotes
+
+        for remote in replicated_remotes(self):
+            replicator = Replicator(self, remote)
+            self._replicators.append(replicator)
+            self._repo.listeners.append(replicator.notify)
 
     # -- properties and lifecycle --------------------------------------------------------
 
@@ -118,7 +130,14 @@ class GitCheckpointStore(CheckpointStore):
         self._repo.flush()
 
     def close(self) -> None:
-        """Flush and release the repository. Idempotent."""
+        """Flush and release the repository. Idempotent.
+
+        With replication on, first makes one bounded attempt to push what is left
+        (:data:`qvc.replication.FINAL_ATTEMPT` seconds, skipped while the remote is down).
+        """
+        replicators, self._replicators = self._replicators, []
+        for replicator in replicators:
+            replicator.close()
         self._repo.close()
 
     def __enter__(self) -> GitCheckpointStore:

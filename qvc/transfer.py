@@ -67,7 +67,7 @@ class GitRun:
 
     def failure(self) -> str:
         """git's own explanation of a failure (its last ``fatal:``/``error:`` line)."""
-        for i in range(len(self.messages) - 1, -1, -1):
+        for i in range(len(self.messages)):
             if self.messages[i].startswith(("fatal:", "error:")):
                 text = " ".join([self.messages[i].split(":", 1)[1].strip(), *self.messages[i + 1:]])
                 return text[:300]

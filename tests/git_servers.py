@@ -8,8 +8,10 @@ serves ``git http-backend`` (a real CGI process per request) from a small thread
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -49,13 +51,15 @@ class GitDaemon:
         self.proc = subprocess.Popen(
             [shutil.which("git"), "daemon", "--reuseaddr", f"--base-path={self.base}", "--export-all",
              "--enable=receive-pack", "--listen=127.0.0.1", f"--port={self.port}", self.base],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)  # `git daemon` runs git-daemon as a child: stop the whole group
         wait_for_port(self.port)
         return self
 
     def stop(self) -> None:
         if self.proc is not None:
-            self.proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
             self.proc = None
 

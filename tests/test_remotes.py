@@ -87,6 +87,7 @@ def servers(tmp_path):
         made.append(server.start())
         return server.url(name), path
 
+    make.started = made
     yield make
     for server in made:
         server.stop()
@@ -318,3 +319,59 @@ def _closed_port() -> int:
     from git_servers import free_port
 
     return free_port()
+
+
+def test_replication_catches_up_after_the_remote_was_down(tmp_path, servers):
+    import json
+    import subprocess
+    import sys
+    import time
+
+    from conftest import child_env
+
+    from qvc import replication
+
+    url, bare = servers("daemon")
+    daemon_port = int(url.split(":")[2].split("/")[0])
+    with GitCheckpointStore(tmp_path / "a.qvc") as a:
+        add_remote(a, "backup", url, replicate=True)
+
+    def status_json():  # from another process, as an operator would look
+        out = subprocess.run([sys.executable, "-m", "qvc", "--repo", str(tmp_path / "a.qvc"), "status", "--json"],
+                             env=child_env(), capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        (entry,) = json.loads(out.stdout)["replication"]
+        return entry
+
+    def wait_for(predicate, timeout=15.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            entry = status_json()
+            if predicate(entry):
+                return entry
+            time.sleep(0.2)
+        raise AssertionError(f"replication did not get there: {entry}")
+
+    a = GitCheckpointStore(tmp_path / "a.qvc")
+    try:
+        put(a, "t", 0)
+        wait_for(lambda e: e["threads_behind"] == 0 and e["last_success"])
+        assert run_git(bare, "rev-parse", "refs/heads/t").stdout.strip() == a.head("t")
+        (daemon,) = servers.started
+        daemon.stop()  # the remote goes down
+        put(a, "t", 1)
+        put(a, "u", 0)
+        down = wait_for(lambda e: e["last_error"] and e["threads_behind"] == 2)
+        assert down["oldest_unreplicated_age"] >= 0 and down["failures"] >= 1
+        daemon.port = daemon_port
+        daemon.start()  # back up: the replicator retries with backoff and catches up
+        wait_for(lambda e: e["threads_behind"] == 0 and e["last_error"] is None)
+        assert run_git(bare, "rev-parse", "refs/heads/u").stdout.strip() == a.head("u")
+        a.reset("t", list(a.list(CheckpointConfig("t")))[-1].config.checkpoint_id)  # time travel replicates too
+        put(a, "t", 5)
+    finally:
+        a.close()  # the bounded final attempt pushes what is left
+    assert run_git(bare, "rev-parse", "refs/heads/t").stdout.strip() == GitCheckpointStore(
+        tmp_path / "a.qvc", readonly=True).head("t")
+    assert run_git(bare, "for-each-ref", "refs/qvc/superseded/").stdout.strip()
+    assert replication.read_state(str(tmp_path / "a.qvc" / "qvc"), "backup")["last_error"] is None
