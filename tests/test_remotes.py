@@ -220,9 +220,13 @@ def test_many_machines_one_remote(tmp_path, servers):
         # the same thread created independently on two machines: a conflict too
         put(one, "dup", 0)
         put(two, "dup", 0)
+        put(two, "also", 0)
         one.push()
-        with pytest.raises(PushRejectedError):
-            two.push()
+        with pytest.raises(PushRejectedError) as info:
+            two.push()  # everything: the refused thread is left out, the others go
+        assert sorted(u.thread for u in info.value.result.rejected) == ["dup", "shared"]  # both still diverge
+        assert run_git(bare, "rev-parse", "refs/heads/dup").stdout.strip() == one.head("dup")
+        assert run_git(bare, "rev-parse", "refs/heads/also").stdout.strip() == two.head("also")
     finally:
         one.close()
         two.close()
@@ -230,19 +234,23 @@ def test_many_machines_one_remote(tmp_path, servers):
 
 def test_stale_lease_is_a_conflict(tmp_path, servers):
     url, bare = servers("path")
-    with GitCheckpointStore(tmp_path / "a.qvc") as a, GitCheckpointStore(tmp_path / "b.qvc") as b:
-        put(a, "t", 0)
+    with GitCheckpointStore(tmp_path / "a.qvc") as a:
+        for step in range(3):
+            put(a, "t", step)
         a.push(url)
         advertised = {"refs/heads/t": a.head("t")}
-        put(a, "t", 1)
-        a.push(url)  # the remote moved after `advertised` was read
-        put(b, "x", 0)
-        for step in range(1, 3):
-            put(a, "t", step + 1)
-        with pytest.raises(PushRejectedError) as info:
+        with qvc.clone(url, tmp_path / "b.qvc") as b:
+            put(b, "t", 3)
+            b.push()  # the remote moves on after `advertised` was read
+        a.reset("t", list(a.list(CheckpointConfig("t")))[-1].config.checkpoint_id)
+        with pytest.raises(PushRejectedError) as info:  # the forced update's lease no longer holds
             a.push(url, remote_refs=advertised)
         (update,) = info.value.result.rejected
-        assert "stale info" in update.reason
+        assert update.ref == "refs/heads/t" and "stale info" in update.reason
+        assert run_git(bare, "rev-parse", "refs/heads/t").stdout.strip() != a.head("t")
+        with pytest.raises(PushRejectedError) as info:  # read afresh: a line this repository never saw
+            a.push(url)
+        assert "never seen" in info.value.result.rejected[0].reason
 
 
 def test_fetch_prunes_and_merges_pending_writes(tmp_path, servers):
@@ -275,9 +283,14 @@ def test_chunks_and_thread_selection(tmp_path, servers):
             put(a, f"t{i}", 0)
         result = a.push(url, threads=["t1", "t2"])
         assert sorted(u.thread for u in result.pushed) == ["t1", "t2"]
-        result = a.push(url, chunk=2)
+        result = a.push(url, [f"t{i}" for i in range(7)], chunk=2)  # chosen threads: explicit refspecs
         assert result.chunks == 3 and len(result.pushed) == 5
-        assert a.push(url).pushed == []
+        for i in range(7):
+            put(a, f"t{i}", 1)
+        put(a, "t7", 0)
+        result = a.push(url)  # everything: one git run per namespace phase
+        assert result.chunks == 1 and len(result.pushed) == 8
+        assert a.push(url).pushed == [] and a.push(url).chunks == 0
         with pytest.raises(UnknownThreadError):
             a.push(url, threads=["nope"])
 
