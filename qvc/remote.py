@@ -300,14 +300,11 @@ def _thread_of(store: GitCheckpointStore, ref: str) -> str | None:
 
 
 def _descends(store: GitCheckpointStore, commit: str, ancestor: str) -> bool:
-    if commit == ancestor:
-        return True
     from ._libgit2 import pygit2
 
-    repo = store.repository
     try:
-        return repo.git.descendant_of(pygit2.Oid(hex=commit), pygit2.Oid(hex=ancestor))
-    except (pygit2.GitError, KeyError, ValueError):
+        return store._descends(commit, ancestor)
+    except (pygit2.GitError, KeyError, ValueError):  # an object this repository does not have
         return False
 
 
