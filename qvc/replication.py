@@ -68,10 +68,21 @@ def _write_state(qvc_dir: str, remote: str, state: dict[str, Any]) -> None:
     os.replace(tmp, path)  # readers see the old or the new record, never half of one
 
 
+def _configured(path: str) -> bool:
+    """Whether the repository's config mentions replication at all (most do not: no parsing then)."""
+    try:
+        with open(os.path.join(path, "config"), encoding="utf-8", errors="replace") as f:
+            return "qvcreplicate" in f.read().lower()
+    except OSError:
+        return False
+
+
 def replicated_remotes(store: GitCheckpointStore) -> list[Remote]:
     """The remotes writes replicate to, read from the repository's config (cheap: no subprocess)."""
     from .remote import Remote
 
+    if not _configured(store.path):
+        return []
     config = store.repository.git.config
     out = []
     for entry in config:
@@ -208,11 +219,7 @@ def replication_status(store: GitCheckpointStore) -> list[ReplicationStatus]:
     """The lag of every replicated remote, from the replicators' records (works read-only)."""
     from .remote import remotes
 
-    try:  # most repositories replicate nowhere: say so without running git
-        with open(os.path.join(store.path, "config"), encoding="utf-8", errors="replace") as f:
-            if "qvcreplicate" not in f.read().lower():
-                return []
-    except OSError:
+    if not _configured(store.path):  # most repositories replicate nowhere: say so without running git
         return []
     out = []
     now = time.time()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
 from . import serde
 from ._libgit2 import pygit2
@@ -56,6 +56,9 @@ from .refnames import (
 from .repository import ReflogEntry, Repository
 from .types import Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointTuple, Head, PendingWrite, StateVersions
 
+if TYPE_CHECKING:
+    from .replication import Replicator
+
 _HEXISH = re.compile(r"^[0-9a-fA-F]{4,40}$")
 _ORDER = ".order"
 _WRITE_RETRIES = 100
@@ -92,7 +95,7 @@ class GitCheckpointStore(CheckpointStore):
         # one of them compares bytes instead of hashing every field again.
         self._trees = LRU(64, 64 * 2**20, lambda v: sum(
             len(d) if isinstance(d, bytes) else sum(len(c) for c, _ in d) for d in v[1].values()))
-        self._replicators: list = []
+        self._replicators: list[Replicator] = []
         if not readonly:
             self._start_replication()
 

@@ -356,7 +356,7 @@ def test_replication_catches_up_after_the_remote_was_down(tmp_path, servers):
         (entry,) = json.loads(out.stdout)["replication"]
         return entry
 
-    def wait_for(predicate, timeout=15.0):
+    def wait_for(predicate, timeout=30.0):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             entry = status_json()
