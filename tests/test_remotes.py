@@ -128,8 +128,10 @@ def test_clone_is_a_working_repository(tmp_path, servers):
     with GitCheckpointStore(tmp_path / "a.qvc") as a:
         build(a)
         a.checkout("main/retry")
+        run_git(a.path, "-c", "user.name=r", "-c", "user.email=r@x", "notes", "add", "-m", "reviewed", a.head("main"))
         a.push(url)
     with qvc.clone(url, tmp_path / "b.qvc") as b:
+        assert run_git(b.path, "notes", "show", b.head("main")).stdout == "reviewed\n"  # notes travel too
         assert b.current().thread == "main"  # a bare server's HEAD: refs/heads/main
         put(b, "main", 7)
         assert b.get_tuple(CheckpointConfig("main")).checkpoint.step == 7
