@@ -7,7 +7,8 @@ that runs one :class:`Replicator` per such remote:
 
 * ``put`` and every other write only set an event (no I/O, no lock): replication never
   slows a write.
-* A background thread wakes on that event, makes the writes so far durable locally
+* A background thread wakes on that event (at most once per ``INTERVAL`` second: writes
+  arriving meanwhile share one push), makes the writes so far durable locally
   (``store.flush()``: a no-op in SYNC mode), then pushes every thread that changed
   (:func:`qvc.remote.push`: leased, incremental, chunked). One replicator per repository and
   remote pushes at a time (a ``filelock`` in ``qvc/``), whichever process it runs in.
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 MIN_BACKOFF = 0.5
 MAX_BACKOFF = 60.0
 FINAL_ATTEMPT = 5.0
-DEBOUNCE = 0.05  # writes arriving within this share one push
+INTERVAL = 1.0  # at most one push per second: writes arriving meanwhile share the next one
 PUSH_TIMEOUT = 300.0
 
 
@@ -107,7 +108,7 @@ class Replicator:
         self._qvc_dir = qvc_dir
         self._lock = FileLock(os.path.join(qvc_dir, f"replicate-{remote.name}.lock"))
         self._wake = threading.Event()
-        self._stop = False
+        self._halt = threading.Event()
         self._dirty = True  # catch up on whatever earlier writers left unreplicated
         self._failed = False
         self._busy = threading.Lock()
@@ -124,17 +125,17 @@ class Replicator:
             self._wake.set()
 
     def _run(self) -> None:
-        backoff = 0.0
+        backoff, last = 0.0, float("-inf")
         while True:
             self._wake.wait(timeout=backoff or None)
-            if self._stop:
+            if self._halt.is_set():
                 return
             self._wake.clear()
-            time.sleep(DEBOUNCE)
-            if self._stop:
+            if self._halt.wait(max(0.0, INTERVAL - (time.monotonic() - last))):
                 return
             if not self._dirty:
                 continue
+            last = time.monotonic()
             if self.push_once():
                 backoff = 0.0
             else:
@@ -191,7 +192,7 @@ class Replicator:
     def close(self, final_attempt: float = FINAL_ATTEMPT) -> None:
         """Stop the thread; push what is left once, for at most ``final_attempt`` seconds,
         unless the last attempt failed (the remote is down: the lag stays visible instead)."""
-        self._stop = True
+        self._halt.set()
         self._wake.set()
         self._thread.join(timeout=final_attempt)
         if self._dirty and not self._failed and not self._thread.is_alive():
