@@ -48,6 +48,7 @@ from .errors import (
     InvalidInputError,
     NotARepositoryError,
     PushRejectedError,
+    QvcError,
     RemoteError,
     UnknownRemoteError,
     UnknownThreadError,
@@ -189,8 +190,8 @@ def remotes(store: GitCheckpointStore) -> list[Remote]:
     text = _config(store.path, "--get-regexp", r"^remote\..*\.(url|qvcreplicate)$", check=False)
     for line in text.splitlines():
         key, _, value = line.partition(" ")
-        _, name, var = key.split(".", 1)[0], key.split(".", 1)[1].rsplit(".", 1)[0], key.rsplit(".", 1)[1]
-        found.setdefault(name, {})[var] = value
+        section, _, var = key.rpartition(".")
+        found.setdefault(section[len("remote."):], {})[var] = value
     return [Remote(n, v["url"], v.get("qvcreplicate") == "true") for n, v in sorted(found.items()) if "url" in v]
 
 
@@ -284,9 +285,10 @@ def _selected_refs(store: GitCheckpointStore, threads: Optional[Iterable[str]]) 
     names = set(wanted)
     for name, tip in repo.refs(WRITES):
         try:
-            if store.commit(name[len(WRITES):]).thread_id in names:
+            # keyed by commit SHA (or, in LangGraph's layout, by checkpoint id)
+            if store.commit(store.resolve(name[len(WRITES):])).thread_id in names:
                 refs[name] = tip
-        except Exception:  # a writes ref whose checkpoint is gone: not this thread's
+        except QvcError:  # a writes ref whose checkpoint is gone (or not a commit): not this thread's
             continue
     return refs
 
