@@ -283,8 +283,10 @@ def test_chunks_and_thread_selection(tmp_path, servers):
     with GitCheckpointStore(tmp_path / "a.qvc") as a:
         for i in range(7):
             put(a, f"t{i}", 0)
+        a.put_writes(CheckpointConfig("t1"), [("channel", 1)], task_id="k")
         result = a.push(url, threads=["t1", "t2"])
-        assert sorted(u.thread for u in result.pushed) == ["t1", "t2"]
+        assert sorted(u.ref for u in result.pushed) == [
+            "refs/heads/t1", "refs/heads/t2", f"refs/qvc/writes/{a.head('t1')}"]  # the thread's pending writes too
         result = a.push(url, [f"t{i}" for i in range(7)], chunk=2)  # chosen threads: explicit refspecs
         assert result.chunks == 3 and len(result.pushed) == 5
         for i in range(7):
