@@ -64,9 +64,12 @@ class GitRun:
     messages: list[str]
     objects: int
     bytes: int
+    timed_out: float | None = None  # the timeout, when git was stopped for passing it
 
     def failure(self) -> str:
-        """git's own explanation of a failure (its last ``fatal:``/``error:`` line)."""
+        """git's own explanation of a failure (from its first ``fatal:``/``error:`` line on)."""
+        if self.timed_out is not None:
+            return f"timed out after {self.timed_out:g} s"
         for i in range(len(self.messages)):
             if self.messages[i].startswith(("fatal:", "error:")):
                 text = " ".join([self.messages[i].split(":", 1)[1].strip(), *self.messages[i + 1:]])
@@ -107,8 +110,9 @@ def run_git(repo_path: str | None, args: list[str], *, interactive: bool = False
     if git is missing.
     """
     cmd = [git_exe()] + ([f"--git-dir={repo_path}"] if repo_path else []) + args
+    # With a timeout git gets its own process group, so ssh or git-remote-http go down with it.
     proc = subprocess.Popen(cmd, env=git_env(interactive), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+                            stderr=subprocess.PIPE, start_new_session=timeout is not None)
     out: list[bytes] = []
     reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
     reader.start()
@@ -116,6 +120,7 @@ def run_git(repo_path: str | None, args: list[str], *, interactive: bool = False
     start = time.monotonic()
     messages: list[str] = []
     objects = sent = 0
+    timed_out = None
     pending = b""
     fd = proc.stderr.fileno()
     while True:
@@ -143,19 +148,29 @@ def run_git(repo_path: str | None, args: list[str], *, interactive: bool = False
         if progress is not None:
             progress(state)
         if timeout is not None and state.elapsed > timeout and proc.poll() is None:
-            proc.kill()
+            _kill_group(proc)
+            timed_out = timeout
     if pending.strip():
         messages.append(pending.decode("utf-8", "replace").strip())
     try:
         code = proc.wait(timeout=None if timeout is None else max(0.0, timeout - (time.monotonic() - start)) + 5)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        _kill_group(proc)
         code = proc.wait()
     reader.join()
     proc.stdout.close()
     proc.stderr.close()
     state.elapsed = time.monotonic() - start
-    return GitRun(code, b"".join(out).decode("utf-8", "replace"), messages, objects, sent)
+    return GitRun(code, b"".join(out).decode("utf-8", "replace"), messages, objects, sent, timed_out)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
 
 
 def ls_remote(repo_path: str, url: str, *, interactive: bool = False,

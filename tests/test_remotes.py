@@ -318,6 +318,22 @@ def test_unknown_and_unreachable_remotes(tmp_path, servers):
             add_remote(a, "dead", "y")
 
 
+def test_a_push_past_its_timeout_is_stopped(tmp_path, servers):
+    import time
+
+    url, bare = servers("path")
+    hook = bare / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\ncat >/dev/null\nsleep 30\n")
+    hook.chmod(0o755)
+    with GitCheckpointStore(tmp_path / "a.qvc") as a:
+        put(a, "t", 0)
+        start = time.monotonic()
+        with pytest.raises(RemoteError, match="timed out after 1 s"):
+            a.push(url, timeout=1)
+        assert time.monotonic() - start < 10
+        assert run_git(bare, "for-each-ref", "refs/heads/").stdout == ""
+
+
 def test_http_basic_auth_through_a_credential_helper(tmp_path, servers, isolated_git):
     url, _ = servers("http", credentials=("agent", "s3cret"))
     with GitCheckpointStore(tmp_path / "a.qvc") as a:
