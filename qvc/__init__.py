@@ -14,12 +14,15 @@ from .errors import (
     InvalidThreadIdError,
     NotARepositoryError,
     NotFoundError,
+    PushRejectedError,
     QvcError,
+    RemoteError,
     RunOwnedError,
     RunStateError,
     SerializationError,
     StoreClosedError,
     UnknownCheckpointError,
+    UnknownRemoteError,
     UnknownRunError,
     UnknownThreadError,
 )
@@ -45,6 +48,13 @@ _RUNS = ("Cadence", "Message", "Run", "RunRecorder", "RunStatus", "Runs", "Timel
          "ToolExecution")
 
 
+def clone(url: str, path, **options):
+    """Clone the qvc repository at ``url`` into ``path``; see :func:`qvc.remote.clone`."""
+    from .remote import clone as _clone
+
+    return _clone(url, path, **options)
+
+
 def __getattr__(name: str):
     if name in _RUNS:
         from . import runs
@@ -57,8 +67,10 @@ __all__ = [
     "Checkpoint", "CheckpointConfig", "CheckpointConflictError", "CheckpointId", "CheckpointMetadata",
     "CheckpointStore", "CheckpointTuple", "CorruptionError", "DurabilityError", "DurabilityManager",
     "DurabilityMode", "GitCheckpointStore", "InvalidInputError", "InvalidThreadIdError", "NotARepositoryError",
-    "NotFoundError", "PendingWrite", "PendingWriteManager", "QvcError", "RecoveryReport", "RunOwnedError",
-    "RunStateError", "SerializationError", "StateVersionTracker", "StateVersions", "StoreClosedError",
-    "UnknownCheckpointError", "UnknownRunError", "UnknownThreadError", "fork_checkpoint", "list_fork_history",
+    "NotFoundError", "PendingWrite", "PendingWriteManager", "PushRejectedError", "QvcError", "RecoveryReport",
+    "RemoteError", "RunOwnedError", "RunStateError", "SerializationError", "StateVersionTracker", "StateVersions",
+    "StoreClosedError",
+    "UnknownCheckpointError", "UnknownRemoteError", "UnknownRunError", "UnknownThreadError", "clone",
+    "fork_checkpoint", "list_fork_history",
     *_RUNS,
 ]

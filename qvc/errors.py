@@ -70,3 +70,22 @@ class RunStateError(QvcError):
 
 class RunOwnedError(RunStateError, CheckpointConflictError):
     """A live process owns the RUNNING run; taking it over is refused."""
+
+
+class UnknownRemoteError(NotFoundError):
+    """No remote has that name (``qvc remote add`` one)."""
+
+
+class RemoteError(QvcError):
+    """Talking to a remote failed as a whole: unreachable, authentication refused, not a repository."""
+
+
+class PushRejectedError(CheckpointConflictError):
+    """The push left at least one ref unpushed; ``result`` holds every ref's outcome and reason.
+
+    Refs not rejected were pushed: a rejection never silently drops the others.
+    """
+
+    def __init__(self, message: str, result: object):
+        super().__init__(message)
+        self.result = result

@@ -5,6 +5,8 @@ Layout of refs in a qvc repository::
     refs/heads/<thread>                     the thread's head (one branch per thread)
     refs/qvc/superseded/<thread>/<sha>      a line left behind by time travel (kept reachable)
     refs/qvc/writes/<sha>                   pending writes attached to checkpoint commit <sha>
+    refs/remotes/<remote>/<thread>          a remote's thread, as last fetched or pushed
+    refs/qvc/remotes/<remote>/<namespace>/  the remote's superseded lines, pending writes and notes
 
 ``<thread>`` is the thread id with every character outside ``[a-z0-9_-]`` written as ``%XX``
 per UTF-8 byte. The encoding is reversible, is one path component (so ``a`` and ``a/b`` never
@@ -22,6 +24,9 @@ from .errors import InvalidThreadIdError
 HEADS = "refs/heads/"
 SUPERSEDED = "refs/qvc/superseded/"
 WRITES = "refs/qvc/writes/"
+NOTES = "refs/notes/"
+REMOTES = "refs/remotes/"
+REMOTE_QVC = "refs/qvc/remotes/"
 
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
 _ESCAPE_RUN = re.compile(r"(?:%[0-9A-F]{2})+")
@@ -78,6 +83,11 @@ def superseded_prefix(thread_id: str) -> str:
 
 def writes_ref(commit_hex: str) -> str:
     return WRITES + commit_hex
+
+
+def remote_head_ref(remote: str, thread_id: str) -> str:
+    """The remote-tracking ref of ``thread_id`` on ``remote`` (what ``REMOTE/THREAD`` names)."""
+    return f"{REMOTES}{remote}/{encode_thread(thread_id)}"
 
 
 def encode_name(name: str) -> str:

@@ -179,6 +179,8 @@ class Repository:
         self._journal_mutex = threading.Lock()
         self._flusher = Worker(self._sync_journal, max_lag) if durability is DurabilityMode.ASYNC else None
         self._packer: Worker | None = None  # started on first need
+        #: called with each record after it is journaled (and, in SYNC mode, durable); must not block
+        self.listeners: list[Callable[[Record], None]] = []
         self._closed = False
         _open_repos.add(self)
 
@@ -526,6 +528,8 @@ class Repository:
                 raise DurabilityError(f"{self.path}: flush failed ({exc}); the write is not durable") from exc
         elif self._flusher is not None:
             self._flusher.poke()
+        for listener in self.listeners:
+            listener(record)
         if self.journal.size > self._journal_limit:
             self.harden()
         if len(self._small_packs) >= CONSOLIDATE_AT:

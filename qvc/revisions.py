@@ -3,7 +3,8 @@
 A revision is a base name, optionally followed by suffixes:
 
 * base: ``HEAD`` (the current thread's head, or the detached checkpoint), a thread id (its
-  head), a checkpoint id or unique id prefix, a commit SHA or unique SHA prefix (4+ digits);
+  head), ``REMOTE/THREAD`` (a remote's thread as last fetched, see :mod:`qvc.remote`), a
+  checkpoint id or unique id prefix, a commit SHA or unique SHA prefix (4+ digits);
 * ``~N`` (``~`` alone is ``~1``; ``^`` is ``~1``): N first parents back (across forks);
 * ``@{N}``: the thread's head N movements ago, read from its reflog (``@{0}`` is the head).
 
@@ -97,6 +98,11 @@ def _base(store: GitCheckpointStore, text: str) -> Revision | None:
     thread = thread_named(store, text)
     if thread is not None:
         return Revision(store.head(thread), thread)
+    from .remote import tracking_commit
+
+    tracked = tracking_commit(store, text)
+    if tracked is not None:
+        return Revision(tracked, None)
     return None
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .refnames import HEADS, SUPERSEDED, WRITES
@@ -26,6 +26,7 @@ class RepoStatus:
     pending_writes: int
     recovery: str | None  # what opening repaired, if anything
     maintenance_due: str | None  # why `qvc gc` is due, if it is
+    replication: list[dict[str, Any]] = field(default_factory=list)  # lag per replicated remote
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -34,6 +35,7 @@ class RepoStatus:
 def status(store: GitCheckpointStore) -> RepoStatus:
     """The status of the repository ``store`` has open (reads only; never blocks writers)."""
     from .maintenance import due
+    from .replication import replication_status
 
     head = store.current()
     info = store.commit(head.commit) if head.commit else None
@@ -47,4 +49,5 @@ def status(store: GitCheckpointStore) -> RepoStatus:
         head_step=info.step if info else None, durability=store.durability.value, threads=counts[HEADS],
         superseded_lines=counts[SUPERSEDED], pending_writes=counts[WRITES],
         recovery=store.recovery.summary() if store.recovery else None, maintenance_due=due(store.repository),
+        replication=[r.to_json() for r in replication_status(store)],
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
 
 from . import serde
 from ._libgit2 import pygit2
@@ -56,6 +56,9 @@ from .refnames import (
 from .repository import ReflogEntry, Repository
 from .types import Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointTuple, Head, PendingWrite, StateVersions
 
+if TYPE_CHECKING:
+    from .replication import Replicator
+
 _HEXISH = re.compile(r"^[0-9a-fA-F]{4,40}$")
 _ORDER = ".order"
 _WRITE_RETRIES = 100
@@ -92,6 +95,18 @@ class GitCheckpointStore(CheckpointStore):
         # one of them compares bytes instead of hashing every field again.
         self._trees = LRU(64, 64 * 2**20, lambda v: sum(
             len(d) if isinstance(d, bytes) else sum(len(c) for c, _ in d) for d in v[1].values()))
+        self._replicators: list[Replicator] = []
+        if not readonly:
+            self._start_replication()
+
+    def _start_replication(self) -> None:
+        """One background pusher per remote with replication on (see :mod:`qvc.replication`)."""
+        from .replication import Replicator, replicated_remotes
+
+        for remote in replicated_remotes(self):
+            replicator = Replicator(self, remote)
+            self._replicators.append(replicator)
+            self._repo.listeners.append(replicator.notify)
 
     # -- properties and lifecycle --------------------------------------------------------
 
@@ -118,7 +133,14 @@ class GitCheckpointStore(CheckpointStore):
         self._repo.flush()
 
     def close(self) -> None:
-        """Flush and release the repository. Idempotent."""
+        """Flush and release the repository. Idempotent.
+
+        With replication on, first makes one bounded attempt to push what is left
+        (:data:`qvc.replication.FINAL_ATTEMPT` seconds, skipped while the remote is down).
+        """
+        replicators, self._replicators = self._replicators, []
+        for replicator in replicators:
+            replicator.close()
         self._repo.close()
 
     def __enter__(self) -> GitCheckpointStore:
@@ -742,6 +764,25 @@ class GitCheckpointStore(CheckpointStore):
             message = info.message.replace(f"\nThread: {escape_trailer(old)}\n", f"\nThread: {escape_trailer(new)}\n")
             data = commit_bytes(tree.hex(), parents, message, info.time)
             mapping[info.hex] = self._repo.write(record, "commit", data).hex()
+
+    # -- remotes (qvc.remote) ---------------------------------------------------------------
+
+    def push(self, remote: str = "origin", threads: Optional[Sequence[str]] = None, **options: Any):
+        """Push threads (default: all, with every qvc ref) to ``remote``; see :func:`qvc.remote.push`.
+
+        Returns a :class:`~qvc.remote.PushResult`; raises :class:`~qvc.errors.PushRejectedError`
+        (per-ref reasons in ``.result``) if any ref was rejected, :class:`~qvc.errors.RemoteError`
+        if the remote cannot be reached.
+        """
+        from .remote import push
+
+        return push(self, remote, threads, **options)
+
+    def fetch(self, remote: str = "origin", **options: Any):
+        """Fetch a remote's threads as ``REMOTE/THREAD``; see :func:`qvc.remote.fetch`."""
+        from .remote import fetch
+
+        return fetch(self, remote, **options)
 
     def gc(self) -> None:
         """Pack objects and refs with git (waits for writers in every process). Deleted

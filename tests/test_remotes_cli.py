@@ -1,0 +1,154 @@
+"""``qvc remote/push/fetch/clone`` as real processes: JSON, exit codes, one-line errors, progress on a terminal."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+if str(HERE.parent) not in sys.path:
+    sys.path.insert(0, str(HERE.parent))
+
+from conftest import run_git  # noqa: E402
+from git_servers import GitDaemon  # noqa: E402
+from test_cli_process import QVC, env, put, qvc, qvc_json  # noqa: E402
+
+from qvc import GitCheckpointStore  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def isolated_git(tmp_path, monkeypatch):
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", os.devnull)
+
+
+@pytest.fixture
+def setup(tmp_path):
+    """A repository with two threads (run-1 with 3 checkpoints, run-2) and an empty bare server."""
+    repo = tmp_path / "a.qvc"
+    with GitCheckpointStore(repo) as store:
+        for i in range(3):
+            put(store, "run-1", f"c{i}", i, {"n": i})
+        put(store, "run-2", "r0", 0, {"n": 0})
+    server = tmp_path / "hub.git"
+    run_git(None, "init", "-q", "--bare", str(server))
+    return repo, server
+
+
+def test_remote_push_clone_fetch_json(tmp_path, setup):
+    repo, server = setup
+    r = str(repo)
+    assert qvc_json("--repo", r, "remote", "add", "origin", str(server)) == {
+        "name": "origin", "url": str(server), "replicate": False}
+    assert qvc("--repo", r, "remote", "list", "-v").stdout == f"origin\t{server}\n"
+    pushed = qvc_json("--repo", r, "push")
+    assert pushed["pushed"] == 2 and pushed["rejected"] == 0 and pushed["objects"] > 0
+    assert {u["thread"] for u in pushed["updates"]} == {"run-1", "run-2"}
+    assert qvc_json("--repo", r, "push")["pushed"] == 0
+    assert "Everything up to date" in qvc("--repo", r, "push").stdout
+    cloned = qvc_json("clone", str(server), cwd=tmp_path)
+    assert cloned["path"] == str(tmp_path / "hub.qvc") and cloned["threads"] == 2
+    b = str(tmp_path / "hub.qvc")
+    assert [e["id"] for e in qvc_json("--repo", b, "log", "run-1")] == ["c2", "c1", "c0"]
+    assert qvc("--repo", b, "fsck").returncode == 0
+    with GitCheckpointStore(repo) as store:
+        put(store, "run-1", "c3", 3, {"n": 3})
+    assert "run-1" in qvc("--repo", r, "push", "origin", "run-1").stdout
+    fetched = qvc_json("--repo", b, "fetch")
+    assert [u["ref"] for u in fetched["updates"]] == ["refs/remotes/origin/run-1"]
+    assert [e["id"] for e in qvc_json("--repo", b, "log", "-n", "2", "origin/run-1")] == ["c3", "c2"]
+    made = qvc_json("--repo", b, "checkout", "-b", "mine", "origin/run-1")
+    assert made["thread"] == "mine"
+    assert qvc_json("--repo", b, "show", "mine~1")["id"] == "c3"
+    assert "removed" in qvc("--repo", b, "remote", "remove", "origin").stdout.lower()
+    assert qvc_json("--repo", b, "remote", "list") == []
+
+
+def test_errors_are_one_line_with_exit_codes(tmp_path, setup):
+    repo, server = setup
+    r = str(repo)
+    proc = qvc("--repo", r, "push", "nosuch", check=3)
+    assert proc.stderr.count("\n") == 1 and "no remote named 'nosuch'" in proc.stderr
+    qvc("--repo", r, "fetch", "nosuch", check=3)
+    qvc("--repo", r, "remote", "add", "dead", "git://127.0.0.1:9/x.git")
+    proc = qvc("--repo", r, "push", "dead", check=1)
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("qvc: ") and "127.0.0.1" in proc.stderr
+    qvc("--repo", r, "remote", "add", "dead", "elsewhere", check=4)
+    qvc("--repo", r, "remote", "add", "bad name", "elsewhere", check=2)
+    qvc("clone", str(tmp_path / "none.git"), str(tmp_path / "x.qvc"), check=1)
+    assert not (tmp_path / "x.qvc").exists()
+    # a server that refuses one ref: exit 4, that ref listed with the server's reason, the rest pushed
+    qvc("--repo", r, "remote", "add", "origin", str(server))
+    qvc("--repo", r, "push", "-q")
+    run_git(server, "config", "receive.denyNonFastForwards", "true")
+    qvc("--repo", r, "checkout", "run-1")
+    qvc("--repo", r, "reset", "run-1~2")
+    with GitCheckpointStore(repo) as store:
+        put(store, "run-2", "r1", 1, {"n": 1})
+    proc = qvc("--repo", r, "push", check=4)
+    assert proc.stderr.count("\n") == 1 and "refs/heads/run-1" in proc.stderr
+    assert " ! [rejected]   run-1 (" in proc.stdout and "non-fast-forward" in proc.stdout
+    assert "run-2" in proc.stdout
+    assert run_git(server, "rev-parse", "refs/heads/run-2").stdout.strip() == qvc_json(
+        "--repo", r, "show", "run-2")["commit"]
+    data = qvc("--repo", r, "push", "--json", check=4)
+    assert '"rejected": 1' in data.stdout
+
+
+def run_on_terminal(args: list[str], cwd: Path) -> tuple[int, str]:
+    """Run with stdout and stderr on a pseudo-terminal; return (status, everything it drew)."""
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen([*QVC, *args], cwd=cwd, env=env(TERM="xterm"), stdout=slave, stderr=slave,
+                                stdin=subprocess.DEVNULL)
+    finally:
+        os.close(slave)
+    chunks = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.5)
+        if ready:
+            try:
+                data = os.read(master, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+        elif proc.poll() is not None:
+            break
+    os.close(master)
+    return proc.wait(timeout=30), b"".join(chunks).decode("utf-8", "replace")
+
+
+def test_progress_on_a_terminal_only_for_slow_transfers(tmp_path, setup):
+    repo, server = setup
+    hook = server / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\ncat >/dev/null\nsleep 1.6\n")  # a slow server
+    hook.chmod(0o755)
+    daemon = GitDaemon(str(tmp_path)).start()
+    try:
+        url = daemon.url("hub.git")
+        qvc("--repo", str(repo), "remote", "add", "origin", url)
+        code, drawn = run_on_terminal(["--repo", str(repo), "push"], tmp_path)
+        assert code == 0, drawn
+        assert "push origin: " in drawn and "objects" in drawn and "\x1b[K" in drawn
+        with GitCheckpointStore(repo) as store:
+            put(store, "run-1", "c3", 3, {"n": 3})
+        code, drawn = run_on_terminal(["--repo", str(repo), "push", "-q"], tmp_path)
+        assert code == 0 and drawn == ""
+        with GitCheckpointStore(repo) as store:
+            put(store, "run-1", "c4", 4, {"n": 4})
+        piped = qvc("--repo", str(repo), "push")  # stderr is a pipe: no bar
+        assert piped.stderr == "" and "run-1" in piped.stdout
+        code, drawn = run_on_terminal(["clone", url, str(tmp_path / "fast.qvc")], tmp_path)
+        assert code == 0 and "clone origin" not in drawn  # under a second: no bar
+    finally:
+        daemon.stop()
