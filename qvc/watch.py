@@ -263,7 +263,7 @@ class Watcher:
         for ref, tip in new.refs.items():
             if ref.startswith(WRITES) and old.refs.get(ref) != tip:
                 events.append(self._writes(ref, tip, now))
-        if new.head != old.head:
+        if (new.head[0] or new.head[1]) != (old.head[0] or old.head[1]):  # not the current thread moving
             name, commit = new.head
             thread = self._thread_of(name, commit) if name and name.startswith(HEADS) else None
             events.append(WatchEvent("head", thread, commit=commit, previous=old.head[1], observed=now))
