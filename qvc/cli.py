@@ -913,9 +913,9 @@ def completion(shell: str) -> None:
 # -- following live (qvc.watch) -----------------------------------------------------------------
 
 
-def _stream(watcher, show) -> None:
-    """Print ``show(event)`` lines (``None``: skip) as events come, flushed, until Ctrl-C or
-    SIGTERM (a quiet exit 0; a closed pipe ends quietly too, see :func:`main`)."""
+def _stream(watcher, show, first=()) -> None:
+    """Print the lines of ``first``, then the lines ``show(event)`` returns as events come,
+    flushed, until Ctrl-C, SIGTERM or a closed pipe (all a quiet exit 0)."""
     import signal
 
     def interrupt(signum, frame):
@@ -924,11 +924,15 @@ def _stream(watcher, show) -> None:
     previous = signal.signal(signal.SIGTERM, interrupt)
     try:
         with watcher:
+            for line in first:
+                out(line)
             for event in watcher:
-                for line in show(event) or ():
+                for line in show(event):
                     out(line)
     except KeyboardInterrupt:
         pass
+    except BrokenPipeError:  # `qvc watch | head -3` (click would turn it into exit 1)
+        _silence_stdout()
     finally:
         signal.signal(signal.SIGTERM, previous)
 
@@ -979,21 +983,19 @@ def _follow_log(store, name: str | None, limit: int | None, oneline: bool, as_js
         raise click.UsageError("HEAD is detached: name the thread to follow")
     watcher = store.watch([thread])  # before the log is read: nothing falls in between
     shown: set[str] = set()
-    tip = store.head(thread)
-    entries = list(log(store, tip, limit=limit)) if tip is not None else []
-    for e in entries:
+
+    def lines(e) -> list[str]:
         shown.add(e.commit)
-        for line in ([json.dumps(e.to_json(), ensure_ascii=False)] if as_json else _entry_lines(e, head, oneline)):
-            out(line)
+        return [json.dumps(e.to_json(), ensure_ascii=False)] if as_json else _entry_lines(e, head, oneline)
 
     def show(event) -> list[str]:
         if event.kind != "checkpoint" or event.commit in shown:
             return []
-        shown.add(event.commit)
-        e = entry(store, event.commit, {event.commit: [thread]})
-        return [json.dumps(e.to_json(), ensure_ascii=False)] if as_json else _entry_lines(e, head, oneline)
+        return lines(entry(store, event.commit, {event.commit: [thread]}))
 
-    _stream(watcher, show)
+    tip = store.head(thread)
+    first = (line for e in (log(store, tip, limit=limit) if tip is not None else ()) for line in lines(e))
+    _stream(watcher, show, first)
 
 
 # -- entry point --------------------------------------------------------------------------------

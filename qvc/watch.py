@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from .errors import CorruptionError, InvalidInputError
 from .odb import ObjectMissing, RefReader
-from .refnames import HEADS, WRITES, check_thread_id, decode_thread, encode_thread, superseded_prefix
+from .refnames import HEADS, SUPERSEDED, WRITES, check_thread_id, decode_thread, encode_thread, superseded_prefix
 from .repository import ReflogEntry
 
 if TYPE_CHECKING:
@@ -60,11 +60,13 @@ class WatchEvent:
     - ``checkpoint``: a new checkpoint ``checkpoint_id`` (commit ``commit``) on ``thread_id``;
       ``previous`` is its parent commit, ``step``/``source`` come from the commit.
     - ``fork``: thread ``thread_id`` was created from checkpoint ``from_checkpoint_id``
-      (``from_commit``) of ``from_thread``; ``checkpoint`` events for its own commits follow.
+      (``from_commit``) of ``from_thread``; ``checkpoint_id``/``commit`` are its first own
+      checkpoint. ``checkpoint`` events for its own commits follow.
     - ``reset``: the thread's head moved from ``previous`` to ``commit`` and the new head does
-      not descend from the old one (time travel, a reset, a deleted checkpoint); ``superseded``
-      lists the lines kept for it, ``cause`` is the reflog's reason. ``checkpoint`` events
-      follow for new checkpoints on the new line.
+      not descend from the old one (time travel, a reset, a deleted checkpoint). ``superseded``
+      names the line kept for the old head (``<thread>/<sha>`` under ``refs/qvc/superseded/``)
+      and ``cause`` is the reflog's reason. ``checkpoint`` events follow for new checkpoints
+      on the new line.
     - ``delete``: thread ``thread_id`` was deleted; ``previous`` was its head.
     - ``rename``: thread ``from_thread`` is now called ``thread_id`` (head ``commit``).
     - ``writes``: pending writes of checkpoint ``checkpoint_id`` (``commit``) were added or
@@ -285,7 +287,8 @@ class Watcher:
             own.append(info)
         events = []
         if base is not None:
-            events.append(WatchEvent("fork", thread, own[0].checkpoint_id if own else base.checkpoint_id, tip,
+            first = own[-1] if own else base  # the thread's first checkpoint (not its head: reads coalesce)
+            events.append(WatchEvent("fork", thread, first.checkpoint_id, first.hex,
                                      from_thread=base.thread_id, from_checkpoint_id=base.checkpoint_id,
                                      from_commit=base.hex, cause=cause, observed=now))
         return events + [self._checkpoint(thread, info, now) for info in reversed(own)]
@@ -310,7 +313,8 @@ class Watcher:
             if info.checkpoint_id not in old_ids:
                 fresh.append(info)
         prefix = superseded_prefix(thread)
-        kept = tuple(sorted(t for n, t in new.refs.items() if n.startswith(prefix) and n not in old.refs))
+        # the line left behind, if kept (written before the head moved, so maybe seen by an earlier read)
+        kept = tuple(sorted(n[len(SUPERSEDED):] for n, t in new.refs.items() if n.startswith(prefix) and t == was))
         head = self._info(tip)
         events = [WatchEvent("reset", thread, head.checkpoint_id, tip, previous=was, step=head.step,
                              superseded=kept, cause=_last_reflog(self._path, ref, tip), observed=now)]
