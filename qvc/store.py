@@ -23,6 +23,7 @@ from .errors import (
     CorruptionError,
     InvalidInputError,
     SerializationError,
+    StoreClosedError,
     UnknownCheckpointError,
     UnknownThreadError,
 )
@@ -761,10 +762,13 @@ class GitCheckpointStore(CheckpointStore):
         else polling every ``poll_interval`` seconds; ``"poll"`` forces polling); the refs are
         re-read at least every ``rescan_interval`` seconds. Works on read-only stores.
         Use it as a context manager (or call ``stop()``) to release the inotify watches.
+        Raises :class:`InvalidInputError` for a bad argument, ``OSError`` when
+        ``hints="inotify"`` cannot start, :class:`StoreClosedError` on a closed store.
         """
         from .watch import Watcher
 
-        self._repo._ensure_open()
+        if self._repo.closed:
+            raise StoreClosedError(f"{self.path}: the store is closed")
         watcher = Watcher(self, threads, hints=hints, poll_interval=poll_interval,
                           rescan_interval=rescan_interval, timeout=timeout)
         return watcher.start(callback) if callback is not None else watcher
