@@ -38,7 +38,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from .errors import CorruptionError, InvalidInputError
-from .odb import ObjectMissing, RefReader
+from .odb import RefReader
 from .refnames import HEADS, SUPERSEDED, WRITES, check_thread_id, decode_thread, encode_thread, superseded_prefix
 from .repository import ReflogEntry
 
@@ -154,6 +154,7 @@ class Watcher:
         self.hints = "poll"
         #: why ``hints="auto"`` fell back to polling (``None`` if it did not)
         self.fallback_reason: str | None = None
+        self._snapshot: _Snapshot | None = None
         if hints != "poll":
             try:
                 self._observe()
@@ -162,7 +163,11 @@ class Watcher:
                 if hints == "inotify":
                     raise
                 self.fallback_reason = str(exc) or type(exc).__name__
-        self._snapshot = self._read()  # after the observer started: nothing falls in between
+        try:
+            self._snapshot = self._read()  # after the observer started: nothing falls in between
+        except BaseException:
+            self.stop()
+            raise
 
     # -- hints --------------------------------------------------------------------------------
 
@@ -209,7 +214,7 @@ class Watcher:
         try:
             head = self._reader.head()
         except CorruptionError:  # HEAD being replaced by a non-atomic writer: keep the old one
-            head = self._snapshot.head if hasattr(self, "_snapshot") else (None, None)
+            head = self._snapshot.head if self._snapshot is not None else (None, None)
         return _Snapshot(refs, head)
 
     def poll(self) -> list[WatchEvent]:
@@ -217,6 +222,7 @@ class Watcher:
         with self._lock:
             new = self._read()
             old = self._snapshot
+            assert old is not None  # read in __init__
             for name in [n for n in old.refs if n not in new.refs]:
                 again = self._reader.ref(name)  # packing refs deletes loose files: look once more
                 if again is not None:
@@ -234,12 +240,9 @@ class Watcher:
             component = ref[len(HEADS):]
             thread = decode_thread(component)
             if thread is None:
-                thread = (self._info(tip).thread_id if tip else None) or component
+                thread = (self._store.commit(tip).thread_id if tip else None) or component
             self._names[ref] = thread
         return thread
-
-    def _info(self, sha: str) -> CommitInfo:
-        return self._store.commit(sha)
 
     def _diff(self, old: _Snapshot, new: _Snapshot) -> list[WatchEvent]:
         now = time.time()
@@ -264,7 +267,7 @@ class Watcher:
                 events.append(WatchEvent("delete", thread, previous=old.refs[ref], observed=now))
         for ref, tip in new.refs.items():
             if ref.startswith(WRITES) and old.refs.get(ref) != tip:
-                events.append(self._writes(ref, tip, now))
+                events += self._writes(ref, tip, now)
         if (new.head[0] or new.head[1]) != (old.head[0] or old.head[1]):  # not the current thread moving
             name, commit = new.head
             thread = self._thread_of(name, commit) if name and name.startswith(HEADS) else None
@@ -276,7 +279,7 @@ class Watcher:
         if cause is not None and cause.startswith(_RENAMED) and cause.endswith(f" to {thread}"):
             was = cause[len(_RENAMED):-len(f" to {thread}")]
             self._renamed.add(HEADS + encode_thread(was))
-            info = self._info(tip)
+            info = self._store.commit(tip)
             return [WatchEvent("rename", thread, info.checkpoint_id, tip, from_thread=was, cause=cause,
                                observed=now)]
         own, base = [], None
@@ -315,7 +318,7 @@ class Watcher:
         prefix = superseded_prefix(thread)
         # the line left behind, if kept (written before the head moved, so maybe seen by an earlier read)
         kept = tuple(sorted(n[len(SUPERSEDED):] for n, t in new.refs.items() if n.startswith(prefix) and t == was))
-        head = self._info(tip)
+        head = self._store.commit(tip)
         events = [WatchEvent("reset", thread, head.checkpoint_id, tip, previous=was, step=head.step,
                              superseded=kept, cause=_last_reflog(self._path, ref, tip), observed=now)]
         return events + [self._checkpoint(thread, i, now) for i in reversed(fresh)]
@@ -332,17 +335,15 @@ class Watcher:
         return WatchEvent("checkpoint", thread, info.checkpoint_id, info.hex, previous=info.parent,
                           step=info.step, source=source_of(info) or "put", committed=info.time, observed=now)
 
-    def _writes(self, ref: str, tip: str, now: float) -> WatchEvent:
+    def _writes(self, ref: str, tip: str, now: float) -> list[WatchEvent]:
         sha = ref[len(WRITES):]
-        thread = checkpoint_id = None
-        if len(sha) == 40:
-            try:
-                info = self._info(sha)
-                thread, checkpoint_id = info.thread_id, info.checkpoint_id
-            except (CorruptionError, ObjectMissing):
-                pass
-        return WatchEvent("writes", thread, checkpoint_id, sha if len(sha) == 40 else None, writes=tip,
-                          observed=now)
+        if len(sha) != 40:  # not a qvc checkpoint's (the LangGraph saver keeps its own under lg/)
+            return []
+        try:
+            info = self._store.commit(sha)
+        except CorruptionError:  # the checkpoint was deleted meanwhile
+            return []
+        return [WatchEvent("writes", info.thread_id, info.checkpoint_id, sha, writes=tip, observed=now)]
 
     # -- streaming -----------------------------------------------------------------------------
 

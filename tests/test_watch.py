@@ -291,7 +291,7 @@ def test_qvc_watch_json_streams_until_sigint(repo_path, writer):
 
 
 def test_qvc_watch_ends_quietly_when_the_reader_leaves(repo_path, writer):
-    proc = qvc_process(repo_path, "watch", "a")
+    proc = qvc_process(repo_path, "watch", "--poll", "0.02", "a")
     try:
         line = until_live(proc, writer, "a")[0]
         assert re.fullmatch(r"\d\d:\d\d:\d\d checkpoint a a-\d+ step 0 · worker [0-9a-f]{7}\n", line), line
