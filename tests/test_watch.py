@@ -70,6 +70,7 @@ class Collector:
 
     def __init__(self):
         self.events = []
+        self.last = []
         self._cond = threading.Condition()
 
     def __call__(self, event) -> None:
@@ -93,6 +94,7 @@ class Collector:
         with self._cond:
             got, self.events = self.events, []
         assert len(got) == n, [summary(e) for e in got]
+        self.last = got
         return [summary(e) for e in got]
 
 
@@ -121,9 +123,12 @@ def test_every_kind_of_change_from_another_process(repo_path, writer, hints):
         writer("put", thread="a", id="a-tt", parent="a-0")  # time travel: a-1, a-2 superseded
         assert got.take(2) == [("reset", "a", "a-tt", 1), ("checkpoint", "a", "a-tt")]
         writer("reset", thread="a", id="a-2")  # undo it: no new checkpoint
-        assert got.take(1) == [("reset", "a", "a-2", 1)]
+        assert got.take(1) == [("reset", "a", "a-2", 1)] and got.last[0].cause == "reset: moving to a-2"
         writer("writes", id="a-1")
         assert got.take(1) == [("writes", "a", "a-1")]
+        writer("delete", id="a-1")  # a-2 and the fork b-0, b-1 are rewritten: heads move, no new checkpoints
+        assert got.take(2) == [("reset", "a", "a-2", 0), ("reset", "a/b", "b-1", 0)]
+        assert {e.cause for e in got.last} == {"delete: checkpoint a-1"}
         writer("rename", thread="base", to="base2")
         assert got.take(1) == [("rename", "base2", "base-0", "base")]
         writer("delete_thread", thread="a/b")

@@ -10,7 +10,7 @@ unexpected). Commands (checkpoint ids are the caller's, so events can be matched
 
 - ``{"op": "put", "thread": T, "id": ID, "parent": ID | null}``: one put; the result is its commit.
 - ``{"op": "fork", "thread": T, "id": ID, "from": ID}`` / ``{"op": "reset", "thread": T, "id": ID}``
-  / ``{"op": "writes", "id": ID}`` / ``{"op": "delete_thread", "thread": T}`` /
+  / ``{"op": "writes", "id": ID}`` / ``{"op": "delete", "id": ID}`` / ``{"op": "delete_thread", "thread": T}`` /
   ``{"op": "rename", "thread": T, "to": NEW}`` / ``{"op": "checkout", "thread": T}``
 - ``{"op": "burst", "threads": [T...], "n": N, "prefix": P}``: N puts on each thread, one Python
   thread per thread, all at once (ids ``P<thread>-<i>``); the result maps each checkpoint id to
@@ -69,6 +69,9 @@ def main() -> int:
             result = store.head(cmd["thread"])
         elif op == "writes":
             store.put_writes(CheckpointConfig("?", cmd["id"]), [("messages", cmd["id"])], "task")
+            result = None
+        elif op == "delete":
+            store.delete(CheckpointConfig("?", cmd["id"]))
             result = None
         elif op == "delete_thread":
             result = store.delete_thread(cmd["thread"])
