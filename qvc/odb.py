@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import struct
 import threading
 import zlib
@@ -23,6 +24,7 @@ TYPE_NAMES = {1: "commit", 2: "tree", 3: "blob", 4: "tag"}
 _OFS_DELTA, _REF_DELTA = 6, 7
 _IDX_MAGIC = b"\xfftOc\x00\x00\x00\x02"
 _MISS_RETRIES = 8
+_HEX40 = re.compile("[0-9a-f]{40}")
 
 
 class ObjectMissing(KeyError):
@@ -103,22 +105,26 @@ class RefReader:
         self._packed_refs = (stamp, refs)
         return refs
 
-    def _loose(self, name: str) -> str | None:
+    def _loose(self, name: str, depth: int = 0) -> str | None:
         """The target of a loose ref file (following ``ref:`` links), or ``None`` if there is none."""
-        for _ in range(5):
-            try:
-                with open(os.path.join(self.path, name), "rb") as f:
-                    text = f.read().decode("utf-8", "surrogateescape").strip()
-            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-                return None
-            if text.startswith("ref: "):
-                name = text[5:]
-                found = self._loose(name)
-                return found if found is not None else self._packed().get(name)
-            if len(text) != 40 or any(ch not in "0123456789abcdef" for ch in text):
-                raise CorruptionError(f"ref {name} is unreadable: {text[:60]!r}")
-            return text
-        raise CorruptionError(f"ref {name}: too many symbolic links")
+        try:
+            fd = os.open(os.path.join(self.path, name), os.O_RDONLY | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        try:
+            text = os.read(fd, 4096).decode("utf-8", "surrogateescape").strip()
+        except IsADirectoryError:
+            return None
+        finally:
+            os.close(fd)
+        if text.startswith("ref: "):
+            if depth >= 5:
+                raise CorruptionError(f"ref {name}: too many symbolic links")
+            found = self._loose(text[5:], depth + 1)
+            return found if found is not None else self._packed().get(text[5:])
+        if not _HEX40.fullmatch(text):
+            raise CorruptionError(f"ref {name} is unreadable: {text[:60]!r}")
+        return text
 
     def ref(self, name: str) -> str | None:
         """The hex target of ``name`` (loose, else packed), ``None`` when it does not exist."""
@@ -133,13 +139,19 @@ class RefReader:
         meanwhile is found in one or the other, never missed.
         """
         out: dict[str, str] = {}
-        top = os.path.join(self.path, "refs")
-        for dirpath, _, files in os.walk(top):
-            for fname in files:
-                if fname.endswith(".lock"):
-                    continue
-                name = os.path.relpath(os.path.join(dirpath, fname), self.path).replace(os.sep, "/")
-                if name.startswith(prefix):
+        dirs = ["refs"]
+        while dirs:  # only the directories that can hold names under prefix
+            rel = dirs.pop()
+            try:
+                entries = list(os.scandir(os.path.join(self.path, rel)))
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # removed meanwhile (pack-refs prunes empty directories)
+            for entry in entries:
+                name = f"{rel}/{entry.name}"
+                if entry.is_dir(follow_symlinks=False):
+                    if name.startswith(prefix) or prefix.startswith(name + "/"):
+                        dirs.append(name)
+                elif name.startswith(prefix) and not name.endswith(".lock"):
                     target = self._loose(name)
                     if target is not None:
                         out[name] = target
