@@ -123,7 +123,7 @@ class Watcher:
 
     The baseline is the repository as it is when the watcher is created: only later changes
     are reported. ``threads`` limits events to those threads (``rename`` events also when
-    the old name is one of them; ``head`` events only without ``threads``).
+    the old name is one of them; ``head`` events when HEAD moves to one of them).
     """
 
     def __init__(self, store: GitCheckpointStore, threads: Iterable[str] | None = None, *,
