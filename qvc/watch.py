@@ -260,7 +260,8 @@ class Watcher:
                 events += self._moved(ref, thread, was, tip, old, new, known, now)
         for ref in heads:
             if ref in old.refs and ref not in new.refs:
-                thread = self._names.pop(ref, None) or self._thread_of(ref, None)
+                thread = self._thread_of(ref, None)
+                del self._names[ref]
                 if ref in self._renamed:
                     self._renamed.discard(ref)
                     continue
