@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -248,101 +250,139 @@ def test_falls_back_to_polling_when_inotify_is_exhausted(repo_path, writer, limi
 # -- the command line, as a real process ----------------------------------------------------------
 
 
-def qvc_process(repo_path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([*QVC, "--repo", str(repo_path), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=child_env())
+class Command:
+    """A qvc command as a real process; its output lines are read in the background."""
+
+    def __init__(self, repo_path, *args: str):
+        self.proc = subprocess.Popen([*QVC, "--repo", str(repo_path), *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, env=child_env())
+        self._lines: queue.Queue = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def line(self, timeout: float = WAIT) -> str | None:
+        """The next line (``None`` if none came within ``timeout``); fails if the command ended."""
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        assert line is not None, f"qvc exited {self.proc.wait()}: {self.proc.stderr.read()}"
+        return line
+
+    def json_lines(self, n: int, skip: str = "ping") -> list[dict]:
+        """The next ``n`` JSON lines whose thread is not ``skip``."""
+        out = []
+        while len(out) < n:
+            line = self.line()
+            assert line is not None, f"timed out; got {out}"
+            obj = json.loads(line)
+            if obj["thread"] != skip:
+                out.append(obj)
+        return out
+
+    def until_live(self, writer, thread: str = "ping", prefix: str | None = None) -> str:
+        """Put on ``thread`` until the command prints something: then it is surely watching."""
+        for i in range(int(WAIT / 0.2)):
+            writer("put", thread=thread, id=f"{prefix or thread}-{i}")
+            line = self.line(0.2)
+            if line is not None:
+                return line
+        raise AssertionError("qvc printed nothing")
+
+    def interrupt(self, sig: int) -> str:
+        """Send ``sig``; the command must end with status 0 and a silent stderr. Returns the rest of stdout."""
+        self.proc.send_signal(sig)
+        assert self.proc.wait(30) == 0
+        assert self.proc.stderr.read() == ""
+        self._reader.join(30)
+        rest = []
+        while (line := self._lines.get_nowait()) is not None:
+            rest.append(line)
+        return "".join(rest)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stderr.close()
 
 
-def until_live(proc, writer, thread: str = "ping", prefix: str | None = None) -> list[str]:
-    """Put on ``thread`` until the command prints something: then it is surely watching."""
-    lines: list[str] = []
-    ready = threading.Event()
+@pytest.fixture
+def command(repo_path):
+    started: list[Command] = []
 
-    def read() -> None:
-        lines.append(proc.stdout.readline())
-        ready.set()
+    def start(*args: str) -> Command:
+        started.append(Command(repo_path, *args))
+        return started[-1]
 
-    threading.Thread(target=read, daemon=True).start()
-    for i in range(int(WAIT / 0.2)):
-        writer("put", thread=thread, id=f"{prefix or thread}-{i}")
-        if ready.wait(0.2):
-            return lines
-    raise AssertionError(f"no output: {proc.stderr.read() if proc.poll() is not None else 'still running'}")
+    yield start
+    for c in started:
+        c.close()
 
 
-def test_qvc_watch_json_streams_until_sigint(repo_path, writer):
-    proc = qvc_process(repo_path, "watch", "--json")
+def test_qvc_watch_json_streams_until_sigint(writer, command):
+    watch = command("watch", "--json")
+    first = json.loads(watch.until_live(writer))
+    assert first["kind"] == "checkpoint" and first["thread"] == "ping"
+    writer("put", thread="a", id="a-0")
+    assert [(e["kind"], e["thread"], e["id"]) for e in watch.json_lines(1)] == [("checkpoint", "a", "a-0")]
+    writer("fork", thread="b", id="b-0", **{"from": "a-0"})
+    fork, cp = watch.json_lines(2)
+    assert (fork["kind"], fork["thread"], fork["id"], fork["from"]["thread"], fork["from"]["id"]) == (
+        "fork", "b", "b-0", "a", "a-0")
+    assert (cp["kind"], cp["thread"], cp["id"], cp["source"]) == ("checkpoint", "b", "b-0", "worker")
+    writer("delete_thread", thread="b")
+    [gone] = watch.json_lines(1)
+    assert (gone["kind"], gone["thread"], gone["previous"]) == ("delete", "b", cp["commit"])
+    assert watch.interrupt(signal.SIGINT) == ""
+
+
+def test_qvc_watch_piped_into_head_ends_quietly(repo_path, writer):
+    # `qvc watch | head -1`: once head has gone, the next line hits a closed pipe
+    script = f'{shlex.join(QVC)} --repo {shlex.quote(str(repo_path))} watch --poll 0.02 a 2>"$0" | head -1; ' \
+             'echo "status ${PIPESTATUS[0]}"'
+    err = repo_path.parent / "stderr"
+    shell = subprocess.Popen(["bash", "-c", script, str(err)], stdout=subprocess.PIPE, text=True, env=child_env())
     try:
-        first = json.loads(until_live(proc, writer)[0])
-        assert first["kind"] == "checkpoint" and first["thread"] == "ping"
-        seen = []
-        writer("put", thread="a", id="a-0")
-        writer("fork", thread="b", id="b-0", **{"from": "a-0"})
-        writer("delete_thread", thread="b")
-        while not seen or seen[-1]["kind"] != "delete":
-            line = json.loads(proc.stdout.readline())
-            if line["thread"] != "ping":
-                seen.append(line)
-        assert [(e["kind"], e["thread"], e["id"]) for e in seen] == [
-            ("checkpoint", "a", "a-0"), ("fork", "b", "b-0"), ("checkpoint", "b", "b-0"), ("delete", "b", None)]
-        assert seen[1]["from"]["thread"] == "a" and seen[1]["from"]["id"] == "a-0"
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
-        assert proc.returncode == 0 and err == "", err
+        for i in range(int(WAIT / 0.1)):
+            writer("put", thread="a", id=f"a-{i}")
+            if shell.poll() is not None:
+                break
+            time.sleep(0.1)
+        out = shell.communicate(timeout=30)[0].splitlines()
+        assert len(out) == 2 and out[1] == "status 0", out
+        assert re.fullmatch(r"\d\d:\d\d:\d\d checkpoint a a-\d+ step 0 · worker [0-9a-f]{7}", out[0]), out
+        assert err.read_text() == ""
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        if shell.poll() is None:
+            shell.kill()
+            shell.communicate()
 
 
-def test_qvc_watch_ends_quietly_when_the_reader_leaves(repo_path, writer):
-    proc = qvc_process(repo_path, "watch", "--poll", "0.02", "a")
-    try:
-        line = until_live(proc, writer, "a")[0]
-        assert re.fullmatch(r"\d\d:\d\d:\d\d checkpoint a a-\d+ step 0 · worker [0-9a-f]{7}\n", line), line
-        proc.stdout.close()  # `qvc watch | head -1`
-        writer("put", thread="a", id="a-after")  # the next line hits the closed pipe
-        assert proc.wait(30) == 0
-        assert proc.stderr.read() == ""
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.stderr.close()
-
-
-def test_qvc_log_follow_prints_the_log_then_new_checkpoints(repo_path, writer):
+def test_qvc_log_follow_prints_the_log_then_new_checkpoints(writer, command):
     for i in range(3):
         writer("put", thread="run", id=f"run-{i}")
-    proc = qvc_process(repo_path, "log", "--follow", "--json", "run")
-    try:
-        old = [json.loads(proc.stdout.readline())["id"] for _ in range(3)]
-        assert old == ["run-2", "run-1", "run-0"]  # the log as `qvc log` prints it, newest first
-        writer("put", thread="other", id="x-0")  # another thread: not followed
-        entry = json.loads(until_live(proc, writer, "run", "new")[0])
-        assert entry["id"] == "new-0" and entry["source"] == "worker" and entry["changed"] == ["id"]
-        assert entry["thread"] == "run" and entry["heads"] == ["run"] and set(entry) >= {"commit", "changed"}
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
-        assert proc.returncode == 0 and err == "", err
-        assert all(json.loads(x)["thread"] == "run" for x in out.splitlines())
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    follow = command("log", "--follow", "--json", "run")
+    old = [json.loads(follow.line()) for _ in range(3)]
+    assert [e["id"] for e in old] == ["run-2", "run-1", "run-0"]  # as `qvc log` prints it, newest first
+    writer("put", thread="other", id="x-0")  # another thread: not followed
+    entry = json.loads(follow.until_live(writer, "run", "new"))
+    assert entry["id"] == "new-0" and entry["source"] == "worker" and entry["changed"] == ["id"]
+    assert entry["thread"] == "run" and entry["heads"] == ["run"] and entry["parents"] == [old[0]["commit"]]
+    rest = follow.interrupt(signal.SIGTERM)
+    assert all(json.loads(x)["thread"] == "run" for x in rest.splitlines())
 
 
-def test_qvc_log_follow_text_on_a_new_thread(repo_path, writer):
-    proc = qvc_process(repo_path, "log", "--follow", "--oneline", "later")
-    try:
-        line = until_live(proc, writer, "later")[0]
-        assert re.fullmatch(r"[0-9a-f]{7} later-(\d+) step 0 · worker · [12] changed \(later\)\n", line), line
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-        assert proc.returncode == 0 and err == "", err
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+def test_qvc_log_follow_text_on_a_new_thread(repo_path, writer, command):
+    follow = command("log", "--follow", "--oneline", "later")
+    line = follow.until_live(writer, "later")
+    assert re.fullmatch(r"[0-9a-f]{7} later-(\d+) step 0 · worker · [12] changed \(later\)\n", line), line
+    follow.interrupt(signal.SIGINT)
     bad = subprocess.run([*QVC, "--repo", str(repo_path), "log", "--follow", "--all"], capture_output=True,
                          text=True, env=child_env(), timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith("qvc: --follow") and "Traceback" not in bad.stderr
