@@ -111,8 +111,8 @@ def summary(e) -> tuple:
 def test_every_kind_of_change_from_another_process(repo_path, writer, hints):
     writer("put", thread="base", id="base-0")
     got = Collector()
-    reader = GitCheckpointStore(repo_path, readonly=True)
-    with reader.watch(callback=got, hints=hints, poll_interval=0.02) as watcher:
+    with GitCheckpointStore(repo_path, readonly=True) as reader, \
+            reader.watch(callback=got, hints=hints, poll_interval=0.02) as watcher:
         assert watcher.hints == hints and watcher.fallback_reason is None
         commits = [writer("put", thread="a", id=f"a-{i}") for i in range(3)]
         events = got.until(lambda ev: len(ev) >= 3)
@@ -137,7 +137,6 @@ def test_every_kind_of_change_from_another_process(repo_path, writer, hints):
         assert got.take(1) == [("delete", "a/b", None)]
         writer("checkout", thread="a")
         assert got.take(1) == [("head", "a", None)]
-    reader.close()
 
 
 def test_bursts_report_every_checkpoint_once_in_order(repo_path, writer):
