@@ -286,15 +286,20 @@ def _decorations(entry, head) -> str:
 @click.option("--graph", is_flag=True, help="Draw forks across threads (git's graph).")
 @click.option("--all", "all_", is_flag=True, help="Every thread and the lines superseded by time travel.")
 @click.option("--json", "as_json", is_flag=True, help="A JSON array of checkpoints.")
-def log(name: str | None, limit: int | None, oneline: bool, graph: bool, all_: bool, as_json: bool) -> None:
+@click.option("-f", "--follow", is_flag=True, help="Then print new checkpoints of the thread as they come.")
+def log(name: str | None, limit: int | None, oneline: bool, graph: bool, all_: bool, as_json: bool,
+        follow: bool) -> None:
     """Show checkpoints, newest first (default: the current thread).
 
-    NAME is a thread or a checkpoint; its line is followed back through forks.
+    NAME is a thread or a checkpoint; its line is followed back through forks. With --follow
+    NAME is a thread (it may not exist yet): new checkpoints are printed as other processes
+    write them until interrupted (--json: one object per line).
 
     \b
     Example:
       qvc log --oneline -n 20 run-7
       qvc log --all --graph
+      qvc log --follow --oneline run-7
     """
     from .log import graph as draw
     from .log import log as walk
@@ -302,6 +307,10 @@ def log(name: str | None, limit: int | None, oneline: bool, graph: bool, all_: b
     if graph and as_json:
         raise click.UsageError("--graph and --json do not go together")
     store = session().store()
+    if follow:
+        if graph or all_:
+            raise click.UsageError("--follow takes one thread, not --graph or --all")
+        return _follow_log(store, name, limit, oneline, as_json)
     head = store.current()
     start = None if all_ and name is None else revision(store, name).commit
     if graph:
@@ -312,23 +321,21 @@ def log(name: str | None, limit: int | None, oneline: bool, graph: bool, all_: b
     if as_json:
         emit_json([e.to_json() for e in entries])
         return
-    lines: list[str] = []
-    for e in entries:
-        status = f" [{e.status}]" if e.status else ""
-        changed = ", ".join(e.changed) if e.changed else "(nothing)"
-        if oneline:
-            lines.append(f"{style(e.commit[:7], fg='yellow')} {short(e.checkpoint_id)} step {e.step} · "
-                         f"{e.source or 'put'} · {len(e.changed)} changed{status}"
-                         f"{style(_decorations(e, head), fg='cyan')}")
-            continue
-        lines.append(style(f"checkpoint {e.checkpoint_id}", fg="yellow")
-                     + style(_decorations(e, head), fg="cyan"))
-        lines.append(f"Commit:  {e.commit[:12]}   Thread: {e.thread}   Step: {e.step}   "
-                     f"Source: {e.source or 'put'}{'   Status: ' + e.status if e.status else ''}")
-        lines.append(f"Date:    {ago(e.time)} ({datetime.fromtimestamp(e.time).astimezone():%Y-%m-%d %H:%M:%S %z})")
-        lines.append(f"Changed: {changed}")
-        lines.append("")
+    lines = [line for e in entries for line in _entry_lines(e, head, oneline)]
     page(lines[:-1] if lines and lines[-1] == "" else lines)
+
+
+def _entry_lines(e, head, oneline: bool) -> list[str]:
+    """One log entry as text: one line with --oneline, else a block ending in a blank line."""
+    status = f" [{e.status}]" if e.status else ""
+    if oneline:
+        return [f"{style(e.commit[:7], fg='yellow')} {short(e.checkpoint_id)} step {e.step} · "
+                f"{e.source or 'put'} · {len(e.changed)} changed{status}{style(_decorations(e, head), fg='cyan')}"]
+    return [style(f"checkpoint {e.checkpoint_id}", fg="yellow") + style(_decorations(e, head), fg="cyan"),
+            f"Commit:  {e.commit[:12]}   Thread: {e.thread}   Step: {e.step}   "
+            f"Source: {e.source or 'put'}{'   Status: ' + e.status if e.status else ''}",
+            f"Date:    {ago(e.time)} ({datetime.fromtimestamp(e.time).astimezone():%Y-%m-%d %H:%M:%S %z})",
+            f"Changed: {', '.join(e.changed) if e.changed else '(nothing)'}", ""]
 
 
 @cli.command()
@@ -1126,6 +1133,94 @@ def clone(url: str, directory: str | None, origin: str, quiet: bool, as_json: bo
         emit_json({"path": path, "url": url, "remote": origin, "threads": len(threads)})
     elif not quiet:
         out(f"Cloned {url} into {path}: {len(threads)} thread(s)")
+
+
+# -- following live (qvc.watch) -----------------------------------------------------------------
+
+
+def _stream(watcher, show, first=()) -> None:
+    """Print the lines of ``first``, then the lines ``show(event)`` returns as events come,
+    flushed, until Ctrl-C, SIGTERM or a closed pipe (all a quiet exit 0)."""
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        with watcher:
+            for line in first:
+                out(line)
+            for event in watcher:
+                for line in show(event):
+                    out(line)
+    except KeyboardInterrupt:
+        pass
+    except BrokenPipeError:  # `qvc watch | head -3` (click would turn it into exit 1)
+        _silence_stdout()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _event_line(e) -> str:
+    """One event as a line of text (``--json`` prints :meth:`qvc.watch.WatchEvent.to_json`)."""
+    what = {
+        "checkpoint": lambda: f"{e.thread_id} {short(e.checkpoint_id)} step {e.step} · {e.source} "
+                              f"{style(e.commit[:7], fg='yellow')}",
+        "fork": lambda: f"{e.thread_id} from {e.from_thread} {short(e.from_checkpoint_id)}",
+        "reset": lambda: f"{e.thread_id} {e.previous[:7]} -> {style(e.commit[:7], fg='yellow')} "
+                         f"{short(e.checkpoint_id)} step {e.step}{f' ({e.cause})' if e.cause else ''}",
+        "delete": lambda: f"{e.thread_id} (was {e.previous[:7]})",
+        "rename": lambda: f"{e.from_thread} -> {e.thread_id}",
+        "writes": lambda: f"{e.thread_id} {short(e.checkpoint_id or '?')} {(e.commit or '')[:7]}",
+        "head": lambda: e.thread_id if e.thread_id is not None else f"detached at {(e.commit or '')[:7]}",
+    }[e.kind]()
+    return f"{datetime.fromtimestamp(e.observed):%H:%M:%S} {style(f'{e.kind:<10}', fg='cyan')} {what}"
+
+
+@cli.command()
+@click.argument("threads", nargs=-1, shell_complete=complete_names)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.option("--poll", "poll", type=click.FloatRange(min=0.001), metavar="SECONDS",
+              help="Poll the refs every SECONDS instead of waiting for inotify.")
+def watch(threads: tuple[str, ...], as_json: bool, poll: float | None) -> None:
+    """Print checkpoints, forks, resets, deletions, renames, pending writes and HEAD moves as
+    other processes make them, one line each, until interrupted (default: every thread).
+
+    \b
+    Example:
+      qvc watch
+      qvc watch run-7 --json | jq .id
+    """
+    store = session().store()
+    kw = {"hints": "poll", "poll_interval": poll} if poll else {}
+    show = (lambda e: [json.dumps(e.to_json(), ensure_ascii=False)]) if as_json else (lambda e: [_event_line(e)])
+    _stream(store.watch(threads or None, **kw), show)
+
+
+def _follow_log(store, name: str | None, limit: int | None, oneline: bool, as_json: bool) -> None:
+    """``qvc log --follow``: the thread's log, then its new checkpoints as log entries."""
+    from .log import entry, log
+
+    head = store.current()
+    thread = head.thread if name in (None, "HEAD") else name
+    if thread is None:
+        raise click.UsageError("HEAD is detached: name the thread to follow")
+    watcher = store.watch([thread])  # before the log is read: nothing falls in between
+    shown: set[str] = set()
+
+    def lines(e) -> list[str]:
+        shown.add(e.commit)
+        return [json.dumps(e.to_json(), ensure_ascii=False)] if as_json else _entry_lines(e, head, oneline)
+
+    def show(event) -> list[str]:
+        if event.kind != "checkpoint" or event.commit in shown:
+            return []
+        return lines(entry(store, event.commit, {event.commit: [thread]}))
+
+    tip = store.head(thread)
+    first = (line for e in (log(store, tip, limit=limit) if tip is not None else ()) for line in lines(e))
+    _stream(watcher, show, first)
 
 
 # -- entry point --------------------------------------------------------------------------------

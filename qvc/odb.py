@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import struct
 import threading
 import zlib
@@ -23,6 +24,7 @@ TYPE_NAMES = {1: "commit", 2: "tree", 3: "blob", 4: "tag"}
 _OFS_DELTA, _REF_DELTA = 6, 7
 _IDX_MAGIC = b"\xfftOc\x00\x00\x00\x02"
 _MISS_RETRIES = 8
+_HEX40 = re.compile("[0-9a-f]{40}")
 
 
 class ObjectMissing(KeyError):
@@ -71,7 +73,108 @@ class _Pack:
         self.pack.close()
 
 
-class ObjectReader:
+class RefReader:
+    """The refs of the repository at ``path`` (loose files, ``packed-refs``, ``HEAD``); never writes.
+
+    Every call reads the files afresh (``packed-refs`` is parsed again only when it changed),
+    so it sees other processes' ref moves; :mod:`qvc.watch` diffs its snapshots.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self._packed_refs: tuple[tuple, dict[str, str]] | None = None
+
+    def _packed(self) -> dict[str, str]:
+        path = os.path.join(self.path, "packed-refs")
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return {}
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        cached = self._packed_refs
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        refs: dict[str, str] = {}
+        with open(path, "rb") as f:
+            for line in f.read().decode("utf-8", "surrogateescape").splitlines():
+                if not line or line[0] in "#^":
+                    continue
+                sha, _, name = line.partition(" ")
+                if len(sha) == 40:
+                    refs[name] = sha
+        self._packed_refs = (stamp, refs)
+        return refs
+
+    def _loose(self, name: str, depth: int = 0) -> str | None:
+        """The target of a loose ref file (following ``ref:`` links), or ``None`` if there is none."""
+        try:
+            fd = os.open(os.path.join(self.path, name), os.O_RDONLY | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        try:
+            text = os.read(fd, 4096).decode("utf-8", "surrogateescape").strip()
+        except IsADirectoryError:
+            return None
+        finally:
+            os.close(fd)
+        if text.startswith("ref: "):
+            if depth >= 5:
+                raise CorruptionError(f"ref {name}: too many symbolic links")
+            found = self._loose(text[5:], depth + 1)
+            return found if found is not None else self._packed().get(text[5:])
+        if not _HEX40.fullmatch(text):
+            raise CorruptionError(f"ref {name} is unreadable: {text[:60]!r}")
+        return text
+
+    def ref(self, name: str) -> str | None:
+        """The hex target of ``name`` (loose, else packed), ``None`` when it does not exist."""
+        found = self._loose(name)
+        return found if found is not None else self._packed().get(name)
+
+    def refs(self, prefix: str) -> Iterator[tuple[str, str]]:
+        """``(name, hex target)`` of every direct ref whose name starts with ``prefix``.
+
+        Loose refs are read before ``packed-refs``: ``git pack-refs`` and libgit2 write the new
+        ``packed-refs`` before they remove the loose files, so a ref moving into ``packed-refs``
+        meanwhile is found in one or the other, never missed.
+        """
+        out: dict[str, str] = {}
+        dirs = ["refs"]
+        while dirs:  # only the directories that can hold names under prefix
+            rel = dirs.pop()
+            try:
+                entries = list(os.scandir(os.path.join(self.path, rel)))
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # removed meanwhile (pack-refs prunes empty directories)
+            for entry in entries:
+                name = f"{rel}/{entry.name}"
+                if entry.is_dir(follow_symlinks=False):
+                    if name.startswith(prefix) or prefix.startswith(name + "/"):
+                        dirs.append(name)
+                elif name.startswith(prefix) and not name.endswith(".lock"):
+                    target = self._loose(name)
+                    if target is not None:
+                        out[name] = target
+        for name, target in self._packed().items():
+            if name.startswith(prefix):
+                out.setdefault(name, target)
+        return iter(sorted(out.items()))
+
+    def head(self) -> tuple[str | None, str | None]:
+        """``(ref name, commit)`` of HEAD, as :meth:`qvc.repository.Repository.head_ref`."""
+        try:
+            with open(os.path.join(self.path, "HEAD"), "rb") as f:
+                text = f.read().decode("utf-8", "surrogateescape").strip()
+        except FileNotFoundError:
+            raise CorruptionError(f"{self.path}: HEAD is missing") from None
+        if text.startswith("ref: "):
+            return text[5:], self.ref(text[5:])
+        if len(text) == 40:
+            return None, text
+        raise CorruptionError(f"{self.path}: HEAD is unreadable: {text[:60]!r}")
+
+
+class ObjectReader(RefReader):
     """Objects and refs of the repository at ``path``, read with the standard library only.
 
     Thread-safe. Lookups that miss rescan the pack directory while it keeps changing (another
@@ -79,13 +182,12 @@ class ObjectReader:
     """
 
     def __init__(self, path: str):
-        self.path = path
+        super().__init__(path)
         self.pack_dir = os.path.join(path, "objects", "pack")
         self._packs: dict[str, _Pack] = {}
         self._listing: list[str] = []
         self._lock = threading.Lock()
         self._bases: OrderedDict[tuple[str, int], tuple[int, bytes]] = OrderedDict()  # delta bases
-        self._packed_refs: tuple[tuple, dict[str, str]] | None = None
         self._last: _Pack | None = None
         self._scan()
 
@@ -190,79 +292,6 @@ class ObjectReader:
                 while len(self._bases) > 256:
                     self._bases.popitem(last=False)
         return result
-
-    # -- refs -----------------------------------------------------------------------------
-
-    def _packed(self) -> dict[str, str]:
-        path = os.path.join(self.path, "packed-refs")
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            return {}
-        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
-        cached = self._packed_refs
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
-        refs: dict[str, str] = {}
-        with open(path, "rb") as f:
-            for line in f.read().decode("utf-8", "surrogateescape").splitlines():
-                if not line or line[0] in "#^":
-                    continue
-                sha, _, name = line.partition(" ")
-                if len(sha) == 40:
-                    refs[name] = sha
-        self._packed_refs = (stamp, refs)
-        return refs
-
-    def _loose(self, name: str) -> str | None:
-        """The target of a loose ref file (following ``ref:`` links), or ``None`` if there is none."""
-        for _ in range(5):
-            try:
-                with open(os.path.join(self.path, name), "rb") as f:
-                    text = f.read().decode("utf-8", "surrogateescape").strip()
-            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-                return None
-            if text.startswith("ref: "):
-                name = text[5:]
-                found = self._loose(name)
-                return found if found is not None else self._packed().get(name)
-            if len(text) != 40 or any(ch not in "0123456789abcdef" for ch in text):
-                raise CorruptionError(f"ref {name} is unreadable: {text[:60]!r}")
-            return text
-        raise CorruptionError(f"ref {name}: too many symbolic links")
-
-    def ref(self, name: str) -> str | None:
-        """The hex target of ``name`` (loose, else packed), ``None`` when it does not exist."""
-        found = self._loose(name)
-        return found if found is not None else self._packed().get(name)
-
-    def refs(self, prefix: str) -> Iterator[tuple[str, str]]:
-        """``(name, hex target)`` of every direct ref whose name starts with ``prefix``."""
-        out = {n: t for n, t in self._packed().items() if n.startswith(prefix)}
-        top = os.path.join(self.path, "refs")
-        for dirpath, _, files in os.walk(top):
-            for fname in files:
-                if fname.endswith(".lock"):
-                    continue
-                name = os.path.relpath(os.path.join(dirpath, fname), self.path).replace(os.sep, "/")
-                if name.startswith(prefix):
-                    target = self._loose(name)
-                    if target is not None:
-                        out[name] = target
-        return iter(sorted(out.items()))
-
-    def head(self) -> tuple[str | None, str | None]:
-        """``(ref name, commit)`` of HEAD, as :meth:`qvc.repository.Repository.head_ref`."""
-        try:
-            with open(os.path.join(self.path, "HEAD"), "rb") as f:
-                text = f.read().decode("utf-8", "surrogateescape").strip()
-        except FileNotFoundError:
-            raise CorruptionError(f"{self.path}: HEAD is missing") from None
-        if text.startswith("ref: "):
-            return text[5:], self.ref(text[5:])
-        if len(text) == 40:
-            return None, text
-        raise CorruptionError(f"{self.path}: HEAD is unreadable: {text[:60]!r}")
 
     def close(self) -> None:
         with self._lock:

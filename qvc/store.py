@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 from . import serde
 from ._libgit2 import pygit2
@@ -23,6 +23,7 @@ from .errors import (
     CorruptionError,
     InvalidInputError,
     SerializationError,
+    StoreClosedError,
     UnknownCheckpointError,
     UnknownThreadError,
 )
@@ -58,6 +59,7 @@ from .types import Checkpoint, CheckpointConfig, CheckpointMetadata, CheckpointT
 
 if TYPE_CHECKING:
     from .replication import Replicator
+    from .watch import Watcher, WatchEvent
 
 _HEXISH = re.compile(r"^[0-9a-fA-F]{4,40}$")
 _ORDER = ".order"
@@ -783,6 +785,32 @@ class GitCheckpointStore(CheckpointStore):
         from .remote import fetch
 
         return fetch(self, remote, **options)
+
+    # -- following --------------------------------------------------------------------------
+
+    def watch(self, threads: Iterable[str] | None = None, *, callback: Callable[[WatchEvent], object] | None = None,
+              hints: str = "auto", poll_interval: float = 0.05, rescan_interval: float = 1.0,
+              timeout: float | None = None) -> Watcher:
+        """Follow the repository live: a :class:`qvc.watch.Watcher` of the changes made from now on.
+
+        Iterate it for :class:`qvc.watch.WatchEvent` s (checkpoints, forks, resets, deletes,
+        renames, pending writes, HEAD moves), blocking until ``timeout`` seconds have passed
+        (forever if ``None``) or it is stopped; with ``callback``, a background thread calls
+        ``callback(event)`` instead until ``watcher.stop()``. ``threads`` limits the events to
+        those threads. Hints come from inotify (``hints="inotify"``, or ``"auto"``: inotify,
+        else polling every ``poll_interval`` seconds; ``"poll"`` forces polling); the refs are
+        re-read at least every ``rescan_interval`` seconds. Works on read-only stores.
+        Use it as a context manager (or call ``stop()``) to release the inotify watches.
+        Raises :class:`InvalidInputError` for a bad argument, ``OSError`` when
+        ``hints="inotify"`` cannot start, :class:`StoreClosedError` on a closed store.
+        """
+        from .watch import Watcher
+
+        if self._repo.closed:
+            raise StoreClosedError(f"{self.path}: the store is closed")
+        watcher = Watcher(self, threads, hints=hints, poll_interval=poll_interval,
+                          rescan_interval=rescan_interval, timeout=timeout)
+        return watcher.start(callback) if callback is not None else watcher
 
     def gc(self) -> None:
         """Pack objects and refs with git (waits for writers in every process). Deleted
