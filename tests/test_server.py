@@ -182,7 +182,7 @@ def test_openapi_document_is_valid_and_complete(api):
 
 def test_repository_and_threads_paged_and_filtered(api):
     status, repo = api("GET", "/api/repository")
-    assert status == 200 and repo["read_only"] is False and repo["live"] == "poll"
+    assert status == 200 and repo["read_only"] is False and repo["live"] in ("inotify", "poll")
     _, page = api("GET", "/api/threads")
     names = [t["thread"] for t in page["threads"]]
     assert {"notes", "notes/alt", "run/s1/done", "run/s1/failed", "run/s2/stopped", "run/workers/w1"} <= set(names)
@@ -430,14 +430,16 @@ def test_writer_process_seen_by_api_and_events(api, repo, server):
                                 capture_output=True, text=True, timeout=60, cwd=str(ROOT))
         assert writer.returncode == 0, writer.stderr
         thread = f"run/live/{run_id}"
-        moves = stream.wait(lambda name, data: name == "ref" and data["thread"] == thread and data["kind"] == "thread")
-        assert moves[0][1]["old"] is None and moves[0][1]["new"]
-        # The 4 checkpoints came 0.3 s apart, over more than one poll: the head is seen moving on.
-        stream.wait(lambda name, data: name == "ref" and data["thread"] == thread and data["old"] is not None)
+        checkpoints = stream.wait(lambda name, data: name == "change" and data["thread"] == thread
+                                  and data["kind"] == "checkpoint")
+        assert checkpoints[0][1]["previous"] is None and checkpoints[0][1]["commit"]
+        # The 4 checkpoints came 0.3 s apart: each is one event, in order.
+        stream.wait(lambda name, data: name == "change" and data["thread"] == thread and data["kind"] == "checkpoint"
+                    and data["previous"] is not None)
         _, tl = api("GET", "/api/runs/{run_id}/checkpoints", run_id=run_id)
         assert [e["message_index"] for e in tl["checkpoints"]] == [4, 6, 8, 9]
         _, head = api("GET", "/api/threads/{thread}", thread=thread)
-        assert stream.wait(lambda name, data: name == "ref" and data.get("new") == head["head"])
+        assert stream.wait(lambda name, data: name == "change" and data.get("commit") == head["head"])
         assert head["line"][0]["status"] == "COMPLETED"
     finally:
         stream.close()

@@ -120,13 +120,15 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
     """The ``qvc serve`` application for the repository at ``path``.
 
     ``read_only`` refuses every action with 403; ``token`` (when not ``None``) is required on
-    every request. ``poll_interval`` is how often the event stream looks at the refs. ``agent``,
+    every request. ``poll_interval`` bounds how long the event stream goes without re-reading the refs
+    (inotify wakes it sooner). ``agent``,
     when given, is called with the :class:`~qvc.runs.RunRecorder` of each continuation (in a
     thread of its own) to record it: the agent loop of :mod:`qvc.runs`. Raises
     :class:`~qvc.errors.NotARepositoryError` if ``path`` is not a repository.
     """
     path = os.fspath(path)
     reader = GitCheckpointStore(path, create=False, readonly=True)
+    live = events.live_source(reader)
     stopping = threading.Event()
 
     @asynccontextmanager
@@ -197,7 +199,7 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
         """The repository: current thread, counts, recovery, maintenance; and how this server runs."""
         from ..status import status
 
-        return {**status(reader).to_json(), "version": __version__, "read_only": read_only, "live": events.SOURCE}
+        return {**status(reader).to_json(), "version": __version__, "read_only": read_only, "live": live}
 
     @app.get("/api/threads", response_model=models.ThreadPage, response_model_exclude_unset=True, tags=["read"],
              responses=_ERRORS)
@@ -421,22 +423,24 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
 
     @app.get("/api/events", tags=["read"], response_class=StreamingResponse,
              responses={200: {"content": {"text/event-stream": {}},
-                              "description": "Server-sent events: `ready` once, then one `ref` event per ref "
-                                             "change (data: JSON, see qvc.server.events.ref_events)"}})
+                              "description": "Server-sent events: `ready` once, then one `change` event per "
+                                             "change (data: the JSON of `qvc watch --json`)"}})
     async def stream_events(request: Request) -> StreamingResponse:
-        """Live updates: one server-sent event per ref change (threads, superseded lines, pending writes)."""
+        """Live updates: one server-sent event per change (checkpoints, forks, resets, deletions,
+        renames, pending writes, HEAD moves), as :meth:`GitCheckpointStore.watch` reports them."""
         stop = threading.Event()
-        source: Iterator[Optional[Dict[str, Any]]] = events.ref_events(reader, stop, poll_interval)
+        watcher = events.watch(reader, poll_interval)
+        source: Iterator[Optional[Dict[str, Any]]] = events.change_events(watcher, stop, poll_interval)
 
         async def body() -> Any:
             try:
-                yield f"retry: 2000\nevent: ready\ndata: {json.dumps({'type': 'ready', 'live': events.SOURCE})}\n\n"
+                yield f"retry: 2000\nevent: ready\ndata: {json.dumps({'type': 'ready', 'live': watcher.hints})}\n\n"
                 quiet = 0
                 while not stopping.is_set():
                     event = await anyio.to_thread.run_sync(next, source, None, limiter=app.state.event_threads)
                     if event is not None:
                         quiet = 0
-                        yield f"event: ref\ndata: {json.dumps(event)}\n\n"
+                        yield f"event: change\ndata: {json.dumps(event)}\n\n"
                     elif await request.is_disconnected():
                         break
                     else:
@@ -446,6 +450,7 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
                             yield ": keep-alive\n\n"
             finally:
                 stop.set()
+                watcher.stop()
 
         return StreamingResponse(body(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -323,7 +323,7 @@ function listen() {
   const live = $("#live");
   const source = new EventSource("/api/events");
   source.addEventListener("ready", () => { live.className = "live on"; live.textContent = "live"; });
-  source.addEventListener("ref", () => {
+  source.addEventListener("change", () => {
     clearTimeout(pending);
     pending = setTimeout(refresh, 250);
   });
