@@ -162,11 +162,17 @@ def complete_names(ctx: click.Context, param: click.Parameter, incomplete: str) 
     return [CompletionItem(n) for n in names if n.startswith(incomplete)]
 
 
+# The order of `qvc --help`: reading history, changing it, runs, following, remotes, the rest.
+ORDER = ("init", "status", "log", "show", "diff", "branch", "checkout", "commit", "reset", "reflog",
+         "runs", "timeline", "watch", "remote", "push", "fetch", "clone", "serve", "gc", "fsck", "completion")
+
+
 class Group(click.Group):
-    """Commands listed in the order they are defined (the order of the help text)."""
+    """Commands listed in :data:`ORDER`, then any others in the order they are defined."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(self.commands)
+        rank = {name: i for i, name in enumerate(ORDER)}
+        return sorted(self.commands, key=lambda name: rank.get(name, len(ORDER)))
 
 
 @click.group(cls=Group, context_settings=CONTEXT)
