@@ -13,10 +13,14 @@ a built-in table, so every run makes the same history (only commit SHAs and ids 
    line it replaces stays in the repository as a superseded line.
 4. The history is printed through the qvc API, then read with plain ``git``
 5. and with the ``qvc`` command line (log, diff, branch, reflog, fsck).
+6. The history is pushed to a plain bare git repository (any git server would do), read there
+   with ``git``, and cloned back into a second qvc repository.
 
 Usage::
 
     python samples/quickstart.py [--repo PATH]      # default: ./quickstart.qvc (recreated)
+
+Step 6 writes ``PATH-remote.git`` and ``PATH-clone.qvc`` beside it (also recreated).
 """
 
 from __future__ import annotations
@@ -222,6 +226,16 @@ def fresh_repository(path: str) -> str:
     return path
 
 
+def fresh_remote(path: str) -> str:
+    """An empty bare git repository at ``path`` (an earlier one is replaced; anything else refused)."""
+    if os.path.exists(path):
+        if not os.path.isfile(os.path.join(path, "HEAD")) or os.path.isdir(os.path.join(path, ".git")):
+            sys.exit(f"{path} exists and is not a bare git repository; refusing to delete it")
+        shutil.rmtree(path)
+    subprocess.run(["git", "init", "--quiet", "--bare", path], check=True)
+    return path
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repo", default="quickstart.qvc", help="repository to create (default: %(default)s)")
@@ -269,15 +283,25 @@ def main() -> int:
 
     # 5. The qvc command line reads it too (git's verbs, checkpoint-aware output).
     qvc = [shutil.which("qvc") or sys.executable, *([] if shutil.which("qvc") else ["-m", "qvc"])]
-    for args in (["checkout", "france"], ["log", "--oneline"], ["log", "--oneline", "--all"],
-                 ["diff", "france~1", "france"], ["branch", "-v"], ["reflog", "-n", "3"], ["fsck"]):
+    # 6. Push it to a plain bare repository (any git server), read it there, clone it back.
+    remote = fresh_remote(repo + "-remote.git")
+    clone = fresh_repository(repo + "-clone.qvc")
+    for where, args in ((repo, ["checkout", "france"]), (repo, ["log", "--oneline"]),
+                        (repo, ["log", "--oneline", "--all"]), (repo, ["diff", "france~1", "france"]),
+                        (repo, ["branch", "-v"]), (repo, ["reflog", "-n", "3"]), (repo, ["fsck"]),
+                        (repo, ["remote", "add", "origin", remote]), (repo, ["push", "origin"]),
+                        (None, ["clone", remote, clone]), (clone, ["log", "--oneline", "--all"])):
         print(f"\n$ qvc {' '.join(args)}")
-        done = subprocess.run([*qvc, "--repo", repo, "--no-pager", *args], capture_output=True, text=True)
+        done = subprocess.run([*qvc, *(["--repo", where] if where else []), "--no-pager", *args],
+                              capture_output=True, text=True)
         print((done.stdout + done.stderr).rstrip())
         if done.returncode != 0:
             print(f"qvc {args[0]} failed", file=sys.stderr)
             return 1
-    print(f"\nrepository: {repo}")
+        if args[0] == "push":
+            print(f"\n$ git --git-dir {remote} log --oneline france")
+            print(git(remote, "log", "--oneline", "france").stdout, end="")
+    print(f"\nrepository: {repo}\nremote: {remote}\nclone: {clone}")
     return 0
 
 
