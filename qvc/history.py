@@ -168,12 +168,20 @@ class History:
     def generation_path(self) -> str:
         return os.path.join(self.repo.path, GENERATION)
 
-    def bump_generation(self) -> None:
+    @staticmethod
+    def note_generation(record) -> str:
+        """A new generation token, noted in ``record`` before the delete that writes it commits
+        (so recovery knows the token as this writer's, not a later delete's)."""
+        token = os.urandom(8).hex()
+        record.seen[GENERATION] = [None, token]
+        return token
+
+    def bump_generation(self, token: str | None = None) -> None:
         """Tell every process that history was rewritten or deleted (their indexes rebuild)."""
         path = self.generation_path()
         tmp = f"{path}.{os.getpid()}.{threading.get_ident()}"
         with open(tmp, "w") as f:
-            f.write(os.urandom(8).hex())
+            f.write(token or os.urandom(8).hex())
         os.replace(tmp, path)
 
     def _check_generation(self) -> None:
