@@ -310,6 +310,9 @@ class History:
     def versions(self, hexid: str) -> dict[str, int]:
         """``state_versions`` of a checkpoint: the counts of the fields it holds."""
         counts, ids = self.counts(hexid)
+        missing = [f for f in ids if f not in counts]
+        if missing:  # a hand-made tree next to a recorded header that does not know its fields
+            raise CorruptionError(f"checkpoint {hexid[:12]}: its recorded versions lack field {missing[0]!r}")
         return {f: counts[f] for f in ids}
 
     def changed(self, hexid: str) -> list[str]:
