@@ -279,14 +279,14 @@ def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str 
     """Bring a ref the dead writer moved back to what its durable journal records say.
 
     ``moves`` are the writer's (old, new, seen) moves of the ref, oldest first, where ``seen``
-    is the identity (inode, mtime) of the ref's file and of ``qvc/generation`` just before the
-    move. The ref is set to the newest recorded value whose history reads back when it is
-    unreadable now; or when it still holds the value one of the moves replaced, in a file no
-    newer than the one seen before that move (the renames since never reached the disk); or when it is
-    missing and no other writer deleted history since (each delete writes a new token to
-    ``qvc/generation``; ``tokens`` are those the dead writer saw or wrote). A
-    ref anyone else wrote since is left alone. File times come from the kernel's coarse clock:
-    two writes of one ref within one tick (a few ms) plus a power loss cannot be told apart.
+    is the identity (inode, mtime) of the ref's file and the token in ``qvc/generation`` just
+    before the move. The ref is set to the newest recorded value whose history reads back when
+    it is unreadable now; or when it still holds the value one of the moves replaced, in a file
+    no newer than the one seen before that move (the renames since never reached the disk); or
+    when it is missing and no other writer deleted history since (each delete writes a new token
+    to ``qvc/generation``; ``tokens`` are those the dead writer saw or wrote). A ref anyone else
+    wrote since is left alone. File times come from the kernel's coarse clock: two writes of one
+    ref within one tick (a few ms) plus a power loss cannot be told apart.
     """
     try:
         current = repo.ref(name)
@@ -294,7 +294,7 @@ def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str 
             repo, current, {v for _, v, _ in moves if v} | {v for v, _, _ in moves if v})
     except CorruptionError:
         current, broken = None, True
-    old, new, seen = moves[-1]
+    new = moves[-1][1]
     if not broken:
         if current == new:
             return
@@ -336,8 +336,9 @@ def _repair_unjournalled_refs(repo: Repository, journalled: set[str], report: Re
 
     A store moves a ref before the journal record of that move is flushed, so a power cut
     can keep the ref's new file (possibly empty) but lose its objects and the record. Such
-    a move was never acknowledged as durable: the ref goes back to the newest reflog value
-    that reads back, or is deleted if it has none (a thread created by the lost write).
+    a move was never acknowledged as durable: the ref goes back to the newest reflog value (or
+    first parent, if its commit still reads) that reads back, or is deleted if there is none
+    (a thread created by the lost write).
     """
     refs_dir = os.path.join(repo.path, "refs")
     for dirpath, _, files in os.walk(refs_dir):
@@ -345,19 +346,34 @@ def _repair_unjournalled_refs(repo: Repository, journalled: set[str], report: Re
             name = os.path.relpath(os.path.join(dirpath, fname), repo.path).replace(os.sep, "/")
             if name in journalled or name.endswith(".lock"):
                 continue
+            current = None
             try:
                 current = repo.ref(name)
                 if current is not None and _history_reads(repo, current, {current}):
                     continue
             except CorruptionError:
                 pass
-            fallback = next((e.new for e in repo.reflog(name) if e.new and _history_reads(repo, e.new, {e.new})),
-                            None)
+            candidates = [e.new for e in repo.reflog(name) if e.new] + _first_parents(repo, current)
+            fallback = next((c for c in candidates if _history_reads(repo, c, {c})), None)
             os.unlink(os.path.join(dirpath, fname))
             if fallback is not None:
                 repo.git.create_reference_direct(name, pygit2.Oid(hex=fallback), True,
                                                  message="recovery: restored from the reflog")
             report.refs_restored.append(name)
+
+
+def _first_parents(repo: Repository, commit_hex: str | None, limit: int = 64) -> list[str]:
+    """The first parents of a commit, as far as the commits read back (at most ``limit``)."""
+    out: list[str] = []
+    while commit_hex is not None and len(out) < limit:
+        try:
+            header = repo.read(bytes.fromhex(commit_hex), "commit").split(b"\n\n", 1)[0]
+        except (CorruptionError, ValueError):
+            break
+        commit_hex = next((ln[7:].decode() for ln in header.split(b"\n") if ln.startswith(b"parent ")), None)
+        if commit_hex is not None:
+            out.append(commit_hex)
+    return out
 
 
 def _history_reads(repo: Repository, commit_hex: str, stop: set[str]) -> bool:
