@@ -177,7 +177,14 @@ class History:
         return token
 
     def bump_generation(self, token: str | None = None) -> None:
-        """Tell every process that history was rewritten or deleted (their indexes rebuild)."""
+        """Tell every process that history was rewritten or deleted (their indexes rebuild).
+
+        With ``token`` (noted by :meth:`note_generation` in a committed record), that record is
+        made durable first, in every durability mode: a power cut must never keep the new token
+        and lose the record naming it, or recovery would take this writer's delete for another's
+        and leave the refs it journalled before unrestored."""
+        if token is not None:
+            self.repo.flush()
         path = self.generation_path()
         tmp = f"{path}.{os.getpid()}.{threading.get_ident()}"
         with open(tmp, "w") as f:
