@@ -364,7 +364,3 @@ class Trace:
                 else:
                     fs.data[op.ino] = _overlay(cur, op.offset, data)
         return fs
-
-    def marks(self) -> list[tuple[int, str, float]]:
-        """``(index, text, time)`` of every marker write."""
-        return [(i, op.data.decode().strip(), op.time) for i, op in enumerate(self.ops) if op.kind == "mark"]

@@ -259,7 +259,7 @@ def test_sync_put_ordering(runs):
 
     1. every operation's journal record (its objects and ref moves) is appended and
        ``fdatasync``-ed before the operation is acknowledged, and the journal's name is made
-       durable (``fsync`` of its directory) before its first flushed record counts;
+       durable (``fsync`` of its directory) before the store changes any git file;
     2. a ref moves only after the pack holding its objects is in place (renamed), so a
        process kill never leaves a ref to a missing object;
     3. before a store first moves a ref that already exists, a journal record holding the
@@ -278,6 +278,9 @@ def test_sync_put_ordering(runs):
     checked_moves = 0
     first_move_seen: set[str] = set()
     existing = {p for p in run.base.files if p.startswith("refs/")}
+    first_git = next(i for i, op in enumerate(run.ops) if op.kind in ("create", "rename", "link")
+                     and (op.path + " " + op.dest).startswith(("objects/", "refs/")))
+    assert dir_syncs and dir_syncs[0] < first_git, "a git file changed before the journal's name was durable"
     for k, a in enumerate(run.ack_index, start=1):
         b = begin[k]
         mine = [(i, r) for i, r in records if b < i < a]
