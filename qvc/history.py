@@ -168,12 +168,27 @@ class History:
     def generation_path(self) -> str:
         return os.path.join(self.repo.path, GENERATION)
 
-    def bump_generation(self) -> None:
-        """Tell every process that history was rewritten or deleted (their indexes rebuild)."""
+    @staticmethod
+    def note_generation(record) -> str:
+        """A new generation token, noted in ``record`` before the delete that writes it commits
+        (so recovery knows the token as this writer's, not a later delete's)."""
+        token = os.urandom(8).hex()
+        record.seen[GENERATION] = [None, token]
+        return token
+
+    def bump_generation(self, token: str | None = None) -> None:
+        """Tell every process that history was rewritten or deleted (their indexes rebuild).
+
+        With ``token`` (noted by :meth:`note_generation` in a committed record), that record is
+        made durable first, in every durability mode: a power cut must never keep the new token
+        and lose the record naming it, or recovery would take this writer's delete for another's
+        and leave the refs it journalled before unrestored."""
+        if token is not None:
+            self.repo.flush()
         path = self.generation_path()
         tmp = f"{path}.{os.getpid()}.{threading.get_ident()}"
         with open(tmp, "w") as f:
-            f.write(os.urandom(8).hex())
+            f.write(token or os.urandom(8).hex())
         os.replace(tmp, path)
 
     def _check_generation(self) -> None:
@@ -302,6 +317,9 @@ class History:
     def versions(self, hexid: str) -> dict[str, int]:
         """``state_versions`` of a checkpoint: the counts of the fields it holds."""
         counts, ids = self.counts(hexid)
+        missing = [f for f in ids if f not in counts]
+        if missing:  # a hand-made tree next to a recorded header that does not know its fields
+            raise CorruptionError(f"checkpoint {hexid[:12]}: its recorded versions lack field {missing[0]!r}")
         return {f: counts[f] for f in ids}
 
     def changed(self, hexid: str) -> list[str]:

@@ -35,8 +35,9 @@ class Record:
     objects: list[tuple[str, bytes]] = field(default_factory=list)
     refs: list[tuple[str, str | None, str | None]] = field(default_factory=list)
     base: bool = False  # a snapshot of ref values taken right after hardening
-    #: ref name -> identity (inode, mtime ns) of the ref's file and of ``qvc/generation`` just
-    #: before the move; recovery uses it to tell a lost rename from a later writer's change.
+    #: ref name -> [identity (inode, mtime ns) of the ref's file, token in ``qvc/generation``] just
+    #: before the move; recovery uses it to tell a lost rename from a later writer's change. A
+    #: delete also notes the token it is about to write, under ``qvc/generation``.
     seen: dict[str, list] = field(default_factory=dict)
     stored: int = field(default=0, compare=False)  # how many of ``objects`` are in the object store
     oids: list[bytes] = field(default_factory=list, compare=False)  # ids of ``objects``, when known
@@ -78,7 +79,11 @@ class Journal:
         fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.write(self._fd, MAGIC)
         os.rename(tmp, self.path)
-        self._named = not fsync  # the name reaches stable storage with the first flush
+        if fsync:
+            # The name is durable before the store changes any git file: after a power loss,
+            # recovery runs only if it finds the journal, and only recovery repairs the torn
+            # packs and refs the store's unflushed git writes can leave.
+            fsync_dir(directory)
         self._lock = threading.Lock()
         self._sync_lock = threading.Lock()
         self._appended = 0  # sequence number of the last record written to the OS
@@ -121,9 +126,6 @@ class Journal:
             covered = self._appended
             if self._fsync:
                 try:
-                    if not self._named:  # the file's name must survive for its records to be found
-                        fsync_dir(self.directory)
-                        self._named = True
                     os.fdatasync(self._fd)
                 except OSError as exc:
                     self.failed = exc  # Linux may have dropped the pages: never report success again

@@ -30,7 +30,7 @@ from .durability import harden
 from .errors import CorruptionError
 from .journal import claim_orphans, fsync_dir, read_records
 from .layout import MODE_TREE
-from .repository import GENERATION, ReflogEntry
+from .repository import ReflogEntry
 
 if TYPE_CHECKING:
     from .repository import Repository
@@ -111,12 +111,15 @@ def recover(repo: Repository) -> RecoveryReport:
         if orphans:
             _remove_empty_objects(repo, report)
             _remove_damaged_packs(repo, report)
-        moves = [_replay(repo, path, report) for path, _ in orphans]
+        replayed = [_replay(repo, path, report) for path, _ in orphans]
+        moves = [m for m, _ in replayed]
         if orphans:
             _repair_reflogs(repo, report)  # before restoring refs appends to the reflogs
-        for journal_moves in moves:
+        for journal_moves, tokens in replayed:
             for name, history in journal_moves.items():
-                _restore_ref(repo, name, history, report)
+                _restore_ref(repo, name, history, tokens, report)
+        if orphans:
+            _repair_unjournalled_refs(repo, {name for m in moves for name in m}, report)
         if report:
             harden(repo.path, fsync=repo.fsync)
         for path, _ in orphans:
@@ -210,11 +213,15 @@ def _loose_path(repo: Repository, raw: bytes) -> str:
     return os.path.join(repo.path, "objects", hexid[:2], hexid[2:])
 
 
-def _replay(repo: Repository, path: str, report: RecoveryReport) -> dict[str, list]:
-    """Restore the journal's missing objects; return its ref moves (``{ref: [(old, new, seen)]}``)."""
+def _replay(repo: Repository, path: str, report: RecoveryReport) -> tuple[dict[str, list], set[str]]:
+    """Restore the journal's missing objects; return its ref moves (``{ref: [(old, new, seen)]}``)
+    and the generation tokens the writer saw or wrote."""
     report.journals_replayed += 1
     moves: dict[str, list[tuple[str | None, str | None, float]]] = {}
+    tokens: set[str] = set()
     for record in read_records(path):
+        tokens.update(v[1] for v in record.seen.values() if isinstance(v, list) and len(v) > 1
+                      and isinstance(v[1], str))
         for kind, data in record.objects:
             raw = repo.hash(kind, data)
             try:
@@ -230,7 +237,7 @@ def _replay(repo: Repository, path: str, report: RecoveryReport) -> dict[str, li
             report.objects_restored += 1
         for name, old, new in record.refs:
             moves.setdefault(name, []).append((new if record.base else old, new, record.seen.get(name)))
-    return moves
+    return moves, tokens
 
 
 def _repair_reflogs(repo: Repository, report: RecoveryReport) -> None:
@@ -268,17 +275,18 @@ def _repair_reflogs(repo: Repository, report: RecoveryReport) -> None:
 
 
 def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str | None, list | None]],
-                 report: RecoveryReport) -> None:
+                 tokens: set[str], report: RecoveryReport) -> None:
     """Bring a ref the dead writer moved back to what its durable journal records say.
 
     ``moves`` are the writer's (old, new, seen) moves of the ref, oldest first, where ``seen``
-    is the identity (inode, mtime) of the ref's file and of ``qvc/generation`` just before the
-    move. The ref is set to the newest recorded value whose history reads back when it is
-    unreadable now; or when it still holds the value the last move replaced in a file no newer
-    than the one seen before the move (the rename never reached the disk); or when it is
-    missing and no delete happened since (``qvc/generation`` is replaced by every delete). A
-    ref anyone else wrote since is left alone. File times come from the kernel's coarse clock:
-    two writes of one ref within one tick (a few ms) plus a power loss cannot be told apart.
+    is the identity (inode, mtime) of the ref's file and the token in ``qvc/generation`` just
+    before the move. The ref is set to the newest recorded value whose history reads back when
+    it is unreadable now; or when it still holds the value one of the moves replaced, in a file
+    no newer than the one seen before that move (the renames since never reached the disk); or
+    when it is missing and no other writer deleted history since (each delete writes a new token
+    to ``qvc/generation``; ``tokens`` are those the dead writer saw or wrote). A ref anyone else
+    wrote since is left alone. File times come from the kernel's coarse clock: two writes of one
+    ref within one tick (a few ms) plus a power loss cannot be told apart.
     """
     try:
         current = repo.ref(name)
@@ -286,17 +294,21 @@ def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str 
             repo, current, {v for _, v, _ in moves if v} | {v for v, _, _ in moves if v})
     except CorruptionError:
         current, broken = None, True
-    old, new, seen = moves[-1]
+    new = moves[-1][1]
     if not broken:
         if current == new:
             return
-        ref_was, generation_was = seen if seen else (None, None)
         if current is None:
-            if repo.file_identity(GENERATION) != generation_was:
-                return  # a delete happened since: do not resurrect
+            generation = repo.generation()
+            if generation is not None and generation not in tokens:
+                return  # another writer deleted history since: do not resurrect
         else:
+            # Several of the writer's renames of this ref may be lost: the file may hold the value
+            # any of its moves replaced. Judge by the last such move.
+            replaced = [m for m in moves if m[0] == current and m[2]]
+            ref_was = replaced[-1][2][0] if replaced else None
             now = repo.file_identity(name)
-            if current != old or ref_was is None or now is None or now[1] > ref_was[1]:
+            if ref_was is None or now is None or now[1] > ref_was[1]:
                 return  # moved, or written again, by someone else since
     candidates = [new] + [v for _, v, _ in reversed(moves[:-1])] + [moves[0][0]]
     for value in candidates:
@@ -317,6 +329,51 @@ def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str 
         repo.git.create_reference_direct(name, pygit2.Oid(hex=value), True,
                                          message="recovery: restored from the journal")
     report.refs_restored.append(name)
+
+
+def _repair_unjournalled_refs(repo: Repository, journalled: set[str], report: RecoveryReport) -> None:
+    """Loose refs no durable journal record names, whose tip a power loss left unreadable.
+
+    A store moves a ref before the journal record of that move is flushed, so a power cut
+    can keep the ref's new file (possibly empty) but lose its objects and the record. Such
+    a move was never acknowledged as durable: the ref goes back to the newest reflog value (or
+    first parent, if its commit still reads) that reads back, or is deleted if there is none
+    (a thread created by the lost write).
+    """
+    refs_dir = os.path.join(repo.path, "refs")
+    for dirpath, _, files in os.walk(refs_dir):
+        for fname in files:
+            name = os.path.relpath(os.path.join(dirpath, fname), repo.path).replace(os.sep, "/")
+            if name in journalled or name.endswith(".lock"):
+                continue
+            current = None
+            try:
+                current = repo.ref(name)
+                if current is not None and _history_reads(repo, current, {current}):
+                    continue
+            except CorruptionError:
+                pass
+            candidates = [e.new for e in repo.reflog(name) if e.new] + _first_parents(repo, current)
+            fallback = next((c for c in candidates if _history_reads(repo, c, {c})), None)
+            os.unlink(os.path.join(dirpath, fname))
+            if fallback is not None:
+                repo.git.create_reference_direct(name, pygit2.Oid(hex=fallback), True,
+                                                 message="recovery: restored from the reflog")
+            report.refs_restored.append(name)
+
+
+def _first_parents(repo: Repository, commit_hex: str | None, limit: int = 64) -> list[str]:
+    """The first parents of a commit, as far as the commits read back (at most ``limit``)."""
+    out: list[str] = []
+    while commit_hex is not None and len(out) < limit:
+        try:
+            header = repo.read(bytes.fromhex(commit_hex), "commit").split(b"\n\n", 1)[0]
+        except (CorruptionError, ValueError):
+            break
+        commit_hex = next((ln[7:].decode() for ln in header.split(b"\n") if ln.startswith(b"parent ")), None)
+        if commit_hex is not None:
+            out.append(commit_hex)
+    return out
 
 
 def _history_reads(repo: Repository, commit_hex: str, stop: set[str]) -> bool:

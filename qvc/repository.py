@@ -312,6 +312,7 @@ class Repository:
         todo = record.objects[record.stored:]
         if not todo:
             return
+        _ = self.journal  # created (its name made durable) before the first git file changes
         base = pack.write(self.pack_dir, todo, record.oids[record.stored:])
         record.stored = len(record.objects)
         with self._packs_lock:
@@ -388,6 +389,7 @@ class Repository:
         :class:`CheckpointConflictError` if the ref is not at ``old``.
         """
         self.store_objects(record)
+        _ = self.journal  # created (its name made durable) before the first git file changes
         if old is not None and name not in self._touched:
             # Power-loss safety: before this process first moves an existing ref, make its
             # current value durable in the journal so recovery can always roll back to it.
@@ -397,7 +399,7 @@ class Repository:
         deadline = time.monotonic() + LOCK_WAIT
         delay = 0.0005
         while True:
-            record.seen[name] = [self.file_identity(name), self.file_identity(GENERATION)]
+            record.seen[name] = [self.file_identity(name), self.generation()]
             try:
                 self._cas(name, old, new, message)
                 break
@@ -507,6 +509,14 @@ class Repository:
             except FileNotFoundError:
                 continue
         return None
+
+    def generation(self) -> str | None:
+        """The token in ``qvc/generation`` (replaced by every delete), ``None`` if there is none yet."""
+        try:
+            with open(os.path.join(self.path, GENERATION), encoding="ascii", errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
 
     def _clear_stale_lock(self, name: str, older_than: float = LOCK_WAIT / 2) -> None:
         lock = os.path.join(self.path, name + ".lock")

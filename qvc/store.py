@@ -644,8 +644,9 @@ class GitCheckpointStore(CheckpointStore):
                 for name, old, new in rekeyed + moves + dropped:
                     self._repo.move_ref(record, name, old, new, cause)
             finally:
+                token = self._history.note_generation(record)
                 self._repo.commit(record)
-                self._history.bump_generation()
+                self._history.bump_generation(token)
 
     def _rewrite(self, tip: str, mapping: dict[str, str | None], record: Record) -> str | None:
         path, current = [], tip
@@ -693,8 +694,9 @@ class GitCheckpointStore(CheckpointStore):
                 for name, tip in refs + list(writes.items()):
                     self._repo.move_ref(record, name, tip, None)
             finally:
+                token = self._history.note_generation(record)
                 self._repo.commit(record)
-                self._history.bump_generation()
+                self._history.bump_generation(token)
 
     def rename_thread(self, old_id: str, new_id: str) -> None:
         """Rename a thread: its branch, superseded lines, reflog and the thread id its own
@@ -736,8 +738,9 @@ class GitCheckpointStore(CheckpointStore):
                 for name, was, now in moves:
                     self._repo.move_ref(record, name, was, now, f"branch: renamed {old} to {new}")
             finally:
+                token = self._history.note_generation(record)
                 self._repo.commit(record)
-                self._history.bump_generation()
+                self._history.bump_generation(token)
             if reflog:  # carry the old reflog over, under the new name
                 path = os.path.join(logs, head_ref(new))
                 with open(path, "rb") as f:

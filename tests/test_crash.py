@@ -76,6 +76,22 @@ def child_processes(ppid: int) -> list[tuple[int, str]]:
     return out
 
 
+def git_processes_on(path) -> list[int]:
+    """Live processes running with ``GIT_DIR`` set to ``path`` (qvc's maintenance gits and their children)."""
+    want = b"\0GIT_DIR=" + os.fsencode(os.path.abspath(path)) + b"\0"
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    env = b"\0" + f.read()
+            except OSError:
+                continue
+            if want in env and running(int(entry)):
+                found.append(int(entry))
+    return found
+
+
 def running(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -96,6 +112,7 @@ class Writer:
 
     def __init__(self, path, mode: str, run_id: str, seed: int, *extra: str, stderr_path: Path):
         self.stderr_path = stderr_path
+        self.path = path
         self._stderr = open(stderr_path, "wb")
         self.proc = subprocess.Popen([sys.executable, str(WRITER), os.fspath(path), mode, run_id, str(seed), *extra],
                                      stdout=subprocess.PIPE, stderr=self._stderr, stdin=subprocess.DEVNULL,
@@ -129,6 +146,10 @@ class Writer:
             # a git that purge() started outlives the writer: remember it (see test_killed_purge_...)
             self.orphans = tuple(pid for pid, comm in child_processes(self.proc.pid) if comm.startswith("git"))
             os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            # also a git started after the look above, and git's own children (pack-objects):
+            # they may still be writing or deleting packs
+            self.orphans = tuple(set(self.orphans) | set(git_processes_on(self.path)))
         self.proc.wait()
 
     def finish(self) -> list[str]:

@@ -235,8 +235,8 @@ def test_async_flusher_makes_puts_durable_without_flush(tmp_path, monkeypatch):
 def test_exit_mode_visible_immediately_durable_at_close(tmp_path, monkeypatch):
     path = tmp_path / "repo.qvc"
     store = GitCheckpointStore(path, durability=DurabilityMode.EXIT)
+    journal = store.repository.journal  # creating it makes its name durable (one directory fsync)
     spy = SyncSpy(monkeypatch)
-    journal = store.repository.journal
     jpath = journal.path
     try:
         for i in range(4):
@@ -605,3 +605,51 @@ def test_failed_flush_is_sticky_until_reopen(tmp_path, monkeypatch, mode):
     with GitCheckpointStore(path) as again:
         assert again.recovery.journals_replayed == 1, again.recovery
         check(again, "t", "t-0000", 0)
+
+
+DIE_AFTER_PUT = """
+import os, sys
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+store = GitCheckpointStore(sys.argv[1])
+store.put(CheckpointConfig("a"), Checkpoint(id="a-1", thread_id="a", step=0, state_data={"v": 1}), {})
+os._exit(0)  # a crash: the journal stays behind, unreplayed
+"""
+
+
+def test_recovery_repairs_broken_refs_no_journal_record_names(tmp_path):
+    """A power cut can keep a ref's new file (empty, or naming objects that never reached the
+    disk) while the journal record of the move is lost: recovery falls back or removes it."""
+    path = tmp_path / "repo.qvc"
+    with GitCheckpointStore(path) as store:
+        put(store, "keep", "k-0", 0)
+        put(store, "keep", "k-1", 1)
+        parent = store.head("keep")
+        put(store, "keep", "k-2", 2)
+        tip = store.head("keep")
+    # "keep"'s tip commit reads, but one of its blobs was lost: back to its parent (no reflog left)
+    git = pygit2.Repository(str(path))
+    blob = next(e.id for e in git[tip].tree if e.type_str == "blob" and e.name != ".qvc")
+    del git
+    for pack_file in (path / "objects" / "pack").glob("*.idx"):
+        pack_file.chmod(0o644)
+    subprocess.run(["git", "--git-dir", str(path), "repack", "-a", "-d", "-q"], check=True, env=child_env())
+    packed = next((path / "objects" / "pack").glob("*.pack")).read_bytes()
+    for f in (path / "objects" / "pack").iterdir():  # loose objects from here on: one is easy to lose
+        f.chmod(0o644)
+        f.unlink()
+    subprocess.run(["git", "--git-dir", str(path), "unpack-objects", "-q"], check=True, env=child_env(),
+                   input=packed)
+    (path / "objects" / str(blob)[:2] / str(blob)[2:]).unlink()
+    (path / "logs" / "refs" / "heads" / "keep").unlink()
+    subprocess.run([sys.executable, "-c", DIE_AFTER_PUT, str(path)], env=child_env(), check=True)
+    heads = path / "refs" / "heads"
+    (heads / "ghost").write_text("1" * 40 + "\n")  # a new thread whose objects were lost
+    (heads / "empty").write_bytes(b"")  # its file's data was lost
+    with GitCheckpointStore(path) as store:
+        rec = store.recovery
+        assert rec.journals_replayed == 1
+        assert {"refs/heads/ghost", "refs/heads/empty", "refs/heads/keep"} <= set(rec.refs_restored), rec.summary()
+        assert store.head("ghost") is None and store.head("empty") is None
+        assert store.head("keep") == parent
+        assert store.get_tuple(CheckpointConfig("a")).checkpoint.id == "a-1"
+    fsck(path)
