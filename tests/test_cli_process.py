@@ -169,12 +169,15 @@ def test_no_pager_and_no_colors_when_piped(repo):
 # -- terminals ------------------------------------------------------------------------------------
 
 
-def run_in_pty(args: list[str], cwd: Path, stdin_tty: bool = False, **extra: str) -> tuple[int, str]:
-    """Run with stdout (and optionally stdin) on a pseudo-terminal; return (status, what it printed)."""
+def run_in_pty(args: list[str], cwd: Path, stdin_tty: bool = False, stderr_tty: bool = False,
+               **extra: str) -> tuple[int, str]:
+    """Run with stdout (and optionally stdin and stderr) on a pseudo-terminal; return (status,
+    what it drew there). A traceback on a piped stderr fails the test."""
     master, slave = pty.openpty()
     try:
         proc = subprocess.Popen([*QVC, *args], cwd=cwd, env=env(**{"TERM": "xterm", **extra}), stdout=slave,
-                                stderr=subprocess.PIPE, stdin=slave if stdin_tty else subprocess.DEVNULL)
+                                stderr=slave if stderr_tty else subprocess.PIPE,
+                                stdin=slave if stdin_tty else subprocess.DEVNULL)
     finally:
         os.close(slave)
     chunks = []
@@ -193,8 +196,9 @@ def run_in_pty(args: list[str], cwd: Path, stdin_tty: bool = False, **extra: str
             break
     os.close(master)
     code = proc.wait(timeout=60)
-    err = proc.stderr.read().decode()
-    assert "Traceback" not in err, err
+    if not stderr_tty:
+        err = proc.stderr.read().decode()
+        assert "Traceback" not in err, err
     return code, b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
 
 

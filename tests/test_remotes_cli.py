@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import os
-import pty
-import select
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +14,7 @@ if str(HERE.parent) not in sys.path:
 
 from conftest import run_git  # noqa: E402
 from git_servers import GitDaemon  # noqa: E402
-from test_cli_process import QVC, env, put, qvc, qvc_json  # noqa: E402
+from test_cli_process import put, qvc, qvc_json, run_in_pty  # noqa: E402
 
 from qvc import GitCheckpointStore  # noqa: E402
 
@@ -102,32 +98,6 @@ def test_errors_are_one_line_with_exit_codes(tmp_path, setup):
     assert '"rejected": 1' in data.stdout
 
 
-def run_on_terminal(args: list[str], cwd: Path) -> tuple[int, str]:
-    """Run with stdout and stderr on a pseudo-terminal; return (status, everything it drew)."""
-    master, slave = pty.openpty()
-    try:
-        proc = subprocess.Popen([*QVC, *args], cwd=cwd, env=env(TERM="xterm"), stdout=slave, stderr=slave,
-                                stdin=subprocess.DEVNULL)
-    finally:
-        os.close(slave)
-    chunks = []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([master], [], [], 0.5)
-        if ready:
-            try:
-                data = os.read(master, 65536)
-            except OSError:
-                break
-            if not data:
-                break
-            chunks.append(data)
-        elif proc.poll() is not None:
-            break
-    os.close(master)
-    return proc.wait(timeout=30), b"".join(chunks).decode("utf-8", "replace")
-
-
 def test_progress_on_a_terminal_only_for_slow_transfers(tmp_path, setup):
     repo, server = setup
     hook = server / "hooks" / "pre-receive"
@@ -137,18 +107,18 @@ def test_progress_on_a_terminal_only_for_slow_transfers(tmp_path, setup):
     try:
         url = daemon.url("hub.git")
         qvc("--repo", str(repo), "remote", "add", "origin", url)
-        code, drawn = run_on_terminal(["--repo", str(repo), "push"], tmp_path)
+        code, drawn = run_in_pty(["--repo", str(repo), "push"], tmp_path, stderr_tty=True)
         assert code == 0, drawn
         assert "push origin: " in drawn and "objects" in drawn and "\x1b[K" in drawn
         with GitCheckpointStore(repo) as store:
             put(store, "run-1", "c3", 3, {"n": 3})
-        code, drawn = run_on_terminal(["--repo", str(repo), "push", "-q"], tmp_path)
+        code, drawn = run_in_pty(["--repo", str(repo), "push", "-q"], tmp_path, stderr_tty=True)
         assert code == 0 and drawn == ""
         with GitCheckpointStore(repo) as store:
             put(store, "run-1", "c4", 4, {"n": 4})
         piped = qvc("--repo", str(repo), "push")  # stderr is a pipe: no bar
         assert piped.stderr == "" and "run-1" in piped.stdout
-        code, drawn = run_on_terminal(["clone", url, str(tmp_path / "fast.qvc")], tmp_path)
+        code, drawn = run_in_pty(["clone", url, str(tmp_path / "fast.qvc")], tmp_path, stderr_tty=True)
         assert code == 0 and "clone origin" not in drawn  # under a second: no bar
     finally:
         daemon.stop()
