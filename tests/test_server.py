@@ -479,6 +479,21 @@ def test_token_and_read_only(repo):
         assert s.stop() == 0
 
 
+def test_other_names_and_other_sites_refused(server):
+    """Without a token: loopback Host names only (DNS rebinding), and no actions from other sites' pages."""
+    port = server.url.rsplit(":", 1)[1].strip("/")
+    status, _, raw = request(server.url + "api/repository", headers={"Host": f"evil.example:{port}"})
+    assert status == 403 and json.loads(raw)["error"]["type"] == "forbidden_host"
+    assert request(server.url + "api/repository", headers={"Host": f"localhost:{port}"})[0] == 200
+    for origin in ("http://evil.example", f"http://localhost:{int(port) + 1}", "null"):
+        status, _, raw = request(server.url + "api/reset", "POST", {}, headers={"Origin": origin})
+        assert status == 403 and json.loads(raw)["error"]["type"] == "cross_origin", origin
+    # The server's own page (same origin) and clients that send no Origin reach the endpoint.
+    same = "http://" + server.url.split("//", 1)[1].rstrip("/")
+    assert request(server.url + "api/reset", "POST", {}, headers={"Origin": same})[0] == 400
+    assert request(server.url + "api/reset", "POST", {})[0] == 400
+
+
 def test_non_loopback_needs_a_token(repo):
     done = subprocess.run([sys.executable, "-m", "qvc", "--repo", str(repo[0]), "serve", "--host", "0.0.0.0"],
                           capture_output=True, text=True, env=child_env(), timeout=30, stdin=subprocess.DEVNULL)

@@ -7,13 +7,12 @@ never imports this package. :func:`create_app` builds the ASGI application (see
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import socket
 from typing import Any, Callable, Optional
 
 from ..errors import InvalidInputError
-from .app import create_app
+from .app import create_app, is_loopback
 
 __all__ = ["create_app", "is_loopback", "load_agent", "serve"]
 
@@ -34,16 +33,6 @@ def load_agent(spec: str) -> Callable[[Any], Any]:
     return found
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` only accepts connections from this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def serve(path: str | os.PathLike, host: str = "127.0.0.1", port: int = 8321, *, read_only: bool = False,
           token: Optional[str] = None, allow_no_token: bool = False, poll_interval: float = 0.5,
           agent: Optional[Callable[[Any], Any]] = None, on_listen: Optional[Callable[[str], None]] = None) -> None:
@@ -61,7 +50,8 @@ def serve(path: str | os.PathLike, host: str = "127.0.0.1", port: int = 8321, *,
         raise InvalidInputError(f"refusing to serve on {host} without a token: anyone who reaches it could "
                                 "read and change the repository (use --token or $QVC_SERVE_TOKEN, or "
                                 "--allow-no-token)")
-    app = create_app(path, read_only=read_only, token=token or None, poll_interval=poll_interval, agent=agent)
+    app = create_app(path, read_only=read_only, token=token or None, poll_interval=poll_interval, agent=agent,
+                     any_host=not is_loopback(host))
     try:
         family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
     except socket.gaierror as exc:

@@ -11,6 +11,7 @@ that one request and closes it, so the server holds no repository lock between r
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
 import logging
 import os
@@ -18,6 +19,7 @@ import re
 import threading
 from contextlib import asynccontextmanager
 from typing import Annotated, Any, Callable, Dict, Iterator, List, Optional
+from urllib.parse import urlsplit
 
 import anyio
 from fastapi import FastAPI, Path, Query, Request
@@ -68,16 +70,39 @@ def _qvc_error(exc: QvcError) -> JSONResponse:
     return _error(status, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
 
 
-class Guard:
-    """ASGI middleware: the token (when set) on every request, and no actions in read-only mode.
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or address) only reaches this machine."""
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
-    The token is accepted as ``Authorization: Bearer``, as the ``qvc_token`` cookie (which
-    opening the page with ``?token=`` sets, so the page, its assets and its event stream work in a
-    browser), or as a ``token`` query parameter.
+
+def _hostname(netloc: str) -> str:
+    """The host of a ``Host`` header or an origin's ``host[:port]`` (IPv6 in brackets)."""
+    try:
+        return urlsplit("//" + netloc).hostname or ""
+    except ValueError:
+        return ""
+
+
+class Guard:
+    """ASGI middleware: who may ask what.
+
+    - The token (when set) on every request: as ``Authorization: Bearer``, as the ``qvc_token``
+      cookie (which opening the page with ``?token=`` sets, so the page, its assets and its event
+      stream work in a browser), or as a ``token`` query parameter (401 otherwise).
+    - Without a token, only loopback names in the ``Host`` header (unless ``any_host``): a web
+      page whose name is made to resolve to 127.0.0.1 (DNS rebinding) gets 403.
+    - Actions (POST, PUT, PATCH, DELETE) only from this server's own pages or from clients
+      that send no ``Origin``: another site's page cannot make a browser act here (403), and
+      none at all in read-only mode (403).
     """
 
-    def __init__(self, app: Any, token: Optional[str], read_only: bool):
-        self.app, self.token, self.read_only = app, token, read_only
+    def __init__(self, app: Any, token: Optional[str], read_only: bool, any_host: bool = False):
+        self.app, self.token, self.read_only, self.any_host = app, token, read_only, any_host
 
     def _presented(self, scope: Dict[str, Any]) -> List[str]:
         from http.cookies import SimpleCookie
@@ -103,7 +128,15 @@ class Guard:
     async def __call__(self, scope: Dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             response = None
-            if self.token is not None and not any(
+            headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope.get("headers", [])}
+            host, origin = headers.get("host", ""), headers.get("origin")
+            if self.token is None and not self.any_host and not is_loopback(_hostname(host)):
+                response = _error(403, "forbidden_host", f"this server answers to loopback names only, not "
+                                  f"{host!r} (serve with --token to be reached under other names)")
+            elif scope["method"] in _WRITE_METHODS and origin is not None and (
+                    origin == "null" or urlsplit(origin).netloc.lower() != host.lower()):
+                response = _error(403, "cross_origin", f"actions from pages of {origin} are refused")
+            elif self.token is not None and not any(
                     hmac.compare_digest(t.encode(), self.token.encode()) for t in self._presented(scope)):
                 response = _error(401, "unauthorized", "this server needs its token (Authorization: Bearer TOKEN)")
                 response.headers["WWW-Authenticate"] = "Bearer"
@@ -116,15 +149,17 @@ class Guard:
 
 
 def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optional[str] = None,
-               poll_interval: float = 0.5, agent: Optional[Callable[[Any], Any]] = None) -> FastAPI:
+               poll_interval: float = 0.5, agent: Optional[Callable[[Any], Any]] = None,
+               any_host: bool = False) -> FastAPI:
     """The ``qvc serve`` application for the repository at ``path``.
 
     ``read_only`` refuses every action with 403; ``token`` (when not ``None``) is required on
-    every request. ``poll_interval`` bounds how long the event stream goes without re-reading the refs
-    (inotify wakes it sooner). ``agent``,
-    when given, is called with the :class:`~qvc.runs.RunRecorder` of each continuation (in a
-    thread of its own) to record it: the agent loop of :mod:`qvc.runs`. Raises
-    :class:`~qvc.errors.NotARepositoryError` if ``path`` is not a repository.
+    every request; without one, requests must name a loopback host unless ``any_host`` (see
+    :class:`Guard`; actions from other sites' pages are always refused). ``poll_interval``
+    bounds how long the event stream goes without re-reading the refs (inotify wakes it
+    sooner). ``agent``, when given, is called with the :class:`~qvc.runs.RunRecorder` of each
+    continuation (in a thread of its own) to record it: the agent loop of :mod:`qvc.runs`.
+    Raises :class:`~qvc.errors.NotARepositoryError` if ``path`` is not a repository.
     """
     path = os.fspath(path)
     reader = GitCheckpointStore(path, create=False, readonly=True)
@@ -147,7 +182,7 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
                               "Errors are `{\"error\": {\"type\", \"message\", \"status\"}}`.")
     app.state.path = path
     app.state.reader = reader
-    app.add_middleware(Guard, token=token, read_only=read_only)
+    app.add_middleware(Guard, token=token, read_only=read_only, any_host=any_host)
 
     @app.exception_handler(QvcError)
     async def on_qvc_error(request: Request, exc: QvcError) -> JSONResponse:
