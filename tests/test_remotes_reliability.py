@@ -42,8 +42,10 @@ from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore, PushRejectedEr
 from qvc.fsck import fsck as qvc_fsck
 from qvc.remote import add_remote
 
-RECEIVE_HOOKS = {"pre-receive", "update", "post-update", "reference-transaction", "proc-receive",
-                 "push-to-checkout", "post-receive"}
+# what the server's receive-pack may run, from the server repository's own hooks and config
+SERVER_SIDE = {f"{where}-{hook}" for where in ("hook", "hookspath") for hook in (
+    "pre-receive", "update", "post-update", "reference-transaction", "proc-receive", "push-to-checkout",
+    "post-receive")} | {"alternate-refs"}
 
 
 def qvc_cmd(*args: str) -> list[str]:
@@ -194,20 +196,27 @@ def test_a_remote_that_asks_for_programs(tmp_path, daemon):
     """Hooks and config of the remote repository run nothing on the client (clone, fetch);
     a push runs only the server's own receive hooks, as any git server does."""
     bare, _ = hostile_remote(tmp_path)
+    for name in ("refs/heads/blob", "refs/heads/tree"):  # git would refuse the whole clone
+        (bare / name).unlink()
     markers = tmp_path / "markers"
     arm(bare, markers)
     for kind, url in (("path", str(bare)), ("daemon", daemon.url("evil.git"))):
         dest = tmp_path / f"clone-{kind}.qvc"
-        assert_clean_or_one_line(run_qvc("clone", url, str(dest)), f"clone over {kind}")
+        proc = run_qvc("clone", url, str(dest))
+        assert proc.returncode == 0, proc.stderr
         assert not list(markers.iterdir()), f"clone over {kind} ran {sorted(os.listdir(markers))}"
-        with GitCheckpointStore(dest) as store:
+        with GitCheckpointStore(dest, create=False) as store:
             put(store, "good", 3)
-        for args in (["fetch"], ["log", "--all"], ["fsck"], ["push"]):
+        for args in (["fetch"], ["log", "--all"], ["fsck"]):
             assert_clean_or_one_line(run_qvc("--repo", str(dest), *args), f"{args} over {kind}")
-        ran = {m.name.split("-", 1)[1] for m in markers.iterdir()}
-        assert ran <= RECEIVE_HOOKS, f"over {kind}: {sorted(os.listdir(markers))}"
+        assert not list(markers.iterdir()), f"over {kind}: {sorted(os.listdir(markers))}"
+        assert run_qvc("--repo", str(dest), "push", "origin", "good").returncode == 0
+        ran = {m.name for m in markers.iterdir()}
+        assert ran and ran <= SERVER_SIDE, f"push over {kind}: {sorted(os.listdir(markers))}"  # the server's own
+        print(f"\npush over {kind} ran the server's {sorted(ran)}")
         for m in markers.iterdir():
             m.unlink()
+        (bare / "refs" / "heads" / "good").write_text(run_git(bare, "rev-parse", "good~1").stdout)  # for the next
 
 
 # refused before git runs: git would take them for options
