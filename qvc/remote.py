@@ -36,6 +36,7 @@ Transport is the ``git`` executable (see :mod:`qvc.transfer` for why).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
@@ -673,8 +674,11 @@ def _sweep_dead_clones(parent: str) -> None:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             continue  # a clone in progress
-        else:
-            shutil.rmtree(folder, ignore_errors=True)
+        else:  # the lock file goes last, so a sweep killed midway is finished by the next one
+            shutil.rmtree(os.path.join(folder, "repo"), ignore_errors=True)
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, "owner.lock"))
+                os.rmdir(folder)
         finally:
             os.close(fd)
 

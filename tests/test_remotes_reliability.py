@@ -404,6 +404,26 @@ def kill_clones(world, kills: int, seed: int) -> dict:
     return killer.stats | stats
 
 
+def test_clone_sweeps_work_folders_of_killed_clones_only(tmp_path):
+    """Regression: a killed clone's ``.qvc-clone-*`` folder stayed forever. The next clone into
+    the same folder removes it (also one a killed sweep left half removed), never a live one."""
+    import fcntl
+
+    src = tmp_path / "src.qvc"
+    with GitCheckpointStore(src) as store:
+        put(store, "t", 0)
+    work = tmp_path / "work"
+    (work / ".qvc-clone-dead" / "repo" / "objects").mkdir(parents=True)
+    (work / ".qvc-clone-dead" / "owner.lock").write_text("")
+    (work / ".qvc-clone-half").mkdir(parents=True)
+    (work / ".qvc-clone-half" / "owner.lock").write_text("")  # a sweep killed after removing repo/
+    (work / ".qvc-clone-live" / "repo").mkdir(parents=True)
+    with open(work / ".qvc-clone-live" / "owner.lock", "w") as live:
+        fcntl.flock(live, fcntl.LOCK_EX)
+        qvc.clone(str(src), work / "c.qvc").close()
+        assert sorted(p.name for p in work.iterdir()) == [".qvc-clone-live", "c.qvc"]
+
+
 def kill_fetches(world, kills: int, seed: int) -> dict:
     work = world["root"] / f"fetches-{seed}"
     work.mkdir()
