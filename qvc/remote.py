@@ -42,6 +42,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Iterable, Optional
 
@@ -653,8 +654,6 @@ def _sweep_dead_clones(parent: str) -> None:
 
     A folder without its lock file yet belongs to a clone starting right now unless it is old.
     """
-    import time
-
     for entry in os.listdir(parent):
         if not entry.startswith(_CLONE_PREFIX):
             continue
@@ -675,7 +674,9 @@ def _sweep_dead_clones(parent: str) -> None:
         except OSError:
             continue  # a clone in progress
         else:  # the lock file goes last, so a sweep killed midway is finished by the next one
-            shutil.rmtree(os.path.join(folder, "repo"), ignore_errors=True)
+            for name in os.listdir(folder):  # the repository, and the folder its creation used
+                if name != "owner.lock":
+                    shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(folder, "owner.lock"))
                 os.rmdir(folder)

@@ -415,6 +415,7 @@ def test_clone_sweeps_work_folders_of_killed_clones_only(tmp_path):
     work = tmp_path / "work"
     (work / ".qvc-clone-dead" / "repo" / "objects").mkdir(parents=True)
     (work / ".qvc-clone-dead" / "owner.lock").write_text("")
+    (work / ".qvc-clone-dead" / ".qvc-init-x").mkdir()  # the store's own creation folder
     (work / ".qvc-clone-half").mkdir(parents=True)
     (work / ".qvc-clone-half" / "owner.lock").write_text("")  # a sweep killed after removing repo/
     (work / ".qvc-clone-live" / "repo").mkdir(parents=True)
