@@ -65,12 +65,16 @@ def encode_thread(thread_id: str) -> str:
 
 
 def decode_thread(component: str) -> str | None:
-    """The thread id a component encodes, or ``None`` for a hashed long id (read it from the commit)."""
+    """The thread id a component encodes, or ``None`` for a hashed long id or a component that is
+    no encoding of ours (undecodable escapes, e.g. written by another tool): read it from the commit."""
     if _LONG_MARK in component:
         return None
-    return _ESCAPE_RUN.sub(
-        lambda m: bytes.fromhex(m.group(0).replace("%", "")).decode("utf-8", "surrogatepass"), component
-    )
+    try:
+        return _ESCAPE_RUN.sub(
+            lambda m: bytes.fromhex(m.group(0).replace("%", "")).decode("utf-8", "surrogatepass"), component
+        )
+    except UnicodeDecodeError:  # no encoding of ours (a ref another tool wrote): read it from the commit
+        return None
 
 
 def head_ref(thread_id: str) -> str:

@@ -36,10 +36,13 @@ Transport is the ``git`` executable (see :mod:`qvc.transfer` for why).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Iterable, Optional
 
@@ -73,6 +76,7 @@ if TYPE_CHECKING:
 
 CHUNK = 500  # refspecs per git run
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
+_CLONE_PREFIX = ".qvc-clone-"  # a clone's work folder next to its destination
 _NAMESPACES = ("superseded", "writes")  # refs/qvc/<ns>/ fetched into refs/qvc/remotes/<remote>/<ns>/
 
 
@@ -170,7 +174,8 @@ def _check_name(name: object) -> str:
 
 
 def _normalize_url(url: str) -> str:
-    if not isinstance(url, str) or not url:
+    if not isinstance(url, str) or not url or url.startswith("-") or "\n" in url or "\0" in url:
+        # a leading '-' would reach git as an option (--upload-pack=..., -oProxyCommand=...)
         raise InvalidInputError(f"invalid remote URL {url!r}")
     if "://" not in url and not re.match(r"^[^/]+:", url):  # a local path (not host:path)
         return os.path.abspath(url)
@@ -397,7 +402,7 @@ def push(store: GitCheckpointStore, remote: str = "origin", threads: Optional[It
             else:
                 specs = [f"{u.new}:{u.ref}" for u in send]
             leases = [f"--force-with-lease={u.ref}:{u.old}" for u in send if u.status == "forced"]
-            run = run_git(store.path, ["push", "--porcelain", "--progress", "--no-verify", *leases,
+            run = run_git(store.path, ["push", "--porcelain", "--progress", "--no-verify", *leases, "--",
                                        url if not named else name, *specs],
                           interactive=interactive, progress=progress, state=state, timeout=timeout)
             result.chunks += 1
@@ -488,7 +493,12 @@ def remote_threads(store: GitCheckpointStore, name: str) -> list[str]:
     for ref, tip in store.repository.refs(f"{REMOTES}{name}/"):
         component = ref[len(f"{REMOTES}{name}/"):]
         thread = decode_thread(component)
-        out.append(thread if thread is not None else (store.commit(tip).thread_id or component))
+        if thread is None:
+            try:
+                thread = store.commit(tip).thread_id or component
+            except QvcError:  # not a checkpoint commit (the remote holds refs no qvc wrote)
+                thread = component
+        out.append(thread)
     return sorted(out)
 
 
@@ -508,8 +518,8 @@ def fetch(store: GitCheckpointStore, remote: str = "origin", *, progress: Option
     state = TransferProgress("fetch", name)
     try:
         with repo.writing():  # no gc or recovery while git adds objects and refs
-            run = run_git(store.path, ["fetch", "--prune", "--no-tags", "--progress", "--no-write-fetch-head", url,
-                                       *fetch_refspecs(name)],
+            run = run_git(store.path, ["fetch", "--prune", "--no-tags", "--progress", "--no-write-fetch-head", "--",
+                                       url, *fetch_refspecs(name)],
                           interactive=interactive, progress=progress, state=state, timeout=timeout)
             if run.returncode != 0:
                 raise RemoteError(f"fetch from {name} failed: {run.failure()}")
@@ -540,6 +550,11 @@ def _merge_writes(store: GitCheckpointStore, name: str, result: FetchResult) -> 
             ours = repo.ref(local)
             if ours == theirs or (ours is not None and _descends(store, ours, theirs)):
                 continue
+            problem = _unreadable_writes(store, ref[len(prefix):], theirs)
+            if problem:  # a hostile or broken remote: taking it in would make the checkpoint unreadable here
+                result.conflicts.append(RefUpdate(local, None, ours, theirs, "rejected",
+                                                  f"the remote's pending writes do not read: {problem}"))
+                continue
             if ours is None or _descends(store, theirs, ours):
                 repo.move_ref(record, local, ours, theirs)
                 result.writes_merged += 1
@@ -548,6 +563,18 @@ def _merge_writes(store: GitCheckpointStore, name: str, result: FetchResult) -> 
                                                   "pending writes differ here and on the remote; kept the local ones"))
         if record.refs:
             repo.commit(record)
+
+
+def _unreadable_writes(store: GitCheckpointStore, key: str, tip: str) -> str | None:
+    """Why the pending writes ``tip`` holds for checkpoint ``key`` do not read (``None``: they do)."""
+    try:
+        if re.fullmatch(r"[0-9a-f]{40}", key):
+            store._writes(key, tip)
+        else:  # another layout's writes (e.g. LangGraph's, keyed by checkpoint id)
+            store.tree_entries(tip)
+    except QvcError as exc:
+        return str(exc)
+    return None
 
 
 # -- clone ------------------------------------------------------------------------------------
@@ -560,7 +587,9 @@ def clone(url: str, path: str | os.PathLike, *, remote: str = "origin", progress
     Its threads, superseded lines, pending writes and notes are local refs, the remote is
     configured as ``remote`` (with remote-tracking refs), and HEAD is the remote's HEAD
     thread when it has one. The repository is built next to ``path`` and renamed into place
-    once complete and durable, so a failed or killed clone leaves nothing behind. Returns
+    once complete and durable, so ``path`` is either absent or complete, whenever the clone
+    stops. A failed clone removes its work folder; a killed one leaves it (``.qvc-clone-*``
+    next to ``path``), and the next clone into the same folder removes it. Returns
     the repository opened as a store (close it). Raises :class:`InvalidInputError` if
     ``path`` exists and is not empty, :class:`RemoteError` if the remote cannot be read.
     """
@@ -574,22 +603,29 @@ def clone(url: str, path: str | os.PathLike, *, remote: str = "origin", progress
         raise InvalidInputError(f"{target} exists and is not empty")
     parent = os.path.dirname(target)
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".qvc-clone-", dir=parent)
+    _sweep_dead_clones(parent)
+    tmp = tempfile.mkdtemp(prefix=_CLONE_PREFIX, dir=parent)
+    owner = os.open(os.path.join(tmp, "owner.lock"), os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(owner, fcntl.LOCK_EX)  # held until this process ends: tells a live clone from a killed one
     work = os.path.join(tmp, "repo")
     state = TransferProgress("clone", remote)
     try:
         with GitCheckpointStore(work, fsync=False) as store:
             add_remote(store, remote, url)
         local = [f"+{HEADS}*:{HEADS}*", "+refs/qvc/*:refs/qvc/*", f"+{NOTES}*:{NOTES}*"]
-        run = run_git(work, ["fetch", "--no-tags", "--progress", "--no-write-fetch-head", url,
+        run = run_git(work, ["fetch", "--no-tags", "--progress", "--no-write-fetch-head", "--", url,
                              *local, *fetch_refspecs(remote)],
                       interactive=interactive, progress=progress, state=state)
         if run.returncode != 0:
             raise RemoteError(f"clone from {url} failed: {run.failure()}")
-        for stray in _refs_under(work, REMOTE_QVC):  # the remote's own tracking refs are not ours
-            if not stray.startswith(f"{REMOTE_QVC}{remote}/"):
-                subprocess.run([git_exe(), f"--git-dir={work}", "update-ref", "-d", stray], check=True,
-                               capture_output=True)
+        strays = [ref for ref in _refs_under(work, REMOTE_QVC)  # the remote's own tracking refs are not ours
+                  if not ref.startswith(f"{REMOTE_QVC}{remote}/")]
+        with GitCheckpointStore(work, fsync=False) as store:  # pending writes that do not read stay remote-only
+            strays += [ref for ref, tip in store.repository.refs(WRITES)
+                       if _unreadable_writes(store, ref[len(WRITES):], tip)]
+        for stray in strays:
+            subprocess.run([git_exe(), f"--git-dir={work}", "update-ref", "-d", stray], check=True,
+                           capture_output=True)
         head = remote_head(work, url, interactive=interactive)
         if head and head.startswith(HEADS):
             with open(os.path.join(work, "HEAD"), "w") as f:
@@ -602,6 +638,7 @@ def clone(url: str, path: str | os.PathLike, *, remote: str = "origin", progress
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     finally:
+        os.close(owner)
         if progress is not None:
             state.done = True
             progress(state)
@@ -610,6 +647,41 @@ def clone(url: str, path: str | os.PathLike, *, remote: str = "origin", progress
         return GitCheckpointStore(target, create=False, durability=durability)
     except NotARepositoryError as exc:
         raise RemoteError(f"clone from {url} did not give a qvc repository: {exc}") from None
+
+
+def _sweep_dead_clones(parent: str) -> None:
+    """Remove the work folders clones killed in ``parent`` left behind (their owner's flock is free).
+
+    A folder without its lock file yet belongs to a clone starting right now unless it is old.
+    """
+    for entry in os.listdir(parent):
+        if not entry.startswith(_CLONE_PREFIX):
+            continue
+        folder = os.path.join(parent, entry)
+        try:
+            fd = os.open(os.path.join(folder, "owner.lock"), os.O_RDWR)
+        except FileNotFoundError:
+            try:
+                if time.time() - os.stat(folder).st_mtime > 3600:
+                    shutil.rmtree(folder, ignore_errors=True)
+            except OSError:
+                pass
+            continue
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # a clone in progress
+        else:  # the lock file goes last, so a sweep killed midway is finished by the next one
+            for name in os.listdir(folder):  # the repository, and the folder its creation used
+                if name != "owner.lock":
+                    shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, "owner.lock"))
+                os.rmdir(folder)
+        finally:
+            os.close(fd)
 
 
 def _refs_under(path: str, prefix: str) -> list[str]:

@@ -204,7 +204,10 @@ class GitCheckpointStore(CheckpointStore):
         thread = decode_thread(component)
         if thread is None:  # a hashed long id: the full id is in its commits
             tip = self._repo.ref(name)
-            thread = (self._history.commit(tip).thread_id if tip else None) or component
+            try:
+                thread = (self._history.commit(tip).thread_id if tip else None) or component
+            except CorruptionError:  # not a checkpoint commit (a ref another tool wrote): its name is all there is
+                thread = component
         return thread
 
     def current(self) -> Head:
@@ -532,8 +535,11 @@ class GitCheckpointStore(CheckpointStore):
 
     # -- pending writes -------------------------------------------------------------------
 
-    def _writes(self, hexid: str) -> Optional[list[PendingWrite]]:
-        tip = self._repo.ref(writes_ref(hexid))
+    def _writes(self, hexid: str, tip: str | None = None) -> Optional[list[PendingWrite]]:
+        """The pending writes of checkpoint ``hexid``: those ``refs/qvc/writes/<hexid>`` holds, or
+        those commit ``tip`` holds (a fetched ref, checked before it is taken in). Raises
+        :class:`CorruptionError` if they do not decode."""
+        tip = tip or self._repo.ref(writes_ref(hexid))
         if tip is None:
             return None
         entries = self._history.entries(self._history.commit(tip))

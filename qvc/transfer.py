@@ -30,6 +30,12 @@ _PROGRESS = re.compile(r"(?:remote: )?([A-Z][a-z]+(?: [a-z]+)*):\s+\d+% \((\d+)/
                        r"(?:, ([\d.]+) (bytes|KiB|MiB|GiB))?")
 _UNITS = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 _TRANSFER_PHASES = ("Writing objects", "Receiving objects")
+# GIT_ALLOW_PROTOCOL would override the ban on the ext and fd transports below.
+_DROPPED_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_NAMESPACE",
+                "GIT_ALLOW_PROTOCOL")
+# ``ext::<command>`` runs a program and ``fd::`` talks to inherited descriptors: a remote URL
+# must never do either, whatever the user's protocol.allow says (command-line -c wins over it).
+_NO_COMMAND_TRANSPORTS = ["-c", "protocol.ext.allow=never", "-c", "protocol.fd.allow=never"]
 
 
 @dataclass
@@ -84,8 +90,7 @@ def git_env(interactive: bool) -> dict[str, str]:
     for a password on the terminal and ssh runs in batch mode, so a missing credential fails
     at once instead of hanging.
     """
-    env = {k: v for k, v in os.environ.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE",
-                                                           "GIT_OBJECT_DIRECTORY", "GIT_NAMESPACE")}
+    env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
     if not interactive:
         env["GIT_TERMINAL_PROMPT"] = "0"
         env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
@@ -109,7 +114,7 @@ def run_git(repo_path: str | None, args: list[str], *, interactive: bool = False
     that many seconds (the run then reports exit status -9). Raises :class:`QvcError` only
     if git is missing.
     """
-    cmd = [git_exe()] + ([f"--git-dir={repo_path}"] if repo_path else []) + args
+    cmd = [git_exe(), *_NO_COMMAND_TRANSPORTS] + ([f"--git-dir={repo_path}"] if repo_path else []) + args
     # With a timeout git gets its own process group, so ssh or git-remote-http go down with it.
     proc = subprocess.Popen(cmd, env=git_env(interactive), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=timeout is not None)
@@ -179,7 +184,7 @@ def ls_remote(repo_path: str, url: str, *, interactive: bool = False,
 
     Raises :class:`RemoteError` (with git's reason) when the remote cannot be read.
     """
-    run = run_git(repo_path, ["ls-remote", url], interactive=interactive, timeout=timeout)
+    run = run_git(repo_path, ["ls-remote", "--", url], interactive=interactive, timeout=timeout)
     if run.returncode != 0:
         raise RemoteError(f"cannot read remote {url}: {run.failure()}")
     refs = {}
@@ -192,7 +197,7 @@ def ls_remote(repo_path: str, url: str, *, interactive: bool = False,
 
 def remote_head(repo_path: str, url: str, *, interactive: bool = False) -> str | None:
     """The ref the remote's HEAD points to (``refs/heads/...``), if it says."""
-    run = run_git(repo_path, ["ls-remote", "--symref", url, "HEAD"], interactive=interactive)
+    run = run_git(repo_path, ["ls-remote", "--symref", "--", url, "HEAD"], interactive=interactive)
     for line in run.stdout.splitlines():
         if line.startswith("ref: ") and line.endswith("\tHEAD"):
             return line[5:].split("\t")[0]
