@@ -462,6 +462,9 @@ def test_token_and_read_only(repo):
         assert request(s.url + "openapi.json")[0] == 401
         _, repo_info = api("GET", "/api/repository")
         assert repo_info["read_only"] is True
+        # With a token, other host names (a reverse proxy) are fine: the token is the guard.
+        assert request(s.url + "api/repository", headers={"Authorization": f"Bearer {token}",
+                                                          "Host": "runs.example.org"})[0] == 200
         for method, template, params in [("POST", "/api/runs/{run_id}/continue", {"run_id": "done"}),
                                          ("POST", "/api/runs/{run_id}/fork", {"run_id": "done"}),
                                          ("POST", "/api/reset", {}), ("POST", "/api/fork", {}),

@@ -96,9 +96,11 @@ class Guard:
       stream work in a browser), or as a ``token`` query parameter (401 otherwise).
     - Without a token, only loopback names in the ``Host`` header (unless ``any_host``): a web
       page whose name is made to resolve to 127.0.0.1 (DNS rebinding) gets 403.
-    - Actions (POST, PUT, PATCH, DELETE) only from this server's own pages or from clients
-      that send no ``Origin``: another site's page cannot make a browser act here (403), and
-      none at all in read-only mode (403).
+    - Without a token, actions (POST, PUT, PATCH, DELETE) only from this server's own pages or
+      from clients that send no ``Origin``: another site's page cannot make a browser act here
+      (403). With a token this check is not needed (other sites' requests carry no token: the
+      cookie is SameSite=Strict), and it would refuse pages served through a reverse proxy.
+    - No actions at all in read-only mode (403).
     """
 
     def __init__(self, app: Any, token: Optional[str], read_only: bool, any_host: bool = False):
@@ -133,7 +135,7 @@ class Guard:
             if self.token is None and not self.any_host and not is_loopback(_hostname(host)):
                 response = _error(403, "forbidden_host", f"this server answers to loopback names only, not "
                                   f"{host!r} (serve with --token to be reached under other names)")
-            elif scope["method"] in _WRITE_METHODS and origin is not None and (
+            elif self.token is None and scope["method"] in _WRITE_METHODS and origin is not None and (
                     origin == "null" or urlsplit(origin).netloc.lower() != host.lower()):
                 response = _error(403, "cross_origin", f"actions from pages of {origin} are refused")
             elif self.token is not None and not any(
