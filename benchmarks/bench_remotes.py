@@ -35,7 +35,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore  # noqa: E402
-from qvc.remote import add_remote  # noqa: E402
+from qvc.remotes.remote import add_remote  # noqa: E402
 
 
 def put(store: GitCheckpointStore, thread: str, step: int) -> None:

@@ -42,7 +42,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from qvc import GitCheckpointStore  # noqa: E402
-from qvc.maintenance import disk_usage  # noqa: E402
+from qvc.plumbing.maintenance import disk_usage  # noqa: E402
 from qvc.runs import Message, Runs, ToolCall  # noqa: E402
 
 KS = (1, 2, 4, 8, 16, 32, 64)

@@ -50,7 +50,7 @@ from qvc import Checkpoint, CheckpointConfig, DurabilityMode, GitCheckpointStore
 ns = time.perf_counter_ns
 cpu_ns = time.thread_time_ns  # CPU time of the calling thread (user + system)
 SQLITE = "sqlite"
-CHUNK = getattr(importlib.import_module("qvc.layout"), "CHUNK", 64)  # qvc's list chunk size: window sizes
+CHUNK = getattr(importlib.import_module("qvc.store.format"), "CHUNK", 64)  # qvc's list chunk size: window sizes
 MODES = {"SYNC": DurabilityMode.SYNC, "ASYNC": DurabilityMode.ASYNC, "EXIT": DurabilityMode.EXIT}
 
 

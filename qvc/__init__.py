@@ -4,9 +4,7 @@ Each thread is a git branch and each checkpoint a commit whose tree holds the st
 msgpack blob per field. See :class:`GitCheckpointStore` to start.
 """
 
-from .base import CheckpointStore
-from .durability import DurabilityMode
-from .errors import (
+from qvc.errors import (
     CheckpointConflictError,
     CorruptionError,
     DurabilityError,
@@ -26,11 +24,14 @@ from .errors import (
     UnknownRunError,
     UnknownThreadError,
 )
-from .fork import fork_checkpoint, list_fork_history
-from .managers import DurabilityManager, PendingWriteManager
-from .recovery import RecoveryReport
-from .store import GitCheckpointStore
-from .types import (
+from qvc.plumbing.durability import DurabilityMode
+from qvc.plumbing.recovery import RecoveryReport
+from qvc.qitos.fork import fork_checkpoint, list_fork_history
+from qvc.qitos.managers import DurabilityManager, PendingWriteManager
+from qvc.qitos.versioning import StateVersionTracker
+from qvc.store.base import CheckpointStore
+from qvc.store.git_store import GitCheckpointStore
+from qvc.types import (
     Checkpoint,
     CheckpointConfig,
     CheckpointId,
@@ -39,7 +40,6 @@ from .types import (
     PendingWrite,
     StateVersions,
 )
-from .versioning import StateVersionTracker
 
 __version__ = "0.1.0"
 
@@ -49,15 +49,15 @@ _RUNS = ("Cadence", "Message", "Run", "RunRecorder", "RunStatus", "Runs", "Timel
 
 
 def clone(url: str, path, **options):
-    """Clone the qvc repository at ``url`` into ``path``; see :func:`qvc.remote.clone`."""
-    from .remote import clone as _clone
+    """Clone the qvc repository at ``url`` into ``path``; see :func:`qvc.remotes.remote.clone`."""
+    from qvc.remotes.remote import clone as _clone
 
     return _clone(url, path, **options)
 
 
 def __getattr__(name: str):
     if name in _RUNS:
-        from . import runs
+        from qvc import runs
 
         return getattr(runs, name)
     raise AttributeError(f"module 'qvc' has no attribute {name!r}")

@@ -1,5 +1,5 @@
 """``python -m qvc``: the command line."""
 
-from .cli import run
+from qvc.cli import run
 
 run()

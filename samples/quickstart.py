@@ -41,7 +41,7 @@ from typing import Any
 import msgpack
 
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore, fork_checkpoint
-from qvc.refnames import head_ref
+from qvc.store.refnames import head_ref
 
 # --------------------------------------------------------------------------------------
 # Fake tools

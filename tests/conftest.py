@@ -84,3 +84,13 @@ def git(repo_path):
         return run_git(repo_path, *args, check=check, input=input, text=text)
 
     return _run
+
+
+@pytest.fixture
+def isolated_git(tmp_path, monkeypatch):
+    """git with no system config and a global config of the test's own (empty unless a test writes it)."""
+    config = tmp_path / "gitconfig"
+    config.write_text("")
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    return config

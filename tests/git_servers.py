@@ -1,4 +1,5 @@
-"""Real git servers on 127.0.0.1 for the remote tests: ``git daemon`` and smart HTTP.
+"""Real git servers on 127.0.0.1 for the remote tests (``git daemon`` and smart HTTP), and
+``snapshot``, every checkpoint of a store, to compare two repositories.
 
 ``GitDaemon`` runs ``git daemon --enable=receive-pack`` as a subprocess; ``GitHttpServer``
 serves ``git http-backend`` (a real CGI process per request) from a small threaded
@@ -17,6 +18,23 @@ import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from qvc import CheckpointConfig
+
+
+def snapshot(store) -> dict:
+    """Every checkpoint of every thread and line: ids, values, metadata, versions, pending writes."""
+    out = {}
+    for thread in store.threads():
+        out[thread] = [
+            (t.config, t.checkpoint.id, t.checkpoint.step, t.checkpoint.state_data, t.checkpoint.state_versions,
+             t.checkpoint.parent_id, t.checkpoint.created_at, t.metadata, t.parent_config, t.pending_writes)
+            for t in store.list(CheckpointConfig(thread), superseded=True)]
+    out["refs"] = sorted(name for name, _ in store.repository.refs("refs/")
+                         if name.startswith(("refs/heads/", "refs/qvc/superseded/", "refs/qvc/writes/")))
+    return out
+
+
 
 
 def free_port() -> int:

@@ -11,8 +11,8 @@ import os
 import socket
 from typing import Any, Callable, Optional
 
-from ..errors import InvalidInputError
-from .app import create_app, is_loopback
+from qvc.errors import InvalidInputError
+from qvc.server.app import create_app, is_loopback
 
 __all__ = ["create_app", "is_loopback", "load_agent", "serve"]
 

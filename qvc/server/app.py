@@ -1,6 +1,6 @@
 """The ``qvc serve`` application: the checkpoint timeline of a repository over HTTP, and its page.
 
-Every endpoint is one library call (:mod:`qvc.views`, :mod:`qvc.log`, :mod:`qvc.runs`, the
+Every endpoint is one library call (:mod:`qvc.inspect.views`, :mod:`qvc.inspect.log`, :mod:`qvc.runs`, the
 store); this module maps paths to them, library errors to status codes, and guards access.
 
 Reads go through one read-only store (no lock, no journal: writers in other processes are never
@@ -28,8 +28,8 @@ from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .. import __version__
-from ..errors import (
+from qvc import __version__
+from qvc.errors import (
     CheckpointConflictError,
     CorruptionError,
     DurabilityError,
@@ -39,8 +39,8 @@ from ..errors import (
     QvcError,
     RunStateError,
 )
-from ..store import GitCheckpointStore
-from . import events, models
+from qvc.server import events, models
+from qvc.store.git_store import GitCheckpointStore
 
 log = logging.getLogger("qvc")
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
@@ -209,12 +209,12 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
             return fn(store)
 
     def runs(store: Optional[GitCheckpointStore] = None) -> Any:
-        from ..runs import Runs
+        from qvc.runs import Runs
 
         return Runs(store or reader)
 
     def revision(store: GitCheckpointStore, name: str) -> str:
-        from ..revisions import parse_revision
+        from qvc.store.revisions import parse_revision
 
         return parse_revision(store, name).commit
 
@@ -234,7 +234,7 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
     @app.get("/api/repository", response_model=models.Repository, tags=["read"], responses=_ERRORS)
     def repository() -> Dict[str, Any]:
         """The repository: current thread, counts, recovery, maintenance; and how this server runs."""
-        from ..status import status
+        from qvc.inspect.status import status
 
         return {**status(reader).to_json(), "version": __version__, "read_only": read_only, "live": live}
 
@@ -244,7 +244,7 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
                 prefix: Optional[str] = Query(None, description="Only threads whose name starts with this"),
                 offset: int = Query(0, ge=0), limit: int = Query(100, ge=1, le=1000)) -> Dict[str, Any]:
         """Threads, sorted by name, a page at a time (head, step, status, last update, checkpoint count)."""
-        from ..views import run_of_thread, thread_json
+        from qvc.inspect.views import run_of_thread, thread_json
 
         current = reader.current().thread
         names = [t for t in reader.threads() if prefix is None or t.startswith(prefix)]
@@ -260,7 +260,7 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
     def thread_line(thread: str = Path(description="The thread id (may contain '/')"),
                     limit: int = Query(500, ge=1, le=10000)) -> Dict[str, Any]:
         """One thread's line (newest first), the lines time travel left behind, and its forks."""
-        from ..views import thread_line_json
+        from qvc.inspect.views import thread_line_json
 
         return thread_line_json(reader, thread, limit)
 
@@ -269,7 +269,7 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
                    field: Annotated[Optional[List[str]], Query(description="Only these state fields")] = None
                    ) -> Dict[str, Any]:
         """One checkpoint: header, metadata, state and pending writes (`qvc show --json`)."""
-        from ..views import checkpoint_json
+        from qvc.inspect.views import checkpoint_json
 
         return checkpoint_json(reader, revision(reader, name), field or ())
 
@@ -278,8 +278,8 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
     def diff(b: str = Query(description="The new checkpoint"),
              a: Optional[str] = Query(None, description="The old checkpoint (default: B's parent)")) -> Dict[str, Any]:
         """What changed from A to B, field by field and item by item (`qvc diff --json`)."""
-        from ..statediff import to_json
-        from ..views import diff_commits
+        from qvc.inspect.statediff import to_json
+        from qvc.inspect.views import diff_commits
 
         new = revision(reader, b)
         old = revision(reader, a) if a is not None else None
@@ -291,7 +291,7 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
                   status: Optional[str] = Query(None, description="Only runs with this status (COMPLETED...)"),
                   offset: int = Query(0, ge=0), limit: int = Query(100, ge=1, le=1000)) -> Dict[str, Any]:
         """Agent runs, oldest first, a page at a time."""
-        from ..runs import RunStatus
+        from qvc.runs import RunStatus
 
         if status is not None and status not in RunStatus.__members__:
             raise InvalidInputError(f"unknown run status {status!r} (one of {', '.join(RunStatus.__members__)})")
@@ -302,7 +302,7 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
     @app.get("/api/runs/{run_id}", response_model=models.RunView, tags=["runs"], responses=_ERRORS)
     def get_run(run_id: str) -> Dict[str, Any]:
         """A run as its latest checkpoint holds it, and whether its owner is alive."""
-        from ..statefiles import to_jsonable
+        from qvc.inspect.statefiles import to_jsonable
 
         r = runs()
         return {"thread": r.thread(run_id), "owner_status": r.owner_status(run_id).to_dict(),
@@ -312,8 +312,8 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
     def timeline(run_id: str, superseded: bool = Query(True, description="Include lines a rewind left behind")
                  ) -> Dict[str, Any]:
         """A run's timeline: its checkpoints (stable ids) with message boundaries and previews."""
-        from ..statefiles import to_jsonable
-        from ..views import run_of_thread
+        from qvc.inspect.statefiles import to_jsonable
+        from qvc.inspect.views import run_of_thread
 
         r = runs()
         thread = r.thread(run_id)
@@ -325,7 +325,7 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
     def snapshot(run_id: str, at: str = Path(description="A message index (pair-safe; snapped down) or a "
                                                          "checkpoint id from the timeline")) -> Dict[str, Any]:
         """The run as it truly was at a message boundary or checkpoint (never writes)."""
-        from ..statefiles import to_jsonable
+        from qvc.inspect.statefiles import to_jsonable
 
         where: Any = int(at) if _INDEX.match(at) else at
         return to_jsonable(runs().snapshot(run_id, where).to_dict(), "snapshot")
@@ -333,7 +333,7 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
     # -- actions --------------------------------------------------------------------------
 
     def run_action(store: GitCheckpointStore, run: Any, forked: bool) -> Dict[str, Any]:
-        from ..runs import thread_of
+        from qvc.runs import thread_of
 
         thread = thread_of(run.session_id, run.run_id)
         return {"run_id": run.run_id, "session_id": run.session_id, "thread": thread, "head": store.head(thread),
@@ -356,7 +356,7 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
         continuation is detached (`RunRecorder.close`): RUNNING with no live owner, for an agent
         to pick up with `Runs.continue_run(run_id)`, which records the takeover.
         """
-        from ..statefiles import from_jsonable
+        from qvc.inspect.statefiles import from_jsonable
 
         body = body or models.ContinueRequest()
         store = GitCheckpointStore(path, create=False)
@@ -390,7 +390,7 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
               responses=_ACTION_ERRORS)
     def fork_run(run_id: str, body: Optional[models.ForkRunRequest] = None) -> Dict[str, Any]:
         """A new PENDING run whose conversation is this run's up to `at` (pair-safe), `input` appended."""
-        from ..statefiles import from_jsonable
+        from qvc.inspect.statefiles import from_jsonable
 
         body = body or models.ForkRunRequest()
 
@@ -411,7 +411,7 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
               tags=["actions"], responses=_ACTION_ERRORS)
     def fork_thread(body: models.ForkThreadRequest) -> Dict[str, Any]:
         """Fork a new thread from a checkpoint (`qvc branch NEW CHECKPOINT`)."""
-        from ..views import fork_thread as fork
+        from qvc.inspect.views import fork_thread as fork
 
         def act(store: GitCheckpointStore) -> Dict[str, Any]:
             fork(store, revision(store, body.checkpoint), body.thread)
@@ -444,7 +444,7 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
                 responses=_ACTION_ERRORS)
     def delete_checkpoint(name: str) -> Dict[str, Any]:
         """Delete one checkpoint; its children are re-parented onto its parent."""
-        from ..types import CheckpointConfig
+        from qvc.types import CheckpointConfig
 
         def act(store: GitCheckpointStore) -> Dict[str, Any]:
             sha = revision(store, name)

@@ -1,0 +1,91 @@
+"""Verifying a repository: every ref valid, every checkpoint and pending write decodes.
+
+Two levels: git's own ``git fsck`` for the object store (hashes, links, missing objects), then
+qvc's checks on top (thread names, checkpoint headers, state fields, pending writes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from qvc.errors import QvcError
+from qvc.store.refnames import HEADS, SUPERSEDED, WRITES
+
+if TYPE_CHECKING:
+    from qvc.store.git_store import GitCheckpointStore
+
+
+@dataclass
+class FsckReport:
+    """What :func:`fsck` checked and the problems it found (falsy when none)."""
+
+    refs: int = 0
+    checkpoints: int = 0
+    pending_writes: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.problems)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": not self.problems, "refs": self.refs, "checkpoints": self.checkpoints,
+                "pending_writes": self.pending_writes, "problems": self.problems}
+
+
+def fsck(store: GitCheckpointStore, *, objects: bool = True) -> FsckReport:
+    """Check the repository; never raises for what it finds (it is reported), only for
+    :class:`~qvc.errors.QvcError` such as a missing ``git`` when ``objects`` is set."""
+    from qvc.plumbing.maintenance import run
+
+    report = FsckReport()
+    if objects:
+        proc = run(store.path, "fsck", "--no-dangling", "--no-progress", "--strict")
+        for line in (proc.stdout + proc.stderr).splitlines():
+            if line.strip() and not line.startswith("notice:"):
+                report.problems.append(f"git fsck: {line.strip()}")
+        if proc.returncode != 0 and not report.problems:
+            report.problems.append(f"git fsck failed with exit status {proc.returncode}")
+    seen: set[str] = set()
+    try:
+        refs = list(store.repository.refs("refs/"))
+    except QvcError as exc:
+        report.problems.append(str(exc))
+        return report
+    for name, tip in refs:
+        report.refs += 1
+        if name.startswith(WRITES):
+            key = name[len(WRITES):]
+            try:
+                if len(key) == 40 and all(c in "0123456789abcdef" for c in key):
+                    store.pending_writes_at(key)
+                else:  # another layout's writes (e.g. LangGraph's, keyed by checkpoint id)
+                    store.tree_entries(tip)
+                report.pending_writes += 1
+            except QvcError as exc:
+                report.problems.append(f"{name}: {exc}")
+            continue
+        if not name.startswith((HEADS, SUPERSEDED)):
+            continue
+        if name.startswith(HEADS):
+            thread = store.thread_of_ref(name)
+            try:
+                owner = store.commit(tip).thread_id
+            except QvcError as exc:
+                report.problems.append(f"{name}: {exc}")
+                continue
+            if owner is not None and thread != owner and owner != name[len(HEADS):]:
+                report.problems.append(f"{name}: names thread {thread!r} but its head belongs to {owner!r}")
+        stack = [tip]
+        while stack:
+            commit = stack.pop()
+            if commit in seen:
+                continue
+            seen.add(commit)
+            try:
+                store.read(commit)
+                report.checkpoints += 1
+                stack.extend(store.commit(commit).parents)
+            except QvcError as exc:
+                report.problems.append(f"checkpoint {commit[:12]} (reached from {name}): {exc}")
+    return report

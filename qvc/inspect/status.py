@@ -1,0 +1,53 @@
+"""``qvc status``: what a repository holds and how it is doing, in one call."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from qvc.store.refnames import HEADS, SUPERSEDED, WRITES
+
+if TYPE_CHECKING:
+    from qvc.store.git_store import GitCheckpointStore
+
+
+@dataclass
+class RepoStatus:
+    """A repository's state; ``to_json()`` is the stable ``qvc status --json`` form."""
+
+    path: str
+    thread: str | None  # the current thread (None: HEAD is detached)
+    head: str | None  # the commit HEAD stands for (None: the current thread has no checkpoints)
+    head_id: str | None  # its checkpoint id
+    head_step: int | None
+    durability: str
+    threads: int
+    superseded_lines: int
+    pending_writes: int
+    recovery: str | None  # what opening repaired, if anything
+    maintenance_due: str | None  # why `qvc gc` is due, if it is
+    replication: list[dict[str, Any]] = field(default_factory=list)  # lag per replicated remote
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def status(store: GitCheckpointStore) -> RepoStatus:
+    """The status of the repository ``store`` has open (reads only; never blocks writers)."""
+    from qvc.plumbing.maintenance import due
+    from qvc.remotes.replication import replication_status
+
+    head = store.current()
+    info = store.commit(head.commit) if head.commit else None
+    counts = {HEADS: 0, SUPERSEDED: 0, WRITES: 0}
+    for name, _ in store.repository.refs("refs/"):
+        for prefix in counts:
+            if name.startswith(prefix):
+                counts[prefix] += 1
+    return RepoStatus(
+        path=store.path, thread=head.thread, head=head.commit, head_id=info.checkpoint_id if info else None,
+        head_step=info.step if info else None, durability=store.durability.value, threads=counts[HEADS],
+        superseded_lines=counts[SUPERSEDED], pending_writes=counts[WRITES],
+        recovery=store.recovery.summary() if store.recovery else None, maintenance_due=due(store.repository),
+        replication=[r.to_json() for r in replication_status(store)],
+    )

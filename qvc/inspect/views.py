@@ -1,0 +1,159 @@
+"""Checkpoints, diffs and threads as JSON: the forms ``qvc show/diff/branch --json`` print and
+``qvc serve`` answers with (one definition for both).
+
+Values of state, metadata and pending writes are in the lossless tagged JSON of
+:mod:`qvc.inspect.statefiles`. Everything here reads only.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Optional, Sequence
+
+from qvc.errors import NotFoundError
+
+if TYPE_CHECKING:
+    from qvc.store.git_store import GitCheckpointStore
+
+
+def iso(ts: int | float) -> str:
+    """A Unix time as ISO 8601 UTC."""
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat()
+
+
+def state_of(store: GitCheckpointStore, sha: str, state: dict) -> dict:
+    """The state to show people: a LangGraph checkpoint's channels decoded with LangGraph's
+    serializer when it is installed (else the stored ``[type, bytes]`` pairs)."""
+    if "langgraph" not in store.header(sha)[0]:
+        return state
+    try:
+        from qvc.integrations.langgraph import channel_values
+    except ImportError:
+        return state
+    return channel_values(store, sha)
+
+
+def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] = ()) -> dict[str, Any]:
+    """The ``qvc show --json`` form of checkpoint commit ``sha`` (only ``fields`` of the state, if given).
+
+    Raises :class:`~qvc.errors.NotFoundError` for a field the state does not have.
+    """
+    from qvc.inspect.statefiles import to_jsonable
+
+    tup = store.read(sha)
+    info = store.commit(sha)
+    cp = tup.checkpoint
+    state = state_of(store, sha, cp.state_data)
+    for f in fields:
+        if f not in state:
+            short = cp.id if len(cp.id) <= 16 else cp.id[:12]
+            raise NotFoundError(f"checkpoint {short} has no field {f!r} (fields: {', '.join(state) or 'none'})")
+    shown = {f: state[f] for f in fields} if fields else state
+    parent = tup.parent_config
+    return {
+        "id": cp.id, "commit": sha, "thread": cp.thread_id, "step": cp.step,
+        "parent": {"thread": parent.thread_id, "id": parent.checkpoint_id} if parent else None,
+        "created_at": cp.created_at, "time": iso(info.time), "timestamp": info.time,
+        "metadata": to_jsonable(tup.metadata, "metadata"), "state": to_jsonable(shown, "state"),
+        "state_versions": cp.state_versions,
+        "pending_writes": [{"task": w.task_id, "channel": w.channel, "value": to_jsonable(w.value, "write")}
+                           for w in tup.pending_writes or []],
+    }
+
+
+def diff_commits(store: GitCheckpointStore, a: Optional[str], b: str) -> list:
+    """The field diffs (:func:`qvc.inspect.statediff.diff_states`) from commit ``a`` to ``b``; ``a=None``
+    compares ``b`` with its parent (everything added for a first checkpoint)."""
+    from qvc.inspect.statediff import diff_states
+
+    def state(sha: str | None) -> dict:
+        return state_of(store, sha, store.read(sha).checkpoint.state_data) if sha else {}
+
+    old = state(store.commit(b).parent) if a is None else state(a)
+    return diff_states(old, state(b))
+
+
+def thread_json(store: GitCheckpointStore, thread: str, current: bool = False, *, verbose: bool = True,
+                count: bool = True) -> dict[str, Any]:
+    """One row of ``qvc branch -v --json``: head, head id, step, status, last update, checkpoint count.
+
+    ``count=False`` leaves out the count (``None``), which walks the thread's whole line.
+    """
+    from qvc.inspect.log import entry
+
+    tip = store.head(thread)
+    row: dict[str, Any] = {"thread": thread, "current": current, "head": tip}
+    if verbose and tip is not None:
+        e = entry(store, tip)
+        row.update(head_id=e.checkpoint_id, step=e.step, status=e.status, updated=iso(e.time), timestamp=e.time,
+                   checkpoints=sum(1 for _ in store.first_parents(tip)) if count else None)
+    return row
+
+
+def fork_thread(store: GitCheckpointStore, sha: str, new: str):
+    """Fork thread ``new`` from checkpoint commit ``sha``; returns the new head's config.
+
+    Raises :class:`~qvc.errors.CheckpointConflictError` if ``new`` exists.
+    """
+    from qvc.errors import CheckpointConflictError
+    from qvc.qitos.fork import fork_checkpoint
+    from qvc.types import CheckpointConfig
+
+    if store.head(new) is not None:
+        raise CheckpointConflictError(f"thread {new!r} already exists")
+    info = store.commit(sha)
+    return fork_checkpoint(store, CheckpointConfig(info.thread_id or "", sha), new)
+
+
+def run_of_thread(thread: str) -> Optional[dict[str, str]]:
+    """``{"session_id", "run_id"}`` when ``thread`` is a run's thread (``run/<session>/<run>``), else ``None``."""
+    from qvc.runs import THREAD_PREFIX
+
+    rest = thread[len(THREAD_PREFIX):] if thread.startswith(THREAD_PREFIX) else ""
+    if "/" not in rest:
+        return None
+    session_id, run_id = rest.rsplit("/", 1)
+    return {"session_id": session_id, "run_id": run_id}
+
+
+def thread_line_json(store: GitCheckpointStore, thread: str, limit: int = 500) -> dict[str, Any]:
+    """A thread's history for a graph: its line (``qvc log`` entries, newest first, crossing into
+    the source thread at a fork; at most ``limit``), the lines time travel left behind (each
+    with the commit where it joins the line), and the threads forked from the line.
+
+    Finding forks reads the own checkpoints of every thread once. Raises
+    :class:`~qvc.errors.UnknownThreadError`.
+    """
+    from qvc.errors import UnknownThreadError
+    from qvc.inspect.log import entry, log
+    from qvc.store.refnames import superseded_prefix
+
+    tip = store.head(thread)
+    if tip is None:
+        raise UnknownThreadError(f"thread {thread!r} not found")
+    entries = [e.to_json() for e in log(store, tip, limit=limit + 1)]
+    on_line = {info.hex for info in store.first_parents(tip)}
+    superseded = []
+    for ref, stip in store.repository.refs(superseded_prefix(thread)):
+        line, joins = [], None
+        for info in store.first_parents(stip):
+            if info.hex in on_line:
+                joins = info.hex
+                break
+            line.append(entry(store, info.hex, superseded=True).to_json())
+        superseded.append({"ref": ref, "tip": stip, "joins": joins, "line": line})
+    forks = []
+    for other in store.threads():
+        otip = store.head(other)
+        if other == thread or otip is None:
+            continue
+        first = None
+        for info in store.first_parents(otip):
+            if info.thread_id != other:
+                if info.hex in on_line and first is not None:
+                    forks.append({"thread": other, "head": otip, "at": info.hex, "first": first,
+                                  "run": run_of_thread(other)})
+                break
+            first = info.hex
+    return {"thread": thread, "head": tip, "run": run_of_thread(thread), "line": entries[:limit],
+            "truncated": len(entries) > limit, "superseded": superseded, "forks": forks}

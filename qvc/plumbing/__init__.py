@@ -1,0 +1,6 @@
+"""The plumbing layer: git objects and packs, refs, the journal, durability and recovery.
+
+Nothing here knows what a checkpoint is. Everything above writes through
+:meth:`qvc.plumbing.repository.Repository.transaction`. Imports: ``qvc.errors`` and the
+standard library, pygit2 and msgpack only.
+"""

@@ -1,0 +1,201 @@
+"""qvc's write-ahead journal: how a put becomes durable with one flush.
+
+Every change qvc makes to the object store and refs is also appended, as one record, to a
+journal file owned by the open store (``qvc/journal/<pid>-<random>.wal``, held with an
+exclusive ``flock`` while the store is open). Git files are written without fsync; durability
+comes from flushing the journal (``fdatasync``), which costs one disk flush no matter how many
+objects a checkpoint creates. When the journal grows past a limit, and when the store closes,
+the git files are hardened with ``syncfs`` and the journal starts over.
+
+A journal whose owner died (its ``flock`` can be taken) is replayed on the next open, see
+:mod:`qvc.plumbing.recovery`. Records are framed with a length and a CRC32, so a torn tail is ignored.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+import threading
+import zlib
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import msgpack
+
+MAGIC = b"QVCJ1\n"
+_FRAME = struct.Struct("<II")
+SUFFIX = ".wal"
+
+
+@dataclass
+class Record:
+    """One atomic change: objects written (type name, data) and refs moved (name, old, new)."""
+
+    objects: list[tuple[str, bytes]] = field(default_factory=list)
+    refs: list[tuple[str, str | None, str | None]] = field(default_factory=list)
+    base: bool = False  # a snapshot of ref values taken right after hardening
+    #: ref name -> [identity (inode, mtime ns) of the ref's file, token in ``qvc/generation``] just
+    #: before the move; recovery uses it to tell a lost rename from a later writer's change. A
+    #: delete also notes the token it is about to write, under ``qvc/generation``.
+    seen: dict[str, list] = field(default_factory=dict)
+    stored: int = field(default=0, compare=False)  # how many of ``objects`` are in the object store
+    oids: list[bytes] = field(default_factory=list, compare=False)  # ids of ``objects``, when known
+
+    def encode(self) -> bytes:
+        return msgpack.packb(
+            {"o": [[t, d] for t, d in self.objects], "r": [list(r) for r in self.refs], "b": self.base,
+             "s": self.seen},
+            use_bin_type=True,
+        )
+
+    @classmethod
+    def decode(cls, payload: bytes) -> Record:
+        obj = msgpack.unpackb(payload, raw=False)
+        return cls([(t, d) for t, d in obj["o"]], [(n, o, w) for n, o, w in obj["r"]], bool(obj.get("b")),
+                   dict(obj.get("s") or {}))
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Journal:
+    """An append-only, group-committed journal file (thread-safe)."""
+
+    def __init__(self, directory: str, *, fsync: bool = True):
+        os.makedirs(directory, exist_ok=True)
+        self.directory = directory
+        self.path = os.path.join(directory, f"{os.getpid()}-{os.urandom(6).hex()}{SUFFIX}")
+        self._fsync = fsync
+        # Created and locked under another name, then renamed: a journal is never seen unlocked,
+        # so another process's recovery cannot take a starting store's journal for an orphan.
+        tmp = self.path + ".new"
+        self._fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(self._fd, MAGIC)
+        os.rename(tmp, self.path)
+        if fsync:
+            # The name is durable before the store changes any git file: after a power loss,
+            # recovery runs only if it finds the journal, and only recovery repairs the torn
+            # packs and refs the store's unflushed git writes can leave.
+            fsync_dir(directory)
+        self._lock = threading.Lock()
+        self._sync_lock = threading.Lock()
+        self._appended = 0  # sequence number of the last record written to the OS
+        self._durable = 0  # sequence number of the last record known to be on stable storage
+        self._size = len(MAGIC)
+        self.failed: OSError | None = None  # a failed flush: nothing later is promised durable
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def appended(self) -> int:
+        return self._appended
+
+    @property
+    def durable(self) -> int:
+        return self._durable
+
+    def append(self, record: Record) -> int:
+        """Write ``record`` to the OS (one ``write``); return its sequence number."""
+        payload = record.encode()
+        frame = _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
+        with self._lock:
+            os.write(self._fd, frame)
+            self._size += len(frame)
+            self._appended += 1
+            return self._appended
+
+    def sync(self, upto: int | None = None) -> None:
+        """Make every record up to ``upto`` (default: all) durable; concurrent callers share one flush."""
+        if self.failed is not None:
+            raise self.failed
+        target = self._appended if upto is None else upto
+        if self._durable >= target:
+            return
+        with self._sync_lock:
+            if self._durable >= target:
+                return
+            covered = self._appended
+            if self._fsync:
+                try:
+                    os.fdatasync(self._fd)
+                except OSError as exc:
+                    self.failed = exc  # Linux may have dropped the pages: never report success again
+                    raise
+            self._durable = max(self._durable, covered)
+
+    def restart(self, base: Record) -> None:
+        """After the git files were hardened: drop every record and keep only ``base``."""
+        with self._lock, self._sync_lock:
+            os.ftruncate(self._fd, len(MAGIC))
+            payload = base.encode()
+            os.write(self._fd, _FRAME.pack(len(payload), zlib.crc32(payload)) + payload)
+            self._size = len(MAGIC) + _FRAME.size + len(payload)
+            if self._fsync:
+                os.fdatasync(self._fd)
+            self._durable = self._appended
+
+    def close(self, *, remove: bool) -> None:
+        """Close the file; ``remove`` only once everything it recorded has been hardened."""
+        if self._fd < 0:
+            return
+        if remove:
+            os.unlink(self.path)
+            if self._fsync:
+                fsync_dir(self.directory)
+        os.close(self._fd)
+        self._fd = -1
+
+
+def read_records(path: str) -> Iterator[Record]:
+    """The records of a journal file, stopping silently at a torn or corrupt tail."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if not data.startswith(MAGIC):
+        return
+    pos = len(MAGIC)
+    while pos + _FRAME.size <= len(data):
+        length, crc = _FRAME.unpack_from(data, pos)
+        payload = data[pos + _FRAME.size : pos + _FRAME.size + length]
+        if len(payload) != length or zlib.crc32(payload) != crc:
+            return
+        try:
+            yield Record.decode(payload)
+        except Exception:  # a checksummed record we cannot parse: stop, as for a torn tail
+            return
+        pos += _FRAME.size + length
+
+
+def claim_orphans(directory: str) -> list[tuple[str, int]]:
+    """Journals whose owner is gone, each with an open fd holding its lock (close it when done)."""
+    found = []
+    try:
+        names = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return found
+    for name in names:
+        if not name.endswith(SUFFIX):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)  # a live store owns it
+            continue
+        if not os.path.exists(path):  # its owner closed and removed it while we opened it
+            os.close(fd)
+            continue
+        found.append((path, fd))
+    return found

@@ -1,0 +1,359 @@
+"""Reading a git repository without libgit2: objects (loose and packed, deltas included) and refs.
+
+Read-only stores (``GitCheckpointStore(path, readonly=True)``, what the CLI's reading
+commands open) use this instead of pygit2, whose import alone costs more than a whole
+``qvc log``. It reads what git and libgit2 write: loose objects, version-2 pack indexes,
+packs with ``OFS_DELTA``/``REF_DELTA`` entries, loose refs, ``packed-refs`` and ``HEAD``.
+It never writes.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import struct
+import threading
+import zlib
+from collections import OrderedDict
+from typing import Iterator
+
+from qvc.errors import CorruptionError
+
+TYPE_NAMES = {1: "commit", 2: "tree", 3: "blob", 4: "tag"}
+_OFS_DELTA, _REF_DELTA = 6, 7
+_IDX_MAGIC = b"\xfftOc\x00\x00\x00\x02"
+_MISS_RETRIES = 8
+_HEX40 = re.compile("[0-9a-f]{40}")
+
+
+class ObjectMissing(KeyError):
+    """The object is in no pack and not loose (after looking again while packs kept changing)."""
+
+
+class _Pack:
+    """One pack and its index, memory-mapped."""
+
+    def __init__(self, base: str):
+        self.base = base
+        with open(base + ".idx", "rb") as f:
+            self.idx = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        with open(base + ".pack", "rb") as f:
+            self.pack = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        if self.idx[:8] != _IDX_MAGIC or self.pack[:4] != b"PACK":
+            raise CorruptionError(f"{base}: not a version-2 pack and index")
+        self.count = struct.unpack_from(">I", self.idx, 8 + 255 * 4)[0]
+        self.names = 8 + 1024
+        self.offsets = self.names + 24 * self.count  # past the names (20 bytes) and CRCs (4 bytes)
+        self.large = self.offsets + 4 * self.count
+
+    def offset(self, raw: bytes) -> int | None:
+        """The object's offset in the pack, or ``None`` (binary search in the fan-out range)."""
+        first = raw[0]
+        lo = struct.unpack_from(">I", self.idx, 8 + (first - 1) * 4)[0] if first else 0
+        hi = struct.unpack_from(">I", self.idx, 8 + first * 4)[0]
+        idx, names = self.idx, self.names
+        while lo < hi:
+            mid = (lo + hi) // 2
+            at = names + 20 * mid
+            name = idx[at:at + 20]
+            if name < raw:
+                lo = mid + 1
+            elif name > raw:
+                hi = mid
+            else:
+                off = struct.unpack_from(">I", idx, self.offsets + 4 * mid)[0]
+                if off & 0x80000000:
+                    off = struct.unpack_from(">Q", idx, self.large + 8 * (off & 0x7FFFFFFF))[0]
+                return off
+        return None
+
+    def close(self) -> None:
+        self.idx.close()
+        self.pack.close()
+
+
+class RefReader:
+    """The refs of the repository at ``path`` (loose files, ``packed-refs``, ``HEAD``); never writes.
+
+    Every call reads the files afresh (``packed-refs`` is parsed again only when it changed),
+    so it sees other processes' ref moves; :mod:`qvc.inspect.watch` diffs its snapshots.
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self._packed_refs: tuple[tuple, dict[str, str]] | None = None
+
+    def _packed(self) -> dict[str, str]:
+        path = os.path.join(self.path, "packed-refs")
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return {}
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        cached = self._packed_refs
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        refs: dict[str, str] = {}
+        with open(path, "rb") as f:
+            for line in f.read().decode("utf-8", "surrogateescape").splitlines():
+                if not line or line[0] in "#^":
+                    continue
+                sha, _, name = line.partition(" ")
+                if len(sha) == 40:
+                    refs[name] = sha
+        self._packed_refs = (stamp, refs)
+        return refs
+
+    def _loose(self, name: str, depth: int = 0) -> str | None:
+        """The target of a loose ref file (following ``ref:`` links), or ``None`` if there is none."""
+        try:
+            fd = os.open(os.path.join(self.path, name), os.O_RDONLY | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        try:
+            text = os.read(fd, 4096).decode("utf-8", "surrogateescape").strip()
+        except IsADirectoryError:
+            return None
+        finally:
+            os.close(fd)
+        if text.startswith("ref: "):
+            if depth >= 5:
+                raise CorruptionError(f"ref {name}: too many symbolic links")
+            found = self._loose(text[5:], depth + 1)
+            return found if found is not None else self._packed().get(text[5:])
+        if not _HEX40.fullmatch(text):
+            raise CorruptionError(f"ref {name} is unreadable: {text[:60]!r}")
+        return text
+
+    def ref(self, name: str) -> str | None:
+        """The hex target of ``name`` (loose, else packed), ``None`` when it does not exist."""
+        found = self._loose(name)
+        return found if found is not None else self._packed().get(name)
+
+    def refs(self, prefix: str) -> Iterator[tuple[str, str]]:
+        """``(name, hex target)`` of every direct ref whose name starts with ``prefix``.
+
+        Loose refs are read before ``packed-refs``: ``git pack-refs`` and libgit2 write the new
+        ``packed-refs`` before they remove the loose files, so a ref moving into ``packed-refs``
+        meanwhile is found in one or the other, never missed.
+        """
+        out: dict[str, str] = {}
+        dirs = ["refs"]
+        while dirs:  # only the directories that can hold names under prefix
+            rel = dirs.pop()
+            try:
+                entries = list(os.scandir(os.path.join(self.path, rel)))
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # removed meanwhile (pack-refs prunes empty directories)
+            for entry in entries:
+                name = f"{rel}/{entry.name}"
+                if entry.is_dir(follow_symlinks=False):
+                    if name.startswith(prefix) or prefix.startswith(name + "/"):
+                        dirs.append(name)
+                elif name.startswith(prefix) and not name.endswith(".lock"):
+                    target = self._loose(name)
+                    if target is not None:
+                        out[name] = target
+        for name, target in self._packed().items():
+            if name.startswith(prefix):
+                out.setdefault(name, target)
+        return iter(sorted(out.items()))
+
+    def head(self) -> tuple[str | None, str | None]:
+        """``(ref name, commit)`` of HEAD, as :meth:`qvc.plumbing.repository.Repository.head_ref`."""
+        try:
+            with open(os.path.join(self.path, "HEAD"), "rb") as f:
+                text = f.read().decode("utf-8", "surrogateescape").strip()
+        except FileNotFoundError:
+            raise CorruptionError(f"{self.path}: HEAD is missing") from None
+        if text.startswith("ref: "):
+            return text[5:], self.ref(text[5:])
+        if len(text) == 40:
+            return None, text
+        raise CorruptionError(f"{self.path}: HEAD is unreadable: {text[:60]!r}")
+
+
+class ObjectReader(RefReader):
+    """Objects and refs of the repository at ``path``, read with the standard library only.
+
+    Thread-safe. Lookups that miss rescan the pack directory while it keeps changing (another
+    store may be merging packs), like :meth:`qvc.plumbing.repository.Repository.retry_on_miss`.
+    """
+
+    def __init__(self, path: str):
+        super().__init__(path)
+        self.pack_dir = os.path.join(path, "objects", "pack")
+        self._packs: dict[str, _Pack] = {}
+        self._listing: list[str] = []
+        self._lock = threading.Lock()
+        self._bases: OrderedDict[tuple[str, int], tuple[int, bytes]] = OrderedDict()  # delta bases
+        self._last: _Pack | None = None
+        self._scan()
+
+    # -- objects --------------------------------------------------------------------------
+
+    def _scan(self) -> bool:
+        """Open packs that appeared; return whether the directory changed since the last scan."""
+        try:
+            listing = sorted(n[:-4] for n in os.listdir(self.pack_dir) if n.endswith(".idx"))
+        except FileNotFoundError:
+            listing = []
+        with self._lock:
+            changed = listing != self._listing
+            self._listing = listing
+            for name in listing:
+                if name not in self._packs:
+                    try:
+                        self._packs[name] = _Pack(os.path.join(self.pack_dir, name))
+                    except (OSError, ValueError):
+                        continue  # half-installed or gone again: the next scan sees it
+            for name in [n for n in self._packs if n not in listing]:
+                self._packs.pop(name).close()
+        return changed
+
+    def read(self, raw: bytes) -> tuple[int, bytes]:
+        """``(type, data)`` of an object (type 1 commit, 2 tree, 3 blob, 4 tag).
+
+        Raises :class:`ObjectMissing` if it is nowhere, :class:`CorruptionError` if it does not decode.
+        """
+        for _ in range(_MISS_RETRIES):
+            found = self._find(raw)
+            if found is not None:
+                return found
+            if not self._scan():
+                break
+        raise ObjectMissing(raw.hex())
+
+    def _find(self, raw: bytes) -> tuple[int, bytes] | None:
+        packs = list(self._packs.values())
+        last = self._last
+        if last is not None and last in packs:  # objects read together tend to share a pack
+            packs.remove(last)
+            packs.insert(0, last)
+        for pack in packs:
+            off = pack.offset(raw)
+            if off is not None:
+                self._last = pack
+                try:
+                    return self._unpack(pack, off)
+                except (ValueError, IndexError, zlib.error, struct.error) as exc:
+                    raise CorruptionError(f"object {raw.hex()} in {pack.base}.pack is unreadable: {exc}") from None
+        hexid = raw.hex()
+        try:
+            with open(os.path.join(self.path, "objects", hexid[:2], hexid[2:]), "rb") as f:
+                data = zlib.decompress(f.read())
+        except FileNotFoundError:
+            return None
+        except (OSError, zlib.error) as exc:
+            raise CorruptionError(f"object {hexid} is unreadable: {exc}") from None
+        head, sep, body = data.partition(b"\0")
+        kind, _, size = head.partition(b" ")
+        types = {v.encode(): k for k, v in TYPE_NAMES.items()}
+        if not sep or kind not in types or not size.isdigit() or int(size) != len(body):
+            raise CorruptionError(f"object {hexid}: malformed loose object")
+        return types[kind], body
+
+    def _unpack(self, pack: _Pack, offset: int) -> tuple[int, bytes]:
+        key = (pack.base, offset)
+        cached = self._bases.get(key)
+        if cached is not None:
+            return cached
+        data = pack.pack
+        pos = offset
+        c = data[pos]
+        pos += 1
+        kind, size, shift = (c >> 4) & 7, c & 15, 4
+        while c & 0x80:
+            c = data[pos]
+            pos += 1
+            size |= (c & 0x7F) << shift
+            shift += 7
+        if kind == _OFS_DELTA:
+            c = data[pos]
+            pos += 1
+            back = c & 0x7F
+            while c & 0x80:
+                c = data[pos]
+                pos += 1
+                back = ((back + 1) << 7) | (c & 0x7F)
+            base_type, base = self._unpack(pack, offset - back)
+            result = base_type, _apply_delta(base, _inflate(data, pos, size))
+        elif kind == _REF_DELTA:
+            base_type, base = self.read(bytes(data[pos:pos + 20]))
+            result = base_type, _apply_delta(base, _inflate(data, pos + 20, size))
+        elif kind in TYPE_NAMES:
+            result = kind, _inflate(data, pos, size)
+        else:
+            raise ValueError(f"unknown pack entry type {kind}")
+        if kind in (_OFS_DELTA, _REF_DELTA) or len(result[1]) < 65536:  # keep delta chains cheap
+            with self._lock:
+                self._bases[key] = result
+                while len(self._bases) > 256:
+                    self._bases.popitem(last=False)
+        return result
+
+    def close(self) -> None:
+        with self._lock:
+            for pack in self._packs.values():
+                pack.close()
+            self._packs.clear()
+
+
+def _inflate(data: mmap.mmap, pos: int, size: int) -> bytes:
+    """Inflate the zlib stream at ``pos`` that must yield ``size`` bytes."""
+    d = zlib.decompressobj()
+    parts, window = [], size + 1024  # a stream is at most a little longer than its data
+    while not d.eof:
+        chunk = data[pos:pos + window]
+        if not chunk:
+            raise ValueError("truncated pack entry")
+        parts.append(d.decompress(chunk))
+        pos += window
+        window = 1 << 16
+    out = b"".join(parts)
+    if len(out) != size:
+        raise ValueError(f"pack entry inflates to {len(out)} bytes, expected {size}")
+    return out
+
+
+def _varint(delta: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        c = delta[pos]
+        pos += 1
+        value |= (c & 0x7F) << shift
+        shift += 7
+        if not c & 0x80:
+            return value, pos
+
+
+def _apply_delta(base: bytes, delta: bytes) -> bytes:
+    src_size, pos = _varint(delta, 0)
+    dst_size, pos = _varint(delta, pos)
+    if src_size != len(base):
+        raise ValueError("delta base size mismatch")
+    out = bytearray()
+    n = len(delta)
+    while pos < n:
+        op = delta[pos]
+        pos += 1
+        if op & 0x80:
+            off = size = 0
+            for i in range(4):
+                if op & (1 << i):
+                    off |= delta[pos] << (8 * i)
+                    pos += 1
+            for i in range(3):
+                if op & (0x10 << i):
+                    size |= delta[pos] << (8 * i)
+                    pos += 1
+            out += base[off:off + (size or 0x10000)]
+        elif op:
+            out += delta[pos:pos + op]
+            pos += op
+        else:
+            raise ValueError("delta opcode 0")
+    if len(out) != dst_size:
+        raise ValueError("delta result size mismatch")
+    return bytes(out)

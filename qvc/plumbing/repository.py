@@ -1,0 +1,667 @@
+"""The repository plumbing: a bare git repository, qvc's journal, objects and CAS refs.
+
+This layer knows nothing about checkpoints. It writes git objects and moves refs, records
+each change in the journal (:mod:`qvc.plumbing.journal`) and applies the durability mode
+(:mod:`qvc.plumbing.durability`). Ref moves are compare-and-swap: a ref moved by someone else since
+it was read raises :class:`~qvc.errors.CheckpointConflictError`, never a lost update.
+
+Concurrency: any number of Python threads and processes may write at once. Each Python
+thread gets its own ``pygit2.Repository`` (libgit2 objects are not thread-safe); writers hold
+a shared ``flock`` on ``qvc/lock`` while they write, and maintenance (recovery, gc, purge)
+takes it exclusively.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import fcntl
+import os
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Callable, Iterator, TypeVar
+
+from qvc.errors import (
+    CheckpointConflictError,
+    CorruptionError,
+    DurabilityError,
+    InvalidInputError,
+    NotARepositoryError,
+    StoreClosedError,
+)
+from qvc.plumbing import pack
+from qvc.plumbing.durability import DurabilityMode, Worker, harden
+from qvc.plumbing.journal import Journal, Record, fsync_dir
+from qvc.plumbing.libgit2 import configured, pygit2
+from qvc.plumbing.objects import TYPE_NAMES, TYPES, parse_tree
+
+
+def _warn(message: str, *args: object) -> None:
+    import logging  # only when there is something to say
+
+    logging.getLogger("qvc").warning(message, *args)
+
+
+QVC_DIR = "qvc"
+FORMAT_KEY = "qvc.format"
+JOURNAL_LIMIT = 64 * 2**20
+GENERATION = "qvc/generation"  # replaced whenever history is deleted or rewritten
+CONSOLIDATE_AT = 32  # small packs this store wrote before they are merged into one
+LOCK_WAIT = 10.0
+T = TypeVar("T")
+MISS_RETRIES = 8  # lookups of an object while other stores keep merging packs
+
+_open_repos: weakref.WeakSet[Repository] = weakref.WeakSet()
+_ZERO = "0" * 40
+
+
+@dataclass(frozen=True)
+class ReflogEntry:
+    """One movement of a ref: from ``old`` to ``new`` (``None`` = absent) at ``time``, and why."""
+
+    old: str | None
+    new: str | None
+    time: int
+    who: str
+    message: str
+
+    @classmethod
+    def parse(cls, line: bytes) -> ReflogEntry | None:
+        """Parse one reflog line; ``None`` if it is malformed (torn by a crash)."""
+        try:
+            head, _, message = line.decode("utf-8", "replace").partition("\t")
+            old, new, rest = head.split(" ", 2)
+            who, when, _tz = rest.rsplit(" ", 2)
+            if len(old) != 40 or len(new) != 40:
+                return None
+            int(old, 16), int(new, 16)
+            return cls(None if old == _ZERO else old, None if new == _ZERO else new, int(when), who, message)
+        except ValueError:
+            return None
+
+
+@atexit.register
+def _flush_at_exit() -> None:  # EXIT mode's promise; harmless for the others
+    for repo in list(_open_repos):
+        with contextlib.suppress(Exception):
+            repo.close()
+
+
+def _create(path: str) -> None:
+    """Create a bare repository at ``path`` atomically (built aside, then renamed into place)."""
+    parent = os.path.dirname(path) or "."
+    os.makedirs(parent, exist_ok=True)
+    import tempfile
+
+    tmp = tempfile.mkdtemp(prefix=".qvc-init-", dir=parent)
+    try:
+        repo = configured().init_repository(tmp, bare=True, initial_head="main")
+        repo.config[FORMAT_KEY] = "1"
+        repo.config["core.logAllRefUpdates"] = "true"  # reflogs of threads: `qvc reflog`
+        repo.config["gc.auto"] = "0"
+        repo.config["receive.denyNonFastForwards"] = "false"
+        repo.free()
+        os.makedirs(os.path.join(tmp, QVC_DIR, "journal"))
+        os.rename(tmp, path)
+    except OSError as exc:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        if os.path.isdir(path) and os.listdir(path):
+            return  # another process created it first; opening it will validate it
+        raise NotARepositoryError(f"{path}: cannot create repository: {exc}") from None
+
+
+class Repository:
+    """A qvc repository on disk. Use one instance per process (or per store)."""
+
+    def __init__(self, path: str | os.PathLike, *, create: bool = True,
+                 durability: DurabilityMode = DurabilityMode.SYNC, fsync: bool = True,
+                 max_lag: float = 0.05, journal_limit: int = JOURNAL_LIMIT, readonly: bool = False):
+        from qvc.plumbing import recovery  # recovery sits on this layer's primitives
+
+        self.path = os.path.abspath(os.fspath(path))
+        try:
+            durability = DurabilityMode(durability.lower() if isinstance(durability, str) else durability)
+        except ValueError:
+            raise InvalidInputError(f"durability must be a DurabilityMode or one of 'sync', 'async', "
+                                    f"'exit', not {durability!r}") from None
+        if not isinstance(max_lag, (int, float)) or max_lag < 0:
+            raise InvalidInputError(f"max_lag must be a non-negative number of seconds, not {max_lag!r}")
+        self.durability = durability
+        self.fsync = fsync
+        self._journal_limit = journal_limit
+        self._closed = True
+        self._released = False
+        if not os.path.exists(self.path) or (os.path.isdir(self.path) and not os.listdir(self.path)):
+            if not create or readonly:
+                raise NotARepositoryError(f"{self.path}: no such qvc repository")
+            if os.path.isdir(self.path):
+                os.rmdir(self.path)
+            _create(self.path)
+        self.readonly = readonly
+        self._check()
+        self.qvc_dir = os.path.join(self.path, QVC_DIR)
+        if not readonly:
+            os.makedirs(os.path.join(self.qvc_dir, "journal"), exist_ok=True)
+        self._reader = None
+        if readonly:
+            from qvc.plumbing.odb import ObjectReader
+
+            self._reader = ObjectReader(self.path)
+        self._local = threading.local()
+        self._gits: list[pygit2.Repository] = []
+        self._gits_lock = threading.Lock()
+        self._lock_path = os.path.join(self.qvc_dir, "lock")
+        # read-only stores never write, so they need no lock (and work on a repository they cannot write)
+        self._shared_fd = -1 if readonly else os.open(self._lock_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+        self._shared_count = 0
+        self._shared_mutex = threading.Lock()
+        self._touched: set[str] = set()
+        self._touched_lock = threading.Lock()
+        self._harden_lock = threading.Lock()
+        self.pack_dir = os.path.join(self.path, "objects", "pack")
+        self._small_packs: list[str] = []  # packs of single writes, not yet merged
+        self._merged: list[str] = []  # packs this store merged
+        self._packs_lock = threading.Lock()
+        self._consolidate_lock = threading.Lock()
+        # Recovery takes the exclusive lock (pausing writers) only when a quick look finds work.
+        self.recovery = recovery.RecoveryReport()
+        if recovery.needed(self):
+            with self.exclusive():
+                self.recovery = recovery.recover(self)
+        if self.recovery:
+            _warn("qvc: recovered %s: %s", self.path, self.recovery.summary())
+        self._journal: Journal | None = None  # created by the first write: readers leave no trace
+        self._journal_mutex = threading.Lock()
+        self._flusher = Worker(self._sync_journal, max_lag) if durability is DurabilityMode.ASYNC else None
+        self._packer: Worker | None = None  # started on first need
+        #: called with each record after it is journaled (and, in SYNC mode, durable); must not block
+        self.listeners: list[Callable[[Record], None]] = []
+        self._closed = False
+        _open_repos.add(self)
+
+    @property
+    def journal(self) -> Journal:
+        """This store's journal, created on first use."""
+        journal = self._journal
+        if journal is None:
+            with self._journal_mutex:
+                if self._journal is None:
+                    self._journal = Journal(os.path.join(self.qvc_dir, "journal"), fsync=self.fsync)
+                journal = self._journal
+        return journal
+
+    def _sync_journal(self) -> None:
+        if self._journal is not None:
+            self._journal.sync()
+
+    def _check(self) -> None:
+        if self.readonly:  # no libgit2 here: look for the parts of a bare repository
+            for part, isdir in (("HEAD", False), ("objects", True), ("refs", True), (QVC_DIR, True)):
+                where = os.path.join(self.path, part)
+                if not (os.path.isdir(where) if isdir else os.path.isfile(where)):
+                    raise NotARepositoryError(f"{self.path}: not a qvc repository (no {part})")
+            return
+        try:
+            git = configured().Repository(self.path)
+        except (pygit2.GitError, KeyError, OSError) as exc:
+            raise NotARepositoryError(f"{self.path}: not a qvc repository ({exc})") from None
+        try:
+            if not git.is_bare:
+                raise NotARepositoryError(f"{self.path}: not a qvc repository (a git work tree, not a bare repository)")
+        finally:
+            git.free()
+
+    # -- git access ---------------------------------------------------------------------
+
+    @property
+    def git(self) -> pygit2.Repository:
+        """This Python thread's ``pygit2.Repository``."""
+        git = getattr(self._local, "git", None)
+        if git is None:
+            if self._released:
+                raise StoreClosedError(f"{self.path}: the store is closed")
+            git = configured().Repository(self.path)
+            self._local.git = git
+            with self._gits_lock:
+                self._gits.append(git)
+        return git
+
+    def read(self, raw: bytes, kind: str | None = None) -> bytes:
+        """An object's data; :class:`CorruptionError` if it is missing, unreadable or not ``kind``."""
+        if self._reader is not None:
+            try:
+                otype, data = self._reader.read(raw)
+            except KeyError:
+                raise CorruptionError(f"object {raw.hex()} is missing") from None
+        else:
+            oid = pygit2.Oid(raw=raw)
+            for fresh in (False, True):
+                try:
+                    otype, data = self.retry_on_miss(lambda: self.git.odb.read(oid))
+                    break
+                except KeyError:
+                    if fresh:
+                        raise CorruptionError(f"object {oid} is missing") from None
+                except (pygit2.GitError, OSError, ValueError) as exc:
+                    if fresh:
+                        raise CorruptionError(f"object {oid} is unreadable: {exc}") from None
+                # Before calling it lost: this thread's libgit2 may hold a pack list from before
+                # another store merged, repacked or recovery removed packs. Look once more afresh.
+                self._reopen_git()
+        if kind is not None and otype != TYPES[kind]:
+            raise CorruptionError(f"object {raw.hex()} is a {TYPE_NAMES.get(otype, otype)}, expected a {kind}")
+        return data
+
+    def _reopen_git(self) -> None:
+        """Give this Python thread a new ``pygit2.Repository`` (a fresh view of the packs)."""
+        old = getattr(self._local, "git", None)
+        git = configured().Repository(self.path)
+        self._local.git = git
+        with self._gits_lock:
+            self._gits.append(git)
+            if old is not None and old in self._gits:
+                self._gits.remove(old)
+                old.free()  # qvc keeps no libgit2 objects between calls
+
+    def retry_on_miss(self, lookup: Callable[[], T]) -> T:
+        """Run a libgit2 object lookup, looking again while the pack directory keeps changing.
+
+        libgit2 rescans the pack directory once on a miss. Another store merging its small
+        packs can delete one between that scan and the lookup, hiding objects that now sit in
+        the merged pack the scan did not see. A miss counts only once the directory held still.
+        """
+        try:
+            return lookup()  # the hot path: no directory listing unless the object is missing
+        except KeyError:
+            before = sorted(os.listdir(self.pack_dir))
+        for _ in range(MISS_RETRIES):
+            try:
+                return lookup()  # libgit2 rescans the directory (as it is now, or newer) first
+            except KeyError:
+                now = sorted(os.listdir(self.pack_dir))
+                if now == before:
+                    raise
+                before = now
+        return lookup()
+
+    def read_tree(self, raw: bytes) -> dict[str, tuple[int, bytes]]:
+        """A tree's entries as ``{name: (mode, raw oid)}``."""
+        return parse_tree(self.read(raw, "tree"), raw)
+
+    hash = staticmethod(pack.object_id)
+
+    def write(self, record: Record, kind: str, data: bytes) -> bytes:
+        """Add an object to ``record``; return its raw id.
+
+        The record's objects reach the object store together, as one pack, before the
+        record's first ref move (or at :meth:`commit`), so a ref never points at an object
+        that is not there.
+        """
+        oid = pack.object_id(kind, data)
+        record.objects.append((kind, data))
+        record.oids.append(oid)
+        return oid
+
+    def store_objects(self, record: Record) -> None:
+        """Write the record's objects not yet stored as one pack (not yet durable)."""
+        todo = record.objects[record.stored:]
+        if not todo:
+            return
+        _ = self.journal  # created (its name made durable) before the first git file changes
+        base = pack.write(self.pack_dir, todo, record.oids[record.stored:])
+        record.stored = len(record.objects)
+        with self._packs_lock:
+            self._small_packs.append(base)
+
+    def consolidate(self) -> None:
+        """Merge the small packs this store wrote into one; merge those in turn.
+
+        Tiered like git's geometric repack: CONSOLIDATE_AT small packs become one, and
+        CONSOLIDATE_AT merged packs become one, so a long run keeps few packs. Each merged pack
+        is flushed to stable storage before the packs it replaces are removed.
+        """
+        with self._consolidate_lock, self._shared_lock():
+            with self._packs_lock:
+                small, self._small_packs = self._small_packs, []
+            # git maintenance (qvc purge, git gc) may have repacked some of them already
+            small = [b for b in small if os.path.exists(b + ".idx")]
+            self._merged = [b for b in self._merged if os.path.exists(b + ".idx")]
+            if len(small) == 1:
+                with self._packs_lock:
+                    self._small_packs[:0] = small
+                return
+            if small:
+                self._merged.append(self._merge(small))
+            if len(self._merged) >= CONSOLIDATE_AT:
+                self._merged = [self._merge(self._merged)]
+
+    def _merge(self, bases: list[str]) -> str:
+        merged = pack.merge(self.pack_dir, bases, fsync=self.fsync)
+        if self.fsync:
+            fsync_dir(self.pack_dir)
+        for base in bases:
+            if base != merged:
+                for ext in (".idx", ".pack"):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(base + ext)
+        return merged
+
+    # -- refs -------------------------------------------------------------------------
+
+    def ref(self, name: str) -> str | None:
+        """The hex target of ``name``, or ``None`` when it does not exist."""
+        if self._reader is not None:
+            return self._reader.ref(name)
+        try:
+            ref = self.git.references.get(name)
+        except (pygit2.GitError, ValueError) as exc:
+            raise CorruptionError(f"ref {name} is unreadable: {exc}") from None
+        if ref is None:
+            return None
+        try:
+            return str(ref.resolve().target)
+        except (pygit2.GitError, KeyError) as exc:
+            raise CorruptionError(f"ref {name} is unreadable: {exc}") from None
+
+    def refs(self, prefix: str) -> Iterator[tuple[str, str]]:
+        """``(name, hex target)`` of every ref under ``prefix``."""
+        if self._reader is not None:
+            yield from self._reader.refs(prefix)
+            return
+        direct = pygit2.enums.ReferenceType.DIRECT
+        try:  # read them all first: callers read objects meanwhile, which may reopen self.git
+            found = [(ref.name, str(ref.target)) for ref in self.git.references.iterator()
+                     if ref.name.startswith(prefix) and ref.type == direct]
+        except pygit2.GitError as exc:
+            raise CorruptionError(f"{self.path}: refs are unreadable: {exc}") from None
+        yield from found
+
+    def move_ref(self, record: Record, name: str, old: str | None, new: str | None,
+                 message: str | None = None) -> None:
+        """Compare-and-swap ``name`` from ``old`` to ``new`` (``None`` = absent) and note it.
+
+        ``message`` is the reflog entry's cause (threads' branches keep reflogs). Raises
+        :class:`CheckpointConflictError` if the ref is not at ``old``.
+        """
+        self.store_objects(record)
+        _ = self.journal  # created (its name made durable) before the first git file changes
+        if old is not None and name not in self._touched:
+            # Power-loss safety: before this process first moves an existing ref, make its
+            # current value durable in the journal so recovery can always roll back to it.
+            with self._touched_lock:
+                if name not in self._touched:
+                    self.journal.sync(self.journal.append(Record(refs=[(name, old, old)])))
+        deadline = time.monotonic() + LOCK_WAIT
+        delay = 0.0005
+        while True:
+            record.seen[name] = [self.file_identity(name), self.generation()]
+            try:
+                self._cas(name, old, new, message)
+                break
+            except (OSError, pygit2.GitError) as exc:  # another writer holds the ref's lock file
+                if "lock" not in str(exc):
+                    raise
+                self._clear_stale_lock(name)
+                if time.monotonic() > deadline:
+                    raise CheckpointConflictError(
+                        f"{name}: locked by another writer for over {LOCK_WAIT:.0f} s") from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+        with self._touched_lock:
+            self._touched.add(name)
+        record.refs.append((name, old, new))
+
+    def _cas(self, name: str, old: str | None, new: str | None, message: str | None) -> None:
+        git = self.git
+        refs = git.references
+        if old is None:
+            if new is None:
+                return
+            # Not references.create(force=False): libgit2 checks for an existing ref before it
+            # takes the lock, so two creators can both succeed and the second overwrites the
+            # first. Check under the ref's own lock instead.
+            with git.transaction() as tx:
+                tx.lock_ref(name)
+                if refs.get(name) is not None:
+                    raise CheckpointConflictError(f"{name}: created by another writer meanwhile")
+                tx.set_target(name, pygit2.Oid(hex=new), message=message or "qvc")
+            return
+        ref = refs.get(name)
+        current = None if ref is None else str(ref.target)
+        if current != old:
+            found = (current or "nothing")[:12]
+            raise CheckpointConflictError(f"{name}: moved by another writer (expected {old[:12]}, found {found})")
+        try:
+            if new is None:
+                ref.delete()
+            else:
+                ref.set_target(pygit2.Oid(hex=new), message or "qvc")
+        except pygit2.GitError as exc:
+            if "does not match" in str(exc) or "not found" in str(exc):
+                raise CheckpointConflictError(f"{name}: moved by another writer meanwhile") from None
+            raise
+
+    # -- HEAD and reflogs ---------------------------------------------------------------
+
+    def head_ref(self) -> tuple[str | None, str | None]:
+        """``(ref name, commit)`` HEAD stands for: ``(name, None)`` on an unborn branch,
+        ``(None, commit)`` when detached."""
+        if self._reader is not None:
+            return self._reader.head()
+        try:
+            head = self.git.references.get("HEAD")
+        except (pygit2.GitError, ValueError) as exc:
+            raise CorruptionError(f"{self.path}: HEAD is unreadable: {exc}") from None
+        if head is None:
+            raise CorruptionError(f"{self.path}: HEAD is missing")
+        if head.type == pygit2.enums.ReferenceType.SYMBOLIC:
+            name = head.target
+            return name, self.ref(name)
+        return None, str(head.target)
+
+    def set_head(self, target: str) -> None:
+        """Point HEAD at a ref name (``refs/heads/...``, possibly unborn) or detach it at a commit.
+
+        Durable on return (unless the repository was opened with ``fsync=False``)."""
+        with self.writing():
+            if target.startswith("refs/"):
+                self.git.set_head(target)
+            else:
+                self.git.set_head(pygit2.Oid(hex=target))
+            if self.fsync:
+                fd = os.open(os.path.join(self.path, "HEAD"), os.O_RDONLY | os.O_CLOEXEC)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                fsync_dir(self.path)
+
+    def reflog(self, name: str) -> list[ReflogEntry]:
+        """The reflog of ``name`` (e.g. a thread's branch), newest first; ``[]`` if it has none.
+
+        Parsed leniently: a line torn by a crash is skipped, not an error.
+        """
+        try:
+            with open(os.path.join(self.path, "logs", name), "rb") as f:
+                data = f.read()
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return []
+        out = []
+        for line in data.split(b"\n"):
+            entry = ReflogEntry.parse(line)
+            if entry is not None:
+                out.append(entry)
+        out.reverse()
+        return out
+
+    def file_identity(self, name: str) -> list | None:
+        """``[inode, mtime ns]`` of the file holding ref ``name`` (its loose file, else packed-refs)
+        or of another file of the repository, ``None`` if there is none."""
+        for rel in (name, "packed-refs") if name.startswith("refs/") else (name,):
+            try:
+                st = os.stat(os.path.join(self.path, rel))
+                return [st.st_ino, st.st_mtime_ns]
+            except FileNotFoundError:
+                continue
+        return None
+
+    def generation(self) -> str | None:
+        """The token in ``qvc/generation`` (replaced by every delete), ``None`` if there is none yet."""
+        try:
+            with open(os.path.join(self.path, GENERATION), encoding="ascii", errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def _clear_stale_lock(self, name: str, older_than: float = LOCK_WAIT / 2) -> None:
+        lock = os.path.join(self.path, name + ".lock")
+        with contextlib.suppress(OSError):
+            if time.time() - os.stat(lock).st_mtime > older_than:
+                os.unlink(lock)
+                _warn("qvc: removed stale lock %s", lock)
+
+    # -- durability -------------------------------------------------------------------
+
+    def commit(self, record: Record) -> None:
+        """Journal ``record`` and apply the durability mode (SYNC: durable on return)."""
+        self.store_objects(record)
+        seq = self.journal.append(record)
+        if self.durability is DurabilityMode.SYNC:
+            try:
+                self.journal.sync(seq)
+            except OSError as exc:
+                raise DurabilityError(f"{self.path}: flush failed ({exc}); the write is not durable") from exc
+        elif self._flusher is not None:
+            self._flusher.poke()
+        for listener in self.listeners:
+            listener(record)
+        if self.journal.size > self._journal_limit:
+            self.harden()
+        if len(self._small_packs) >= CONSOLIDATE_AT:
+            if self._packer is None:
+                self._packer = Worker(self._consolidate_quietly, 0.0, name="qvc-packer")
+            self._packer.poke()
+
+    def _consolidate_quietly(self) -> None:
+        try:
+            self.consolidate()
+        except Exception as exc:  # harmless: the small packs stay and are merged later
+            _warn("qvc: merging small packs in %s failed: %s", self.path, exc)
+
+    def harden(self) -> None:
+        """Flush the git files themselves and restart the journal (the journal is then redundant)."""
+        with self._harden_lock:
+            harden(self.path, fsync=self.fsync)
+            with self._touched_lock:
+                names = sorted(self._touched)
+            self.journal.restart(Record(refs=[(n, None, self.ref(n)) for n in names], base=True))
+
+    def raise_if_failed(self) -> None:
+        """Raise an earlier failed flush (in the background or not) as :class:`DurabilityError`.
+
+        Sticky: after a failed flush nothing later can be promised durable (Linux may drop the
+        dirty pages and report success next time), so every call raises until the store is
+        reopened, which replays the journal.
+        """
+        exc = self._journal.failed if self._journal is not None else None
+        if exc is None and self._flusher is not None:
+            exc = self._flusher.error
+        if exc is not None:
+            raise DurabilityError(f"{self.path}: a flush failed ({exc}); reopen the store") from exc
+
+    def flush(self) -> None:
+        """Make every write so far durable (a no-op in SYNC mode beyond error reporting)."""
+        self._ensure_open()
+        self.raise_if_failed()
+        try:
+            self._sync_journal()
+        except OSError as exc:
+            raise DurabilityError(f"{self.path}: flush failed ({exc}); reopen the store") from exc
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold the shared maintenance lock while writing; surfaces flusher failures first."""
+        self._ensure_open()
+        if self.readonly:
+            raise InvalidInputError(f"{self.path}: opened read-only")
+        self.raise_if_failed()
+        with self._shared_lock():
+            yield
+
+    @contextlib.contextmanager
+    def _shared_lock(self) -> Iterator[None]:
+        with self._shared_mutex:
+            if self._shared_count == 0:
+                fcntl.flock(self._shared_fd, fcntl.LOCK_SH)
+            self._shared_count += 1
+        try:
+            yield
+        finally:
+            with self._shared_mutex:
+                self._shared_count -= 1
+                if self._shared_count == 0:
+                    fcntl.flock(self._shared_fd, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[int]:
+        """Exclude every writer of every process (for recovery and maintenance).
+
+        Yields the lock's file descriptor: a subprocess that must stay covered by the lock
+        even if this process dies (``git repack``) inherits it, and the lock then lasts
+        until the subprocess exits too.
+        """
+        fd = os.open(self._lock_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield fd
+        finally:
+            os.close(fd)
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"{self.path}: the store is closed")
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Flush, harden and release everything. Idempotent. Raises a pending flush failure."""
+        if self._closed:
+            return
+        self._closed = True
+        _open_repos.discard(self)
+        error = None
+        if self._flusher is not None:
+            self._flusher.stop()
+            error = self._flusher.error
+        journal = self._journal
+        if journal is not None:  # else this store never wrote: nothing to flush
+            error = error or journal.failed
+            if self._packer is not None:
+                self._packer.stop()
+            self._consolidate_quietly()
+            try:
+                journal.sync()
+                harden(self.path, fsync=self.fsync)
+                # After a failed flush the journal is the only trustworthy record: keep it for replay.
+                journal.close(remove=error is None)
+            except OSError as exc:
+                error = error or exc
+                journal.close(remove=False)  # keep it: the next open replays it
+        if self._shared_fd >= 0:
+            os.close(self._shared_fd)
+        if self._reader is not None:
+            self._reader.close()
+        with self._gits_lock:
+            for git in self._gits:
+                git.free()
+            self._gits.clear()
+        self._local = threading.local()
+        self._released = True
+        if error is not None:
+            raise DurabilityError(f"{self.path}: flush failed: {error}") from error

@@ -1,0 +1,169 @@
+"""How a checkpoint is laid out as git objects (the on-disk format, version 1).
+
+A checkpoint is one commit. Its tree holds::
+
+    .qvc             msgpack blob: {"format": 1, "checkpoint": header, "metadata": metadata}
+    <field>          msgpack blob of one top-level state field, or, for a list longer than
+    <field>/         CHUNK items, a tree of CHUNK-item msgpack blobs named 00000000, 00000001, ...
+
+Field names are escaped with :func:`qvc.store.refnames.encode_name` (``%XX`` for ``/``, ``%``,
+control characters and a leading ``.``), so no field can collide with ``.qvc``. Unchanged
+fields reuse the parent's blob ids, and an appended-to list rewrites only its last chunk, so
+a growing transcript costs what it adds.
+
+The commit message is ``step N · source · K fields changed`` followed by the changed field
+names and trailers ``Checkpoint-Id``, ``Thread`` and ``Step``.
+
+This module only builds and parses bytes; it does not touch the repository.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+from qvc.errors import CorruptionError, SerializationError
+from qvc.plumbing.objects import MODE_BLOB, MODE_TREE, Entry, tree_bytes
+from qvc.store import serde
+from qvc.store.refnames import decode_name, encode_name
+
+FORMAT = 1
+HEADER = ".qvc"
+CHUNK = 64
+_NEEDS_ESCAPE = re.compile(r"[%\x00-\x1f\x7f]|^\s|\s$")
+
+
+def escape_trailer(value: str) -> str:
+    """A trailer-safe, reversible form of ``value`` (one line, no edge whitespace)."""
+    return _NEEDS_ESCAPE.sub(lambda m: "".join(f"%{b:02X}" for b in m.group(0).encode()), value)
+
+
+def unescape_trailer(value: str) -> str:
+    return decode_name(value) if "%" in value else value
+
+
+def commit_message(step: int, source: str, changed: list[str], checkpoint_id: str, thread_id: str) -> str:
+    n = len(changed)
+    subject = f"step {step} · {source or 'put'} · {n} field{'s' if n != 1 else ''} changed"
+    body = ""
+    if changed:
+        shown = ", ".join(changed[:20]) + (f", … (+{n - 20})" if n > 20 else "")
+        body = f"Changed: {escape_trailer(shown)}\n\n"
+    trailers = (
+        f"Checkpoint-Id: {escape_trailer(checkpoint_id)}\n"
+        f"Thread: {escape_trailer(thread_id)}\n"
+        f"Step: {step}\n"
+    )
+    return f"{subject}\n\n{body}{trailers}"
+
+
+_TRAILER = re.compile(r"^(Checkpoint-Id|Thread|Step): (.*)$", re.M)
+
+
+def parse_trailers(message: str) -> dict[str, str]:
+    """The qvc trailers of a commit message (``{}`` for a commit qvc did not write)."""
+    return {k: unescape_trailer(v) for k, v in _TRAILER.findall(message)}
+
+
+def encode_header(header: dict[str, Any], metadata: dict[str, Any]) -> bytes:
+    return serde.dumps({"format": FORMAT, "checkpoint": header, "metadata": metadata}, "metadata")
+
+
+def decode_header(data: bytes, what: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    obj = serde.loads(data, what)
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT or not isinstance(obj.get("checkpoint"), dict):
+        raise CorruptionError(f"{what}: not a qvc checkpoint header (format {FORMAT})")
+    meta = obj.get("metadata")
+    return obj["checkpoint"], meta if isinstance(meta, dict) else {}
+
+
+def chunk_name(i: int) -> str:
+    return f"{i:08d}"
+
+
+def serialize_field(name: str, value: Any) -> bytes | list[bytes]:
+    """Serialize one state field: bytes, or a list of chunk bytes for a long list."""
+    path = f'state_data["{name}"]'
+    if type(value) is list and len(value) > CHUNK:
+        chunks = []
+        for start in range(0, len(value), CHUNK):
+            part = value[start : start + CHUNK]
+            try:
+                chunks.append(serde.dumps(part, path))
+            except SerializationError:
+                for i, item in enumerate(part, start):  # re-run item by item for the exact path
+                    serde.dumps(item, f"{path}[{i}]")
+                raise
+        return chunks
+    return serde.dumps(value, path)
+
+
+class TreeBuilder:
+    """Builds a checkpoint's root tree against its parent's, writing only what changed.
+
+    ``write(kind, data) -> raw oid`` stores an object; ``hash_blob(data) -> raw oid`` only
+    computes an id. ``parent`` maps entry names to ``(mode, raw oid)``, ``cache`` maps entry
+    names to the serialized data behind those ids when this process wrote them.
+    """
+
+    def __init__(self, write: Callable[[str, bytes], bytes], hash_blob: Callable[[bytes], bytes],
+                 read_tree: Callable[[bytes], dict[str, Entry]]):
+        self._write = write
+        self._hash = hash_blob
+        self._read_tree = read_tree
+
+    def fields(self, state: dict[str, Any], parent: dict[str, Entry],
+               cache: dict[str, Any]) -> tuple[dict[str, Entry], list[str], dict[str, Any]]:
+        """Entries for the state fields: (entries, names of fields added or changed, new cache)."""
+        entries: dict[str, Entry] = {}
+        new_cache: dict[str, Any] = {}
+        changed: list[str] = []
+        for name, value in state.items():
+            if not isinstance(name, str):
+                raise SerializationError(f"state_data key {name!r}: field names must be strings")
+            ename = encode_name(name)
+            data = serialize_field(name, value)
+            old = parent.get(ename)
+            if isinstance(data, list):
+                entry, new_cache[ename] = self._chunked(data, old, cache.get(ename))
+            else:
+                entry, new_cache[ename] = self._blob(data, old, cache.get(ename)), data
+            entries[ename] = entry
+            if old != entry:
+                changed.append(name)
+        return entries, changed, new_cache
+
+    def root(self, entries: dict[str, Entry], header: bytes) -> tuple[bytes, dict[str, Entry]]:
+        """Write the root tree: the field entries plus the ``.qvc`` header blob."""
+        entries = {**entries, HEADER: (MODE_BLOB, self._write("blob", header))}
+        return self._write("tree", tree_bytes(entries)), entries
+
+    def _blob(self, data: bytes, old: Entry | None, cached: Any) -> Entry:
+        if old is not None and old[0] == MODE_BLOB:
+            if cached == data or (cached is None and self._hash(data) == old[1]):
+                return old
+        return (MODE_BLOB, self._write("blob", data))
+
+    def _chunked(self, chunks: list[bytes], old: Entry | None, cached: Any) -> tuple[Entry, list]:
+        prior: dict[str, Entry] = {}
+        if old is not None and old[0] == MODE_TREE:
+            if isinstance(cached, list):  # the parent's chunks as this process wrote them
+                prior = {chunk_name(i): (MODE_BLOB, raw) for i, (_, raw) in enumerate(cached)}
+            else:
+                prior = self._read_tree(old[1])
+        pairs: list[tuple[bytes, bytes]] = []
+        sub: dict[str, Entry] = {}
+        for i, data in enumerate(chunks):
+            name = chunk_name(i)
+            was = prior.get(name)
+            if was is not None and isinstance(cached, list) and i < len(cached) and cached[i][0] == data:
+                raw = cached[i][1]
+            elif was is not None and cached is None and self._hash(data) == was[1]:
+                raw = was[1]
+            else:
+                raw = self._write("blob", data)
+            sub[name] = (MODE_BLOB, raw)
+            pairs.append((data, raw))
+        if sub == prior and old is not None:
+            return old, pairs
+        return (MODE_TREE, self._write("tree", tree_bytes(sub))), pairs

@@ -1,0 +1,877 @@
+"""``GitCheckpointStore``: the checkpoint store API over a qvc repository.
+
+One thread is one branch (``refs/heads/<thread>``); one checkpoint is one commit whose tree
+holds one msgpack blob per state field (see :mod:`qvc.store.format`). The store is safe to use from
+many Python threads and processes at once; see :mod:`qvc.plumbing.durability` for when writes are
+durable and :mod:`qvc.plumbing.recovery` for what opening a crashed repository repairs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
+
+from qvc.errors import (
+    AmbiguousNameError,
+    CheckpointConflictError,
+    CorruptionError,
+    InvalidInputError,
+    SerializationError,
+    StoreClosedError,
+    UnknownCheckpointError,
+    UnknownThreadError,
+)
+from qvc.plumbing.durability import DurabilityMode
+from qvc.plumbing.journal import Record
+from qvc.plumbing.libgit2 import pygit2
+from qvc.plumbing.objects import MODE_BLOB, MODE_TREE, commit_bytes, tree_bytes
+from qvc.plumbing.recovery import RecoveryReport
+from qvc.plumbing.repository import ReflogEntry, Repository
+from qvc.store import serde
+from qvc.store.base import CheckpointStore
+from qvc.store.format import HEADER, TreeBuilder, commit_message, decode_header, encode_header, escape_trailer
+from qvc.store.history import LRU, CommitInfo, History
+from qvc.store.refnames import (
+    HEADS,
+    SUPERSEDED,
+    WRITES,
+    check_thread_id,
+    decode_name,
+    decode_thread,
+    encode_thread,
+    head_ref,
+    superseded_prefix,
+    writes_ref,
+)
+from qvc.types import (
+    Checkpoint,
+    CheckpointConfig,
+    CheckpointMetadata,
+    CheckpointTuple,
+    Head,
+    PendingWrite,
+    StateVersions,
+)
+
+if TYPE_CHECKING:
+    from qvc.inspect.watch import Watcher, WatchEvent
+    from qvc.remotes.replication import Replicator
+
+_HEXISH = re.compile(r"^[0-9a-fA-F]{4,40}$")
+_ORDER = ".order"
+_WRITE_RETRIES = 100
+
+
+def _safe(text: str) -> str:
+    return encode_thread(text) if text else "%"
+
+
+class GitCheckpointStore(CheckpointStore):
+    """A checkpoint store backed by a bare git repository at ``path``.
+
+    Args:
+        path: the repository directory; created (atomically) if missing and ``create``.
+        durability: when writes reach stable storage (:class:`DurabilityMode`, or its value
+            ``"sync"``, ``"async"``, ``"exit"``); SYNC by default.
+        fsync: ``False`` skips every flush (throwaway repositories, tmpfs).
+        create: ``False`` raises :class:`~qvc.errors.NotARepositoryError` for a missing path.
+        max_lag: ASYNC only, the longest a returned write waits for its flush (seconds).
+        readonly: read without libgit2 (:mod:`qvc.plumbing.odb`: no pygit2 import, no journal);
+            writes raise :class:`~qvc.errors.InvalidInputError`. Opening still repairs a
+            crashed repository first.
+
+    Opening runs crash recovery; what it repaired is in :attr:`recovery`. The store is a
+    context manager; :meth:`close` flushes (and, in EXIT mode, is when writes become durable).
+    """
+
+    def __init__(self, path: str | os.PathLike, *, durability: DurabilityMode | str = DurabilityMode.SYNC,
+                 fsync: bool = True, create: bool = True, max_lag: float = 0.05, readonly: bool = False):
+        self._repo = Repository(path, create=create, durability=durability, fsync=fsync, max_lag=max_lag,
+                                readonly=readonly)
+        self._history = History(self._repo)
+        # commit hex -> (entries, serialized fields) of trees this store wrote: a put on top of
+        # one of them compares bytes instead of hashing every field again.
+        self._trees = LRU(64, 64 * 2**20, lambda v: sum(
+            len(d) if isinstance(d, bytes) else sum(len(c) for c, _ in d) for d in v[1].values()))
+        self._replicators: list[Replicator] = []
+        if not readonly:
+            self._start_replication()
+
+    def _start_replication(self) -> None:
+        """One background pusher per remote with replication on (see :mod:`qvc.remotes.replication`)."""
+        from qvc.remotes.replication import Replicator, replicated_remotes
+
+        for remote in replicated_remotes(self):
+            replicator = Replicator(self, remote)
+            self._replicators.append(replicator)
+            self._repo.listeners.append(replicator.notify)
+
+    # -- properties and lifecycle --------------------------------------------------------
+
+    @property
+    def path(self) -> str:
+        return self._repo.path
+
+    @property
+    def durability(self) -> DurabilityMode:
+        return self._repo.durability
+
+    @property
+    def recovery(self) -> RecoveryReport:
+        """What opening this repository repaired (falsy when nothing)."""
+        return self._repo.recovery
+
+    @property
+    def repository(self) -> Repository:
+        """The plumbing layer (objects, refs, journal)."""
+        return self._repo
+
+    def flush(self) -> None:
+        """Make every write so far durable; raise :class:`~qvc.errors.DurabilityError` on failure."""
+        self._repo.flush()
+
+    def close(self) -> None:
+        """Flush and release the repository. Idempotent.
+
+        With replication on, first makes one bounded attempt to push what is left
+        (:data:`qvc.remotes.replication.FINAL_ATTEMPT` seconds, skipped while the remote is down).
+        """
+        replicators, self._replicators = self._replicators, []
+        for replicator in replicators:
+            replicator.close()
+        self._repo.close()
+
+    def __enter__(self) -> GitCheckpointStore:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"GitCheckpointStore({self.path!r}, durability={self.durability})"
+
+    # -- resolving names ------------------------------------------------------------------
+
+    def head(self, thread_id: str) -> str | None:
+        """The commit SHA of a thread's head, or ``None`` for a thread with no checkpoints."""
+        return self._repo.ref(head_ref(thread_id))
+
+    def commit(self, sha: str) -> CommitInfo:
+        """What a checkpoint commit says (id, thread, step, parents, time, message), without its
+        state. Raises :class:`CorruptionError` if it is missing or malformed."""
+        return self._history.commit(sha)
+
+    def first_parents(self, sha: str) -> Iterator[CommitInfo]:
+        """The commit and its first parents, newest first (``git log --first-parent``)."""
+        return self._history.first_parents(sha)
+
+    def changed(self, sha: str) -> list[str]:
+        """The fields a checkpoint added or changed against its first parent (from the trees)."""
+        return self._history.changed(sha)
+
+    def tree_entries(self, sha: str) -> dict[str, tuple[int, bytes]]:
+        """The raw entries (``{encoded name: (mode, raw id)}``) of a checkpoint commit's tree."""
+        return self._history.entries(self._history.commit(sha))
+
+    def blob(self, raw: bytes) -> bytes:
+        """A blob's bytes by raw id."""
+        return self._history.blob(raw)
+
+    def read(self, sha: str) -> CheckpointTuple:
+        """The checkpoint stored in commit ``sha``, fully decoded. Raises :class:`CorruptionError`."""
+        return self._tuple(sha)
+
+    def header(self, sha: str) -> tuple[dict, dict]:
+        """``(checkpoint header, metadata)`` of the checkpoint commit ``sha`` (its ``.qvc`` blob)."""
+        entries = self.tree_entries(sha)
+        if HEADER not in entries:
+            raise CorruptionError(f"commit {sha[:12]} is not a qvc checkpoint (no {HEADER} entry)")
+        return decode_header(self._blob(entries[HEADER][1]), f"checkpoint {sha[:12]} header")
+
+    def pending_writes_at(self, sha: str) -> Optional[list[PendingWrite]]:
+        """The pending writes of the checkpoint in commit ``sha`` (``None`` if it has none)."""
+        return self._writes(sha)
+
+    def thread_of_ref(self, name: str) -> str | None:
+        """The thread a ``refs/heads/...`` name stands for (``None`` for other refs)."""
+        if not name.startswith(HEADS):
+            return None
+        component = name[len(HEADS):]
+        thread = decode_thread(component)
+        if thread is None:  # a hashed long id: the full id is in its commits
+            tip = self._repo.ref(name)
+            try:
+                thread = (self._history.commit(tip).thread_id if tip else None) or component
+            except CorruptionError:  # not a checkpoint commit (a ref another tool wrote): its name is all there is
+                thread = component
+        return thread
+
+    def current(self) -> Head:
+        """What HEAD stands for: the current thread and its head commit (``None`` while it has
+        no checkpoints), or, when detached, no thread and the checkpoint commit."""
+        name, commit = self._repo.head_ref()
+        return Head(self.thread_of_ref(name) if name else None, commit)
+
+    def checkout(self, thread_id: str | None = None, *, commit: str | None = None) -> Head:
+        """Make ``thread_id`` the current thread, or detach HEAD at ``commit`` (a commit SHA).
+
+        A thread need not exist yet (its first put creates it, like git's unborn branch).
+        Durable on return. Raises :class:`InvalidThreadIdError` / :class:`UnknownCheckpointError`.
+        """
+        if (thread_id is None) == (commit is None):
+            raise InvalidInputError("checkout needs exactly one of a thread or a commit")
+        if thread_id is not None:
+            self._repo.set_head(head_ref(check_thread_id(thread_id)))
+        else:
+            if not (isinstance(commit, str) and len(commit) == 40 and _HEXISH.match(commit)):
+                raise InvalidInputError(f"not a commit SHA: {commit!r}")
+            self._history.commit(commit.lower())  # exists and parses
+            self._repo.set_head(commit.lower())
+        return self.current()
+
+    def reflog(self, thread_id: str) -> list[ReflogEntry]:
+        """Every movement of the thread's head, newest first (puts, resets, forks, deletes)."""
+        return self._repo.reflog(head_ref(check_thread_id(thread_id)))
+
+    def resolve(self, name: str) -> str:
+        """The commit SHA of a checkpoint named by id, unique id prefix, commit SHA or SHA prefix.
+
+        Raises :class:`UnknownCheckpointError` (none) or :class:`InvalidInputError` (ambiguous).
+        """
+        if not isinstance(name, str) or not name:
+            raise InvalidInputError(f"checkpoint id must be a non-empty string, not {name!r}")
+        found = self._history.lookup(name)
+        if found is not None:
+            return found
+        if len(name) == 40 and _HEXISH.match(name) and self._history.reachable(name.lower()):
+            return name.lower()
+        matches = self._history.matches(name) if len(name) >= 4 else set()
+        if len(matches) == 1:
+            return matches.pop()
+        if matches:
+            raise AmbiguousNameError(f"checkpoint {name!r} is ambiguous: matches {len(matches)} checkpoints")
+        raise UnknownCheckpointError(f"unknown checkpoint {name!r}")
+
+    def _target(self, config: CheckpointConfig) -> str | None:
+        """The commit a config addresses, or ``None`` for a thread with no checkpoints."""
+        thread = _thread_of(config)
+        if config.checkpoint_id is None:
+            return self.head(thread)
+        return self.resolve(config.checkpoint_id)
+
+    def _existing(self, config: CheckpointConfig) -> str:
+        found = self._target(config)
+        if found is None:
+            raise UnknownThreadError(f"thread {config.thread_id!r} has no checkpoints")
+        return found
+
+    # -- reading --------------------------------------------------------------------------
+
+    def _blob(self, raw: bytes) -> bytes:
+        return self._history.blob(raw)
+
+    def _field(self, name: str, mode: int, raw: bytes, hexid: str) -> Any:
+        what = f"checkpoint {hexid[:12]} field {name!r}"
+        if mode == MODE_TREE:
+            out: list = []
+            for chunk in sorted(self._history.tree(raw).items()):
+                part = serde.loads(self._blob(chunk[1][1]), what)
+                if not isinstance(part, list):
+                    raise CorruptionError(f"{what}: chunk {chunk[0]} is not a list")
+                out.extend(part)
+            return out
+        return serde.loads(self._blob(raw), what)
+
+    def _tuple(self, hexid: str, with_writes: set[str] | None = None) -> CheckpointTuple:
+        info = self._history.commit(hexid)
+        entries = self._history.entries(info)
+        if HEADER not in entries:
+            raise CorruptionError(f"commit {hexid[:12]} is not a qvc checkpoint (no {HEADER} entry)")
+        header, metadata = decode_header(self._blob(entries[HEADER][1]), f"checkpoint {hexid[:12]} header")
+        state = {decode_name(n): self._field(decode_name(n), mode, raw, hexid)
+                 for n, (mode, raw) in entries.items() if n != HEADER}
+        versions = self._history.versions(hexid)
+        parent_config = None
+        if info.parent is not None:
+            pinfo = self._history.commit(info.parent)
+            parent_config = CheckpointConfig(pinfo.thread_id or "", pinfo.checkpoint_id)
+        try:
+            checkpoint = Checkpoint(
+                id=header["id"], thread_id=header["thread_id"], step=header["step"], state_data=state,
+                state_versions=versions, versions_seen=header.get("versions_seen") or {},
+                pending_writes=[PendingWrite(*w) for w in header.get("pending_writes") or []],
+                parent_id=header.get("parent_id") or (parent_config.checkpoint_id if parent_config else None),
+                created_at=header.get("created_at", ""), schema_version=header.get("schema_version", "v2"),
+            )
+        except (KeyError, TypeError) as exc:
+            raise CorruptionError(f"checkpoint {hexid[:12]} header lacks {exc}") from None
+        config = CheckpointConfig(checkpoint.thread_id, checkpoint.id)
+        writes = None if with_writes is not None and hexid not in with_writes else self._writes(hexid)
+        return CheckpointTuple(config, checkpoint, metadata, parent_config, writes)
+
+    def get_tuple(self, config: CheckpointConfig) -> Optional[CheckpointTuple]:
+        """The addressed checkpoint, or ``None`` if the thread is empty or the id unknown.
+
+        ``state_versions`` is derived from tree diffs along the first-parent chain;
+        ``parent_config`` is the commit's first parent (possibly on another thread: a fork).
+        """
+        self._repo.raise_if_failed()
+        try:
+            hexid = self._target(config)
+        except UnknownCheckpointError:
+            return None
+        return None if hexid is None else self._tuple(hexid)
+
+    def new_versions(self, config: CheckpointConfig) -> StateVersions:
+        """The fields the addressed checkpoint added or changed against its parent, with their versions."""
+        hexid = self._existing(config)
+        versions = self._history.versions(hexid)
+        return {f: versions[f] for f in self._history.changed(hexid)}
+
+    def list(self, config: CheckpointConfig, *, limit: Optional[int] = None, before: Optional[str] = None,
+             superseded: bool = False) -> Iterator[CheckpointTuple]:
+        """The thread's line, newest first: its head (or ``config.checkpoint_id``), then first parents.
+
+        The line crosses into the source thread at a fork, as ``git log`` does. ``before``
+        starts after that checkpoint on the line; ``limit`` caps the count. ``superseded=True``
+        appends the lines left behind by time travel. Raises :class:`UnknownCheckpointError`
+        for an unknown ``before`` and :class:`InvalidInputError` for a negative ``limit``.
+        """
+        self._repo.raise_if_failed()
+        thread = _thread_of(config)
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
+            raise InvalidInputError(f"limit must be a non-negative integer, not {limit!r}")
+        start = self._target(config)
+        stop = self.resolve(before) if before is not None else None
+        tips = [start] if start else []
+        if superseded:
+            tips += [tip for _, tip in sorted(self._repo.refs(superseded_prefix(thread)),
+                                              key=lambda item: -self._history.commit(item[1]).time)]
+        return self._iter_lines(tips, stop, limit, before)
+
+    def _iter_lines(self, tips: list[str], stop: str | None, limit: int | None,
+                    before: str | None) -> Iterator[CheckpointTuple]:
+        seen: set[str] = set()
+        with_writes = {name[len(WRITES):] for name, _ in self._repo.refs(WRITES)}
+        waiting = stop is not None
+        count = 0
+        for tip in tips:
+            for info in self._history.first_parents(tip):
+                if info.hex in seen:
+                    break
+                seen.add(info.hex)
+                if waiting:
+                    waiting = info.hex != stop
+                    continue
+                if limit is not None and count >= limit:
+                    return
+                count += 1
+                yield self._tuple(info.hex, with_writes)
+        if waiting:
+            raise UnknownCheckpointError(f"before={before!r} is not on the listed line")
+
+    def threads(self) -> list[str]:
+        """Every thread id, sorted."""
+        return sorted(self.thread_of_ref(name) for name, _ in self._repo.refs(HEADS))
+
+    # -- writing --------------------------------------------------------------------------
+
+    def _builder(self, record: Record) -> TreeBuilder:
+        """A tree builder whose objects go into ``record``."""
+        return TreeBuilder(lambda kind, data: self._repo.write(record, kind, data),
+                           lambda data: Repository.hash("blob", data), self._history.tree)
+
+    def _parent_tree(self, parent: str | None) -> tuple[dict, dict]:
+        if parent is None:
+            return {}, {}
+        cached = self._trees.get(parent)
+        if cached is not None:
+            return cached
+        return self._history.entries(self._history.commit(parent)), {}
+
+    def put(self, config: CheckpointConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
+            new_versions: StateVersions | None = None) -> CheckpointConfig:
+        """Store ``checkpoint`` as a commit on ``config.thread_id`` and move the thread's head to it.
+
+        The parent is the checkpoint named by ``checkpoint.parent_id`` when given (possibly on
+        another thread: a fork; an older one on this thread: time travel, the previous line
+        is kept under ``refs/qvc/superseded/``), else the thread's head. ``new_versions`` is
+        accepted for compatibility; versions are derived from the stored trees.
+
+        Durable on return in SYNC mode. Raises :class:`InvalidInputError` for malformed
+        arguments, :class:`SerializationError` (naming the field path) for state that cannot
+        be stored, :class:`UnknownCheckpointError` for an unknown ``parent_id`` and
+        :class:`CheckpointConflictError` if another writer moved the thread meanwhile or the
+        id exists with different content.
+        """
+        thread = _thread_of(config)
+        _check_checkpoint(checkpoint, thread)
+        metadata = _check_mapping(metadata, "metadata")
+        header = {
+            "id": checkpoint.id, "thread_id": thread, "step": checkpoint.step, "parent_id": checkpoint.parent_id,
+            "created_at": checkpoint.created_at, "schema_version": checkpoint.schema_version,
+            "versions_seen": checkpoint.versions_seen,
+            "pending_writes": [list(w) for w in checkpoint.pending_writes or []],
+        }
+        ref = head_ref(thread)
+        with self._repo.writing():
+            head = self._repo.ref(ref)
+            parent = head
+            if checkpoint.parent_id is not None and (
+                    head is None or self._history.commit(head).checkpoint_id != checkpoint.parent_id):
+                try:
+                    parent = self.resolve(checkpoint.parent_id)
+                except UnknownCheckpointError:
+                    raise UnknownCheckpointError(f"parent_id {checkpoint.parent_id!r}: unknown checkpoint") from None
+            existing = self._history.lookup(checkpoint.id, refresh=False)
+            if existing is not None:
+                self._check_reput(existing, header, metadata, checkpoint.state_data, parent,
+                                  checkpoint.parent_id is not None)
+                return CheckpointConfig(thread, checkpoint.id)
+            record = Record()
+            builder = self._builder(record)
+            parent_entries, cache = self._parent_tree(parent)
+            fields, changed, new_cache = builder.fields(checkpoint.state_data, parent_entries, cache)
+            counts = dict(self._history.counts(parent)[0]) if parent else {}
+            for name in changed:
+                counts[name] = counts.get(name, 0) + 1
+            header["versions"] = [parent, counts]
+            try:
+                header_bytes = encode_header(header, metadata)
+            except SerializationError:
+                serde.dumps(metadata, "metadata")
+                serde.dumps(header, "checkpoint")
+                raise
+            removed = [decode_name(n) for n in parent_entries if n != HEADER and n not in fields]
+            now = int(time.time())
+            try:
+                tree, entries = builder.root(fields, header_bytes)
+                message = commit_message(checkpoint.step, str(metadata.get("source", "")), changed + removed,
+                                         checkpoint.id, thread)
+                data = commit_bytes(tree.hex(), [parent] if parent else [], message, now)
+                new = self._repo.write(record, "commit", data).hex()
+                cause = f"{metadata.get('source') or 'put'}: step {checkpoint.step} {checkpoint.id}"
+                if head is not None and parent != head and not self._descends(parent, head):
+                    self._keep_superseded(record, thread, head)
+                    cause += " (time travel)"
+                elif parent is not None and parent != head:
+                    cause += f" (fork of {self._history.commit(parent).checkpoint_id})"
+                self._repo.move_ref(record, ref, head, new, cause)
+            finally:
+                if record.refs:
+                    self._repo.commit(record)
+        self._history.prime(record)
+        self._history.remember(new, counts, {decode_name(n): raw for n, (_, raw) in fields.items()})
+        self._history.note(CommitInfo(new, tree, (parent,) if parent else (), now, message,
+                                      checkpoint.id, thread, checkpoint.step))
+        self._trees.put(new, (entries, new_cache))
+        return CheckpointConfig(thread, checkpoint.id)
+
+    def _descends(self, commit: str | None, ancestor: str) -> bool:
+        if commit is None:
+            return False
+        if commit == ancestor:
+            return True
+        repo = self._repo
+        return repo.retry_on_miss(lambda: repo.git.descendant_of(pygit2.Oid(hex=commit), pygit2.Oid(hex=ancestor)))
+
+    def _keep_superseded(self, record: Record, thread: str, tip: str) -> None:
+        name = superseded_prefix(thread) + tip
+        if self._repo.ref(name) is None:
+            self._repo.move_ref(record, name, None, tip)
+
+    def _check_reput(self, existing: str, header: dict, metadata: dict, state: Mapping, parent: str | None,
+                     parent_given: bool) -> None:
+        """A re-put of an existing id is a no-op if it stores the same bytes, else a conflict."""
+        info = self._history.commit(existing)
+        old_entries = self._history.entries(info)
+        old_header, old_metadata = decode_header(self._blob(old_entries[HEADER][1]), f"checkpoint {existing[:12]}")
+        entries, _, _ = self._builder(Record()).fields(state, {}, {})  # never stored: ids are compared
+
+        def comparable(h: dict, m: dict) -> bytes:
+            return serde.dumps([{k: v for k, v in h.items() if k not in ("created_at", "versions")}, m])
+
+        same = (entries == {n: e for n, e in old_entries.items() if n != HEADER}
+                and comparable(old_header, old_metadata) == comparable(header, metadata)
+                and (not parent_given or info.parent == parent))
+        if not same:
+            raise CheckpointConflictError(
+                f"checkpoint {header['id']!r} already exists (commit {existing[:12]} on thread "
+                f"{old_header.get('thread_id')!r}) with different content")
+
+    def reset(self, thread_id: str, checkpoint_id: str) -> CheckpointConfig:
+        """Time travel: move the thread's head to an existing checkpoint of that thread.
+
+        The line left behind stays reachable (``list(..., superseded=True)``). Raises
+        :class:`UnknownCheckpointError`, or :class:`InvalidInputError` if the checkpoint
+        belongs to another thread (fork it instead).
+        """
+        thread = check_thread_id(thread_id)
+        with self._repo.writing():
+            target = self.resolve(checkpoint_id)
+            info = self._history.commit(target)
+            if info.thread_id is not None and info.thread_id != thread:
+                raise InvalidInputError(f"checkpoint {checkpoint_id!r} belongs to thread {info.thread_id!r}, "
+                                        f"not {thread!r}; fork it instead")
+            ref = head_ref(thread)
+            head = self._repo.ref(ref)
+            if head != target:
+                record = Record()
+                try:
+                    if head is not None and not self._descends(target, head):
+                        self._keep_superseded(record, thread, head)
+                    self._repo.move_ref(record, ref, head, target, f"reset: moving to {info.checkpoint_id}")
+                    # Lines the new head reaches again (an undone reset) are no longer superseded.
+                    for name, tip in list(self._repo.refs(superseded_prefix(thread))):
+                        if self._descends(target, tip):
+                            self._repo.move_ref(record, name, tip, None, "reset: line reached again")
+                finally:
+                    self._repo.commit(record)
+        return CheckpointConfig(thread, info.checkpoint_id)
+
+    # -- pending writes -------------------------------------------------------------------
+
+    def _writes(self, hexid: str, tip: str | None = None) -> Optional[list[PendingWrite]]:
+        """The pending writes of checkpoint ``hexid``: those ``refs/qvc/writes/<hexid>`` holds, or
+        those commit ``tip`` holds (a fetched ref, checked before it is taken in). Raises
+        :class:`CorruptionError` if they do not decode."""
+        tip = tip or self._repo.ref(writes_ref(hexid))
+        if tip is None:
+            return None
+        entries = self._history.entries(self._history.commit(tip))
+        order = serde.loads(self._blob(entries[_ORDER][1]), f"writes of {hexid[:12]}") if _ORDER in entries else []
+        out = []
+        for name in order:
+            if name in entries:
+                task, channel, _, value = serde.loads(self._blob(entries[name][1]), f"write {name}")
+                out.append(PendingWrite(task, channel, value))
+        return out
+
+    def put_writes(self, config: CheckpointConfig, writes: Sequence[PendingWrite], task_id: str) -> None:
+        """Attach ``writes`` to the addressed checkpoint, durably, without rewriting its commit.
+
+        Each write is a :class:`PendingWrite` (its own task id) or a ``(channel, value)`` pair
+        (``task_id`` is used). A write replaces an earlier one with the same (task id, channel,
+        index in ``writes``). Raises :class:`UnknownThreadError` / :class:`UnknownCheckpointError`
+        if the checkpoint does not exist.
+        """
+        hexid = self._existing(config)
+        items = []
+        for idx, w in enumerate(writes):
+            if isinstance(w, tuple) and len(w) == 3:
+                task, channel, value = w
+            elif isinstance(w, tuple) and len(w) == 2:
+                (channel, value), task = w, task_id
+            else:
+                raise InvalidInputError(f"writes[{idx}] must be a PendingWrite or a (channel, value) pair")
+            if not isinstance(task, str) or not isinstance(channel, str):
+                raise InvalidInputError(f"writes[{idx}]: task id and channel must be strings")
+            items.append((f"{_safe(task)}.{_safe(channel)}.{idx}",
+                          serde.dumps([task, channel, idx, value], f"writes[{idx}]")))
+        if not items:
+            return
+        name = writes_ref(hexid)
+        for _ in range(_WRITE_RETRIES):
+            with self._repo.writing():
+                old = self._repo.ref(name)
+                entries = dict(self._history.entries(self._history.commit(old))) if old else {}
+                order = serde.loads(self._blob(entries[_ORDER][1]), "writes order") if _ORDER in entries else []
+                record = Record()
+                for key, data in items:
+                    entries[key] = (MODE_BLOB, self._repo.write(record, "blob", data))
+                    if key not in order:
+                        order.append(key)
+                entries[_ORDER] = (MODE_BLOB, self._repo.write(record, "blob", serde.dumps(order)))
+                tree = self._repo.write(record, "tree", tree_bytes(entries))
+                message = f"writes for checkpoint {hexid[:12]} · {len(items)} write(s)\n"
+                data = commit_bytes(tree.hex(), [old] if old else [], message)
+                new = self._repo.write(record, "commit", data).hex()
+                try:
+                    self._repo.move_ref(record, name, old, new)
+                except CheckpointConflictError:
+                    continue  # another writer upserted meanwhile: merge again on top of theirs
+                finally:
+                    if record.refs:
+                        self._repo.commit(record)
+                return
+        raise CheckpointConflictError(f"writes of checkpoint {hexid[:12]}: too many concurrent writers")
+
+    # -- deleting -------------------------------------------------------------------------
+
+    def delete(self, config: CheckpointConfig) -> None:
+        """Delete one checkpoint (the thread's latest without an id).
+
+        Its children are re-parented onto its parent (their ids stay; their commit SHAs
+        change). Deleting a thread's only checkpoint deletes the thread. The data stays in
+        the object store until :meth:`purge`. Raises :class:`UnknownThreadError` /
+        :class:`UnknownCheckpointError`.
+        """
+        with self._repo.writing():
+            target = self._existing(config)
+            info = self._history.commit(target)
+            mapping: dict[str, str | None] = {target: info.parent}
+            record = Record()
+            # Plan every move first, then apply them in an order whose every prefix is
+            # consistent, so a crash part-way loses nothing acknowledged: new pending-writes
+            # refs, then the heads and superseded lines, then the old pending-writes refs.
+            moves: list[tuple[str, str | None, str | None]] = []
+            for name, tip in list(self._repo.refs("refs/")):
+                if name.startswith(WRITES):
+                    continue
+                new = self._rewrite(tip, mapping, record)
+                if new == tip:
+                    continue
+                if name.startswith(HEADS) and new is not None:
+                    self._repo.store_objects(record)  # the rewritten commits, readable from here on
+                    owner = self._history.commit(new).thread_id
+                    if owner is not None and encode_thread(owner) != name[len(HEADS):]:
+                        new = None  # its only checkpoints are gone: do not adopt another thread's
+                if name.startswith(SUPERSEDED):
+                    moves.append((name, tip, None))
+                    fresh = name.rsplit("/", 1)[0] + "/" + new if new is not None else None
+                    if fresh is not None and self._repo.ref(fresh) is None:
+                        moves.append((fresh, None, new))
+                else:
+                    moves.append((name, tip, new))
+            rekeyed, dropped = [], []
+            for old, new in mapping.items():
+                wtip = self._repo.ref(writes_ref(old)) if new != old else None
+                if wtip is None:
+                    continue
+                if new is not None and old != target:
+                    rekeyed.append((writes_ref(new), None, wtip))
+                dropped.append((writes_ref(old), wtip, None))
+            try:
+                cause = f"delete: checkpoint {info.checkpoint_id}"
+                for name, old, new in rekeyed + moves + dropped:
+                    self._repo.move_ref(record, name, old, new, cause)
+            finally:
+                token = self._history.note_generation(record)
+                self._repo.commit(record)
+                self._history.bump_generation(token)
+
+    def _rewrite(self, tip: str, mapping: dict[str, str | None], record: Record) -> str | None:
+        path, current = [], tip
+        while current is not None and current not in mapping:
+            path.append(current)
+            current = self._history.commit(current).parent
+        if current is None:
+            for c in path:
+                mapping[c] = c  # unaffected: remember so other refs stop here
+            return tip
+        new_parent = mapping[current]
+        for c in reversed(path):
+            info = self._history.commit(c)
+            data = self._repo.read(bytes.fromhex(c), "commit")
+            head, _, message = data.partition(b"\n\n")
+            lines = [ln for ln in head.split(b"\n") if not ln.startswith(b"parent ")]
+            parents = ([new_parent] if new_parent else []) + list(info.parents[1:])
+            lines[1:1] = [b"parent " + p.encode() for p in parents]
+            rewritten = b"\n".join(lines) + b"\n\n" + message
+            new_parent = self._repo.write(record, "commit", rewritten).hex()
+            mapping[c] = new_parent
+        return mapping[tip]
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete a thread: its branch, its superseded lines and the pending writes of its checkpoints.
+
+        Checkpoints shared with threads forked from it stay. Raises :class:`UnknownThreadError`.
+        """
+        thread = check_thread_id(thread_id)
+        with self._repo.writing():
+            refs = [(head_ref(thread), self.head(thread))] + list(self._repo.refs(superseded_prefix(thread)))
+            refs = [(n, t) for n, t in refs if t is not None]
+            if not refs:
+                raise UnknownThreadError(f"thread {thread!r} has no checkpoints")
+            writes: dict[str, str] = {}  # a head and its superseded lines share commits
+            for _, tip in refs:
+                for info in self._history.first_parents(tip):
+                    if info.thread_id != thread:
+                        break
+                    wtip = self._repo.ref(writes_ref(info.hex))
+                    if wtip is not None:
+                        writes[writes_ref(info.hex)] = wtip
+            record = Record()
+            try:  # the thread's refs first: a crash part-way leaves only unreachable pending writes
+                for name, tip in refs + list(writes.items()):
+                    self._repo.move_ref(record, name, tip, None)
+            finally:
+                token = self._history.note_generation(record)
+                self._repo.commit(record)
+                self._history.bump_generation(token)
+
+    def rename_thread(self, old_id: str, new_id: str) -> None:
+        """Rename a thread: its branch, superseded lines, reflog and the thread id its own
+        checkpoints record (their ids stay; their commit SHAs change, pending writes follow).
+
+        Raises :class:`UnknownThreadError`, :class:`CheckpointConflictError` if ``new_id``
+        exists or another writer moved the thread meanwhile, and :class:`InvalidInputError`
+        if other threads were forked from it (their history records the old name; fork instead).
+        """
+        old, new = check_thread_id(old_id), check_thread_id(new_id)
+        if old == new:
+            return
+        with self._repo.writing():
+            tips = [(head_ref(old), self.head(old))] + list(self._repo.refs(superseded_prefix(old)))
+            tips = [(n, t) for n, t in tips if t is not None]
+            if not tips:
+                raise UnknownThreadError(f"thread {old!r} has no checkpoints")
+            if self.head(new) is not None or list(self._repo.refs(superseded_prefix(new))):
+                raise CheckpointConflictError(f"thread {new!r} already exists")
+            own = {info.hex for _, tip in tips for info in self._history.first_parents(tip)
+                   if info.thread_id == old}
+            for name, tip in self._repo.refs(HEADS):
+                if name != head_ref(old) and any(i.hex in own for i in self._history.first_parents(tip)):
+                    raise InvalidInputError(f"thread {self.thread_of_ref(name)!r} was forked from {old!r}; "
+                                            f"renaming would duplicate checkpoints (fork {old!r} instead)")
+            record, mapping = Record(), {}
+            for _, tip in tips:
+                self._relabel(tip, old, new, mapping, record)
+            moves = [(head_ref(new), None, mapping.get(tips[0][1], tips[0][1]))]
+            moves += [(superseded_prefix(new) + mapping.get(t, t), None, mapping.get(t, t)) for _, t in tips[1:]]
+            for sha, fresh in mapping.items():
+                wtip = self._repo.ref(writes_ref(sha))
+                if wtip is not None:
+                    moves += [(writes_ref(fresh), None, wtip), (writes_ref(sha), wtip, None)]
+            moves += [(name, tip, None) for name, tip in tips]
+            logs = os.path.join(self.path, "logs")
+            reflog = self._repo.reflog(head_ref(old))
+            try:
+                for name, was, now in moves:
+                    self._repo.move_ref(record, name, was, now, f"branch: renamed {old} to {new}")
+            finally:
+                token = self._history.note_generation(record)
+                self._repo.commit(record)
+                self._history.bump_generation(token)
+            if reflog:  # carry the old reflog over, under the new name
+                path = os.path.join(logs, head_ref(new))
+                with open(path, "rb") as f:
+                    tail = f.read()
+                lines = [f"{e.old or '0' * 40} {e.new or '0' * 40} {e.who} {e.time} +0000\t{e.message}\n"
+                         for e in reversed(reflog)]
+                with open(path + ".qvc-rename", "wb") as f:
+                    f.write("".join(lines).encode() + tail)
+                os.replace(path + ".qvc-rename", path)
+
+    def _relabel(self, tip: str, old: str, new: str, mapping: dict[str, str], record: Record) -> None:
+        chain = []
+        for info in self._history.first_parents(tip):
+            if info.hex in mapping or info.thread_id != old:
+                break
+            chain.append(info)
+        for info in reversed(chain):
+            entries = dict(self._history.entries(info))
+            header, metadata = decode_header(self._blob(entries[HEADER][1]), f"checkpoint {info.hex[:12]}")
+            header["thread_id"] = new
+            parents = [mapping.get(p, p) for p in info.parents]
+            if isinstance(header.get("versions"), list) and header["versions"]:
+                header["versions"] = [parents[0] if parents else None, header["versions"][1]]
+            entries[HEADER] = (MODE_BLOB, self._repo.write(record, "blob", encode_header(header, metadata)))
+            tree = self._repo.write(record, "tree", tree_bytes(entries))
+            message = info.message.replace(f"\nThread: {escape_trailer(old)}\n", f"\nThread: {escape_trailer(new)}\n")
+            data = commit_bytes(tree.hex(), parents, message, info.time)
+            mapping[info.hex] = self._repo.write(record, "commit", data).hex()
+
+    # -- remotes (qvc.remotes.remote) ---------------------------------------------------------------
+
+    def push(self, remote: str = "origin", threads: Optional[Sequence[str]] = None, **options: Any):
+        """Push threads (default: all, with every qvc ref) to ``remote``; see :func:`qvc.remotes.remote.push`.
+
+        Returns a :class:`~qvc.remotes.remote.PushResult`; raises :class:`~qvc.errors.PushRejectedError`
+        (per-ref reasons in ``.result``) if any ref was rejected, :class:`~qvc.errors.RemoteError`
+        if the remote cannot be reached.
+        """
+        from qvc.remotes.remote import push
+
+        return push(self, remote, threads, **options)
+
+    def fetch(self, remote: str = "origin", **options: Any):
+        """Fetch a remote's threads as ``REMOTE/THREAD``; see :func:`qvc.remotes.remote.fetch`."""
+        from qvc.remotes.remote import fetch
+
+        return fetch(self, remote, **options)
+
+    # -- following --------------------------------------------------------------------------
+
+    def watch(self, threads: Iterable[str] | None = None, *, callback: Callable[[WatchEvent], object] | None = None,
+              hints: str = "auto", poll_interval: float = 0.05, rescan_interval: float = 1.0,
+              timeout: float | None = None) -> Watcher:
+        """Follow the repository live: a :class:`qvc.inspect.watch.Watcher` of the changes made from now on.
+
+        Iterate it for :class:`qvc.inspect.watch.WatchEvent` s (checkpoints, forks, resets, deletes,
+        renames, pending writes, HEAD moves), blocking until ``timeout`` seconds have passed
+        (forever if ``None``) or it is stopped; with ``callback``, a background thread calls
+        ``callback(event)`` instead until ``watcher.stop()``. ``threads`` limits the events to
+        those threads. Hints come from inotify (``hints="inotify"``, or ``"auto"``: inotify,
+        else polling every ``poll_interval`` seconds; ``"poll"`` forces polling); the refs are
+        re-read at least every ``rescan_interval`` seconds. Works on read-only stores.
+        Use it as a context manager (or call ``stop()``) to release the inotify watches.
+        Raises :class:`InvalidInputError` for a bad argument, ``OSError`` when
+        ``hints="inotify"`` cannot start, :class:`StoreClosedError` on a closed store.
+        """
+        from qvc.inspect.watch import Watcher
+
+        if self._repo.closed:
+            raise StoreClosedError(f"{self.path}: the store is closed")
+        watcher = Watcher(self, threads, hints=hints, poll_interval=poll_interval,
+                          rescan_interval=rescan_interval, timeout=timeout)
+        return watcher.start(callback) if callback is not None else watcher
+
+    def gc(self) -> None:
+        """Pack objects and refs with git (waits for writers in every process). Deleted
+        checkpoints stay in the object store; :meth:`purge` drops them."""
+        from qvc.plumbing.maintenance import gc
+
+        with self._repo.exclusive() as lock_fd:
+            gc(self._repo, lock_fd)
+
+    def purge(self) -> None:
+        """Make deleted checkpoints unrecoverable: drop unreachable objects from the repository.
+
+        Runs ``git`` (repack and prune) under the exclusive maintenance lock, so it waits for
+        writers in every process; hardens everything and restarts this store's journal.
+        Journals of other open stores may still hold deleted values until they close.
+        """
+        from qvc.plumbing.maintenance import purge
+
+        with self._repo.exclusive() as lock_fd:
+            purge(self._repo, lock_fd)
+        self._trees.clear()
+
+
+def _thread_of(config: Any) -> str:
+    thread = getattr(config, "thread_id", None)
+    if thread is None and not hasattr(config, "thread_id"):
+        raise InvalidInputError(f"expected a CheckpointConfig, not {type(config).__name__}")
+    return check_thread_id(thread)
+
+
+def _check_mapping(value: Any, what: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(f"{what} must be a mapping, not {type(value).__name__}")
+    return dict(value)
+
+
+def _check_checkpoint(checkpoint: Any, thread: str) -> None:
+    for attr in ("id", "thread_id", "step", "state_data"):
+        if not hasattr(checkpoint, attr):
+            raise InvalidInputError(f"expected a Checkpoint, not {type(checkpoint).__name__}")
+    if not isinstance(checkpoint.id, str) or not checkpoint.id:
+        raise InvalidInputError(f"checkpoint.id must be a non-empty string, not {checkpoint.id!r}")
+    if checkpoint.thread_id != thread:
+        raise InvalidInputError(f"checkpoint.thread_id {checkpoint.thread_id!r} does not match "
+                                f"config.thread_id {thread!r}")
+    if not isinstance(checkpoint.step, int) or isinstance(checkpoint.step, bool):
+        raise InvalidInputError(f"checkpoint.step must be an integer, not {checkpoint.step!r}")
+    if not isinstance(checkpoint.state_data, Mapping):
+        raise InvalidInputError(f"checkpoint.state_data must be a mapping, not {type(checkpoint.state_data).__name__}")
+    if checkpoint.parent_id is not None and (not isinstance(checkpoint.parent_id, str) or not checkpoint.parent_id):
+        raise InvalidInputError(
+            f"checkpoint.parent_id must be a non-empty string or None, not {checkpoint.parent_id!r}")
+
+
+__all__ = ["GitCheckpointStore", "CommitInfo"]

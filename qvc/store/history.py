@@ -1,0 +1,331 @@
+"""Reading history: commit parsing, the checkpoint-id index and state versions from tree diffs.
+
+Everything here is derived from git objects and refs, so it is right for any history,
+including one written by another process or tool; the caches only make it fast.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator
+
+from qvc.errors import CorruptionError
+from qvc.plumbing.objects import parse_tree
+from qvc.plumbing.repository import GENERATION
+from qvc.store.format import HEADER, decode_header, parse_trailers
+from qvc.store.refnames import WRITES, decode_name
+
+if TYPE_CHECKING:
+    from qvc.plumbing.journal import Record
+    from qvc.plumbing.repository import Repository
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """What a commit says about its checkpoint, parsed without reading its tree."""
+
+    hex: str
+    tree: bytes
+    parents: tuple[str, ...]
+    time: int
+    message: str
+    checkpoint_id: str  # the Checkpoint-Id trailer, or the commit SHA for a foreign commit
+    thread_id: str | None
+    step: int | None
+
+    @property
+    def parent(self) -> str | None:
+        return self.parents[0] if self.parents else None
+
+
+def parse_commit(hexid: str, data: bytes) -> CommitInfo:
+    try:
+        head, _, message = data.partition(b"\n\n")
+        tree, parents, when = b"", [], 0
+        for line in head.split(b"\n"):
+            if line.startswith(b"tree "):
+                tree = bytes.fromhex(line[5:].decode())
+            elif line.startswith(b"parent "):
+                parents.append(line[7:].decode())
+            elif line.startswith(b"committer "):
+                when = int(line.rsplit(b" ", 2)[1])
+        text = message.decode("utf-8", "surrogateescape")
+    except (ValueError, IndexError):
+        raise CorruptionError(f"commit {hexid} is malformed") from None
+    if len(tree) != 20:
+        raise CorruptionError(f"commit {hexid} has no tree")
+    trailers = parse_trailers(text)
+    step = trailers.get("Step")
+    return CommitInfo(hexid, tree, tuple(parents), when, text, trailers.get("Checkpoint-Id") or hexid,
+                      trailers.get("Thread"), int(step) if step and step.lstrip("-").isdigit() else None)
+
+
+class LRU(OrderedDict):
+    """A least-recently-stored cache bounded by entry count and, with ``weigh``, by total weight."""
+
+    def __init__(self, size: int, max_weight: int | None = None, weigh=None):
+        super().__init__()
+        self._size = size
+        self._max_weight = max_weight
+        self._weigh = weigh
+        self._weight = 0
+        self._lock = threading.Lock()
+
+    def put(self, key, value) -> None:
+        with self._lock:
+            self._put(key, value)
+
+    def _put(self, key, value) -> None:
+        if self._weigh is not None:
+            w = self._weigh(value)
+            if w > self._max_weight:
+                return
+            old = self.get(key)
+            self._weight += w - (self._weigh(old) if old is not None else 0)
+        self[key] = value
+        self.move_to_end(key)
+        while len(self) > self._size or (self._weigh is not None and self._weight > self._max_weight):
+            _, dropped = self.popitem(last=False)
+            if self._weigh is not None:
+                self._weight -= self._weigh(dropped)
+
+    def clear(self) -> None:
+        with self._lock:
+            super().clear()
+            self._weight = 0
+
+
+class History:
+    """Caches over one repository's history (thread-safe, shared by the store's threads)."""
+
+    def __init__(self, repo: Repository):
+        self.repo = repo
+        self._lock = threading.RLock()
+        self._commits = LRU(200_000)
+        self._versions = LRU(20_000)
+        self._trees = LRU(20_000)
+        self._blobs = LRU(65536, 32 * 2**20, len)  # raw oid -> blob bytes
+        self._by_id: dict[str, str] = {}
+        self._indexed: set[str] = set()
+        self._tips: dict[str, str] = {}
+        self._generation: tuple | None = None
+
+    # -- commits ------------------------------------------------------------------------
+
+    def commit(self, hexid: str) -> CommitInfo:
+        info = self._commits.get(hexid)
+        if info is None:
+            info = parse_commit(hexid, self.repo.read(bytes.fromhex(hexid), "commit"))
+            with self._lock:
+                self._commits.put(hexid, info)
+        return info
+
+    def first_parents(self, hexid: str | None) -> Iterator[CommitInfo]:
+        """The commit and its first parents, newest first (git log --first-parent)."""
+        seen = set()
+        while hexid is not None and hexid not in seen:
+            seen.add(hexid)
+            info = self.commit(hexid)
+            yield info
+            hexid = info.parent
+
+    def tree(self, raw: bytes) -> dict[str, tuple[int, bytes]]:
+        """A tree's entries (cached; callers must not mutate the result)."""
+        found = self._trees.get(raw)
+        if found is None:
+            found = self.repo.read_tree(raw)
+            self._trees.put(raw, found)
+        return found
+
+    def prime(self, record: Record) -> None:
+        """Cache the trees and blobs this process just wrote, as written.
+
+        Reading them back through libgit2 would first have to discover the fresh pack (a
+        rescan of the pack directory on every put).
+        """
+        for (kind, data), oid in zip(record.objects, record.oids, strict=True):
+            if kind == "blob":
+                self._blobs.put(oid, data)
+            elif kind == "tree":
+                self._trees.put(oid, parse_tree(data, oid))
+
+    def blob(self, raw: bytes) -> bytes:
+        """A blob's bytes (cached; blobs are immutable)."""
+        data = self._blobs.get(raw)
+        if data is None:
+            data = self.repo.read(raw, "blob")
+            self._blobs.put(raw, data)
+        return data
+
+    def entries(self, info: CommitInfo) -> dict[str, tuple[int, bytes]]:
+        """The commit's root tree entries (cached; callers must not mutate the result)."""
+        return self.tree(info.tree)
+
+    # -- the checkpoint-id index ----------------------------------------------------------
+
+    def generation_path(self) -> str:
+        return os.path.join(self.repo.path, GENERATION)
+
+    @staticmethod
+    def note_generation(record) -> str:
+        """A new generation token, noted in ``record`` before the delete that writes it commits
+        (so recovery knows the token as this writer's, not a later delete's)."""
+        token = os.urandom(8).hex()
+        record.seen[GENERATION] = [None, token]
+        return token
+
+    def bump_generation(self, token: str | None = None) -> None:
+        """Tell every process that history was rewritten or deleted (their indexes rebuild).
+
+        With ``token`` (noted by :meth:`note_generation` in a committed record), that record is
+        made durable first, in every durability mode: a power cut must never keep the new token
+        and lose the record naming it, or recovery would take this writer's delete for another's
+        and leave the refs it journalled before unrestored."""
+        if token is not None:
+            self.repo.flush()
+        path = self.generation_path()
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}"
+        with open(tmp, "w") as f:
+            f.write(token or os.urandom(8).hex())
+        os.replace(tmp, path)
+
+    def _check_generation(self) -> None:
+        try:
+            st = os.stat(self.generation_path())
+            gen = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            gen = None
+        if gen != self._generation:
+            with self._lock:
+                self._by_id.clear()
+                self._indexed.clear()
+                self._tips.clear()
+                self._generation = gen
+
+    def note(self, info: CommitInfo) -> None:
+        """Index a commit this process just wrote."""
+        with self._lock:
+            self._commits.put(info.hex, info)
+            if self._tips or self._by_id:
+                self._by_id[info.checkpoint_id] = info.hex
+                self._indexed.add(info.hex)
+
+    def _index_from(self, tip: str) -> None:
+        stack = [tip]
+        while stack:
+            hexid = stack.pop()
+            if hexid in self._indexed:
+                continue
+            try:
+                info = self.commit(hexid)
+            except CorruptionError:
+                continue  # fsck names it; lookups simply do not find it
+            self._indexed.add(hexid)
+            self._by_id.setdefault(info.checkpoint_id, hexid)
+            stack.extend(info.parents)
+
+    def refresh(self) -> None:
+        """Index every commit reachable from any ref whose tip moved since the last refresh."""
+        self._check_generation()
+        with self._lock:
+            for name, tip in self.repo.refs("refs/"):
+                if name.startswith(WRITES) or self._tips.get(name) == tip:
+                    continue
+                self._index_from(tip)
+                self._tips[name] = tip
+
+    def lookup(self, checkpoint_id: str, *, refresh: bool = True) -> str | None:
+        """The commit holding ``checkpoint_id`` (exact id), refreshing the index on a miss."""
+        self._check_generation()
+        if not self._tips:
+            self.refresh()
+        hexid = self._by_id.get(checkpoint_id)
+        if hexid is None and refresh:
+            self.refresh()
+            hexid = self._by_id.get(checkpoint_id)
+        return hexid
+
+    def reachable(self, hexid: str) -> bool:
+        """Whether a commit is reachable from a ref (deleted checkpoints are not)."""
+        self.refresh()
+        return hexid in self._indexed
+
+    def matches(self, prefix: str) -> set[str]:
+        """Commits whose checkpoint id or SHA starts with ``prefix``."""
+        self.refresh()
+        with self._lock:
+            found = {h for cid, h in self._by_id.items() if cid.startswith(prefix)}
+            found |= {h for h in self._indexed if h.startswith(prefix.lower())}
+        return found
+
+    # -- state versions -------------------------------------------------------------------
+    #
+    # state_versions[field] counts the checkpoints on the first-parent chain, this one included,
+    # in which the field was added or changed (its blob or tree id differs from the parent's).
+    # qvc records the counts it derived in each commit's header together with the parent SHA
+    # they were derived against; since a SHA pins the whole ancestry, the record is exact for
+    # as long as the commit keeps that parent (a rebase or a rewrite makes it be ignored), and
+    # reading a checkpoint does not walk its history.
+
+    def _fields(self, info: CommitInfo) -> dict[str, bytes]:
+        return {decode_name(n): raw for n, (_, raw) in self.entries(info).items() if n != HEADER}
+
+    def _recorded(self, info: CommitInfo) -> dict[str, int] | None:
+        entry = self.entries(info).get(HEADER)
+        if entry is None:
+            return None
+        try:
+            header, _ = decode_header(self.blob(entry[1]), f"checkpoint {info.hex[:12]} header")
+        except CorruptionError:
+            return None
+        record = header.get("versions")
+        if (isinstance(record, list) and len(record) == 2 and record[0] == info.parent
+                and isinstance(record[1], dict)):
+            return record[1]
+        return None
+
+    def counts(self, hexid: str) -> tuple[dict[str, int], dict[str, bytes]]:
+        """(counts of every field ever on the chain, ids of the fields present) at a commit."""
+        chain: list[CommitInfo] = []
+        base: tuple[dict[str, int], dict[str, bytes]] | None = None
+        for info in self.first_parents(hexid):
+            base = self._versions.get(info.hex)
+            if base is None:
+                recorded = self._recorded(info)
+                if recorded is not None:
+                    base = (recorded, self._fields(info))
+                    self._versions.put(info.hex, base)
+            if base is not None:
+                break
+            chain.append(info)
+        counts, ids = (dict(base[0]), base[1]) if base else ({}, {})
+        for info in reversed(chain):
+            fields = self._fields(info)
+            for f, raw in fields.items():
+                if ids.get(f) != raw:
+                    counts[f] = counts.get(f, 0) + 1
+            ids = fields
+            self._versions.put(info.hex, (dict(counts), ids))
+        return counts, ids
+
+    def remember(self, hexid: str, counts: dict[str, int], ids: dict[str, bytes]) -> None:
+        """Memoize the counts of a commit this process just wrote."""
+        self._versions.put(hexid, (dict(counts), ids))
+
+    def versions(self, hexid: str) -> dict[str, int]:
+        """``state_versions`` of a checkpoint: the counts of the fields it holds."""
+        counts, ids = self.counts(hexid)
+        missing = [f for f in ids if f not in counts]
+        if missing:  # a hand-made tree next to a recorded header that does not know its fields
+            raise CorruptionError(f"checkpoint {hexid[:12]}: its recorded versions lack field {missing[0]!r}")
+        return {f: counts[f] for f in ids}
+
+    def changed(self, hexid: str) -> list[str]:
+        """Fields the checkpoint added or changed against its first parent."""
+        info = self.commit(hexid)
+        mine = self._fields(info)
+        theirs = self._fields(self.commit(info.parent)) if info.parent else {}
+        return [f for f, raw in mine.items() if theirs.get(f) != raw]

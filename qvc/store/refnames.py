@@ -1,0 +1,113 @@
+"""Thread ids <-> git ref names, and the ref namespaces qvc uses.
+
+Layout of refs in a qvc repository::
+
+    refs/heads/<thread>                     the thread's head (one branch per thread)
+    refs/qvc/superseded/<thread>/<sha>      a line left behind by time travel (kept reachable)
+    refs/qvc/writes/<sha>                   pending writes attached to checkpoint commit <sha>
+    refs/remotes/<remote>/<thread>          a remote's thread, as last fetched or pushed
+    refs/qvc/remotes/<remote>/<namespace>/  the remote's superseded lines, pending writes and notes
+
+``<thread>`` is the thread id with every character outside ``[a-z0-9_-]`` written as ``%XX``
+per UTF-8 byte. The encoding is reversible, is one path component (so ``a`` and ``a/b`` never
+clash), and has no upper-case letters (so ``A`` and ``a`` never clash on case-insensitive file
+systems). Ids whose encoding would pass 200 bytes keep a readable prefix followed by ``%%``
+and a hash of the whole id; the full id is then read from the head commit.
+"""
+
+from __future__ import annotations
+
+import re
+
+from qvc.errors import InvalidThreadIdError
+
+HEADS = "refs/heads/"
+SUPERSEDED = "refs/qvc/superseded/"
+WRITES = "refs/qvc/writes/"
+NOTES = "refs/notes/"
+REMOTES = "refs/remotes/"
+REMOTE_QVC = "refs/qvc/remotes/"
+
+_SAFE = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
+_ESCAPE_RUN = re.compile(r"(?:%[0-9A-F]{2})+")
+MAX_ENCODED = 200
+_LONG_MARK = "%%"
+
+
+def _encode(text: str) -> str:
+    return "".join(c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogatepass")) for c in text)
+
+
+def check_thread_id(thread_id: object) -> str:
+    """Return ``thread_id`` if it can name a thread, else raise :class:`InvalidThreadIdError`."""
+    if not isinstance(thread_id, str):
+        raise InvalidThreadIdError(f"thread id must be a string, not {type(thread_id).__name__}")
+    if not thread_id:
+        raise InvalidThreadIdError("thread id must not be empty")
+    return thread_id
+
+
+def encode_thread(thread_id: str) -> str:
+    """The single ref-name component for ``thread_id`` (see the module docstring)."""
+    enc = _encode(check_thread_id(thread_id))
+    if len(enc) <= MAX_ENCODED:
+        return enc
+    import hashlib
+
+    digest = hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    keep, out = MAX_ENCODED - len(digest) - len(_LONG_MARK), ""
+    for c in thread_id:  # cut on a character boundary, never inside a %XX run
+        piece = _encode(c)
+        if len(out) + len(piece) > keep:
+            break
+        out += piece
+    return f"{out}{_LONG_MARK}{digest}"
+
+
+def decode_thread(component: str) -> str | None:
+    """The thread id a component encodes, or ``None`` for a hashed long id or a component that is
+    no encoding of ours (undecodable escapes, e.g. written by another tool): read it from the commit."""
+    if _LONG_MARK in component:
+        return None
+    try:
+        return _ESCAPE_RUN.sub(
+            lambda m: bytes.fromhex(m.group(0).replace("%", "")).decode("utf-8", "surrogatepass"), component
+        )
+    except UnicodeDecodeError:  # no encoding of ours (a ref another tool wrote): read it from the commit
+        return None
+
+
+def head_ref(thread_id: str) -> str:
+    return HEADS + encode_thread(thread_id)
+
+
+def superseded_prefix(thread_id: str) -> str:
+    return f"{SUPERSEDED}{encode_thread(thread_id)}/"
+
+
+def writes_ref(commit_hex: str) -> str:
+    return WRITES + commit_hex
+
+
+def remote_head_ref(remote: str, thread_id: str) -> str:
+    """The remote-tracking ref of ``thread_id`` on ``remote`` (what ``REMOTE/THREAD`` names)."""
+    return f"{REMOTES}{remote}/{encode_thread(thread_id)}"
+
+
+def encode_name(name: str) -> str:
+    """A git tree entry name for a state field: readable, reversible, never ``.``-led or ``/``-bearing."""
+    out = []
+    for i, c in enumerate(name):
+        if c in "%/\\" or ord(c) < 32 or ord(c) == 127 or (i == 0 and c == "."):
+            out.append("".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogatepass")))
+        else:
+            out.append(c)
+    return "".join(out) or "%"
+
+
+def decode_name(entry: str) -> str:
+    if "%" not in entry:
+        return entry
+    if entry == "%":
+        return ""
+    return _ESCAPE_RUN.sub(lambda m: bytes.fromhex(m.group(0).replace("%", "")).decode("utf-8", "surrogatepass"), entry)

@@ -1,0 +1,113 @@
+"""Naming checkpoints the way git names commits.
+
+A revision is a base name, optionally followed by suffixes:
+
+* base: ``HEAD`` (the current thread's head, or the detached checkpoint), a thread id (its
+  head), ``REMOTE/THREAD`` (a remote's thread as last fetched, see :mod:`qvc.remotes.remote`), a
+  checkpoint id or unique id prefix, a commit SHA or unique SHA prefix (4+ digits);
+* ``~N`` (``~`` alone is ``~1``; ``^`` is ``~1``): N first parents back (across forks);
+* ``@{N}``: the thread's head N movements ago, read from its reflog (``@{0}`` is the head).
+
+Thread ids may contain ``~``, ``^`` and ``@{``: the whole text is tried as a thread and as a
+checkpoint id before any suffix is split off.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from qvc.errors import InvalidInputError, UnknownCheckpointError, UnknownThreadError
+from qvc.store.refnames import check_thread_id
+
+if TYPE_CHECKING:
+    from qvc.store.git_store import GitCheckpointStore
+
+_SUFFIX = re.compile(r"(~\d*|\^|@\{\d+\})$")
+
+
+@dataclass(frozen=True)
+class Revision:
+    """A resolved name: the checkpoint's commit, and the thread the name went through (if any)."""
+
+    commit: str
+    thread: str | None
+
+
+def thread_named(store: GitCheckpointStore, name: str) -> str | None:
+    """``name`` if it is a thread with checkpoints (``HEAD``: the current thread), else ``None``."""
+    if name == "HEAD":
+        head = store.current()
+        return head.thread if head.commit is not None else None
+    try:
+        check_thread_id(name)
+    except InvalidInputError:
+        return None
+    return name if store.head(name) is not None else None
+
+
+def parse_revision(store: GitCheckpointStore, text: str) -> Revision:
+    """Resolve ``text`` to a checkpoint commit.
+
+    Raises :class:`UnknownCheckpointError` for a name that matches nothing (or a ``~N`` past the
+    first checkpoint, an ``@{N}`` past the reflog), :class:`UnknownThreadError` for ``HEAD`` on
+    a thread with no checkpoints, :class:`AmbiguousNameError` for an ambiguous prefix and
+    :class:`InvalidInputError` for an empty name.
+    """
+    if not isinstance(text, str) or not text:
+        raise InvalidInputError("empty revision")
+    base = _base(store, text)
+    if base is not None:
+        return base
+    m = _SUFFIX.search(text)
+    if m is None or m.start() == 0:
+        return _by_checkpoint(store, text)
+    inner, suffix = text[: m.start()], m.group(0)
+    if suffix.startswith("@{"):
+        n = int(suffix[2:-1])
+        thread = thread_named(store, inner)
+        if thread is None:
+            if inner == "HEAD":
+                raise UnknownThreadError("HEAD: the current thread has no checkpoints, so no reflog")
+            raise UnknownCheckpointError(f"{text!r}: {inner!r} is not a thread (@{{N}} needs one)")
+        log = store.reflog(thread)
+        if n >= len(log) or log[n].new is None:
+            raise UnknownCheckpointError(f"{text!r}: thread {thread!r} has {len(log)} reflog entries")
+        return Revision(log[n].new, thread)
+    steps = 1 if suffix in ("~", "^") else int(suffix[1:])
+    rev = parse_revision(store, inner)
+    commit = rev.commit
+    for i in range(steps):
+        parent = store._history.commit(commit).parent
+        if parent is None:
+            raise UnknownCheckpointError(f"{text!r}: only {i} checkpoint(s) before {inner!r}")
+        commit = parent
+    return Revision(commit, rev.thread)
+
+
+def _base(store: GitCheckpointStore, text: str) -> Revision | None:
+    if text == "HEAD":
+        head = store.current()
+        if head.commit is None:
+            threads = store.threads()
+            hint = f"; threads: {', '.join(threads[:5])}{', ...' if len(threads) > 5 else ''}" if threads else ""
+            raise UnknownThreadError(f"HEAD: the current thread {head.thread!r} has no checkpoints yet "
+                                     f"(name a thread, or choose one with `qvc checkout THREAD`{hint})")
+        return Revision(head.commit, head.thread)
+    thread = thread_named(store, text)
+    if thread is not None:
+        return Revision(store.head(thread), thread)
+    from qvc.remotes.remote import tracking_commit
+
+    tracked = tracking_commit(store, text)
+    if tracked is not None:
+        return Revision(tracked, None)
+    return None
+
+
+def _by_checkpoint(store: GitCheckpointStore, text: str) -> Revision:
+    try:
+        return Revision(store.resolve(text), None)
+    except UnknownCheckpointError:
+        raise UnknownCheckpointError(f"unknown revision {text!r}: not a thread, checkpoint id or commit") from None

@@ -1,0 +1,550 @@
+"""Concurrency: several processes and Python threads writing and reading one repository.
+
+Workers are ``tests/fault/workers/concurrency_worker.py`` subprocesses (real processes, real repositories).
+Sizes are modest: the suite is meant for 2 cores.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from conftest import child_env, fsck  # noqa: E402
+
+from qvc import Checkpoint, CheckpointConfig, CheckpointConflictError, DurabilityMode, GitCheckpointStore  # noqa: E402
+
+WORKER = HERE / "workers" / "concurrency_worker.py"
+_spec = importlib.util.spec_from_file_location("qvc_tests_concurrency_worker", WORKER)
+cwk = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cwk)
+
+
+
+
+
+
+
+
+def spawn(*args: str) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, str(WORKER), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=child_env())
+    line = proc.stdout.readline()
+    if line.strip() != "READY":
+        proc.kill()
+        raise AssertionError(f"worker {args} did not start: {line}{proc.stderr.read()}")
+    return proc
+
+
+def go(*procs: subprocess.Popen) -> None:
+    for p in procs:
+        p.stdin.write("GO\n")
+        p.stdin.flush()
+
+
+def collect(proc: subprocess.Popen, timeout: float) -> list[str]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(
+            f"worker did not finish within {timeout} s (blocked?)\n{out[-2000:]}\n{err[-2000:]}") from None
+    lines = out.splitlines()
+    errors = [ln for ln in lines if ln.startswith("ERROR")]
+    assert proc.returncode == 0 and not errors, f"worker failed ({proc.returncode}): {errors}\n{err[-3000:]}"
+    return lines
+
+
+def put(store, thread: str, cid: str, step: int, tag: str) -> None:
+    state = cwk.make_state(tag, cid, step)
+    store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step, state_data=state),
+              {"source": "loop", "step": step, "tag": tag})
+
+
+def line_ids(store, thread: str) -> list[str]:
+    return [t.checkpoint.id for t in store.list(CheckpointConfig(thread))]
+
+
+def check_outcome(store, thread: str, ok: list[str], conflicted: list[str]) -> None:
+    """Every returned put is on the head's first-parent line, exactly as written; no conflicted one is."""
+    line = line_ids(store, thread)
+    on_line = set(line)
+    assert len(line) == len(on_line)
+    for cid in ok:
+        tup = store.get_tuple(CheckpointConfig(thread, cid))
+        assert tup is not None, f"put of {cid} returned but the checkpoint is gone (lost update)"
+        assert cwk.check(tup) is None, cwk.check(tup)
+        assert cid in on_line, f"put of {cid} returned but it is not on the first-parent line of {thread!r}"
+    for cid in conflicted:
+        assert cid not in on_line, f"put of {cid} raised CheckpointConflictError but is on the line"
+        assert store.get_tuple(CheckpointConfig(thread, cid)) is None, (
+            f"put of {cid} raised CheckpointConflictError but the checkpoint exists")
+    assert sorted(on_line) == sorted(ok), (
+        f"the line holds checkpoints whose put did not return: {sorted(on_line - set(ok))[:10]}")
+    # parent links along the line are consistent: each checkpoint's parent is the next one
+    tuples = list(store.list(CheckpointConfig(thread)))
+    for newer, older in zip(tuples, tuples[1:], strict=False):
+        assert newer.parent_config is not None and newer.parent_config.checkpoint_id == older.checkpoint.id
+
+
+# -- (a) two processes, one thread -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_two_processes_same_thread_never_lose_a_put(tmp_path, mode):
+    path = tmp_path / "repo.qvc"
+    GitCheckpointStore(path).close()
+    n = 60
+    procs = [spawn("writer", str(path), mode, "shared", str(n), tag) for tag in ("A", "B")]
+    go(*procs)
+    outs = [collect(p, 120) for p in procs]
+    ok = [ln.split()[1] for out in outs for ln in out if ln.startswith("OK ")]
+    conflicted = [ln.split()[1] for out in outs for ln in out if ln.startswith("CONFLICT ")]
+    assert len(ok) + len(conflicted) == 2 * n
+    print(f"{mode}: {len(ok)} returned, {len(conflicted)} conflicts")
+    fsck(path)
+    with GitCheckpointStore(path) as store:
+        check_outcome(store, "shared", ok, conflicted)
+        assert {cid[0] for cid in ok} == {"A", "B"}, "both writers should get puts through"
+
+
+# -- (b) four processes, four threads ------------------------------------------------------------
+
+
+def test_four_processes_four_threads_no_conflicts(tmp_path):
+    path = tmp_path / "repo.qvc"
+    GitCheckpointStore(path).close()
+    n = 60
+    tags = ["P0", "P1", "P2", "P3"]
+    procs = [spawn("writer", str(path), "sync", f"thread-{tag}", str(n), tag) for tag in tags]
+    t0 = time.monotonic()
+    go(*procs)
+    outs = [collect(p, 90) for p in procs]
+    took = time.monotonic() - t0
+    for tag, out in zip(tags, outs, strict=True):
+        assert [ln for ln in out if ln.startswith("CONFLICT")] == [], f"{tag}: conflicts on its own thread"
+        assert sum(ln.startswith("OK ") for ln in out) == n
+    print(f"4 x {n} puts in {took:.2f} s; per process: {[out[-1] for out in outs]}")
+    assert took < 60
+    fsck(path)
+    with GitCheckpointStore(path) as store:
+        assert store.threads() == sorted(f"thread-{t}" for t in tags)
+        for tag in tags:
+            ok = [f"{tag}-{i:05d}" for i in range(n)]
+            assert line_ids(store, f"thread-{tag}") == ok[::-1]
+            check_outcome(store, f"thread-{tag}", ok, [])
+
+
+# -- (c) Python threads sharing one store ----------------------------------------------------------
+
+
+def _run_threads(target, count: int) -> list:
+    errors: list = []
+
+    def wrap(i):
+        try:
+            target(i)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=wrap, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+        assert not t.is_alive(), "a Python thread is blocked"
+    return errors
+
+
+@pytest.mark.parametrize("mode", [DurabilityMode.SYNC, DurabilityMode.ASYNC])
+def test_python_threads_different_threads(tmp_path, mode):
+    path = tmp_path / "repo.qvc"
+    n = 40
+    with GitCheckpointStore(path, durability=mode) as store:
+        def work(i):
+            for k in range(n):
+                put(store, f"pt{i}", f"T{i}-{k:05d}", k, f"T{i}")
+                if k % 10 == 0:  # reads interleaved with other threads' writes
+                    tup = store.get_tuple(CheckpointConfig(f"pt{i}"))
+                    assert tup.checkpoint.id == f"T{i}-{k:05d}" and cwk.check(tup) is None
+
+        errors = _run_threads(work, 4)
+        assert errors == []
+        for i in range(4):
+            assert line_ids(store, f"pt{i}") == [f"T{i}-{k:05d}" for k in range(n)][::-1]
+    fsck(path)
+    with GitCheckpointStore(path) as store:
+        for i in range(4):
+            check_outcome(store, f"pt{i}", [f"T{i}-{k:05d}" for k in range(n)], [])
+
+
+def test_python_threads_same_thread(tmp_path):
+    path = tmp_path / "repo.qvc"
+    n = 30
+    ok, conflicted = [], []
+    lock = threading.Lock()
+    with GitCheckpointStore(path) as store:
+        def work(i):
+            for k in range(n):
+                cid = f"S{i}-{k:05d}"
+                try:
+                    put(store, "same", cid, k, f"S{i}")
+                except CheckpointConflictError:
+                    with lock:
+                        conflicted.append(cid)
+                else:
+                    with lock:
+                        ok.append(cid)
+
+        errors = _run_threads(work, 4)
+        assert errors == []
+        assert len(ok) + len(conflicted) == 4 * n
+        check_outcome(store, "same", ok, conflicted)
+    print(f"{len(ok)} returned, {len(conflicted)} conflicts")
+    fsck(path)
+    with GitCheckpointStore(path) as store:
+        check_outcome(store, "same", ok, conflicted)
+
+
+# -- (d) a reader process never sees a half checkpoint ------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["sync", "exit"])
+def test_reader_process_sees_only_whole_checkpoints(tmp_path, mode):
+    path = tmp_path / "repo.qvc"
+    with GitCheckpointStore(path) as store:
+        put(store, "rd", "W-seed", 0, "W")  # the reader always has something to read
+    stop = tmp_path / "stop"
+    reader = spawn("reader", str(path), "rd", str(stop))
+    writer = spawn("writer", str(path), mode, "rd", "150", "W")
+    go(reader, writer)
+    try:
+        wout = collect(writer, 120)
+    finally:
+        stop.touch()
+    rout = collect(reader, 60)
+    summary = json.loads(rout[-1])
+    print(f"{mode}: reader did {summary['reads']} reads, saw {len(summary['steps'])} distinct heads")
+    assert summary["errors"] == []
+    assert summary["reads"] > 0
+    assert len(summary["steps"]) >= 2, "the reader should observe the writer's progress"
+    assert all(ln.startswith(("OK", "DONE")) for ln in wout)
+
+
+# -- deletes racing puts on one thread ------------------------------------------------------------
+
+
+def test_delete_racing_puts_on_the_same_thread(tmp_path):
+    """One process puts on a thread while another deletes its head (by id) over and over.
+
+    A returned put is either deleted by a returned delete or still on the line, intact. A
+    delete that returned removed its checkpoint; one that raised CheckpointConflictError
+    changed nothing (its checkpoint is still there, unless a later delete removed it).
+    """
+    path = tmp_path / "repo.qvc"
+    with GitCheckpointStore(path) as store:
+        put(store, "race", "R-root", 0, "R")
+    writer = spawn("writer", str(path), "sync", "race", "80", "W")
+    deleter = spawn("deleter", str(path), "race", "25")
+    go(writer, deleter)
+    wout = collect(writer, 120)
+    dout = collect(deleter, 120)
+    ok = [ln.split()[1] for ln in wout if ln.startswith("OK ")]
+    conflicted = [ln.split()[1] for ln in wout if ln.startswith("CONFLICT ")]
+    deleted = [ln.split()[1] for ln in dout if ln.startswith("DEL ")]
+    del_conflicts = [ln.split()[1] for ln in dout if ln.startswith("DELCONFLICT ")]
+    print(f"{len(ok)} puts returned, {len(conflicted)} conflicts; {len(deleted)} deletes, "
+          f"{len(del_conflicts)} delete conflicts")
+    fsck(path)
+    with GitCheckpointStore(path) as store:
+        line = line_ids(store, "race")
+        assert line[-1] == "R-root"
+        for cid in deleted:
+            assert store.get_tuple(CheckpointConfig("race", cid)) is None, f"deleted {cid} is still there"
+            assert cid not in line
+        for cid in ok:
+            if cid in deleted:
+                continue
+            tup = store.get_tuple(CheckpointConfig("race", cid))
+            assert tup is not None, f"put of {cid} returned, nobody deleted it, but it is gone"
+            assert cwk.check(tup) is None, cwk.check(tup)
+            assert cid in line, f"put of {cid} returned, nobody deleted it, but it is not on the line"
+        for cid in del_conflicts:
+            if cid in deleted or cid not in ok:
+                continue
+            assert cid in line, f"delete of {cid} raised CheckpointConflictError but removed it"
+        for cid in conflicted:
+            assert cid not in line and store.get_tuple(CheckpointConfig("race", cid)) is None
+        assert sorted(line) == sorted(set(ok) - set(deleted) | {"R-root"})
+        tuples = list(store.list(CheckpointConfig("race")))
+        for newer, older in zip(tuples, tuples[1:], strict=False):
+            assert newer.parent_config.checkpoint_id == older.checkpoint.id
+
+
+# -- pending writes from two processes onto one checkpoint ----------------------------------------
+
+
+def test_two_processes_put_writes_same_checkpoint(tmp_path):
+    path = tmp_path / "repo.qvc"
+    with GitCheckpointStore(path) as store:
+        put(store, "pw", "PW-00000", 0, "PW")
+    n = 40
+    procs = [spawn("writes", str(path), "pw", "PW-00000", str(n), tag) for tag in ("A", "B")]
+    go(*procs)
+    for p in procs:
+        collect(p, 120)
+    with GitCheckpointStore(path) as store:
+        got = store.get_tuple(CheckpointConfig("pw", "PW-00000")).pending_writes or []
+        have = {(w.task_id, w.channel): w.value for w in got}
+        for tag in ("A", "B"):
+            for i in range(n):
+                assert have.get((f"{tag}-{i:04d}", "chan")) == {"tag": tag, "i": i}, (
+                    f"acknowledged pending write {tag}-{i:04d} is missing ({len(have)} present)")
+        assert len(got) == 2 * n
+    fsck(path)
+
+
+# -- recovery of one dead writer must not undo another process's acknowledged changes --------------
+
+
+def _writer_then_die(path: Path, thread: str, n: int, tag: str) -> None:
+    """A writer process puts n checkpoints on ``thread``, stays open, and is SIGKILLed later."""
+    proc = spawn("writer", str(path), "sync", thread, str(n), tag, "--hold")
+    go(proc)
+    lines = []
+    while not (line := proc.stdout.readline()).startswith("DONE"):
+        assert line, f"writer died: {proc.stderr.read()}"
+        lines.append(line)
+    assert all(ln.startswith("OK") for ln in lines), lines
+    return proc
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    proc.kill()
+    proc.wait()
+
+
+def test_dead_writers_journal_does_not_resurrect_a_deleted_thread(tmp_path):
+    path = tmp_path / "repo.qvc"
+    GitCheckpointStore(path).close()
+    proc = _writer_then_die(path, "doomed", 3, "D")
+    try:
+        with GitCheckpointStore(path) as store:  # another process deletes the thread: acknowledged
+            store.delete_thread("doomed")
+            assert "doomed" not in store.threads()
+    finally:
+        _kill(proc)  # then the first writer dies; its journal still says doomed -> D-00002
+    with GitCheckpointStore(path) as store:
+        assert store.recovery.journals_replayed == 1
+        assert "doomed" not in store.threads(), (
+            f"recovery of a dead writer's journal brought back a thread deleted later by another process "
+            f"({store.recovery.summary()})")
+        assert store.get_tuple(CheckpointConfig("doomed", "D-00001")) is None
+
+
+def test_dead_writers_journal_does_not_resurrect_a_deleted_checkpoint(tmp_path):
+    path = tmp_path / "repo.qvc"
+    GitCheckpointStore(path).close()
+    proc = _writer_then_die(path, "only", 1, "O")
+    try:
+        with GitCheckpointStore(path) as store:
+            store.delete(CheckpointConfig("only", "O-00000"))  # its only checkpoint: the thread goes
+            assert store.get_tuple(CheckpointConfig("only", "O-00000")) is None
+    finally:
+        _kill(proc)
+    with GitCheckpointStore(path) as store:
+        assert store.get_tuple(CheckpointConfig("only", "O-00000")) is None, (
+            f"an acknowledged delete was undone by recovery of another process's journal "
+            f"({store.recovery.summary()})")
+        assert store.threads() == []
+
+
+def test_dead_writers_journal_does_not_undo_anothers_later_move(tmp_path):
+    """Another process moved the thread on (time travel back, then a new put): recovery keeps that."""
+    path = tmp_path / "repo.qvc"
+    GitCheckpointStore(path).close()
+    proc = _writer_then_die(path, "moved", 3, "M")
+    try:
+        with GitCheckpointStore(path) as store:
+            store.reset("moved", "M-00000")
+            put(store, "moved", "N-00001", 1, "N")
+    finally:
+        _kill(proc)
+    with GitCheckpointStore(path) as store:
+        head = store.get_tuple(CheckpointConfig("moved"))
+        assert head.checkpoint.id == "N-00001", (
+            f"recovery moved the head back to {head.checkpoint.id} ({store.recovery.summary()})")
+
+
+def _slow_put_then_die(path: Path, thread: str, cid: str, meanwhile) -> None:
+    """A writer moves ``thread`` to ``cid`` and is descheduled before journaling that move;
+    meanwhile another process runs ``meanwhile()`` (acknowledged); then the writer journals its
+    move, its put returns, and it is SIGKILLed."""
+    proc = spawn("slowput", str(path), thread, cid)
+    try:
+        go(proc)
+        assert proc.stdout.readline().strip() == "MOVED", proc.stderr.read()
+        meanwhile()
+        time.sleep(0.05)
+        go(proc)  # resume: the journal record is written (and timestamped) only now
+        assert proc.stdout.readline().strip() == f"ACK {cid}", proc.stderr.read()
+    finally:
+        _kill(proc)
+
+
+def test_dead_writers_late_journal_record_does_not_undo_a_delete(tmp_path):
+    """The dead writer's put moved the ref before another process deleted that checkpoint, but
+    journaled the move after the delete: recovery must not roll the ref forward again."""
+    path = tmp_path / "repo.qvc"
+    with GitCheckpointStore(path) as store:
+        put(store, "t", "X", 0, "X")
+
+    other = GitCheckpointStore(path)  # open before the writer starts its put (opening waits for writers)
+
+    def delete_it():
+        assert other.get_tuple(CheckpointConfig("t")).checkpoint.id == "Y"
+        other.delete(CheckpointConfig("t", "Y"))  # acknowledged: head back at X
+
+    try:
+        _slow_put_then_die(path, "t", "Y", delete_it)
+    finally:
+        other.close()
+    with GitCheckpointStore(path) as store:
+        head = store.get_tuple(CheckpointConfig("t")).checkpoint.id
+        assert store.get_tuple(CheckpointConfig("t", "Y")) is None and head == "X", (
+            f"recovery undid an acknowledged delete: head {head} ({store.recovery.summary()})")
+
+
+def test_dead_writers_late_journal_record_does_not_resurrect_a_thread(tmp_path):
+    path = tmp_path / "repo.qvc"
+    GitCheckpointStore(path).close()
+
+    other = GitCheckpointStore(path)
+
+    def delete_thread():
+        other.delete_thread("n")
+
+    try:
+        _slow_put_then_die(path, "n", "Y", delete_thread)
+    finally:
+        other.close()
+    with GitCheckpointStore(path) as store:
+        assert store.threads() == [], (
+            f"recovery brought back a thread deleted by another process ({store.recovery.summary()})")
+
+
+# -- (e) stale ref locks ------------------------------------------------------------------------
+
+
+def _stale_lock(path: Path, thread: str, age: float = 3600.0) -> Path:
+    lock = path / "refs" / "heads" / f"{thread}.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text("0123456789012345678901234567890123456789\n")
+    old = time.time() - age
+    os.utime(lock, (old, old))
+    return lock
+
+
+def _timed_put(store, thread: str, cid: str, step: int, limit: float) -> float:
+    t0 = time.monotonic()
+    put(store, thread, cid, step, "L")
+    took = time.monotonic() - t0
+    assert took < limit, f"put on {thread!r} took {took:.1f} s behind a stale lock"
+    got = store.get_tuple(CheckpointConfig(thread))
+    assert got is not None and got.checkpoint.id == cid
+    return took
+
+
+def test_stale_lock_removed_on_open(tmp_path):
+    path = tmp_path / "repo.qvc"
+    with GitCheckpointStore(path) as store:
+        put(store, "t", "L-00000", 0, "L")
+    lock = _stale_lock(path, "t")
+    new_lock = _stale_lock(path, "brand-new")  # a thread whose ref does not exist yet
+    with GitCheckpointStore(path) as store:
+        assert not lock.exists() and not new_lock.exists()
+        assert "refs/heads/t.lock" in store.recovery.locks_removed, store.recovery
+        assert "refs/heads/brand-new.lock" in store.recovery.locks_removed, store.recovery
+        _timed_put(store, "t", "L-00001", 1, 3.0)
+        _timed_put(store, "brand-new", "L-00002", 0, 3.0)
+    fsck(path)
+
+
+def test_stale_lock_cleared_by_put_while_open(tmp_path):
+    path = tmp_path / "repo.qvc"
+    with GitCheckpointStore(path) as store:
+        put(store, "t", "L-00000", 0, "L")
+        _stale_lock(path, "t")  # appears after recovery ran (a writer of another process died)
+        _stale_lock(path, "brand-new")
+        _timed_put(store, "t", "L-00001", 1, 3.0)
+        _timed_put(store, "brand-new", "L-00002", 0, 3.0)
+    fsck(path)
+
+
+def test_stale_lock_removed_while_another_process_has_it_open(tmp_path):
+    path = tmp_path / "repo.qvc"
+    with GitCheckpointStore(path) as store:
+        put(store, "t", "L-00000", 0, "L")
+    other = spawn("writer", str(path), "sync", "other", "1", "O")  # keeps the repository open, idle
+    try:
+        lock = _stale_lock(path, "t")
+        with GitCheckpointStore(path) as store:
+            assert not lock.exists(), "an hour-old lock should be removed on open even with others open"
+            assert "refs/heads/t.lock" in store.recovery.locks_removed, store.recovery
+            _timed_put(store, "t", "L-00001", 1, 3.0)
+    finally:
+        go(other)
+        collect(other, 60)
+    fsck(path)
+
+
+def test_fresh_lock_of_a_dead_writer_does_not_block_forever(tmp_path):
+    """A lock that was just left (its writer died a moment ago): put waits it out, then clears it."""
+    path = tmp_path / "repo.qvc"
+    with GitCheckpointStore(path) as store:
+        put(store, "t", "L-00000", 0, "L")
+        _stale_lock(path, "t", age=0.0)
+        took = _timed_put(store, "t", "L-00001", 1, 20.0)
+        print(f"put waited {took:.1f} s for the fresh stale lock")
+    fsck(path)
+
+
+def test_reader_finds_objects_while_other_processes_merge_packs(tmp_path):
+    """A merge deletes small packs another process's libgit2 may have just scanned: lookups retry."""
+    path = str(tmp_path / "repo.qvc")
+    GitCheckpointStore(path).close()
+    writers = [spawn("writer", path, "exit", f"b{k}", "100000", f"m{k}", "--small-merges") for k in range(2)]
+    store = GitCheckpointStore(path)
+    repo = store.repository
+    seen: set[str] = set()
+    try:
+        go(*writers)
+        deadline = time.monotonic() + 6.0
+        k = 0
+        while time.monotonic() < deadline:
+            k += 1
+            head = repo.ref(f"refs/heads/b{k % 2}")
+            if head is None or head in seen:
+                continue
+            seen.add(head)
+            commit = repo.read(bytes.fromhex(head), "commit")  # CorruptionError if it were "missing"
+            repo.read_tree(bytes.fromhex(commit.split(b"\n", 1)[0][5:].decode()))
+    finally:
+        for w in writers:
+            w.kill()
+            w.wait()
+        store.close()
+    assert len(seen) > 100, f"the writers hardly wrote ({len(seen)} heads seen)"

@@ -1,0 +1,779 @@
+"""Crash tests: a writer subprocess is SIGKILLed at random points, over and over, on one repository.
+
+After every kill: ``git fsck --strict`` passes, the store opens (recovery runs), every
+acknowledged checkpoint reads back with exactly the state written, every thread head is at
+an acknowledged checkpoint (or at the result of the one operation that was in flight), and
+a fresh put on every thread works (no stale lock blocks it). The next writer then continues
+on the same repository.
+
+The writer is ``tests/fault/workers/crash_writer.py``; its protocol is described in its docstring.
+``QVC_CRASH_ITERATIONS`` scales the slow variant (``-m slow`` or ``QVC_SLOW=1`` to run it).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import queue
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from conftest import child_env, fsck  # noqa: E402
+
+from qvc import Checkpoint, CheckpointConfig, DurabilityMode, GitCheckpointStore  # noqa: E402
+
+WRITER = HERE / "workers" / "crash_writer.py"
+_spec = importlib.util.spec_from_file_location("qvc_tests_crash_writer", WRITER)
+cw = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(cw)
+
+MODES = ["sync", "async", "exit"]
+LINE_TIMEOUT = 20.0  # a writer that prints nothing for this long is blocked
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def slow_enabled(config) -> bool:
+    expr = config.getoption("markexpr", "") or ""
+    return bool(os.environ.get("QVC_SLOW") or os.environ.get("QVC_CRASH_ITERATIONS")
+                or ("slow" in expr and "not slow" not in expr))
+
+
+
+
+
+
+
+
+def child_processes(ppid: int) -> list[tuple[int, str]]:
+    """(pid, command name) of the live children of ``ppid`` (from /proc)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        comm, rest = stat[stat.index("(") + 1: stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        if int(rest[1]) == ppid and rest[0] != "Z":
+            out.append((int(entry), comm))
+    return out
+
+
+def git_processes_on(path) -> list[int]:
+    """Live processes running with ``GIT_DIR`` set to ``path`` (qvc's maintenance gits and their children)."""
+    want = b"\0GIT_DIR=" + os.fsencode(os.path.abspath(path)) + b"\0"
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    env = b"\0" + f.read()
+            except OSError:
+                continue
+            if want in env and running(int(entry)):
+                found.append(int(entry))
+    return found
+
+
+def running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def wait_gone(pids: list[int], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while any(running(p) for p in pids):
+        assert time.monotonic() < deadline, f"processes {pids} still running after {timeout} s"
+        time.sleep(0.01)
+
+
+class Writer:
+    """A crash_writer.py subprocess whose stdout lines arrive on a queue."""
+
+    def __init__(self, path, mode: str, run_id: str, seed: int, *extra: str, stderr_path: Path):
+        self.stderr_path = stderr_path
+        self.path = path
+        self._stderr = open(stderr_path, "wb")
+        self.proc = subprocess.Popen([sys.executable, str(WRITER), os.fspath(path), mode, run_id, str(seed), *extra],
+                                     stdout=subprocess.PIPE, stderr=self._stderr, stdin=subprocess.DEVNULL,
+                                     env=child_env())
+        self.lines: list[str] = []
+        self._q: queue.Queue = queue.Queue()
+        self._t = threading.Thread(target=self._pump, daemon=True)
+        self._t.start()
+
+    def _pump(self) -> None:
+        for raw in self.proc.stdout:
+            if raw.endswith(b"\n"):  # a torn last line (killed mid-print) is not an acknowledgement
+                self._q.put(raw.decode().rstrip("\n"))
+        self._q.put(None)
+
+    def next_line(self, timeout: float = LINE_TIMEOUT) -> str | None:
+        """The next line, or ``None`` at EOF."""
+        try:
+            line = self._q.get(timeout=timeout)
+        except queue.Empty:
+            self.kill()
+            raise AssertionError(f"writer printed nothing for {timeout} s (blocked?)\n{self.stderr()}") from None
+        if line is not None:
+            self.lines.append(line)
+        return line
+
+    orphans: tuple = ()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            # a git that purge() started outlives the writer: remember it (see test_killed_purge_...)
+            self.orphans = tuple(pid for pid, comm in child_processes(self.proc.pid) if comm.startswith("git"))
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            # also a git started after the look above, and git's own children (pack-objects):
+            # they may still be writing or deleting packs
+            self.orphans = tuple(set(self.orphans) | set(git_processes_on(self.path)))
+        self.proc.wait()
+
+    def finish(self) -> list[str]:
+        """Kill (if still running) and collect every complete line it printed."""
+        self.kill()
+        self._t.join(10)
+        while True:
+            try:
+                line = self._q.get_nowait()
+            except queue.Empty:
+                break
+            if line is not None:
+                self.lines.append(line)
+        self._stderr.close()
+        return self.lines
+
+    def stderr(self) -> str:
+        self._stderr.flush()
+        return self.stderr_path.read_text(errors="replace")[-4000:]
+
+
+@dataclass
+class Pending:
+    """An operation that was in flight when its writer was killed (its outcome not yet known)."""
+
+    op: list[str]
+    superseded: set = field(default_factory=set)  # threads a later acknowledged operation moved
+
+    def threads(self) -> set[str]:
+        kind = self.op[0]
+        return {self.op[3]} if kind == "FORK" else {self.op[1]} if kind in ("PUT", "RESET", "DEL") else set()
+
+
+@dataclass
+class Model:
+    """What the acknowledgements guarantee."""
+
+    states: dict = field(default_factory=dict)  # cid -> (thread, step, state)
+    maybe: dict = field(default_factory=dict)  # cid -> (thread, step, state) of in-flight puts
+    heads: dict = field(default_factory=dict)  # thread -> cid | None
+    writes: dict = field(default_factory=dict)  # cid -> {task: k}
+    deleted: set = field(default_factory=set)  # cids whose deletion was acknowledged
+    pending: list = field(default_factory=list)  # Pending operations, oldest first
+
+    def state_of(self, cid: str):
+        return self.states[cid] if cid in self.states else self.maybe[cid]
+
+    def _moved(self, thread: str) -> None:
+        for p in self.pending:
+            p.superseded.add(thread)
+
+    def apply(self, parts: list[str]) -> None:
+        op = parts[0]
+        if op == "PUT":
+            thread, cid, step, digest = parts[1], parts[2], int(parts[3]), parts[4]
+            state = cw.make_state(thread, cid, step)
+            assert cw.state_digest(state) == digest, "writer and test disagree on make_state"
+            self.states[cid] = (thread, step, state)
+            self.heads[thread] = cid
+            self._moved(thread)
+        elif op == "FORK":
+            src_cid, new, new_cid = parts[2], parts[3], parts[4]
+            _, step, state = self.state_of(src_cid)
+            self.states[new_cid] = (new, step, state)
+            self.heads[new] = new_cid
+            self._moved(new)
+        elif op == "RESET":
+            self.heads[parts[1]] = parts[2]
+            self._moved(parts[1])
+        elif op == "WRITES":
+            self.writes.setdefault(parts[2], {})[parts[3]] = int(parts[4])
+        elif op == "PURGE":
+            pass  # acknowledged deletes were checked to be gone already; now their data is too
+        elif op == "DEL":
+            thread, cid, after = parts[1], parts[2], parts[3]
+            self.states.pop(cid, None)
+            self.maybe.pop(cid, None)
+            self.writes.pop(cid, None)
+            self.deleted.add(cid)
+            self.heads[thread] = None if after == "-" else after
+            self._moved(thread)
+        else:
+            raise AssertionError(f"unknown op {parts}")
+
+
+def replay_lines(model: Model, lines: list[str]) -> tuple[list[str] | None, set[str], bool]:
+    """Apply the ACKs; return (operation in flight or None, cids acknowledged, the writer wrote).
+
+    A store creates its journal with its first write, so a writer with an acknowledged write
+    certainly left a journal to replay.
+    """
+    inflight = None
+    acked: set[str] = set()
+    wrote = False
+    for line in lines:
+        parts = line.split(" ")
+        if parts[0] == "ERROR":
+            raise AssertionError(f"writer reported: {line}")
+        if parts[0] == "BEGIN":
+            assert inflight is None, f"two operations in flight: {inflight} and {parts}"
+            inflight = parts[1:]
+        elif parts[0] == "ACK":
+            assert inflight is not None and inflight[:3] == parts[1:4], f"ACK {parts} without BEGIN ({inflight})"
+            model.apply(parts[1:])
+            wrote = True
+            if parts[1] == "PUT":
+                acked.add(parts[3])
+            elif parts[1] == "FORK":
+                acked.add(parts[5])
+            inflight = None
+    if inflight is not None:
+        model.pending.append(Pending(inflight))
+        if inflight[0] == "PUT":
+            thread, cid, step = inflight[1], inflight[2], int(inflight[3])
+            model.maybe[cid] = (thread, step, cw.make_state(thread, cid, step))
+    return inflight, acked, wrote
+
+
+def check_checkpoint(store, cid: str, expected, where: str) -> None:
+    thread, step, state = expected
+    tup = store.get_tuple(CheckpointConfig(thread, cid))
+    assert tup is not None, f"{where}: acknowledged checkpoint {cid} (thread {thread}) is gone"
+    cp = tup.checkpoint
+    assert (cp.id, cp.thread_id, cp.step) == (cid, thread, step), f"{where}: {cid}: wrong header {cp}"
+    assert cp.state_data == state, f"{where}: {cid}: state differs from what was written"
+
+
+def check_writes(store, cid: str, tasks: dict, where: str) -> None:
+    tup = store.get_tuple(CheckpointConfig("any", cid))  # explicit checkpoint ids resolve across threads
+    assert tup is not None, f"{where}: checkpoint {cid} with acknowledged writes is gone"
+    got = set((w.task_id, w.channel, repr(w.value)) for w in (tup.pending_writes or []))
+    for task, k in tasks.items():
+        for channel, value in cw.make_writes(cid, task, k):
+            assert (task, channel, repr(value)) in got, (
+                f"{where}: acknowledged pending write {task}/{channel} of {cid} is missing; have {sorted(got)}")
+
+
+def verify(store, model: Model, acked: set[str], rng: random.Random, where: str, full: bool = False,
+           prefix: str = "") -> None:
+    """Check the store against the model; fold the in-flight operations' outcomes into the model.
+
+    Only threads whose names start with ``prefix`` are the model's (other writers own the rest).
+    """
+    actual = {}
+    for thread in set(model.heads) | {t for t in store.threads() if t.startswith(prefix)}:
+        tup = store.get_tuple(CheckpointConfig(thread))
+        actual[thread] = None if tup is None else tup.checkpoint.id
+
+    # Heads: at the acknowledged checkpoint, or at the result of an operation in flight on that
+    # thread when its writer was killed (unless a later acknowledged operation moved the thread).
+    for thread, head in actual.items():
+        allowed = {model.heads.get(thread)}
+        for p in model.pending:
+            if thread not in p.threads() or thread in p.superseded:
+                continue
+            op = p.op
+            if op[0] in ("PUT", "RESET"):
+                allowed.add(op[2])
+            elif op[0] == "DEL":
+                allowed.add(None if op[3] == "-" else op[3])
+            elif op[0] == "FORK" and head is not None and head not in allowed:
+                tup = store.get_tuple(CheckpointConfig(thread))
+                assert tup.parent_config is not None and tup.parent_config.checkpoint_id == op[2], (
+                    f"{where}: in-flight fork {op} left head {head} with parent {tup.parent_config}")
+                _, step, state = model.state_of(op[2])
+                assert tup.checkpoint.state_data == state and tup.checkpoint.step == step, (
+                    f"{where}: in-flight fork {op} left a checkpoint with the wrong state")
+                model.states[head] = (thread, step, state)
+                allowed.add(head)
+        assert head in allowed, (
+            f"{where}: head of {thread!r} is {head}, expected one of {allowed} "
+            f"(in flight: {[p.op for p in model.pending]})")
+
+    # The in-flight operations' other effects: all or nothing.
+    for i, p in enumerate(model.pending):
+        op = p.op
+        if op[0] == "PUT":
+            thread, cid = op[1], op[2]
+            expected = model.maybe.pop(cid, None)
+            if cid in model.states or expected is None:  # known already, or deleted by an acknowledged delete
+                continue
+            tup = store.get_tuple(CheckpointConfig(thread, cid))
+            if tup is not None:
+                if thread not in p.superseded and not any(thread in q.threads() for q in model.pending[i + 1:]):
+                    assert actual[thread] == cid, f"{where}: in-flight put {cid} exists but is not the head"
+                model.states[cid] = expected
+                check_checkpoint(store, cid, expected, where + " (in-flight put)")
+        elif op[0] == "WRITES":
+            cid, task, k = op[2], op[3], int(op[4])
+            tup = store.get_tuple(CheckpointConfig("any", cid))
+            if tup is None:  # deleted since (by an acknowledged delete)
+                assert cid in model.deleted, f"{where}: checkpoint {cid} of in-flight put_writes is gone"
+                continue
+            mine = [w for w in (tup.pending_writes or []) if w.task_id == task]
+            assert len(mine) in (0, k), f"{where}: in-flight put_writes left {len(mine)} of {k} writes"
+            if mine:
+                assert [(w.channel, w.value) for w in mine] == cw.make_writes(cid, task, k)
+                if cid in model.states:
+                    model.writes.setdefault(cid, {})[task] = k
+        elif op[0] == "DEL":
+            cid = op[2]
+            if store.get_tuple(CheckpointConfig("any", cid)) is None:  # applied
+                model.states.pop(cid, None)
+                model.writes.pop(cid, None)
+    model.pending.clear()
+    model.maybe.clear()
+    model.heads = {t: h for t, h in actual.items() if h is not None}
+
+    # Every acknowledged checkpoint reads back exactly (those of this run, a sample of the rest).
+    older = sorted(set(model.states) - acked)
+    sample = older if full else rng.sample(older, min(30, len(older)))
+    for cid in sorted(acked & set(model.states)) + sample:
+        check_checkpoint(store, cid, model.states[cid], where)
+    for cid, tasks in model.writes.items():
+        if full or cid in acked or rng.random() < 0.2:
+            check_writes(store, cid, tasks, where)
+    gone = sorted(model.deleted)
+    for cid in gone if full else rng.sample(gone, min(10, len(gone))):
+        assert store.get_tuple(CheckpointConfig("any", cid)) is None, f"{where}: deleted checkpoint {cid} is back"
+
+
+def fresh_puts(store, model: Model, tag: str, where: str, prefix: str = "", limit: float = 3.0) -> float:
+    """(d): a put on every thread (and the base threads) works within ``limit`` seconds; returns the slowest.
+
+    With no other store open, recovery removes every lock a killed writer left, so puts are
+    immediate. While another process has the repository open, a lock left by the killed
+    writer is only known to be stale by its age, so a put may wait for that (qvc: 5 s).
+    """
+    slowest = 0.0
+    for thread in sorted(set(model.heads) | {prefix + t for t in cw.BASE_THREADS}):
+        head = store.get_tuple(CheckpointConfig(thread))
+        step = 0 if head is None else head.checkpoint.step + 1
+        cid = f"{tag}-{thread}"
+        state = cw.make_state(thread, cid, step)
+        t0 = time.monotonic()
+        store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step, state_data=state),
+                  {"source": "test"})
+        took = time.monotonic() - t0
+        slowest = max(slowest, took)
+        assert took < limit, f"{where}: a fresh put on {thread!r} took {took:.1f} s (stale lock?)"
+        model.states[cid] = (thread, step, state)
+        model.heads[thread] = cid
+        check_checkpoint(store, cid, model.states[cid], where + " (fresh put)")
+    return slowest
+
+
+def crash_loop(tmp_path: Path, mode: str, iterations: int, seed: int) -> dict:
+    rng = random.Random(seed)
+    path = tmp_path / "repo.qvc"
+    model = Model()
+    stats = {"iterations": 0, "acks": 0, "killed_before_a_write": 0, "journals_replayed": 0, "locks_removed": 0,
+             "objects_restored": 0, "refs_restored": 0, "inflight": 0,
+             "recovered_by_writer": 0, "orphaned_git": 0,
+             "t_writer": 0.0, "t_fsck": 0.0, "t_open": 0.0, "t_verify": 0.0}
+    acked_since: set[str] = set()
+    durability = DurabilityMode(mode)
+    for it in range(iterations):
+        run_id = f"r{it:04d}"  # ids are fixed-width: none is a prefix of another
+        where = f"[{mode} iteration {it}]"
+        extra = ["--small-merges"] if rng.random() < 0.5 else []
+        w = Writer(path, mode, run_id, rng.randrange(2**31), *extra, stderr_path=tmp_path / f"writer-{it}.err")
+        plan = rng.random()
+        t_start = time.monotonic()
+        try:
+            if plan < 0.12:  # kill while opening (recovery of the previous crash under way)
+                while (line := w.next_line()) not in ("PRE", None):
+                    pass
+                time.sleep(rng.uniform(0, 0.02))
+            else:
+                # after some acknowledgements, at a BEGIN (an operation in flight) or anywhere
+                want = rng.randint(0, 25)
+                at_begin = rng.random() < 0.5
+                got = 0
+                while True:
+                    line = w.next_line()
+                    if line is None:
+                        raise AssertionError(f"{where}: writer exited on its own:\n{w.stderr()}")
+                    if line.startswith("ERROR"):
+                        raise AssertionError(f"{where}: {line}")
+                    got += line.startswith("ACK ")
+                    if got >= want and (not at_begin or line.startswith("BEGIN ")):
+                        break
+                    if line == "BEGIN PURGE" and rng.random() < 0.7:  # kill while git repacks/prunes
+                        time.sleep(rng.uniform(0, 0.15))
+                        break
+                time.sleep(rng.choice([0, rng.uniform(0, 0.001), rng.uniform(0, 0.004)]))
+        finally:
+            lines = w.finish()
+            (tmp_path / f"writer-{it}.out").write_text("\n".join(lines) + "\n")  # for post-mortems
+        # A git repack of a killed purge() keeps running unlocked (a qvc bug of its own, see
+        # test_killed_purge_leaves_no_git_running): let it finish so this loop tests the rest.
+        stats["orphaned_git"] += len(w.orphans)
+        wait_gone(list(w.orphans))
+        stats["t_writer"] += time.monotonic() - t_start
+        assert w.proc.returncode == -signal.SIGKILL, f"{where}: writer ended with {w.proc.returncode}:\n{w.stderr()}"
+        inflight, acked, wrote = replay_lines(model, lines)
+        acked_since |= acked
+        stats["iterations"] += 1
+        stats["acks"] += sum(1 for ln in lines if ln.startswith("ACK "))
+        stats["killed_before_a_write"] += not wrote
+        stats["inflight"] += inflight is not None
+
+        # (a) the repository is a valid git repository as the killed writer left it
+        t_phase = time.monotonic()
+        if path.exists():
+            fsck(path)
+        stats["t_fsck"] += time.monotonic() - t_phase
+
+        # Now and then the next writer recovers this crash itself (and may be killed doing so).
+        if it < iterations - 1 and (inflight is None or inflight[0] != "FORK") and rng.random() < 0.3:
+            stats["recovered_by_writer"] += 1
+            continue
+
+        # (b) it opens; recovery replays the dead writer's journal
+        t0 = time.monotonic()
+        store = GitCheckpointStore(path, durability=durability)
+        took = time.monotonic() - t0
+        stats["t_open"] += took
+        try:
+            assert took < 10, f"{where}: opening took {took:.1f} s"
+            rec = store.recovery
+            if wrote:
+                assert rec.journals_replayed >= 1, f"{where}: the killed writer's journal was not replayed: {rec}"
+            stats["journals_replayed"] += rec.journals_replayed
+            stats["locks_removed"] += len(rec.locks_removed)
+            stats["objects_restored"] += rec.objects_restored
+            stats["refs_restored"] += len(rec.refs_restored)
+            assert not os.listdir(path / "qvc" / "journal") or all(
+                n == os.path.basename(store.repository.journal.path) for n in os.listdir(path / "qvc" / "journal")), (
+                f"{where}: replayed journals were not removed: {os.listdir(path / 'qvc' / 'journal')}")
+            # (c) acknowledged checkpoints and heads
+            t_phase = time.monotonic()
+            verify(store, model, acked_since, rng, where)
+            acked_since = set()
+            # (d) a fresh put on each thread
+            fresh_puts(store, model, f"p{it:04d}", where)
+        finally:
+            store.close()
+            stats["t_verify"] += time.monotonic() - t_phase
+
+    fsck(path)
+    with GitCheckpointStore(path, durability=durability) as store:
+        assert not store.recovery, f"[{mode}] a clean close left something to repair: {store.recovery.summary()}"
+        verify(store, model, set(), rng, f"[{mode} final]", full=True)
+    stats["checkpoints"] = len(model.states)
+    stats["threads"] = len(model.heads)
+    return stats
+
+
+def two_writer_loop(tmp_path: Path, mode: str, kills: int, seed: int) -> dict:
+    """Writer B runs all along on threads ``b-*``; writer A (threads ``a-*``) is killed and restarted.
+
+    Each restarted A, and the test between kills, recovers A's crash while B is writing.
+    """
+    rng = random.Random(seed)
+    path = tmp_path / "repo.qvc"
+    GitCheckpointStore(path).close()
+    model_a, model_b = Model(), Model()
+    acked_a: set[str] = set()
+    stats = {"kills": 0, "acks_a": 0, "acks_b": 0, "verified_while_b_writes": 0, "puts_waiting_for_stale_lock": 0}
+    b = Writer(path, mode, "b0000", rng.randrange(2**31), "--prefix=b-", "--small-merges",
+               stderr_path=tmp_path / "writer-b.err")
+    try:
+        for it in range(kills):
+            where = f"[{mode} two writers, kill {it}]"
+            a = Writer(path, mode, f"a{it:04d}", rng.randrange(2**31), "--prefix=a-",
+                       *(["--small-merges"] if rng.random() < 0.5 else []), stderr_path=tmp_path / f"writer-a{it}.err")
+            try:
+                want, got = rng.randint(0, 20), 0
+                while got < want:
+                    line = a.next_line()
+                    if line is None:
+                        raise AssertionError(f"{where}: writer A exited on its own:\n{a.stderr()}")
+                    got += line.startswith("ACK ")
+                time.sleep(rng.choice([0, rng.uniform(0, 0.003)]))
+            finally:
+                lines = a.finish()
+            wait_gone(list(a.orphans))
+            assert b.proc.poll() is None, f"{where}: writer B died:\n{b.stderr()}"
+            _, acked, wrote = replay_lines(model_a, lines)
+            acked_a |= acked
+            stats["kills"] += 1
+            stats["acks_a"] += sum(1 for ln in lines if ln.startswith("ACK "))
+            if rng.random() < 0.5:
+                continue  # the next A recovers this crash itself, with B writing meanwhile
+            t0 = time.monotonic()
+            store = GitCheckpointStore(path, durability=DurabilityMode(mode))
+            try:
+                took = time.monotonic() - t0
+                assert took < 10, f"{where}: opening took {took:.1f} s while B writes"
+                if wrote:
+                    assert store.recovery.journals_replayed >= 1, f"{where}: {store.recovery}"
+                verify(store, model_a, acked_a, rng, where, prefix="a-")
+                acked_a = set()
+                slowest = fresh_puts(store, model_a, f"p{it:04d}", where, prefix="a-", limit=12.0)
+                stats["puts_waiting_for_stale_lock"] += slowest > 1.0
+                stats["verified_while_b_writes"] += 1
+            finally:
+                store.close()
+    finally:
+        lines_b = b.finish()
+        wait_gone(list(b.orphans))
+    assert b.proc.returncode == -signal.SIGKILL, f"writer B ended with {b.proc.returncode}:\n{b.stderr()}"
+    replay_lines(model_b, lines_b)
+    stats["acks_b"] = sum(1 for ln in lines_b if ln.startswith("ACK "))
+    fsck(path)
+    with GitCheckpointStore(path, durability=DurabilityMode(mode)) as store:
+        verify(store, model_a, acked_a, rng, f"[{mode} two writers, final A]", full=True, prefix="a-")
+        verify(store, model_b, set(), rng, f"[{mode} two writers, final B]", full=True, prefix="b-")
+    fsck(path)
+    return stats
+
+
+# -- tests -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_kill_writer_repeatedly(tmp_path, mode):
+    iterations = int(os.environ.get("QVC_CRASH_CI_ITERATIONS", "25"))
+    t0 = time.monotonic()
+    stats = crash_loop(tmp_path, mode, iterations, seed=MODES.index(mode) * 7919 + int(os.environ.get("QVC_SEED", "0")))
+    took = time.monotonic() - t0
+    print(f"{mode}: {stats} in {took:.1f} s")
+    assert stats["acks"] > iterations  # the kills did land after real work
+    assert stats["journals_replayed"] >= 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+def test_kill_writer_many_times(tmp_path, mode, request):
+    if not slow_enabled(request.config):
+        pytest.skip("slow: run with -m slow, QVC_SLOW=1 or QVC_CRASH_ITERATIONS=N")
+    iterations = int(os.environ.get("QVC_CRASH_ITERATIONS", "300"))
+    seed = random.randrange(2**31) if not os.environ.get("QVC_SEED") else int(os.environ["QVC_SEED"])
+    print(f"seed {seed}")
+    stats = crash_loop(tmp_path, mode, iterations, seed=seed)
+    print(f"{mode}: {stats}")
+
+
+def _kill_during_create(tmp_path: Path, iterations: int, rng: random.Random) -> dict:
+    outcomes = {"absent": 0, "present": 0}
+    for it in range(iterations):
+        parent = tmp_path / f"c{it}"
+        path = parent / "repo.qvc"
+        if it % 3 == 1:
+            parent.mkdir()
+        elif it % 3 == 2:
+            path.mkdir(parents=True)  # an empty directory is there already (like tmp_path)
+        w = Writer(path, "sync", f"c{it}", it, "--create-only", stderr_path=tmp_path / f"create-{it}.err")
+        try:
+            while w.next_line() not in ("PRE", None):
+                pass
+            time.sleep(rng.choice([0, rng.uniform(0, 0.004), rng.uniform(0, 0.01), rng.uniform(0.002, 0.03)]))
+        finally:
+            w.finish()
+        where = f"[create iteration {it}]"
+        existed = path.exists() and bool(os.listdir(path))
+        outcomes["present" if existed else "absent"] += 1
+        if existed:
+            fsck(path)
+        try:
+            store = GitCheckpointStore(path)
+        except Exception as exc:  # noqa: BLE001 - the point: nothing may be refused
+            listing = sorted(str(p.relative_to(parent)) for p in parent.rglob("*"))[:50]
+            raise AssertionError(f"{where}: qvc refuses the path left by a writer killed while creating it: "
+                                 f"{type(exc).__name__}: {exc}\nleft: {listing}") from None
+        with store:
+            cp = Checkpoint(id="after", thread_id="t0", step=7, state_data=cw.make_state("t0", "after", 7))
+            t0 = time.monotonic()
+            store.put(CheckpointConfig("t0"), cp, {})
+            assert time.monotonic() - t0 < 3.0
+            got = store.get_tuple(CheckpointConfig("t0", "after"))
+            assert got is not None and got.checkpoint.state_data == cp.state_data
+        fsck(path)
+    return outcomes
+
+
+def test_kill_while_creating_repository(tmp_path):
+    rng = random.Random(1234)
+    outcomes = _kill_during_create(tmp_path, int(os.environ.get("QVC_CREATE_KILLS", "20")), rng)
+    print(outcomes)
+
+
+@pytest.mark.slow
+def test_kill_while_creating_repository_many(tmp_path, request):
+    if not slow_enabled(request.config):
+        pytest.skip("slow: run with -m slow, QVC_SLOW=1 or QVC_CRASH_ITERATIONS=N")
+    print(_kill_during_create(tmp_path, int(os.environ.get("QVC_CRASH_ITERATIONS", "300")), random.Random()))
+
+
+@pytest.mark.parametrize("mode", ["sync"])
+def test_kill_one_writer_while_another_writes(tmp_path, mode):
+    kills = int(os.environ.get("QVC_CRASH_CI_ITERATIONS", "8"))
+    t0 = time.monotonic()
+    stats = two_writer_loop(tmp_path, mode, kills, seed=4242 + MODES.index(mode))
+    print(f"{mode}: {stats} in {time.monotonic() - t0:.1f} s")
+    assert stats["acks_b"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", MODES)
+def test_kill_one_writer_while_another_writes_many(tmp_path, mode, request):
+    if not slow_enabled(request.config):
+        pytest.skip("slow: run with -m slow, QVC_SLOW=1 or QVC_CRASH_ITERATIONS=N")
+    seed = random.randrange(2**31) if not os.environ.get("QVC_SEED") else int(os.environ["QVC_SEED"])
+    print(f"seed {seed}")
+    print(two_writer_loop(tmp_path, mode, int(os.environ.get("QVC_CRASH_ITERATIONS", "300")) // 2, seed))
+
+
+MID_DELETE = """
+import os, signal, sys
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+path, k = sys.argv[1], int(sys.argv[2])
+s = GitCheckpointStore(path)
+def put(thread, cid, step, parent=None):
+    s.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step, parent_id=parent,
+                                               state_data={"cid": cid, "step": step}), {})
+put("t", "A", 0)
+put("t", "D", 1)
+put("f", "F", 2, parent="D")  # a fork of D
+s.put_writes(CheckpointConfig("f", "F"), [("c", 1), ("d", 2)], "task")
+print("ACKED", flush=True)
+repo, real, n = s.repository, s.repository.move_ref, [0]
+def move_ref(record, name, old, new, message=None):  # SIGKILL this process at its k-th ref move
+    n[0] += 1
+    if n[0] == k:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(record, name, old, new, message)
+repo.move_ref = move_ref
+s.delete(CheckpointConfig("t", "D"))
+print("DELETED", n[0], flush=True)
+"""
+
+
+def test_kill_at_every_ref_move_of_a_delete(tmp_path):
+    """delete() moves several refs (heads of forks re-parented, then their pending-writes refs).
+
+    Killed before each of those moves in turn, it may apply or not, but what returned calls
+    wrote stays readable: the fork's checkpoint F with its acknowledged pending writes.
+    """
+    moves = None
+    k = 1
+    while moves is None or k <= moves + 1:
+        path = tmp_path / f"r{k}.qvc"
+        proc = subprocess.run([sys.executable, "-c", MID_DELETE, os.fspath(path), str(k)], env=child_env(),
+                              capture_output=True, text=True, timeout=60)
+        out = proc.stdout.split()
+        assert "ACKED" in out, proc.stderr[-3000:]
+        if "DELETED" in out:
+            moves = int(out[out.index("DELETED") + 1])
+        else:
+            assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+        where = f"[killed before ref move {k} of the delete]" if "DELETED" not in out else "[delete completed]"
+        fsck(path)
+        with GitCheckpointStore(path) as store:
+            f = store.get_tuple(CheckpointConfig("f", "F"))
+            assert f is not None and f.checkpoint.state_data == {"cid": "F", "step": 2}, where
+            assert sorted(f.pending_writes or []) == [("task", "c", 1), ("task", "d", 2)], (
+                f"{where}: the fork's acknowledged pending writes are gone: {f.pending_writes} "
+                f"(F is commit {store.resolve('F')[:12]}; refs: "
+                f"{sorted(n for n, _ in store.repository.refs('refs/'))})")
+            a = store.get_tuple(CheckpointConfig("t", "A"))
+            assert a is not None and a.checkpoint.state_data == {"cid": "A", "step": 0}, where
+            d = store.get_tuple(CheckpointConfig("t", "D"))
+            head = store.get_tuple(CheckpointConfig("t")).checkpoint.id
+            assert head in ("A", "D"), where
+            if "DELETED" in out:
+                assert d is None and head == "A" and f.parent_config.checkpoint_id == "A", where
+        k += 1
+    assert moves is not None and moves >= 3, "the delete should move the fork's head and its writes ref"
+
+
+PURGER = """
+import sys
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+s = GitCheckpointStore(sys.argv[1], fsync=False)
+for i in range(400):
+    t = f"t{i % 4}"
+    s.put(CheckpointConfig(t), Checkpoint(id=f"c{i:04d}", thread_id=t, step=i,
+                                          state_data={"x": list(range(i)), "i": i}), {})
+print("PURGE", flush=True)
+s.purge()
+print("DONE", flush=True)
+"""
+
+
+def _cmdline(pid: int) -> str | None:
+    """A process's command line, ``None`` if it exited meanwhile."""
+    try:
+        with open(f"/proc/{pid}/cmdline") as f:
+            return f.read().replace("\0", " ")
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def test_killed_purge_leaves_no_git_running(tmp_path):
+    """purge() runs git under the exclusive maintenance lock. If the purging process is killed
+    while git repacks, git must not go on rewriting the packs unlocked: once another store has
+    opened the repository (and may write), no git of the dead store may still be running."""
+    path = tmp_path / "repo.qvc"
+    proc = subprocess.Popen([sys.executable, "-c", PURGER, os.fspath(path)], stdout=subprocess.PIPE, text=True,
+                            env=child_env())
+    gits: list = []
+    try:
+        assert proc.stdout.readline().strip() == "PURGE"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            gits = [(pid, cmd) for pid, comm in child_processes(proc.pid) if comm.startswith("git")
+                    for cmd in [_cmdline(pid)] if cmd is not None]
+            if any(" repack " in cmd for _, cmd in gits):
+                break
+            time.sleep(0.0005)
+        else:
+            pytest.skip("could not catch git repack running (machine too fast?)")
+    finally:
+        proc.kill()
+        proc.wait()
+    try:
+        with GitCheckpointStore(path) as store:
+            still = [(pid, cmd) for pid, cmd in gits if running(pid)]
+            assert still == [], (
+                f"after the purging process was killed and another store opened the repository, "
+                f"its git is still running without the maintenance lock: {still}")
+            assert len(list(store.list(CheckpointConfig("t0")))) == 100
+    finally:
+        wait_gone([pid for pid, _ in gits])
+    fsck(path)

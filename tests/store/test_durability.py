@@ -1,0 +1,656 @@
+"""Durability modes (SYNC / ASYNC / EXIT, ``fsync=False``), the journal's life cycle, and crash
+recovery from an orphan journal, including an honest power-loss simulation: after a SYNC writer
+is killed, the git files its acknowledged puts wrote are damaged the way a power loss can damage
+files that were never flushed (emptied, truncated, missing; a ref emptied, missing or back at its
+previous value), and reopening must restore every acknowledged checkpoint from the journal.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import pygit2  # noqa: E402
+from conftest import child_env, fsck  # noqa: E402
+
+import qvc.plumbing.durability  # noqa: E402
+from qvc import Checkpoint, CheckpointConfig, DurabilityMode, GitCheckpointStore  # noqa: E402
+
+# -- helpers -----------------------------------------------------------------------------------
+
+
+def state_for(thread: str, cid: str, step: int) -> dict:
+    return {"thread": thread, "cid": cid, "step": step, "messages": [f"{thread}-{j}" for j in range(step * 9 % 100)],
+            "score": step * 1.5, "blob": cid.encode() * 3}
+
+
+def put(store, thread: str, cid: str, step: int) -> None:
+    store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step,
+                                                    state_data=state_for(thread, cid, step)), {"source": "test"})
+
+
+def check(store, thread: str, cid: str, step: int) -> None:
+    tup = store.get_tuple(CheckpointConfig(thread, cid))
+    assert tup is not None, f"checkpoint {cid} of {thread!r} is gone"
+    assert tup.checkpoint.step == step and tup.checkpoint.state_data == state_for(thread, cid, step), (
+        f"checkpoint {cid} of {thread!r} reads back different")
+
+
+
+
+
+
+
+
+PROBE = """
+import json, sys
+from qvc import CheckpointConfig, GitCheckpointStore
+path, thread, cid = sys.argv[1:4]
+with GitCheckpointStore(path) as s:
+    t = s.get_tuple(CheckpointConfig(thread, cid))
+    print(json.dumps({"found": t is not None, "step": t and t.checkpoint.step,
+                      "replayed": s.recovery.journals_replayed}))
+"""
+
+
+def probe(path, thread: str, cid: str) -> dict:
+    """What another process sees (it opens its own store)."""
+    import json
+
+    out = subprocess.run([sys.executable, "-c", PROBE, os.fspath(path), thread, cid], env=child_env(),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+WRITER = """
+import sys, time
+from qvc import Checkpoint, CheckpointConfig, DurabilityMode, GitCheckpointStore
+""" + inspect.getsource(state_for) + inspect.getsource(put) + """
+path, mode, plan, max_lag = sys.argv[1:5]
+store = GitCheckpointStore(path, durability=DurabilityMode(mode), max_lag=float(max_lag))
+steps = {}
+for thread in plan.split(","):
+    if thread == "!":
+        store.flush()
+        print("FLUSHED", store.repository.journal.size, flush=True)
+        continue
+    step = steps.get(thread, 0)
+    steps[thread] = step + 1
+    cid = f"{thread}-{step:04d}"
+    put(store, thread, cid, step)
+    print("ACK", thread, cid, step, flush=True)
+print("IDLE", flush=True)
+if "--exit" in sys.argv:
+    sys.exit(0)  # a normal interpreter exit without close()
+time.sleep(600)
+"""
+
+
+def run_writer(path, mode: str, plan: list[str], *, exit_normally: bool = False, max_lag: float = 0.05,
+               flushes: list | None = None) -> list[tuple[str, str, int]]:
+    """Run a writer subprocess; SIGKILL it once idle (store still open). Return its acknowledged puts.
+
+    ``"!"`` in ``plan`` calls ``flush()``; ``flushes`` then receives (puts acknowledged before it,
+    journal size after it).
+    """
+    args = [sys.executable, "-c", WRITER, os.fspath(path), mode, ",".join(plan), str(max_lag)]
+    if exit_normally:
+        args.append("--exit")
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+    acked = []
+    try:
+        for line in proc.stdout:
+            parts = line.split()
+            if parts[0] == "ACK":
+                acked.append((parts[1], parts[2], int(parts[3])))
+            elif parts[0] == "FLUSHED" and flushes is not None:
+                flushes.append((len(acked), int(parts[1])))
+            elif parts[0] == "IDLE":
+                break
+    finally:
+        if not exit_normally:
+            proc.send_signal(signal.SIGKILL)
+        rest, err = proc.communicate(timeout=60)
+    assert len(acked) == len([t for t in plan if t != "!"]), f"writer failed: {err[-3000:]}"
+    if exit_normally:
+        assert proc.returncode == 0, err[-3000:]
+    else:
+        assert proc.returncode == -signal.SIGKILL
+    return acked
+
+
+def wal_files(path) -> list[str]:
+    d = Path(path) / "qvc" / "journal"
+    return sorted(n for n in os.listdir(d) if n.endswith(".wal")) if d.exists() else []
+
+
+class SyncSpy:
+    """Counts fdatasync/fsync/sync calls per Python thread name, and syncfs calls via qvc.plumbing.durability."""
+
+    def __init__(self, monkeypatch):
+        self.calls: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+        for name in ("fdatasync", "fsync"):
+            real = getattr(os, name)
+            monkeypatch.setattr(os, name, self._wrap(name, real))
+        monkeypatch.setattr(os, "sync", self._wrap("sync", os.sync))
+        real_harden = qvc.plumbing.durability.harden
+
+        def harden(path, *, fsync=True):
+            with self._lock:
+                self.calls.append(("harden" if fsync else "harden-nofsync", threading.current_thread().name))
+            return real_harden(path, fsync=fsync)
+
+        for mod in ("qvc.plumbing.durability", "qvc.plumbing.repository", "qvc.plumbing.recovery",
+                    "qvc.plumbing.maintenance"):
+            m = sys.modules.get(mod)
+            if m is not None and hasattr(m, "harden"):
+                monkeypatch.setattr(m, "harden", harden)
+
+    def _wrap(self, name, real):
+        def wrapper(*args):
+            with self._lock:
+                self.calls.append((name, threading.current_thread().name))
+            return real(*args)
+
+        return wrapper
+
+    def count(self, kind: str | tuple = ("fdatasync", "fsync", "sync", "harden"), thread: str | None = None) -> int:
+        kinds = (kind,) if isinstance(kind, str) else kind
+        with self._lock:
+            return sum(1 for k, t in self.calls if k in kinds and (thread is None or t == thread))
+
+    def reset(self) -> None:
+        with self._lock:
+            self.calls.clear()
+
+
+# -- SYNC --------------------------------------------------------------------------------------
+
+
+def test_sync_put_is_durable_on_return(tmp_path, monkeypatch):
+    path = tmp_path / "repo.qvc"
+    with GitCheckpointStore(path, durability=DurabilityMode.SYNC) as store:
+        spy = SyncSpy(monkeypatch)
+        journal = store.repository.journal
+        for step in range(5):
+            before = spy.count("fdatasync", "MainThread")
+            put(store, "s", f"s-{step:04d}", step)
+            assert journal.durable == journal.appended, "SYNC put returned before its journal record was durable"
+            assert spy.count("fdatasync", "MainThread") > before, "SYNC put returned without a disk flush"
+
+
+# -- ASYNC -------------------------------------------------------------------------------------
+
+
+def test_async_visible_to_other_process_then_flush_makes_durable(tmp_path, monkeypatch):
+    path = tmp_path / "repo.qvc"
+    with GitCheckpointStore(path, durability=DurabilityMode.ASYNC, max_lag=1.0) as store:
+        spy = SyncSpy(monkeypatch)
+        journal = store.repository.journal
+        put(store, "a", "a-0000", 0)
+        assert spy.count("fdatasync", "MainThread") == 0, "ASYNC put flushed in the caller's thread"
+        seen = probe(path, "a", "a-0000")  # the store is still open, nothing flushed on purpose
+        assert seen["found"] and seen["step"] == 0, f"another process does not see an ASYNC put: {seen}"
+        assert seen["replayed"] == 0, "another process replayed the journal of a live store"
+        put(store, "b", "b-0000", 0)
+        store.flush()
+        assert journal.durable == journal.appended, "flush() returned with records not durable"
+        check(store, "a", "a-0000", 0)
+
+
+def test_async_flusher_makes_puts_durable_without_flush(tmp_path, monkeypatch):
+    path = tmp_path / "repo.qvc"
+    with GitCheckpointStore(path, durability=DurabilityMode.ASYNC, max_lag=0.1) as store:
+        spy = SyncSpy(monkeypatch)
+        journal = store.repository.journal
+        for i in range(5):  # new threads: no ref is moved from an old value (no pre-image sync)
+            put(store, f"n{i}", f"n{i}-0000", 0)
+        assert spy.count("fdatasync", "MainThread") == 0, "ASYNC put flushed in the caller's thread"
+        target = journal.appended
+        deadline = time.monotonic() + 1.5
+        while journal.durable < target and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert journal.durable >= target, f"the flusher did not catch up within ~1 s ({journal.durable}/{target})"
+        assert spy.count("fdatasync") >= 1 and spy.count("fdatasync", "MainThread") == 0, spy.calls
+
+
+# -- EXIT --------------------------------------------------------------------------------------
+
+
+def test_exit_mode_visible_immediately_durable_at_close(tmp_path, monkeypatch):
+    path = tmp_path / "repo.qvc"
+    store = GitCheckpointStore(path, durability=DurabilityMode.EXIT)
+    journal = store.repository.journal  # creating it makes its name durable (one directory fsync)
+    spy = SyncSpy(monkeypatch)
+    jpath = journal.path
+    try:
+        for i in range(4):
+            put(store, f"e{i}", f"e{i}-0000", 0)
+        assert spy.count() == 0, f"EXIT mode flushed before close: {spy.calls}"
+        seen = probe(path, "e3", "e3-0000")
+        assert seen["found"], "another process does not see an EXIT-mode put (it is in the OS)"
+        time.sleep(0.3)
+        assert journal.durable < journal.appended, "EXIT mode has no flusher: nothing is durable before close"
+        assert os.path.exists(jpath)
+    finally:
+        store.close()
+    assert spy.count("harden") >= 1, f"close() did not flush the git files: {spy.calls}"
+    assert not os.path.exists(jpath), "close() kept the journal"
+    assert wal_files(path) == []
+    with GitCheckpointStore(path) as again:
+        assert not again.recovery, again.recovery.summary()
+        for i in range(4):
+            check(again, f"e{i}", f"e{i}-0000", 0)
+
+
+def test_exit_mode_flush_makes_durable(tmp_path):
+    path = tmp_path / "repo.qvc"
+    with GitCheckpointStore(path, durability=DurabilityMode.EXIT) as store:
+        put(store, "x", "x-0000", 0)
+        put(store, "x", "x-0001", 1)
+        store.flush()
+        j = store.repository.journal
+        assert j.durable == j.appended
+
+
+def test_exit_mode_durable_at_interpreter_exit(tmp_path):
+    path = tmp_path / "repo.qvc"
+    acked = run_writer(path, "exit", ["t", "u", "t"], exit_normally=True)
+    assert wal_files(path) == [], "the interpreter exited without closing the store (journal left)"
+    with GitCheckpointStore(path) as store:
+        assert not store.recovery, store.recovery.summary()
+        for thread, cid, step in acked:
+            check(store, thread, cid, step)
+    fsck(path)
+
+
+# -- fsync=False -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", list(DurabilityMode))
+def test_fsync_false_never_flushes_and_works(tmp_path, monkeypatch, mode):
+    path = tmp_path / "repo.qvc"
+    spy = SyncSpy(monkeypatch)
+    with GitCheckpointStore(path, durability=mode, fsync=False) as store:
+        for step in range(40):  # enough to merge small packs, if the store does that
+            put(store, f"f{step % 3}", f"f-{step:04d}", step)
+        store.flush()
+        store.put_writes(CheckpointConfig("f0", "f-0000"), [("c", 1)], "task")
+        store.delete(CheckpointConfig("f1"))
+    assert spy.count(("fdatasync", "fsync", "sync", "harden")) == 0, f"fsync=False flushed: {spy.calls}"
+    assert wal_files(path) == []
+    with GitCheckpointStore(path, fsync=False) as store:
+        for step in range(40):
+            if step != 37:
+                check(store, f"f{step % 3}", f"f-{step:04d}", step)
+        assert store.get_tuple(CheckpointConfig("f1", "f-0037")) is None
+        assert store.get_tuple(CheckpointConfig("f0", "f-0000")).pending_writes == [("task", "c", 1)]
+    fsck(path)
+
+
+# -- the journal -------------------------------------------------------------------------------
+
+
+def test_journal_exists_while_open_and_is_removed_on_close(tmp_path):
+    path = tmp_path / "repo.qvc"
+    store = GitCheckpointStore(path)
+    jpath = store.repository.journal.path
+    try:
+        assert os.path.exists(jpath) and os.path.dirname(jpath) == os.fspath(path / "qvc" / "journal")
+        assert wal_files(path) == [os.path.basename(jpath)]
+        put(store, "j", "j-0000", 0)
+        seen = probe(path, "j", "j-0000")  # another store opens (and closes) meanwhile
+        assert seen["found"] and seen["replayed"] == 0
+        assert os.path.exists(jpath), "another process took the journal of a live store"
+    finally:
+        store.close()
+    assert not os.path.exists(jpath)
+    assert wal_files(path) == []
+    store.close()  # idempotent
+
+
+def test_orphan_journal_of_killed_writer_is_replayed(tmp_path):
+    path = tmp_path / "repo.qvc"
+    acked = run_writer(path, "sync", ["t", "u", "t", "t", "u"])
+    orphans = wal_files(path)
+    assert len(orphans) == 1, "a killed writer leaves its journal behind"
+    with GitCheckpointStore(path) as store:
+        assert store.recovery.journals_replayed == 1, store.recovery
+        assert orphans[0] not in wal_files(path), "the replayed journal was not removed"
+        for thread, cid, step in acked:
+            check(store, thread, cid, step)
+        assert store.get_tuple(CheckpointConfig("t")).checkpoint.id == "t-0002"
+        assert store.get_tuple(CheckpointConfig("u")).checkpoint.id == "u-0001"
+    with GitCheckpointStore(path) as store:
+        assert not store.recovery, f"recovery ran twice: {store.recovery.summary()}"
+    fsck(path)
+
+
+# -- power loss --------------------------------------------------------------------------------
+
+
+def _pack_index(idx_path: Path) -> set[bytes]:
+    data = idx_path.read_bytes()
+    assert data[:8] == b"\xfftOc" + struct.pack(">I", 2), f"{idx_path}: not a v2 index"
+    count = struct.unpack(">I", data[8 + 1020: 8 + 1024])[0]
+    start = 8 + 1024
+    return {data[start + 20 * i: start + 20 * (i + 1)] for i in range(count)}
+
+
+def _objects_of(git: pygit2.Repository, commit_hex: str) -> set[bytes]:
+    """Raw ids of a commit, its tree and everything under it."""
+    commit = git[commit_hex]
+    out = {commit.id.raw}
+    stack = [commit.tree]
+    while stack:
+        tree = stack.pop()
+        out.add(tree.id.raw)
+        for entry in tree:
+            if entry.type_str == "tree":
+                stack.append(git[entry.id])
+            else:
+                out.add(entry.id.raw)
+    return out
+
+
+def _commits_by_cid(git: pygit2.Repository, ref: str) -> dict[str, str]:
+    out = {}
+    commit = git.references[ref].peel(pygit2.Commit)
+    while commit is not None:
+        for line in commit.message.splitlines():
+            if line.startswith("Checkpoint-Id: "):
+                out[line.split(": ", 1)[1].strip()] = str(commit.id)
+        commit = commit.parents[0] if commit.parents else None
+    return out
+
+
+def _power_loss(path: Path, acked, ref_damage: dict[str, str]) -> dict:
+    """Damage what a power loss can damage among the files the writer never flushed.
+
+    Every loose object and pack holding an object of an acknowledged checkpoint is emptied,
+    truncated or removed (one of them, the one holding the newest commit, always emptied);
+    each ref in ``ref_damage`` is ``"empty"`` (0 bytes), ``"missing"`` or ``"previous"``
+    (back at the value before its last move: the rename never reached the disk).
+    """
+    git = pygit2.Repository(os.fspath(path))
+    cids: dict[str, str] = {}
+    for thread in {t for t, _, _ in acked}:
+        cids.update(_commits_by_cid(git, f"refs/heads/{thread}"))
+    wanted: set[bytes] = set()
+    for _, cid, _ in acked:
+        wanted |= _objects_of(git, cids[cid])
+    newest = {thread: cids[cid] for thread, cid, _ in acked}  # last acked put of each thread
+    previous = {}
+    for thread in newest:
+        mine = [cids[c] for t, c, _ in acked if t == thread]
+        previous[thread] = mine[-2] if len(mine) >= 2 else None
+    git.free()
+
+    damaged = {"loose": 0, "packs": 0}
+    kinds = ["empty", "truncate", "missing"]
+    objects = path / "objects"
+    i = 0
+    for fan in sorted(os.listdir(objects)):
+        if len(fan) != 2:
+            continue
+        for name in sorted(os.listdir(objects / fan)):
+            if bytes.fromhex(fan + name) in wanted:
+                f = objects / fan / name
+                kind = kinds[i % 3]
+                i += 1
+                if kind == "missing":
+                    f.unlink()
+                else:
+                    size = f.stat().st_size
+                    os.chmod(f, 0o644)
+                    os.truncate(f, 0 if kind == "empty" else size // 2)
+                damaged["loose"] += 1
+    pack_dir = objects / "pack"
+    newest_raw = {bytes.fromhex(h) for h in newest.values()}
+    damages = ["pack-empty", "idx-empty", "idx-missing", "pack-truncated", "both-missing"]
+    j = 0
+    for idx in sorted(pack_dir.glob("*.idx")):
+        held = _pack_index(idx)
+        if not held & wanted:
+            continue
+        kind = "pack-empty" if held & newest_raw else damages[j % len(damages)]
+        j += 1
+        pack = idx.with_suffix(".pack")
+        for f in (idx, pack):
+            os.chmod(f, 0o644)
+        if kind == "pack-empty":
+            os.truncate(pack, 0)
+        elif kind == "idx-empty":
+            os.truncate(idx, 0)
+        elif kind == "idx-missing":
+            idx.unlink()
+        elif kind == "pack-truncated":
+            os.truncate(pack, pack.stat().st_size // 2)
+        else:
+            idx.unlink()
+            pack.unlink()
+        damaged["packs"] += 1
+    assert damaged["loose"] + damaged["packs"] > 0, "found no files to damage (storage layout changed?)"
+
+    for thread, how in ref_damage.items():
+        ref = path / "refs" / "heads" / thread
+        assert ref.exists(), f"the writer left {thread} in packed-refs; cannot damage its ref file"
+        if how == "keep":
+            continue
+        if how == "empty":
+            os.truncate(ref, 0)
+        elif how == "missing":
+            ref.unlink()
+        elif how == "previous":
+            assert previous[thread] is not None
+            # The rename never reached the disk: the old file is back, with its older mtime.
+            before = ref.stat().st_mtime - 1
+            ref.write_text(previous[thread] + "\n")
+            os.utime(ref, (before, before))
+        else:
+            raise ValueError(how)
+    return damaged
+
+
+def _check_all_back(path, acked):
+    """Reopen (recovery runs once): every acknowledged checkpoint reads back, heads at the last ones."""
+    with GitCheckpointStore(path) as store:
+        rec = store.recovery
+        print(rec.summary())
+        assert rec.journals_replayed == 1, rec
+        for thread, cid, step in acked:
+            check(store, thread, cid, step)
+        last = {thread: cid for thread, cid, _ in acked}
+        for thread, cid in last.items():
+            head = store.get_tuple(CheckpointConfig(thread))
+            assert head is not None and head.checkpoint.id == cid, (
+                f"after power loss, {thread!r} is at {head and head.checkpoint.id}, not at its last "
+                f"acknowledged (SYNC) checkpoint {cid}")
+        return rec
+
+
+PLAN = ["t", "u", "t", "t", "u", "t", "u", "t", "t", "u", "t", "t"]
+
+
+def test_power_loss_objects_and_refs_restored_from_journal(tmp_path):
+    path = tmp_path / "repo.qvc"
+    acked = run_writer(path, "sync", PLAN)
+    damaged = _power_loss(path, acked, {"t": "empty", "u": "missing"})
+    print(damaged)
+    rec = _check_all_back(path, acked)
+    assert rec.objects_restored > 0, f"damaged objects were not restored: {rec.summary()}"
+    assert "refs/heads/t" in rec.refs_restored and "refs/heads/u" in rec.refs_restored, rec.summary()
+    fsck(path)
+
+
+def test_power_loss_ref_back_at_previous_value_rolls_forward(tmp_path):
+    """The ref's rename never reached the disk: the ref file still holds the value before the last put.
+
+    A SYNC put returned, so its checkpoint must be the head again after recovery.
+    """
+    path = tmp_path / "repo.qvc"
+    acked = run_writer(path, "sync", PLAN)
+    _power_loss(path, acked, {"t": "previous", "u": "previous"})
+    _check_all_back(path, acked)
+    fsck(path)
+
+
+def test_power_loss_only_refs_lost(tmp_path):
+    """Objects survived; only the newest ref update of each thread was lost (ref back at its previous value)."""
+    path = tmp_path / "repo.qvc"
+    acked = run_writer(path, "sync", PLAN)
+    git = pygit2.Repository(os.fspath(path))
+    for thread in ("t", "u"):
+        cids = _commits_by_cid(git, f"refs/heads/{thread}")
+        mine = [cids[c] for t, c, _ in acked if t == thread]
+        ref = path / "refs" / "heads" / thread
+        before = ref.stat().st_mtime - 1  # the old file comes back with its older mtime
+        ref.write_text(mine[-2] + "\n")
+        os.utime(ref, (before, before))
+    git.free()
+    _check_all_back(path, acked)
+    fsck(path)
+
+
+def test_power_loss_async_keeps_what_flush_made_durable(tmp_path):
+    """ASYNC: puts, flush(), more puts, then a power loss that loses the journal past the flush.
+
+    Everything acknowledged before flush() returned must come back; the later puts may be
+    lost, but the repository must be consistent: each head at an acknowledged checkpoint
+    that reads back, no older than the last flushed one.
+    """
+    path = tmp_path / "repo.qvc"
+    flushes: list = []
+    plan = ["t", "u", "t", "u", "t", "!", "t", "u", "t", "t"]
+    acked = run_writer(path, "async", plan, max_lag=600.0, flushes=flushes)  # the flusher never runs
+    (n_durable, size), = flushes
+    journal = path / "qvc" / "journal" / wal_files(path)[0]
+    assert journal.stat().st_size >= size
+    with open(journal, "r+b") as f:  # the unflushed tail never reached the disk; a torn record remains
+        f.truncate(size + (journal.stat().st_size - size) // 3)
+    _power_loss(path, acked, {"t": "keep", "u": "empty"})
+    with GitCheckpointStore(path) as store:
+        rec = store.recovery
+        print(rec.summary())
+        assert rec.journals_replayed == 1, rec
+        for thread, cid, step in acked[:n_durable]:
+            check(store, thread, cid, step)
+        for thread in ("t", "u"):
+            mine = [c for t, c, _ in acked if t == thread]
+            floor = max(i for i, (t, _, _) in enumerate(acked[:n_durable]) if t == thread)
+            head = store.get_tuple(CheckpointConfig(thread))
+            assert head is not None, f"{thread!r} is gone after the power loss"
+            assert head.checkpoint.id in mine, f"{thread!r} is at {head.checkpoint.id}, never acknowledged"
+            assert mine.index(head.checkpoint.id) >= mine.index(acked[floor][1]), (
+                f"{thread!r} is at {head.checkpoint.id}, older than its last flushed checkpoint {acked[floor][1]}")
+            for tup in store.list(CheckpointConfig(thread)):  # the whole line reads back
+                assert tup.checkpoint.state_data == state_for(thread, tup.checkpoint.id, tup.checkpoint.step)
+    fsck(path)
+
+
+# -- a failed flush ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", list(DurabilityMode))
+def test_failed_flush_is_sticky_until_reopen(tmp_path, monkeypatch, mode):
+    """One fdatasync of the journal fails (EIO). Linux may then drop the dirty pages and report
+    success the next time, so nothing later may be promised durable: the failing call raises,
+    every later put()/flush() raises DurabilityError, close() raises and keeps the journal, and
+    reopening replays it."""
+    from qvc import DurabilityError
+
+    path = tmp_path / "repo.qvc"
+    store = GitCheckpointStore(path, durability=mode, max_lag=0.01)
+    put(store, "t", "t-0000", 0)
+    store.flush()
+    real = os.fdatasync
+    failures = {"left": 1}
+
+    def flaky(fd):
+        if failures["left"]:
+            failures["left"] -= 1
+            raise OSError(5, "Input/output error")
+        return real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", flaky)
+    with pytest.raises((DurabilityError, OSError)):
+        put(store, "t", "t-0001", 1)
+        store.flush()
+    assert failures["left"] == 0
+    time.sleep(0.05)  # the disk "works" again
+    with pytest.raises(DurabilityError):
+        put(store, "t", "t-0002", 2)
+        store.flush()
+    with pytest.raises(DurabilityError):
+        store.flush()
+    jpath = store.repository.journal.path
+    with pytest.raises(DurabilityError):
+        store.close()
+    assert os.path.exists(jpath), "close() after a failed flush removed the journal"
+    with GitCheckpointStore(path) as again:
+        assert again.recovery.journals_replayed == 1, again.recovery
+        check(again, "t", "t-0000", 0)
+
+
+DIE_AFTER_PUT = """
+import os, sys
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+store = GitCheckpointStore(sys.argv[1])
+store.put(CheckpointConfig("a"), Checkpoint(id="a-1", thread_id="a", step=0, state_data={"v": 1}), {})
+os._exit(0)  # a crash: the journal stays behind, unreplayed
+"""
+
+
+def test_recovery_repairs_broken_refs_no_journal_record_names(tmp_path):
+    """A power cut can keep a ref's new file (empty, or naming objects that never reached the
+    disk) while the journal record of the move is lost: recovery falls back or removes it."""
+    path = tmp_path / "repo.qvc"
+    with GitCheckpointStore(path) as store:
+        put(store, "keep", "k-0", 0)
+        put(store, "keep", "k-1", 1)
+        parent = store.head("keep")
+        put(store, "keep", "k-2", 2)
+        tip = store.head("keep")
+    # "keep"'s tip commit reads, but one of its blobs was lost: back to its parent (no reflog left)
+    git = pygit2.Repository(str(path))
+    blob = next(e.id for e in git[tip].tree if e.type_str == "blob" and e.name != ".qvc")
+    del git
+    for pack_file in (path / "objects" / "pack").glob("*.idx"):
+        pack_file.chmod(0o644)
+    subprocess.run(["git", "--git-dir", str(path), "repack", "-a", "-d", "-q"], check=True, env=child_env())
+    packed = next((path / "objects" / "pack").glob("*.pack")).read_bytes()
+    for f in (path / "objects" / "pack").iterdir():  # loose objects from here on: one is easy to lose
+        f.chmod(0o644)
+        f.unlink()
+    subprocess.run(["git", "--git-dir", str(path), "unpack-objects", "-q"], check=True, env=child_env(),
+                   input=packed)
+    (path / "objects" / str(blob)[:2] / str(blob)[2:]).unlink()
+    (path / "logs" / "refs" / "heads" / "keep").unlink()
+    subprocess.run([sys.executable, "-c", DIE_AFTER_PUT, str(path)], env=child_env(), check=True)
+    heads = path / "refs" / "heads"
+    (heads / "ghost").write_text("1" * 40 + "\n")  # a new thread whose objects were lost
+    (heads / "empty").write_bytes(b"")  # its file's data was lost
+    with GitCheckpointStore(path) as store:
+        rec = store.recovery
+        assert rec.journals_replayed == 1
+        assert {"refs/heads/ghost", "refs/heads/empty", "refs/heads/keep"} <= set(rec.refs_restored), rec.summary()
+        assert store.head("ghost") is None and store.head("empty") is None
+        assert store.head("keep") == parent
+        assert store.get_tuple(CheckpointConfig("a")).checkpoint.id == "a-1"
+    fsck(path)
