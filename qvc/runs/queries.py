@@ -1,0 +1,180 @@
+"""Reading runs from a store: finding run threads, loading checkpoints, listing, session history,
+timelines and snapshots. Nothing here writes.
+
+Each function takes the store (and, where a run is meant, its thread:
+:meth:`~qvc.runs.Runs.thread` resolves a run id); :class:`~qvc.runs.Runs` exposes them as
+methods. Imports :mod:`qvc.store`, :mod:`qvc.types`, :mod:`qvc.errors` and :mod:`qvc.runs.ids`,
+``model``, ``boundaries``, ``segments`` and ``codec``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Dict, Iterable, Iterator, List, Optional
+
+from qvc.errors import InvalidInputError, UnknownCheckpointError, UnknownRunError
+from qvc.runs.boundaries import referenced_tool_call_ids, safe_truncation_index
+from qvc.runs.codec import LoadedRun, decode, timeline_entry
+from qvc.runs.ids import THREAD_PREFIX, check_id
+from qvc.runs.model import HISTORY_SKIP, Message, Run, RunStatus, RunSummary, Snapshot, TimelineEntry, ToolExecution
+from qvc.runs.segments import cut
+from qvc.store.git_store import GitCheckpointStore
+from qvc.store.refnames import superseded_prefix
+from qvc.types import CheckpointConfig, CheckpointTuple
+
+# -- finding runs ---------------------------------------------------------------------------
+
+
+def run_threads(store: GitCheckpointStore) -> Iterator[tuple]:
+    """Every run thread of the store, as ``(session_id, run_id, thread)``."""
+    for thread in store.threads():
+        if thread.startswith(THREAD_PREFIX) and "/" in thread[len(THREAD_PREFIX):]:
+            session, run_id = thread[len(THREAD_PREFIX):].rsplit("/", 1)
+            yield session, run_id, thread
+
+
+def sessions(store: GitCheckpointStore) -> List[str]:
+    """Every session id with at least one run, sorted."""
+    return sorted({s for s, _, _ in run_threads(store)})
+
+
+def load_run(store: GitCheckpointStore, thread: str, checkpoint_id: Optional[str] = None) -> LoadedRun:
+    """The run checkpoint ``checkpoint_id`` (default: the head) of ``thread``, decoded.
+
+    Raises :class:`UnknownRunError` (no checkpoints), :class:`UnknownCheckpointError` and
+    :class:`InvalidInputError` (a checkpoint of another thread, or not a run checkpoint).
+    """
+    tup = store.get_tuple(CheckpointConfig(thread, checkpoint_id))
+    if tup is None:
+        if checkpoint_id is not None:
+            raise UnknownCheckpointError(f"unknown checkpoint {checkpoint_id!r}")
+        raise UnknownRunError(f"run thread {thread!r} has no checkpoints")
+    if tup.checkpoint.thread_id != thread:
+        raise InvalidInputError(f"checkpoint {checkpoint_id!r} belongs to thread {tup.checkpoint.thread_id!r}, "
+                                f"not {thread!r}")
+    return decode(tup)
+
+
+def list_runs(store: GitCheckpointStore, session_id: Optional[str] = None) -> List[RunSummary]:
+    """The runs (of one session, or all), oldest first; see :meth:`~qvc.runs.Runs.list_runs`."""
+    out = []
+    for session, _, thread in run_threads(store):
+        if session_id is not None and session != session_id:
+            continue
+        run = load_run(store, thread).run
+        out.append(RunSummary(run.run_id, run.session_id, run.status, run.created_at, run.updated_at,
+                              len(run.messages), run.checkpoint_id or "", run.forked_from_run_id,
+                              run.regenerated_from, run.owner))
+    if session_id is not None and not out:
+        raise UnknownRunError(f"session {session_id!r} has no runs")
+    return sorted(out, key=lambda r: (r.created_at, r.run_id))
+
+
+# -- session history ------------------------------------------------------------------------
+
+
+def _session_runs(store: GitCheckpointStore, session_id: str) -> List[Run]:
+    runs = [load_run(store, t).run for s, _, t in run_threads(store) if s == session_id]
+    return sorted(runs, key=lambda r: (r.created_at, r.run_id))
+
+
+def history_runs(store: GitCheckpointStore, session_id: str, *, current_run_id: Optional[str] = None) -> List[Run]:
+    """The runs of a session that belong in the next run's history; see :meth:`~qvc.runs.Runs.history_runs`."""
+    runs = _session_runs(store, check_id(session_id, "session id"))
+    replaced = {r.regenerated_from for r in runs
+                if r.status is RunStatus.COMPLETED and r.regenerated_from and r.replace_original}
+    return [r for r in runs
+            if r.run_id not in replaced and r.status not in HISTORY_SKIP
+            and (r.status is not RunStatus.RUNNING or r.run_id == current_run_id)]
+
+
+def history(store: GitCheckpointStore, session_id: str, *, current_run_id: Optional[str] = None,
+            include_system: bool = False) -> List[Message]:
+    """The messages of :func:`history_runs`, in order; see :meth:`~qvc.runs.Runs.history`."""
+    runs = history_runs(store, session_id, current_run_id=current_run_id)
+    shown = {r.run_id for r in runs}
+    out: List[Message] = []
+    for r in runs:
+        skip = r.forked_from_message_index or 0 if r.forked_from_run_id in shown else 0
+        out.extend(m for m in r.messages[skip:] if include_system or m.role != "system")
+    return out
+
+
+def session_state(store: GitCheckpointStore, session_id: str) -> Dict[str, Any]:
+    """A copy of the session state of the latest history run of the session (``{}`` if none)."""
+    runs = history_runs(store, session_id)
+    return copy.deepcopy(runs[-1].session_state) if runs else {}
+
+
+# -- timeline and snapshots -----------------------------------------------------------------
+
+
+def run_line(store: GitCheckpointStore, thread: str, start: Optional[str] = None,
+             stop: Iterable[str] = ()) -> List[CheckpointTuple]:
+    """The run's checkpoints on the line from ``start`` (head), oldest first, not crossing into other runs."""
+    stop = set(stop)
+    out = []
+    for tup in store.list(CheckpointConfig(thread, start)):
+        if tup.checkpoint.thread_id != thread or tup.checkpoint.id in stop:
+            break
+        out.append(tup)
+    return out[::-1]
+
+
+def timeline(store: GitCheckpointStore, thread: str, *, superseded: bool = True) -> List[TimelineEntry]:
+    """The checkpoints of the run on ``thread``, current line first; see :meth:`~qvc.runs.Runs.timeline`."""
+    line = run_line(store, thread)
+    head = line[-1].checkpoint.id if line else None
+    out = [timeline_entry(t, head, True) for t in line]
+    if superseded:
+        seen = {t.checkpoint.id for t in line}
+        tips = [tip for _, tip in store.repository.refs(superseded_prefix(thread))]
+        extra: List[TimelineEntry] = []
+        for tip in tips:
+            for tup in run_line(store, thread, tip, seen):
+                seen.add(tup.checkpoint.id)
+                extra.append(timeline_entry(tup, head, False))
+        out += sorted(extra, key=lambda e: (e.created_at, e.message_index))
+    return out
+
+
+def view_at(line: List[CheckpointTuple], k: int) -> tuple:
+    """``(basis checkpoint, run, segments, exact)`` for the pair-safe index ``k`` on the current ``line``."""
+    latest = decode(line[-1])
+    if k >= len(latest.run.messages):
+        return latest, latest.run, latest.segments, True
+    index = [int(t.metadata.get("message_index", -1)) for t in line]
+    if k in index:
+        basis = decode(line[index.index(k)])
+        return basis, basis.run, basis.segments, True
+    before = [t for t, i in zip(line, index, strict=True) if i < k]
+    basis = decode(before[-1] if before else line[0])
+    segments = cut(latest.segments, k)
+    run = basis.run
+    if not before:  # before the first checkpoint: the state the run started with
+        run.session_state = copy.deepcopy(run.initial_session_state)
+        run.metrics, run.content, run.error, run.takeovers = {}, None, None, []
+    run.messages = [Message.from_dict(m) for s in segments for m in s.messages]
+    run.tools = [ToolExecution.from_dict(t) for s in segments for t in s.tools]
+    refs = referenced_tool_call_ids(run.messages)
+    run.requirements = [r for r in run.requirements if r.tool_call_id in refs]
+    return basis, run, segments, False
+
+
+def snapshot(store: GitCheckpointStore, thread: str, at: int | str | None = None) -> Snapshot:
+    """The run on ``thread`` as it was at a boundary; see :meth:`~qvc.runs.Runs.snapshot`."""
+    if at is None or isinstance(at, str):
+        loaded = load_run(store, thread, at)
+        head = store.get_tuple(CheckpointConfig(thread))
+        on_line = any(t.checkpoint.id == loaded.id for t in run_line(store, thread)) if head else False
+        n = len(loaded.run.messages)
+        return Snapshot(loaded.run, loaded.id, n, n, True, on_line)
+    if isinstance(at, bool) or not isinstance(at, int):
+        raise InvalidInputError(f"snapshot at must be a message index or a checkpoint id, not {at!r}")
+    line = run_line(store, thread)
+    latest_messages = decode(line[-1]).run.messages
+    if not 0 <= at <= len(latest_messages):
+        raise InvalidInputError(f"message index {at} is outside 0..{len(latest_messages)}")
+    k = safe_truncation_index(latest_messages, at)
+    basis, run, _, exact = view_at(line, k)
+    return Snapshot(run, basis.id, at, k, exact, True)
