@@ -105,6 +105,25 @@ def fork_thread(store: GitCheckpointStore, sha: str, new: str):
     return fork_checkpoint(store, CheckpointConfig(info.thread_id or "", sha), new)
 
 
+def kept_lines(store: GitCheckpointStore, thread: str) -> list[str]:
+    """The tips of the lines time travel kept for ``thread`` that its current line does not reach:
+    what deleting the thread deletes too (``qvc branch -d`` refuses then). Empty when there are none."""
+    from qvc.store.refnames import superseded_prefix
+
+    tip = store.head(thread)
+    line = {info.hex for info in store.first_parents(tip)} if tip is not None else set()
+    return [stip for _, stip in store.repository.refs(superseded_prefix(thread)) if stip not in line]
+
+
+def is_kept_line(store: GitCheckpointStore, thread: str, tip: str) -> bool:
+    """Whether time travel keeps the line ending at commit ``tip`` as a superseded line of ``thread``
+    (:meth:`~qvc.store.git_store.GitCheckpointStore.reset` keeps the head it leaves when the new head
+    does not descend from it)."""
+    from qvc.store.refnames import superseded_prefix
+
+    return store.repository.ref(superseded_prefix(thread) + tip) is not None
+
+
 def run_of_thread(thread: str) -> Optional[dict[str, str]]:
     """``{"session_id", "run_id"}`` when ``thread`` is a run's thread (``run/<session>/<run>``), else ``None``."""
     from qvc.runs import THREAD_PREFIX

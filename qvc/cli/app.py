@@ -1,0 +1,210 @@
+"""The shell of the ``qvc`` command line: the click group and its global options, the
+per-invocation session (which opens the store), names in arguments (resolving and completing
+them), and the entry points that turn errors into one line on stderr and an exit status.
+
+Command modules (:mod:`qvc.cli.history`, ...) add their commands to :data:`cli`;
+:mod:`qvc.cli` imports them all. This module imports none of them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from qvc import __version__
+from qvc.errors import (
+    CheckpointConflictError,
+    CorruptionError,
+    DurabilityError,
+    InvalidInputError,
+    NotARepositoryError,
+    NotFoundError,
+    QvcError,
+)
+
+EXIT_ERROR = 1  # any other failure (git missing, I/O)
+EXIT_USAGE = 2  # bad arguments or input
+EXIT_NOT_FOUND = 3  # unknown thread, checkpoint, field
+EXIT_CONFLICT = 4  # another writer got there first; a name already taken
+EXIT_CORRUPT = 5  # damaged repository (also `qvc fsck` finding problems)
+EXIT_DURABILITY = 6  # a flush failed
+EXIT_NOT_A_REPO = 128  # no repository here (git's "fatal" status)
+
+EXIT_CODES: list[tuple[type[BaseException], int]] = [
+    (NotARepositoryError, EXIT_NOT_A_REPO), (NotFoundError, EXIT_NOT_FOUND), (InvalidInputError, EXIT_USAGE),
+    (CheckpointConflictError, EXIT_CONFLICT), (CorruptionError, EXIT_CORRUPT), (DurabilityError, EXIT_DURABILITY),
+    (QvcError, EXIT_ERROR),
+]
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+# -- the session -------------------------------------------------------------------------------
+
+
+class Session:
+    """Per-invocation state: where the repository is, output settings, the open store."""
+
+    def __init__(self, repo: str | None, color: str, pager: bool):
+        self.repo = repo
+        self.color = (color == "always" or color == "auto" and sys.stdout.isatty()
+                      and "NO_COLOR" not in os.environ and os.environ.get("TERM") != "dumb")
+        self.pager = pager
+        self._store = None
+
+    def store(self, write: bool = False):
+        """The repository's store, opened on first use (closed when the command ends).
+
+        Reading commands open it read-only: no libgit2 import, no journal, no lock.
+        """
+        if self._store is None:
+            # deferred for start-up speed (the store layer), as are the library imports in every command
+            from qvc.store.discovery import find_repository
+            from qvc.store.git_store import GitCheckpointStore
+
+            self._store = GitCheckpointStore(find_repository(explicit=self.repo), create=False, readonly=not write)
+        return self._store
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+
+def session() -> Session:
+    """The running command's :class:`Session`."""
+    return click.get_current_context().find_object(Session)
+
+
+# -- names in arguments ------------------------------------------------------------------------
+
+
+def revision(store, name: str | None):
+    """Resolve a revision (default HEAD) for a command."""
+    from qvc.store.revisions import parse_revision  # deferred: start-up speed
+
+    return parse_revision(store, name or "HEAD")
+
+
+def complete_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
+    """Shell completion: thread names (and HEAD) of the repository in reach."""
+    from click.shell_completion import CompletionItem  # deferred: start-up speed
+
+    try:
+        from qvc.store.discovery import find_repository
+        from qvc.store.git_store import GitCheckpointStore
+
+        root = ctx.find_root().params
+        if root.get("chdir"):
+            os.chdir(root["chdir"])
+        with GitCheckpointStore(find_repository(explicit=root.get("repo")), create=False, readonly=True) as store:
+            names = ["HEAD"] + store.threads()
+    except (QvcError, OSError):
+        return []
+    return [CompletionItem(n) for n in names if n.startswith(incomplete)]
+
+
+# -- the group ---------------------------------------------------------------------------------
+
+
+# The order of `qvc --help`: reading history, changing it, runs, following, remotes, the rest.
+ORDER = ("init", "status", "log", "show", "diff", "branch", "checkout", "commit", "reset", "reflog",
+         "runs", "timeline", "watch", "remote", "push", "fetch", "clone", "serve", "gc", "fsck", "completion")
+
+
+class Group(click.Group):
+    """Commands listed in :data:`ORDER`, then any others in the order they are defined."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        rank = {name: i for i, name in enumerate(ORDER)}
+        return sorted(self.commands, key=lambda name: rank.get(name, len(ORDER)))
+
+
+@click.group(cls=Group, context_settings=CONTEXT)
+@click.option("-C", "chdir", metavar="DIR", type=click.Path(file_okay=False),
+              help="Run as if qvc was started in DIR.")
+@click.option("--repo", metavar="PATH", type=click.Path(file_okay=False),
+              help="The repository (default: $QVC_DIR, else .qvc here or in a parent).")
+@click.option("--color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
+              help="Colors (auto: on a terminal, unless NO_COLOR is set).")
+@click.option("--no-pager", is_flag=True, help="Never page long output.")
+@click.version_option(__version__, "--version", prog_name="qvc")
+@click.pass_context
+def cli(ctx: click.Context, chdir: str | None, repo: str | None, color: str, no_pager: bool) -> None:
+    """qvc: git-like checkpoint history of AI agent runs.
+
+    Each thread is a branch, each checkpoint a commit. Name checkpoints by id, unique id
+    prefix, commit SHA or prefix, THREAD (its head), HEAD, and suffixes ~N, ^, @{N}.
+
+    \b
+    Example:
+      qvc log -n 5 run-7
+      qvc diff run-7~1 run-7
+    """
+    if chdir is not None:
+        try:
+            os.chdir(chdir)
+        except OSError as exc:
+            raise click.UsageError(f"cannot change to {chdir}: {exc.strerror}") from None
+    s = Session(repo, color, not no_pager)
+    ctx.obj = s
+    ctx.call_on_close(s.close)
+
+
+# -- entry points ------------------------------------------------------------------------------
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit status for a library error (see the table in README.md)."""
+    return next(code for kind, code in EXIT_CODES if isinstance(exc, kind))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; return its exit status. Errors are one line on stderr, never a traceback."""
+    def fail(message: str, code: int) -> int:
+        click.echo(f"qvc: {message}".splitlines()[0], err=True)
+        return code
+
+    try:
+        result = cli.main(args=argv, prog_name="qvc", standalone_mode=False)
+        return result if isinstance(result, int) else 0
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.UsageError as exc:
+        hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+        return fail(exc.format_message() + hint, EXIT_USAGE)
+    except click.ClickException as exc:
+        return fail(exc.format_message(), exc.exit_code)
+    except click.Abort:
+        return fail("aborted", EXIT_ERROR)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else EXIT_ERROR
+    except QvcError as exc:
+        return fail(str(exc), exit_code(exc))
+    except BrokenPipeError:  # `qvc log | head`: the reader left; not an error
+        silence_stdout()
+        return 0
+    except KeyboardInterrupt:
+        return fail("interrupted", 130)
+    except OSError as exc:
+        return fail(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}", EXIT_ERROR)
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null: the reader of a pipe left, so nothing more (nor the final flush) fails."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def run() -> None:
+    """The console script."""
+    code = main()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
+    sys.exit(code)

@@ -1,0 +1,104 @@
+"""Following a repository live (:mod:`qvc.inspect.watch`): ``qvc watch``, and the follow part of
+``qvc log --follow`` (:func:`follow_log`, which :mod:`qvc.cli.history` calls)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Callable
+
+import click
+
+from qvc.cli.app import cli, complete_names, session, silence_stdout
+from qvc.cli.output import out, short, style
+
+
+def stream(watcher, show, first=()) -> None:
+    """Print the lines of ``first``, then the lines ``show(event)`` returns as events come,
+    flushed, until Ctrl-C, SIGTERM or a closed pipe (all a quiet exit 0)."""
+    import signal  # deferred: start-up speed (only `watch` and `log --follow` need it)
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        with watcher:
+            for line in first:
+                out(line)
+            for event in watcher:
+                for line in show(event):
+                    out(line)
+    except KeyboardInterrupt:
+        pass
+    except BrokenPipeError:  # `qvc watch | head -3` (click would turn it into exit 1)
+        silence_stdout()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def event_line(e) -> str:
+    """One event as a line of text (``--json`` prints :meth:`qvc.inspect.watch.WatchEvent.to_json`)."""
+    what = {
+        "checkpoint": lambda: f"{e.thread_id} {short(e.checkpoint_id)} step {e.step} · {e.source} "
+                              f"{style(e.commit[:7], fg='yellow')}",
+        "fork": lambda: f"{e.thread_id} from {e.from_thread} {short(e.from_checkpoint_id)}",
+        "reset": lambda: f"{e.thread_id} {e.previous[:7]} -> {style(e.commit[:7], fg='yellow')} "
+                         f"{short(e.checkpoint_id)} step {e.step}{f' ({e.cause})' if e.cause else ''}",
+        "delete": lambda: f"{e.thread_id} (was {e.previous[:7]})",
+        "rename": lambda: f"{e.from_thread} -> {e.thread_id}",
+        "writes": lambda: f"{e.thread_id} {short(e.checkpoint_id or '?')} {(e.commit or '')[:7]}",
+        "head": lambda: e.thread_id if e.thread_id is not None else f"detached at {(e.commit or '')[:7]}",
+    }[e.kind]()
+    return f"{datetime.fromtimestamp(e.observed):%H:%M:%S} {style(f'{e.kind:<10}', fg='cyan')} {what}"
+
+
+@cli.command()
+@click.argument("threads", nargs=-1, shell_complete=complete_names)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.option("--poll", "poll", type=click.FloatRange(min=0.001), metavar="SECONDS",
+              help="Poll the refs every SECONDS instead of waiting for inotify.")
+def watch(threads: tuple[str, ...], as_json: bool, poll: float | None) -> None:
+    """Print checkpoints, forks, resets, deletions, renames, pending writes and HEAD moves as
+    other processes make them, one line each, until interrupted (default: every thread).
+
+    \b
+    Example:
+      qvc watch
+      qvc watch run-7 --json | jq .id
+    """
+    from qvc.inspect.watch import watch as watch_repository  # deferred: start-up speed
+
+    store = session().store()
+    kw = {"hints": "poll", "poll_interval": poll} if poll else {}
+    show = (lambda e: [json.dumps(e.to_json(), ensure_ascii=False)]) if as_json else (lambda e: [event_line(e)])
+    stream(watch_repository(store, threads or None, **kw), show)
+
+
+def follow_log(store, name: str | None, limit: int | None, as_json: bool,
+               entry_lines: Callable[..., list[str]]) -> None:
+    """``qvc log --follow``: the thread's log, then its new checkpoints as log entries, each
+    printed as ``entry_lines(entry, head)`` (or one JSON object per line with ``as_json``)."""
+    # deferred: start-up speed
+    from qvc.inspect.log import entry, log
+    from qvc.inspect.watch import watch as watch_repository
+
+    head = store.current()
+    thread = head.thread if name in (None, "HEAD") else name
+    if thread is None:
+        raise click.UsageError("HEAD is detached: name the thread to follow")
+    watcher = watch_repository(store, [thread])  # before the log is read: nothing falls in between
+    shown: set[str] = set()
+
+    def lines(e) -> list[str]:
+        shown.add(e.commit)
+        return [json.dumps(e.to_json(), ensure_ascii=False)] if as_json else entry_lines(e, head)
+
+    def show(event) -> list[str]:
+        if event.kind != "checkpoint" or event.commit in shown:
+            return []
+        return lines(entry(store, event.commit, {event.commit: [thread]}))
+
+    tip = store.head(thread)
+    first = (line for e in (log(store, tip, limit=limit) if tip is not None else ()) for line in lines(e))
+    stream(watcher, show, first)

@@ -1,0 +1,59 @@
+"""Maintenance: ``qvc gc`` (pack, and purge deleted data) and ``qvc fsck`` (verify)."""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from qvc.cli.app import EXIT_CORRUPT, cli, session
+from qvc.cli.output import emit_json, out
+
+
+@cli.command()
+@click.option("--prune", is_flag=True, help="Also drop deleted checkpoints for good (unrecoverable).")
+def gc(prune: bool) -> None:
+    """Pack objects and refs with git; --prune also purges deleted data.
+
+    Waits for writers in every process (briefly) and never loses a checkpoint that any
+    thread or superseded line still reaches.
+
+    \b
+    Example:
+      qvc gc --prune
+    """
+    from qvc.plumbing.maintenance import disk_usage  # deferred: start-up speed
+
+    store = session().store(write=True)
+    before = disk_usage(store.path)
+    t0 = time.monotonic()
+    store.purge() if prune else store.gc()
+    after = disk_usage(store.path)
+    out(f"{'Purged and packed' if prune else 'Packed'} {store.path}: {before / 2**20:.1f} MiB -> "
+        f"{after / 2**20:.1f} MiB in {time.monotonic() - t0:.1f} s")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def fsck(as_json: bool) -> None:
+    """Verify the repository: git's object checks, every ref, every checkpoint and pending write.
+
+    Exits with status 5 when it finds problems.
+
+    \b
+    Example:
+      qvc fsck && echo healthy
+    """
+    from qvc.inspect.fsck import fsck as check  # deferred: start-up speed
+
+    report = check(session().store())
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        for problem in report.problems:
+            click.echo(f"error: {problem}", err=True)
+        out(f"checked {report.refs} ref(s), {report.checkpoints} checkpoint(s), "
+            f"{report.pending_writes} set(s) of pending writes: "
+            + (f"{len(report.problems)} problem(s)" if report else "ok"))
+    if report:
+        raise SystemExit(EXIT_CORRUPT)

@@ -1,0 +1,78 @@
+"""How the ``qvc`` commands print: colours (when the session has them on), JSON, the pager,
+the terminal's size, and the short forms of times and checkpoint ids people read."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import click
+
+from qvc.cli.app import session
+
+
+def style(text: str, **kw: Any) -> str:
+    """``text`` in click's style ``kw`` when colours are on, else unchanged."""
+    return click.style(text, **kw) if session().color else text
+
+
+def out(text: str = "") -> None:
+    """Print a line on stdout."""
+    click.echo(text, color=session().color)
+
+
+def emit_json(data: Any) -> None:
+    """Print ``data`` as indented JSON (the stable ``--json`` forms)."""
+    click.echo(json.dumps(data, ensure_ascii=False, indent=2, allow_nan=False))
+
+
+def page(lines: list[str]) -> None:
+    """Print ``lines``; through a pager when they do not fit a terminal (never when piped)."""
+    s = session()
+    text = "\n".join(lines)
+    height = terminal_size((80, 24)).lines
+    if s.pager and sys.stdout.isatty() and sys.stdin.isatty() and len(lines) > height - 1:
+        os.environ.setdefault("LESS", "FRX")  # like git: quit if one screen, keep colors
+        pager = os.environ.get("QVC_PAGER") or os.environ.get("PAGER")
+        if pager is not None:
+            os.environ["PAGER"] = pager
+        click.echo_via_pager(text + "\n", color=s.color)
+    elif text:
+        click.echo(text, color=s.color)
+
+
+def terminal_size(fallback: tuple[int, int]) -> os.terminal_size:
+    """The terminal's size, ``$COLUMNS``/``$LINES`` first (what shutil does, without importing it)."""
+    try:
+        size = os.get_terminal_size(sys.__stdout__.fileno())
+    except (AttributeError, ValueError, OSError):
+        size = os.terminal_size(fallback)
+    columns = int(os.environ["COLUMNS"]) if os.environ.get("COLUMNS", "").isdigit() else size.columns
+    lines = int(os.environ["LINES"]) if os.environ.get("LINES", "").isdigit() else size.lines
+    return os.terminal_size((columns or fallback[0], lines or fallback[1]))
+
+
+def value_width() -> int:
+    """How wide a shortened value may be: the terminal's width less an indent (at least 40)."""
+    return max(40, terminal_size((100, 24)).columns - 4)
+
+
+def ago(ts: int | float, now: float | None = None) -> str:
+    """``3 minutes ago``: the relative form people read fastest."""
+    delta = int((time.time() if now is None else now) - ts)
+    if delta < 0:
+        return "in the future"
+    for unit, size in (("year", 365 * 86400), ("month", 30 * 86400), ("week", 7 * 86400), ("day", 86400),
+                       ("hour", 3600), ("minute", 60), ("second", 1)):
+        if delta >= size:
+            n = delta // size
+            return f"{n} {unit}{'s' if n != 1 else ''} ago"
+    return "just now"
+
+
+def short(checkpoint_id: str) -> str:
+    """A checkpoint id short enough to read (long ids are cut; prefixes resolve)."""
+    return checkpoint_id if len(checkpoint_id) <= 16 else checkpoint_id[:12]

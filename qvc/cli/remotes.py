@@ -1,0 +1,234 @@
+"""Remotes (:mod:`qvc.remotes`): ``qvc remote add/remove/list/replicate``, ``qvc push``,
+``qvc fetch`` and ``qvc clone``."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from qvc.cli.app import Group, cli, complete_names, session
+from qvc.cli.output import emit_json, out, style
+
+
+def transfer_options(quiet: bool) -> dict:
+    """Progress on a terminal (stderr) unless -q; git may ask for credentials only on a terminal."""
+    from qvc.remotes.transfer import ProgressBar  # deferred: start-up speed
+
+    interactive = sys.stdin.isatty() and sys.stderr.isatty()
+    return {"progress": None if quiet else ProgressBar(sys.stderr), "interactive": interactive}
+
+
+def update_line(u, name: str | None = None) -> str:
+    """One ref a push or fetch updated, as git prints it (`` * [new]  t``, ``   a..b  t``, ...)."""
+    name = name or (u.thread if u.thread is not None and u.ref.startswith("refs/heads/") else u.ref)
+    marks = {"new": " * [new]       ", "fast-forward": f"   {(u.old or '')[:7]}..{(u.new or '')[:7]}",
+             "forced": f" + {(u.old or '')[:7]}...{(u.new or '')[:7]}", "rejected": " ! [rejected]  ",
+             "deleted": " - [deleted]   "}
+    mark = marks.get(u.status, "   ")
+    line = f"{mark} {name}"
+    if u.status == "forced":
+        line += " (time travel; the remote's line is kept as superseded)"
+    if u.reason:
+        line += f" ({u.reason})"
+    return style(line, fg="red") if u.status == "rejected" else line
+
+
+@cli.group(cls=Group)
+def remote() -> None:
+    """Manage remotes: git servers that hold copies of the history.
+
+    \b
+    Example:
+      qvc remote add origin git@github.com:me/runs.git
+      qvc remote add backup /mnt/backup/runs.git --replicate
+      qvc remote list -v
+    """
+
+
+@remote.command("add")
+@click.argument("name")
+@click.argument("url")
+@click.option("--replicate", is_flag=True, help="Push every thread to it in the background after each write.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def remote_add(name: str, url: str, replicate: bool, as_json: bool) -> None:
+    """Add a remote NAME at URL (a path, git://, ssh://, host:path or http(s)://).
+
+    \b
+    Example:
+      qvc remote add origin https://git.example.com/team/runs.git
+    """
+    from qvc.remotes.remote import add_remote  # deferred: start-up speed
+
+    added = add_remote(session().store(write=True), name, url, replicate=replicate)
+    if as_json:
+        emit_json({"name": added.name, "url": added.url, "replicate": added.replicate})
+    else:
+        out(f"Added remote {added.name} {added.url}{' (replicated)' if added.replicate else ''}")
+
+
+@remote.command("remove")
+@click.argument("name")
+def remote_remove(name: str) -> None:
+    """Remove remote NAME and its remote-tracking refs (nothing changes on the server).
+
+    \b
+    Example:
+      qvc remote remove backup
+    """
+    from qvc.remotes.remote import remove_remote  # deferred: start-up speed
+
+    remove_remote(session().store(write=True), name)
+    out(f"Removed remote {name}")
+
+
+@remote.command("list")
+@click.option("-v", "--verbose", is_flag=True, help="Also URLs and replication.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def remote_list(verbose: bool, as_json: bool) -> None:
+    """List remotes.
+
+    \b
+    Example:
+      qvc remote list -v
+    """
+    from qvc.remotes.remote import remote_threads, remotes  # deferred: start-up speed
+
+    store = session().store()
+    found = remotes(store)
+    if as_json:
+        emit_json([{"name": r.name, "url": r.url, "replicate": r.replicate,
+                    "threads": len(remote_threads(store, r.name))} for r in found])
+        return
+    for r in found:
+        out(f"{r.name}\t{r.url}{'  (replicated)' if r.replicate else ''}" if verbose else r.name)
+
+
+@remote.command("replicate")
+@click.argument("name")
+@click.option("--off", is_flag=True, help="Stop replicating to NAME.")
+def remote_replicate(name: str, off: bool) -> None:
+    """Replicate every write to remote NAME in the background (or stop, with --off).
+
+    \b
+    Example:
+      qvc remote replicate backup
+    """
+    from qvc.remotes.remote import set_replicate  # deferred: start-up speed
+
+    set_replicate(session().store(write=True), name, not off)
+    out(f"{'Stopped replicating' if off else 'Replicating'} to {name}")
+
+
+@cli.command()
+@click.argument("remote_name", metavar="[REMOTE]", required=False, default="origin")
+@click.argument("threads", nargs=-1, shell_complete=complete_names)
+@click.option("-q", "--quiet", is_flag=True, help="No progress and no per-ref lines.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def push(remote_name: str, threads: tuple[str, ...], quiet: bool, as_json: bool) -> None:
+    """Push threads (default: all) to REMOTE (default: origin), with their superseded lines
+    and pending writes. Only what changed is sent. Exits with status 4 if the server or a
+    newer remote line rejected any ref (each is listed with its reason).
+
+    \b
+    Example:
+      qvc push                    # every thread to origin
+      qvc push backup run-7 run-8
+    """
+    # deferred: start-up speed
+    from qvc.errors import PushRejectedError
+    from qvc.remotes import push as push_threads
+
+    store = session().store(write=True)
+    try:
+        result = push_threads(store, remote_name, list(threads) or None, **transfer_options(quiet or as_json))
+    except PushRejectedError as exc:
+        result = exc.result
+        report_push(result, quiet, as_json)
+        raise
+    report_push(result, quiet, as_json)
+
+
+def report_push(result, quiet: bool, as_json: bool) -> None:
+    """What ``qvc push`` prints about a :class:`~qvc.remotes.remote.PushResult`."""
+    from qvc.remotes.transfer import human_bytes  # deferred: start-up speed
+
+    if as_json:
+        emit_json(result.to_json())
+        return
+    changed = [u for u in result.updates if u.status != "up-to-date"]
+    if not changed:
+        if not quiet:
+            out(f"Everything up to date with {result.remote}")
+        return
+    if not quiet:
+        out(f"To {result.url}")
+        for u in changed:
+            out(update_line(u))
+        out(f"pushed {len(result.pushed)} ref(s), {result.objects} object(s), {human_bytes(result.bytes)}")
+
+
+@cli.command()
+@click.argument("remote_name", metavar="[REMOTE]", required=False, default="origin")
+@click.option("-q", "--quiet", is_flag=True, help="No progress and no per-ref lines.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def fetch(remote_name: str, quiet: bool, as_json: bool) -> None:
+    """Fetch REMOTE's threads (default: origin) as REMOTE/THREAD, with their lines and writes.
+
+    Read them with `qvc log origin/THREAD`, fork one with `qvc checkout -b NEW origin/THREAD`.
+
+    \b
+    Example:
+      qvc fetch && qvc log origin/run-7
+    """
+    # deferred: start-up speed
+    from qvc.remotes import fetch as fetch_threads
+    from qvc.store.refnames import decode_thread
+
+    result = fetch_threads(session().store(write=True), remote_name, **transfer_options(quiet or as_json))
+    if as_json:
+        emit_json(result.to_json())
+        return
+    if quiet:
+        return
+    heads = [u for u in result.updates if u.ref.startswith("refs/remotes/")]
+    if heads:
+        out(f"From {result.url}")
+    prefix = f"refs/remotes/{result.remote}/"
+    for u in heads:
+        component = u.ref[len(prefix):]
+        out(update_line(u, f"{result.remote}/{decode_thread(component) or component}"))
+    for u in result.conflicts:
+        out(style(f" ! pending writes of {u.ref[-40:][:12]}: {u.reason}", fg="yellow"))
+    if not heads:
+        out(f"{result.remote}: up to date ({len(result.threads)} thread(s))")
+
+
+@cli.command()
+@click.argument("url")
+@click.argument("directory", required=False, type=click.Path(file_okay=False))
+@click.option("-o", "--origin", "origin", default="origin", show_default=True, help="Name of the remote.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def clone(url: str, directory: str | None, origin: str, quiet: bool, as_json: bool) -> None:
+    """Clone the repository at URL into DIRECTORY (default: the URL's last part + .qvc).
+
+    \b
+    Example:
+      qvc clone https://git.example.com/team/runs.git
+      qvc clone /mnt/backup/runs.git local.qvc && qvc -C local.qvc log --all
+    """
+    from qvc.remotes.remote import clone as clone_repository  # deferred: start-up speed
+
+    if directory is None:
+        base = url.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1]
+        for suffix in (".git", ".qvc"):
+            base = base[: -len(suffix)] if base.endswith(suffix) else base
+        directory = (base or "clone") + ".qvc"
+    with clone_repository(url, directory, remote=origin, **transfer_options(quiet or as_json)) as store:
+        threads = store.threads()
+        path = store.path
+    if as_json:
+        emit_json({"path": path, "url": url, "remote": origin, "threads": len(threads)})
+    elif not quiet:
+        out(f"Cloned {url} into {path}: {len(threads)} thread(s)")

@@ -1,0 +1,226 @@
+"""Threads and time travel: ``qvc branch`` (list, fork, delete, rename), ``qvc checkout``
+(``--to DIR`` is :mod:`qvc.cli.workdir`), ``qvc reset`` and ``qvc reflog``."""
+
+from __future__ import annotations
+
+import click
+
+from qvc.cli.app import cli, complete_names, revision, session
+from qvc.cli.output import ago, emit_json, out, page, short, style
+from qvc.cli.workdir import checkout_to
+from qvc.errors import InvalidInputError, UnknownThreadError
+from qvc.inspect.views import iso
+
+
+def fork(store, rev, new: str):
+    """Fork thread ``new`` from revision ``rev``; its new head's config."""
+    from qvc.inspect.views import fork_thread  # deferred: start-up speed
+
+    return fork_thread(store, rev.commit, new)
+
+
+@cli.command()
+@click.argument("names", nargs=-1, shell_complete=complete_names)
+@click.option("-v", "--verbose", is_flag=True, help="Head step, status, last update and checkpoint count.")
+@click.option("-d", "--delete", "delete", is_flag=True, help="Delete threads (refuses when unsafe).")
+@click.option("-D", "force_delete", is_flag=True, help="Delete threads, no questions asked.")
+@click.option("-m", "--move", "move", is_flag=True, help="Rename: OLD NEW (or NEW for the current thread).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def branch(names: tuple[str, ...], verbose: bool, delete: bool, force_delete: bool, move: bool,
+           as_json: bool) -> None:
+    """List, fork, delete or rename threads.
+
+    \b
+    qvc branch [-v]                 list threads (* marks the current one)
+    qvc branch NEW [CHECKPOINT]     fork a new thread (default: from HEAD)
+    qvc branch -d THREAD...         delete; refuses the current thread and threads with
+                                    lines kept by time travel (use -D)
+    qvc branch -m [OLD] NEW         rename
+
+    \b
+    Example:
+      qvc branch retry-1 run-7~3
+    """
+    store = session().store(write=bool(delete or force_delete or move or names))
+    if sum((delete or force_delete, move)) > 1:
+        raise click.UsageError("choose one of -d/-D and -m")
+    if delete or force_delete:
+        if not names:
+            raise click.UsageError("name the thread(s) to delete")
+        delete_threads(store, names, force_delete)
+        return
+    if move:
+        if len(names) not in (1, 2):
+            raise click.UsageError("usage: qvc branch -m [OLD] NEW")
+        current = store.current()
+        old, new = (current.thread, names[0]) if len(names) == 1 else names
+        if old is None:
+            raise InvalidInputError("HEAD is detached: name the thread to rename")
+        store.rename_thread(old, new)
+        if current.thread == old:
+            store.checkout(new)
+        out(f"Renamed thread {old!r} to {new!r}")
+        return
+    if names:
+        if len(names) > 2:
+            raise click.UsageError("usage: qvc branch NEW [CHECKPOINT]")
+        rev = revision(store, names[1] if len(names) == 2 else None)
+        made = fork(store, rev, names[0])
+        source = store.commit(rev.commit).checkpoint_id
+        if as_json:
+            emit_json({"thread": made.thread_id, "id": made.checkpoint_id, "from": source})
+        else:
+            out(f"Forked thread {made.thread_id!r} from {short(source)} "
+                f"(new checkpoint {short(made.checkpoint_id)})")
+        return
+    list_threads(store, verbose or as_json, as_json)
+
+
+def delete_threads(store, names: tuple[str, ...], force: bool) -> None:
+    """``qvc branch -d/-D``: check every thread first (unless ``force``), then delete them all."""
+    from qvc.inspect.views import kept_lines  # deferred: start-up speed
+
+    current = store.current().thread
+    for name in names:
+        if store.head(name) is None:
+            raise UnknownThreadError(f"thread {name!r} not found")
+        if not force:
+            if name == current:
+                raise InvalidInputError(f"cannot delete the current thread {name!r} (checkout another, or use -D)")
+            kept = kept_lines(store, name)
+            if kept:
+                raise InvalidInputError(f"thread {name!r} has {len(kept)} line(s) kept by time travel that would be "
+                                        "deleted too (see `qvc log --all`); use -D to delete anyway")
+    for name in names:
+        head = store.commit(store.head(name))
+        store.delete_thread(name)
+        out(f"Deleted thread {name} (was {short(head.checkpoint_id)}; data stays until `qvc gc --prune`)")
+
+
+def list_threads(store, verbose: bool, as_json: bool) -> None:
+    """``qvc branch [-v] [--json]``."""
+    from qvc.inspect.views import thread_json  # deferred: start-up speed
+
+    current = store.current().thread
+    rows = [thread_json(store, thread, thread == current, verbose=verbose) for thread in store.threads()]
+    if as_json:
+        emit_json(rows)
+        return
+    width = max((len(r["thread"]) for r in rows), default=0)
+    lines = []
+    for r in rows:
+        mark = "*" if r["current"] else " "
+        name = style(r["thread"].ljust(width), fg="green") if r["current"] else r["thread"].ljust(width)
+        if not verbose:
+            lines.append(f"{mark} {style(r['thread'], fg='green') if r['current'] else r['thread']}")
+            continue
+        status = f" [{r['status']}]" if r["status"] else ""
+        lines.append(f"{mark} {name}  {style(short(r['head_id']), fg='yellow')} step {r['step']}{status} · "
+                     f"{r['checkpoints']} checkpoint(s) · updated {ago(r['timestamp'])}")
+    page(lines)
+
+
+@cli.command()
+@click.argument("name", required=False, shell_complete=complete_names)
+@click.option("-b", "new", metavar="NEW", help="Fork a new thread NEW at the checkpoint and switch to it.")
+@click.option("--to", "to", metavar="DIR", type=click.Path(file_okay=False),
+              help="Write the checkpoint's state to DIR as JSON files (HEAD does not move).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def checkout(name: str | None, new: str | None, to: str | None, as_json: bool) -> None:
+    """Switch threads, detach at a checkpoint, fork-and-switch, or export a state to files.
+
+    \b
+    qvc checkout THREAD               make THREAD the current thread
+    qvc checkout CHECKPOINT           detach HEAD at a checkpoint
+    qvc checkout -b NEW [CHECKPOINT]  fork NEW from it (default HEAD) and switch
+    qvc checkout [CHECKPOINT] --to DIR
+                                      one JSON file per field, to edit and `qvc commit DIR`
+
+    \b
+    Example:
+      qvc checkout run-7~2 --to fix/ && $EDITOR fix/scratchpad.json && qvc commit fix/ -m "fix plan"
+    """
+    from qvc.store.revisions import thread_named  # deferred: start-up speed
+
+    store = session().store(write=to is None)
+    if to is not None:
+        if new is not None:
+            raise click.UsageError("--to and -b do not go together")
+        checkout_to(store, name, to, as_json)
+        return
+    if new is not None:
+        made = fork(store, revision(store, name), new)
+        head = store.checkout(new)
+        message = f"Switched to a new thread {new!r} (forked at {short(made.checkpoint_id)})"
+    elif name is None:
+        raise click.UsageError("name a thread or checkpoint (or use -b NEW, --to DIR)")
+    elif name == "HEAD" and store.current().thread is not None:
+        head = store.current()
+        message = f"Already on {head.thread!r}"
+    elif thread_named(store, name) is not None and name != "HEAD":
+        head = store.checkout(name)
+        message = f"Switched to thread {name!r}"
+    else:
+        rev = revision(store, name)
+        head = store.checkout(commit=rev.commit)
+        message = f"HEAD is now at {short(store.commit(rev.commit).checkpoint_id)} (detached)"
+    if as_json:
+        emit_json({"thread": head.thread, "head": head.commit, "detached": head.detached})
+    else:
+        out(message)
+
+
+@cli.command()
+@click.argument("name", shell_complete=complete_names)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def reset(name: str, as_json: bool) -> None:
+    """Time-travel the current thread to a checkpoint; the line left behind is kept.
+
+    Undo with `qvc reset THREAD@{1}` (see `qvc reflog`).
+
+    \b
+    Example:
+      qvc reset HEAD~3
+    """
+    from qvc.inspect.views import is_kept_line  # deferred: start-up speed
+
+    store = session().store(write=True)
+    head = store.current()
+    if head.thread is None:
+        raise InvalidInputError("HEAD is detached: check out a thread to reset it")
+    rev = revision(store, name)
+    done = store.reset(head.thread, rev.commit)
+    info = store.commit(store.head(head.thread))
+    kept = head.commit is not None and head.commit != info.hex and is_kept_line(store, head.thread, head.commit)
+    if as_json:
+        emit_json({"thread": head.thread, "id": done.checkpoint_id, "commit": info.hex, "step": info.step})
+    else:
+        out(f"HEAD is now at {short(info.checkpoint_id)} (step {info.step}) on {head.thread}"
+            + ("; the previous line is kept (`qvc log --all`)" if kept else ""))
+
+
+@cli.command()
+@click.argument("thread", required=False, shell_complete=complete_names)
+@click.option("-n", "--max-count", "limit", type=click.IntRange(min=0), help="Show at most N entries.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def reflog(thread: str | None, limit: int | None, as_json: bool) -> None:
+    """List every movement of a thread's head (default: the current thread), newest first.
+
+    \b
+    Example:
+      qvc reflog run-7 && qvc reset run-7@{2}
+    """
+    store = session().store()
+    if thread is None or thread == "HEAD":
+        thread = store.current().thread
+        if thread is None:
+            raise InvalidInputError("HEAD is detached: name a thread")
+    entries = store.reflog(thread)[:limit] if limit is not None else store.reflog(thread)
+    if not entries and store.head(thread) is None:
+        raise UnknownThreadError(f"thread {thread!r} not found")
+    if as_json:
+        emit_json([{"selector": f"{thread}@{{{i}}}", "old": e.old, "new": e.new, "time": iso(e.time),
+                    "timestamp": e.time, "message": e.message} for i, e in enumerate(entries)])
+        return
+    page([f"{style((e.new or '0' * 7)[:7], fg='yellow')} {thread}@{{{i}}}: {e.message} ({ago(e.time)})"
+          for i, e in enumerate(entries)])
