@@ -9,7 +9,7 @@ Run by hand from the repository root::
 Measured, medians over the rounds, each side in the same run:
 
 * first push of a repository of N threads (one checkpoint each, a small state) to an empty
-  bare repository on a path: ``store.push(url)`` (``ls-remote``, leased refspecs in chunks of
+  bare repository on a path: ``qvc.push(store, url)`` (``ls-remote``, leased refspecs in chunks of
   500) against plain ``git push --mirror`` of the same repository to another empty bare one;
 * incremental push after 10 threads got one more checkpoint each: the same two commands,
   each to its own now up-to-date remote;
@@ -34,6 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+import qvc  # noqa: E402
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore  # noqa: E402
 from qvc.remotes.remote import add_remote  # noqa: E402
 
@@ -58,7 +59,7 @@ def git_mirror(repo: str, dest: str) -> float:
 
 def qvc_push(store: GitCheckpointStore, dest: str) -> tuple[float, int]:
     t = time.perf_counter()
-    result = store.push(dest)
+    result = qvc.push(store, dest)
     return time.perf_counter() - t, len(result.pushed)
 
 

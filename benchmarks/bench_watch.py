@@ -7,7 +7,7 @@ Run by hand from the repository root::
     .venv/bin/python benchmarks/bench_watch.py            # 5 rounds
     .venv/bin/python benchmarks/bench_watch.py --quick    # 2 rounds, fewer puts
 
-A watcher process (``store.watch()`` on a read-only store, as ``qvc watch`` opens it) prints
+A watcher process (``qvc.watch(store)`` on a read-only store, as ``qvc watch`` opens it) prints
 each checkpoint event with the time it saw it; writer processes print each checkpoint id with
 the time right after its ``put`` returned (SYNC durability, so after the flush). Latency is
 the difference (one machine, one clock; it can be negative: the ref moves before ``put``
@@ -45,9 +45,10 @@ POLL = 0.05
 
 
 def watcher(path: str, hints: str) -> None:
+    import qvc
     from qvc import GitCheckpointStore
 
-    with GitCheckpointStore(path, readonly=True) as store, store.watch(hints=hints, poll_interval=POLL) as w:
+    with GitCheckpointStore(path, readonly=True) as store, qvc.watch(store, hints=hints, poll_interval=POLL) as w:
         print("READY", w.hints, flush=True)
         cpu0 = os.times()
         stop = threading.Thread(target=lambda: (sys.stdin.read(), w.stop()), daemon=True)

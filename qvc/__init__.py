@@ -30,7 +30,7 @@ from qvc.qitos.fork import fork_checkpoint, list_fork_history
 from qvc.qitos.managers import DurabilityManager, PendingWriteManager
 from qvc.qitos.versioning import StateVersionTracker
 from qvc.store.base import CheckpointStore
-from qvc.store.git_store import GitCheckpointStore
+from qvc.store.git_store import SERVICES, GitCheckpointStore
 from qvc.types import (
     Checkpoint,
     CheckpointConfig,
@@ -48,11 +48,44 @@ _RUNS = ("Cadence", "Message", "Run", "RunRecorder", "RunStatus", "Runs", "Timel
          "ToolExecution")
 
 
+# The composition root: the feature layer plugs into the store here, so the store never
+# imports it. Every writable store runs replication (qvc.remotes.replication) while open.
+def _replication(store: GitCheckpointStore):
+    from qvc.remotes import replication  # deferred: `import qvc` does not load the remotes
+
+    return replication.start(store)
+
+
+SERVICES.append(_replication)
+
+
 def clone(url: str, path, **options):
     """Clone the qvc repository at ``url`` into ``path``; see :func:`qvc.remotes.remote.clone`."""
     from qvc.remotes.remote import clone as _clone
 
     return _clone(url, path, **options)
+
+
+def push(store: GitCheckpointStore, remote: str = "origin", threads=None, **options):
+    """Push ``store``'s threads (default: all, with every qvc ref) to ``remote``; see
+    :func:`qvc.remotes.remote.push` (returns a ``PushResult``; raises ``PushRejectedError``, ``RemoteError``)."""
+    from qvc.remotes.remote import push as _push
+
+    return _push(store, remote, threads, **options)
+
+
+def fetch(store: GitCheckpointStore, remote: str = "origin", **options):
+    """Fetch a remote's threads into ``store`` as ``REMOTE/THREAD``; see :func:`qvc.remotes.remote.fetch`."""
+    from qvc.remotes.remote import fetch as _fetch
+
+    return _fetch(store, remote, **options)
+
+
+def watch(store: GitCheckpointStore, threads=None, **options):
+    """Follow ``store``'s repository live; see :func:`qvc.inspect.watch.watch`."""
+    from qvc.inspect.watch import watch as _watch
+
+    return _watch(store, threads, **options)
 
 
 def __getattr__(name: str):
@@ -70,7 +103,8 @@ __all__ = [
     "NotFoundError", "PendingWrite", "PendingWriteManager", "PushRejectedError", "QvcError", "RecoveryReport",
     "RemoteError", "RunOwnedError", "RunStateError", "SerializationError", "StateVersionTracker", "StateVersions",
     "StoreClosedError",
-    "UnknownCheckpointError", "UnknownRemoteError", "UnknownRunError", "UnknownThreadError", "clone",
+    "UnknownCheckpointError", "UnknownRemoteError", "UnknownRunError", "UnknownThreadError", "clone", "fetch", "push",
+    "watch",
     "fork_checkpoint", "list_fork_history",
     *_RUNS,
 ]

@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
-from qvc.errors import CorruptionError, InvalidInputError
+from qvc.errors import CorruptionError, InvalidInputError, StoreClosedError
 from qvc.plumbing.odb import RefReader
-from qvc.plumbing.repository import ReflogEntry
+from qvc.plumbing.reflog import ReflogEntry
 from qvc.store.refnames import (
     HEADS,
     SUPERSEDED,
@@ -413,6 +413,28 @@ class Watcher:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def watch(store: GitCheckpointStore, threads: Iterable[str] | None = None, *,
+          callback: Callable[[WatchEvent], object] | None = None, hints: str = "auto",
+          poll_interval: float = 0.05, rescan_interval: float = 1.0, timeout: float | None = None) -> Watcher:
+    """Follow ``store``'s repository live: a :class:`Watcher` of the changes made from now on.
+
+    Iterate it for :class:`WatchEvent` s (checkpoints, forks, resets, deletes, renames, pending
+    writes, HEAD moves), blocking until ``timeout`` seconds have passed (forever if ``None``) or
+    it is stopped; with ``callback``, a background thread calls ``callback(event)`` instead until
+    ``watcher.stop()``. ``threads`` limits the events to those threads. Hints come from inotify
+    (``hints="inotify"``, or ``"auto"``: inotify, else polling every ``poll_interval`` seconds;
+    ``"poll"`` forces polling); the refs are re-read at least every ``rescan_interval`` seconds.
+    Works on read-only stores. Use it as a context manager (or call ``stop()``) to release the
+    inotify watches. Raises :class:`InvalidInputError` for a bad argument, ``OSError`` when
+    ``hints="inotify"`` cannot start, :class:`StoreClosedError` on a closed store.
+    """
+    if store.closed:
+        raise StoreClosedError(f"{store.path}: the store is closed")
+    watcher = Watcher(store, threads, hints=hints, poll_interval=poll_interval,
+                      rescan_interval=rescan_interval, timeout=timeout)
+    return watcher.start(callback) if callback is not None else watcher
 
 
 def _last_reflog(path: str, ref: str, tip: str) -> str | None:

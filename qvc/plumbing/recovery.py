@@ -30,7 +30,7 @@ from qvc.plumbing.durability import harden
 from qvc.plumbing.journal import claim_orphans, fsync_dir, read_records
 from qvc.plumbing.libgit2 import pygit2
 from qvc.plumbing.objects import MODE_TREE
-from qvc.plumbing.repository import ReflogEntry
+from qvc.plumbing.reflog import ReflogEntry
 
 if TYPE_CHECKING:
     from qvc.plumbing.repository import Repository

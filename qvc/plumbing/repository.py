@@ -20,7 +20,6 @@ import os
 import threading
 import time
 import weakref
-from dataclasses import dataclass
 from typing import Callable, Iterator, TypeVar
 
 from qvc.errors import (
@@ -31,11 +30,12 @@ from qvc.errors import (
     NotARepositoryError,
     StoreClosedError,
 )
-from qvc.plumbing import pack
+from qvc.plumbing import pack, recovery
 from qvc.plumbing.durability import DurabilityMode, Worker, harden
 from qvc.plumbing.journal import Journal, Record, fsync_dir
 from qvc.plumbing.libgit2 import configured, pygit2
 from qvc.plumbing.objects import TYPE_NAMES, TYPES, parse_tree
+from qvc.plumbing.reflog import ZERO, ReflogEntry, read_reflog
 
 
 def _warn(message: str, *args: object) -> None:
@@ -54,32 +54,6 @@ T = TypeVar("T")
 MISS_RETRIES = 8  # lookups of an object while other stores keep merging packs
 
 _open_repos: weakref.WeakSet[Repository] = weakref.WeakSet()
-_ZERO = "0" * 40
-
-
-@dataclass(frozen=True)
-class ReflogEntry:
-    """One movement of a ref: from ``old`` to ``new`` (``None`` = absent) at ``time``, and why."""
-
-    old: str | None
-    new: str | None
-    time: int
-    who: str
-    message: str
-
-    @classmethod
-    def parse(cls, line: bytes) -> ReflogEntry | None:
-        """Parse one reflog line; ``None`` if it is malformed (torn by a crash)."""
-        try:
-            head, _, message = line.decode("utf-8", "replace").partition("\t")
-            old, new, rest = head.split(" ", 2)
-            who, when, _tz = rest.rsplit(" ", 2)
-            if len(old) != 40 or len(new) != 40:
-                return None
-            int(old, 16), int(new, 16)
-            return cls(None if old == _ZERO else old, None if new == _ZERO else new, int(when), who, message)
-        except ValueError:
-            return None
 
 
 @atexit.register
@@ -120,8 +94,6 @@ class Repository:
     def __init__(self, path: str | os.PathLike, *, create: bool = True,
                  durability: DurabilityMode = DurabilityMode.SYNC, fsync: bool = True,
                  max_lag: float = 0.05, journal_limit: int = JOURNAL_LIMIT, readonly: bool = False):
-        from qvc.plumbing import recovery  # recovery sits on this layer's primitives
-
         self.path = os.path.abspath(os.fspath(path))
         try:
             durability = DurabilityMode(durability.lower() if isinstance(durability, str) else durability)
@@ -294,19 +266,7 @@ class Repository:
 
     hash = staticmethod(pack.object_id)
 
-    def write(self, record: Record, kind: str, data: bytes) -> bytes:
-        """Add an object to ``record``; return its raw id.
-
-        The record's objects reach the object store together, as one pack, before the
-        record's first ref move (or at :meth:`commit`), so a ref never points at an object
-        that is not there.
-        """
-        oid = pack.object_id(kind, data)
-        record.objects.append((kind, data))
-        record.oids.append(oid)
-        return oid
-
-    def store_objects(self, record: Record) -> None:
+    def _store_objects(self, record: Record) -> None:
         """Write the record's objects not yet stored as one pack (not yet durable)."""
         todo = record.objects[record.stored:]
         if not todo:
@@ -380,14 +340,9 @@ class Repository:
             raise CorruptionError(f"{self.path}: refs are unreadable: {exc}") from None
         yield from found
 
-    def move_ref(self, record: Record, name: str, old: str | None, new: str | None,
-                 message: str | None = None) -> None:
-        """Compare-and-swap ``name`` from ``old`` to ``new`` (``None`` = absent) and note it.
-
-        ``message`` is the reflog entry's cause (threads' branches keep reflogs). Raises
-        :class:`CheckpointConflictError` if the ref is not at ``old``.
-        """
-        self.store_objects(record)
+    def _move_ref(self, record: Record, name: str, old: str | None, new: str | None,
+                  message: str | None = None) -> None:
+        self._store_objects(record)
         _ = self.journal  # created (its name made durable) before the first git file changes
         if old is not None and name not in self._touched:
             # Power-loss safety: before this process first moves an existing ref, make its
@@ -463,40 +418,12 @@ class Repository:
             return name, self.ref(name)
         return None, str(head.target)
 
-    def set_head(self, target: str) -> None:
-        """Point HEAD at a ref name (``refs/heads/...``, possibly unborn) or detach it at a commit.
-
-        Durable on return (unless the repository was opened with ``fsync=False``)."""
-        with self.writing():
-            if target.startswith("refs/"):
-                self.git.set_head(target)
-            else:
-                self.git.set_head(pygit2.Oid(hex=target))
-            if self.fsync:
-                fd = os.open(os.path.join(self.path, "HEAD"), os.O_RDONLY | os.O_CLOEXEC)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                fsync_dir(self.path)
-
     def reflog(self, name: str) -> list[ReflogEntry]:
         """The reflog of ``name`` (e.g. a thread's branch), newest first; ``[]`` if it has none.
 
         Parsed leniently: a line torn by a crash is skipped, not an error.
         """
-        try:
-            with open(os.path.join(self.path, "logs", name), "rb") as f:
-                data = f.read()
-        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            return []
-        out = []
-        for line in data.split(b"\n"):
-            entry = ReflogEntry.parse(line)
-            if entry is not None:
-                out.append(entry)
-        out.reverse()
-        return out
+        return read_reflog(self.path, name)
 
     def file_identity(self, name: str) -> list | None:
         """``[inode, mtime ns]`` of the file holding ref ``name`` (its loose file, else packed-refs)
@@ -526,9 +453,9 @@ class Repository:
 
     # -- durability -------------------------------------------------------------------
 
-    def commit(self, record: Record) -> None:
-        """Journal ``record`` and apply the durability mode (SYNC: durable on return)."""
-        self.store_objects(record)
+    def _commit(self, record: Record) -> None:
+        """Journal ``record``, apply the durability mode (SYNC: durable on return), tell the listeners."""
+        self._store_objects(record)
         seq = self.journal.append(record)
         if self.durability is DurabilityMode.SYNC:
             try:
@@ -583,8 +510,26 @@ class Repository:
             raise DurabilityError(f"{self.path}: flush failed ({exc}); reopen the store") from exc
 
     @contextlib.contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        """The one way to change a repository: ``with repo.transaction() as tx: ...``.
+
+        See :class:`Transaction`. Holds the shared maintenance lock (as :meth:`writing`) for the
+        block. Raises :class:`~qvc.errors.InvalidInputError` on a read-only repository,
+        :class:`~qvc.errors.StoreClosedError` once closed, and :class:`~qvc.errors.DurabilityError`
+        after an earlier failed flush or when this transaction's own flush fails.
+        """
+        with self.writing():
+            tx = Transaction(self)
+            try:
+                yield tx
+            finally:
+                tx._finish()
+
+    @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
-        """Hold the shared maintenance lock while writing; surfaces flusher failures first."""
+        """Hold the shared maintenance lock (no recovery, gc or purge meanwhile, in any process);
+        surfaces earlier flush failures first. Changes themselves go through :meth:`transaction`;
+        this alone suits work that must exclude maintenance while it reads or runs ``git``."""
         self._ensure_open()
         if self.readonly:
             raise InvalidInputError(f"{self.path}: opened read-only")
@@ -665,3 +610,117 @@ class Repository:
         self._released = True
         if error is not None:
             raise DurabilityError(f"{self.path}: flush failed: {error}") from error
+
+
+class Transaction:
+    """One journaled change to a repository: objects written, then refs moved by compare-and-swap.
+
+    Made by :meth:`Repository.transaction`, never directly. Every writer of qvc goes through
+    one, so this class is the whole write path: what it does on disk is decided here.
+
+    * :meth:`write` adds an object and returns its id. The objects reach the object store
+      together, as one pack, before the transaction's first ref move (or at :meth:`store`, or
+      at the end), so no ref ever points at an object that is not there.
+    * :meth:`move_ref` moves a ref by compare-and-swap; it takes effect at once (readers see
+      it) and raises :class:`~qvc.errors.CheckpointConflictError` if the ref is not at ``old``.
+    * At the end of the ``with`` block, also when it raises, a transaction that moved a ref
+      (or called :meth:`rewrite_history`) is appended to the journal as one record and the
+      repository's durability mode applies: in SYNC mode the change is on stable storage when
+      the block exits, in ASYNC within the repository's ``max_lag``, in EXIT at flush or close.
+      Then each of :attr:`Repository.listeners` is called with the record (caches follow
+      writes this way). A transaction that moved no ref leaves no trace but unreferenced
+      objects (removed by ``qvc purge``).
+    * :meth:`rewrite_history` marks a change that deletes or rewrites history: at the end the
+      record is flushed in every mode, then ``qvc/generation`` gets a new token, which tells
+      every process to rebuild what it derived from history.
+
+    A transaction is used by one Python thread. Ref moves are not undone when the block raises:
+    what was applied is journaled, so recovery can always roll a crash forward or back.
+    """
+
+    def __init__(self, repo: Repository):
+        self.repo = repo
+        self.record = Record()
+        self._token: str | None = None
+
+    def write(self, kind: str, data: bytes) -> bytes:
+        """Add a git object (``"blob"``, ``"tree"`` or ``"commit"``) to the transaction; return its raw id."""
+        oid = pack.object_id(kind, data)
+        self.record.objects.append((kind, data))
+        self.record.oids.append(oid)
+        return oid
+
+    def store(self) -> None:
+        """Write the objects added so far to the object store now, so they can be read back
+        before any ref moves (not yet durable: that comes with the record)."""
+        self.repo._store_objects(self.record)
+
+    def ref(self, name: str) -> str | None:
+        """The current hex target of ref ``name`` (``None`` if absent), as :meth:`Repository.ref`."""
+        return self.repo.ref(name)
+
+    def move_ref(self, name: str, old: str | None, new: str | None, message: str | None = None) -> None:
+        """Compare-and-swap ref ``name`` from ``old`` to ``new`` (``None``: absent; both ``None``: no-op).
+
+        ``message`` is the reflog entry's cause (thread branches keep reflogs). Raises
+        :class:`~qvc.errors.CheckpointConflictError` if the ref is not at ``old`` (another
+        writer moved it) or stays locked by another writer for over ``LOCK_WAIT`` seconds.
+        """
+        self.repo._move_ref(self.record, name, old, new, message)
+
+    @property
+    def moved(self) -> bool:
+        """Whether a ref has moved in this transaction."""
+        return bool(self.record.refs)
+
+    def rewrite_history(self) -> None:
+        """Mark this transaction as deleting or rewriting history (see the class docstring).
+
+        The new generation token is noted in the record, so recovery knows it as this writer's."""
+        if self._token is None:
+            self._token = os.urandom(8).hex()
+            self.record.seen[GENERATION] = [None, self._token]
+
+    def prepend_reflog(self, name: str, entries: list[ReflogEntry]) -> None:
+        """Put ``entries`` (newest first, as :meth:`Repository.reflog` gives them) before the
+        reflog of ``name``, which this transaction must have moved: a renamed ref keeps its past."""
+        path = os.path.join(self.repo.path, "logs", name)
+        with open(path, "rb") as f:
+            tail = f.read()
+        lines = [f"{e.old or ZERO} {e.new or ZERO} {e.who} {e.time} +0000\t{e.message}\n" for e in reversed(entries)]
+        with open(path + ".qvc-rename", "wb") as f:
+            f.write("".join(lines).encode() + tail)
+        os.replace(path + ".qvc-rename", path)
+
+    def set_head(self, target: str) -> None:
+        """Point HEAD at a ref name (``refs/heads/...``, possibly unborn) or detach it at a commit SHA.
+
+        HEAD is not journaled: it is flushed on the spot (durable on return unless the
+        repository was opened with ``fsync=False``)."""
+        repo = self.repo
+        if target.startswith("refs/"):
+            repo.git.set_head(target)
+        else:
+            repo.git.set_head(pygit2.Oid(hex=target))
+        if repo.fsync:
+            fd = os.open(os.path.join(repo.path, "HEAD"), os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            fsync_dir(repo.path)
+
+    def _finish(self) -> None:
+        if not (self.record.refs or self._token):
+            return
+        self.repo._commit(self.record)
+        if self._token is not None:
+            # Durable first, in every mode: a power cut must never keep the new token and lose
+            # the record naming it, or recovery would take this delete for a later writer's and
+            # leave the refs journalled before unrestored.
+            self.repo.flush()
+            path = os.path.join(self.repo.path, GENERATION)
+            tmp = f"{path}.{os.getpid()}.{threading.get_ident()}"
+            with open(tmp, "w") as f:
+                f.write(self._token)
+            os.replace(tmp, path)

@@ -44,9 +44,11 @@ import shutil
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Iterable, Optional
+from typing import Iterable, Optional
 
 from qvc.errors import (
+    CheckpointConflictError,
+    CorruptionError,
     InvalidInputError,
     NotARepositoryError,
     PushRejectedError,
@@ -56,7 +58,7 @@ from qvc.errors import (
     UnknownThreadError,
 )
 from qvc.plumbing.durability import harden
-from qvc.plumbing.journal import Record
+from qvc.plumbing.libgit2 import pygit2
 from qvc.remotes.transfer import (
     ProgressCallback,
     TransferProgress,
@@ -66,24 +68,21 @@ from qvc.remotes.transfer import (
     remote_head,
     run_git,
 )
+from qvc.store.git_store import GitCheckpointStore
 from qvc.store.refnames import (
     HEADS,
     NOTES,
+    REMOTE_NAME,
     REMOTE_QVC,
     REMOTES,
     SUPERSEDED,
     WRITES,
     decode_thread,
-    encode_thread,
     head_ref,
     superseded_prefix,
 )
 
-if TYPE_CHECKING:
-    from qvc.store.git_store import GitCheckpointStore
-
 CHUNK = 500  # refspecs per git run
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 _CLONE_PREFIX = ".qvc-clone-"  # a clone's work folder next to its destination
 _NAMESPACES = ("superseded", "writes")  # refs/qvc/<ns>/ fetched into refs/qvc/remotes/<remote>/<ns>/
 
@@ -176,7 +175,7 @@ def _config(path: str, *args: str, check: bool = True) -> str:
 
 
 def _check_name(name: object) -> str:
-    if not isinstance(name, str) or not _NAME.match(name) or name.endswith((".lock", ".")) or ".." in name:
+    if not isinstance(name, str) or not REMOTE_NAME.match(name) or name.endswith((".lock", ".")) or ".." in name:
         raise InvalidInputError(f"invalid remote name {name!r}: use letters, digits, '.', '_' and '-'")
     return name
 
@@ -224,8 +223,6 @@ def add_remote(store: GitCheckpointStore, name: str, url: str, *, replicate: boo
     :mod:`qvc.remotes.replication`). Raises :class:`InvalidInputError` for a bad name or URL and
     :class:`~qvc.errors.CheckpointConflictError` if the name is taken.
     """
-    from qvc.errors import CheckpointConflictError
-
     _check_name(name)
     url = _normalize_url(url)
     if any(r.name == name for r in remotes(store)):
@@ -254,13 +251,10 @@ def remove_remote(store: GitCheckpointStore, name: str) -> None:
     get_remote(store, name)
     _config(store.path, "--remove-section", f"remote.{name}")
     repo = store.repository
-    with repo.writing():
-        record = Record()
+    with repo.transaction() as tx:
         for prefix in (f"{REMOTES}{name}/", f"{REMOTE_QVC}{name}/"):
             for ref, tip in list(repo.refs(prefix)):
-                repo.move_ref(record, ref, tip, None)
-        if record.refs:
-            repo.commit(record)
+                tx.move_ref(ref, tip, None)
     state = os.path.join(repo.qvc_dir, f"replication-{name}.json")
     if os.path.exists(state):
         os.remove(state)
@@ -268,7 +262,7 @@ def remove_remote(store: GitCheckpointStore, name: str) -> None:
 
 def _resolve(store: GitCheckpointStore, remote: str) -> tuple[str, str, bool]:
     """``(display name, url, named)`` for a remote name or a URL."""
-    if _NAME.match(remote or "") and not os.path.exists(remote):
+    if REMOTE_NAME.match(remote or "") and not os.path.exists(remote):
         found = get_remote(store, remote)
         return found.name, found.url, True
     return remote, _normalize_url(remote), False
@@ -277,14 +271,16 @@ def _resolve(store: GitCheckpointStore, remote: str) -> tuple[str, str, bool]:
 # -- push -------------------------------------------------------------------------------------
 
 
-def _pushable(name: str) -> bool:
+def pushable(name: str) -> bool:
+    """Whether a push carries ref ``name``: thread heads, notes and qvc's own refs (superseded
+    lines, pending writes), never remote-tracking refs."""
     return name.startswith((HEADS, NOTES)) or (name.startswith("refs/qvc/") and not name.startswith(REMOTE_QVC))
 
 
 def _selected_refs(store: GitCheckpointStore, threads: Optional[Iterable[str]]) -> dict[str, str]:
     repo = store.repository
     if threads is None:
-        return {name: tip for name, tip in repo.refs("refs/") if _pushable(name)}
+        return {name: tip for name, tip in repo.refs("refs/") if pushable(name)}
     wanted = list(dict.fromkeys(threads))
     refs: dict[str, str] = {}
     for thread in wanted:
@@ -315,17 +311,13 @@ def _thread_of(store: GitCheckpointStore, ref: str) -> str | None:
 
 
 def _descends(store: GitCheckpointStore, commit: str, ancestor: str) -> bool:
-    from qvc.plumbing.libgit2 import pygit2
-
     try:
-        return store._descends(commit, ancestor)
-    except (pygit2.GitError, KeyError, ValueError):  # an object this repository does not have
+        return store.descends(commit, ancestor)
+    except (CorruptionError, ValueError):  # an object this repository does not have
         return False
 
 
 def _known(store: GitCheckpointStore, sha: str) -> bool:
-    from qvc.plumbing.libgit2 import pygit2
-
     try:
         return pygit2.Oid(hex=sha) in store.repository.git.odb
     except (ValueError, pygit2.GitError):
@@ -462,18 +454,14 @@ def _globs(local: dict[str, str], heads: bool) -> list[str]:
 
 def _track(store: GitCheckpointStore, name: str, updates: list[RefUpdate]) -> None:
     """Record what the remote now holds in the remote-tracking refs (as a fetch would)."""
-    repo = store.repository
-    with repo.writing():
-        record = Record()
+    with store.repository.transaction() as tx:
         for u in updates:
             dst = _tracking_name(name, u.ref)
             if dst is None or u.new is None:
                 continue
-            cur = repo.ref(dst)
+            cur = tx.ref(dst)
             if cur != u.new:
-                repo.move_ref(record, dst, cur, u.new)
-        if record.refs:
-            repo.commit(record)
+                tx.move_ref(dst, cur, u.new)
 
 
 def _tracking_name(name: str, ref: str) -> str | None:
@@ -551,11 +539,10 @@ def fetch(store: GitCheckpointStore, remote: str = "origin", *, progress: Option
 def _merge_writes(store: GitCheckpointStore, name: str, result: FetchResult) -> None:
     repo = store.repository
     prefix = f"{REMOTE_QVC}{name}/writes/"
-    with repo.writing():
-        record = Record()
+    with repo.transaction() as tx:
         for ref, theirs in repo.refs(prefix):
             local = WRITES + ref[len(prefix):]
-            ours = repo.ref(local)
+            ours = tx.ref(local)
             if ours == theirs or (ours is not None and _descends(store, ours, theirs)):
                 continue
             problem = _unreadable_writes(store, ref[len(prefix):], theirs)
@@ -564,20 +551,18 @@ def _merge_writes(store: GitCheckpointStore, name: str, result: FetchResult) -> 
                                                   f"the remote's pending writes do not read: {problem}"))
                 continue
             if ours is None or _descends(store, theirs, ours):
-                repo.move_ref(record, local, ours, theirs)
+                tx.move_ref(local, ours, theirs)
                 result.writes_merged += 1
             else:
                 result.conflicts.append(RefUpdate(local, None, ours, theirs, "rejected",
                                                   "pending writes differ here and on the remote; kept the local ones"))
-        if record.refs:
-            repo.commit(record)
 
 
 def _unreadable_writes(store: GitCheckpointStore, key: str, tip: str) -> str | None:
     """Why the pending writes ``tip`` holds for checkpoint ``key`` do not read (``None``: they do)."""
     try:
         if re.fullmatch(r"[0-9a-f]{40}", key):
-            store._writes(key, tip)
+            store.pending_writes_in(tip)
         else:  # another layout's writes (e.g. LangGraph's, keyed by checkpoint id)
             store.tree_entries(tip)
     except QvcError as exc:
@@ -602,8 +587,6 @@ def clone(url: str, path: str | os.PathLike, *, remote: str = "origin", progress
     ``path`` exists and is not empty, :class:`RemoteError` if the remote cannot be read.
     """
     import tempfile
-
-    from qvc.store.git_store import GitCheckpointStore
 
     url = _normalize_url(url)
     target = os.path.abspath(os.fspath(path))
@@ -696,11 +679,3 @@ def _refs_under(path: str, prefix: str) -> list[str]:
     proc = subprocess.run([git_exe(), f"--git-dir={path}", "for-each-ref", "--format=%(refname)", prefix],
                           capture_output=True, text=True, check=True)
     return proc.stdout.split()
-
-
-def tracking_commit(store: GitCheckpointStore, text: str) -> str | None:
-    """The commit ``REMOTE/THREAD`` names (a remote-tracking ref), or ``None``."""
-    remote, sep, thread = text.partition("/")
-    if not sep or not thread or not _NAME.match(remote):
-        return None
-    return store.repository.ref(f"{REMOTES}{remote}/{encode_thread(thread)}")

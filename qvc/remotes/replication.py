@@ -30,15 +30,15 @@ import os
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from qvc.errors import QvcError
+from filelock import FileLock, Timeout
+
+from qvc.errors import PushRejectedError, QvcError
+from qvc.plumbing.journal import Record
+from qvc.remotes.remote import Remote, push, pushable, remotes
+from qvc.store.git_store import GitCheckpointStore
 from qvc.store.refnames import HEADS
-
-if TYPE_CHECKING:
-    from qvc.plumbing.journal import Record
-    from qvc.remotes.remote import Remote
-    from qvc.store.git_store import GitCheckpointStore
 
 MIN_BACKOFF = 0.5
 MAX_BACKOFF = 60.0
@@ -80,8 +80,6 @@ def _configured(path: str) -> bool:
 
 def replicated_remotes(store: GitCheckpointStore) -> list[Remote]:
     """The remotes writes replicate to, read from the repository's config (cheap: no subprocess)."""
-    from qvc.remotes.remote import Remote
-
     if not _configured(store.path):
         return []
     config = store.repository.git.config
@@ -100,8 +98,6 @@ class Replicator:
     """Pushes a store's threads to one remote in a background thread (see the module docstring)."""
 
     def __init__(self, store: GitCheckpointStore, remote: Remote):
-        from filelock import FileLock
-
         self.store = store
         self.remote = remote
         qvc_dir = store.repository.qvc_dir
@@ -118,9 +114,7 @@ class Replicator:
 
     def notify(self, record: Record) -> None:
         """Called after each journaled write: wake the pusher if a pushable ref moved."""
-        from qvc.remotes.remote import _pushable
-
-        if any(_pushable(name) for name, _, _ in record.refs):
+        if any(pushable(name) for name, _, _ in record.refs):
             self._dirty = True
             self._wake.set()
 
@@ -143,11 +137,6 @@ class Replicator:
 
     def push_once(self, timeout: float = PUSH_TIMEOUT) -> bool:
         """One replication attempt; ``True`` when the remote has every local thread. Never raises."""
-        from filelock import Timeout
-
-        from qvc.errors import PushRejectedError
-        from qvc.remotes.remote import push
-
         with self._busy:
             self._dirty = False
             started = time.time()
@@ -218,8 +207,6 @@ class ReplicationStatus:
 
 def replication_status(store: GitCheckpointStore) -> list[ReplicationStatus]:
     """The lag of every replicated remote, from the replicators' records (works read-only)."""
-    from qvc.remotes.remote import remotes
-
     if not _configured(store.path):  # most repositories replicate nowhere: say so without running git
         return []
     out = []
@@ -246,3 +233,25 @@ def replication_status(store: GitCheckpointStore) -> list[ReplicationStatus]:
             state.get("last_success"), state.get("last_attempt"), state.get("last_error"),
             int(state.get("failures") or 0)))
     return out
+
+
+class Replication:
+    """The replicators of one open store (a :class:`qvc.store.git_store.Service`)."""
+
+    def __init__(self, store: GitCheckpointStore, replicators: list[Replicator]):
+        self.replicators = replicators
+        for replicator in replicators:
+            store.repository.listeners.append(replicator.notify)
+
+    def close(self) -> None:
+        """Close every replicator (each makes its bounded final attempt)."""
+        for replicator in self.replicators:
+            replicator.close()
+
+
+def start(store: GitCheckpointStore) -> Replication | None:
+    """Start one :class:`Replicator` per remote with replication on; ``None`` when there is none.
+
+    Registered in :data:`qvc.store.git_store.SERVICES`, so every writable store runs it."""
+    found = replicated_remotes(store)
+    return Replication(store, [Replicator(store, remote) for remote in found]) if found else None

@@ -1,24 +1,24 @@
 """The live-update source of ``qvc serve``: the repository's changes, as JSON events.
 
 :func:`change_events` is the one place the server learns that the repository changed. It is
-a :meth:`qvc.store.git_store.GitCheckpointStore.watch` (inotify hints, the refs re-read on each, polling
+a :func:`qvc.inspect.watch.watch` (inotify hints, the refs re-read on each, polling
 where inotify is unavailable), so it sees the writes of every process.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional
 
-if TYPE_CHECKING:
-    from qvc.inspect.watch import Watcher
-    from qvc.store.git_store import GitCheckpointStore
+from qvc.inspect import watch as live
+from qvc.inspect.watch import Watcher
+from qvc.store.git_store import GitCheckpointStore
 
 
 def watch(store: GitCheckpointStore, interval: float = 0.5) -> Watcher:
     """A watcher of ``store`` for one event stream (create it before telling the client it is
     live: changes from then on are reported). Stop it when the stream ends."""
-    return store.watch(poll_interval=min(interval, 0.05), rescan_interval=interval)
+    return live.watch(store, poll_interval=min(interval, 0.05), rescan_interval=interval)
 
 
 def change_events(watcher: Watcher, stop: threading.Event, interval: float = 0.5
@@ -39,5 +39,5 @@ def change_events(watcher: Watcher, stop: threading.Event, interval: float = 0.5
 
 def live_source(store: GitCheckpointStore) -> str:
     """How changes reach open pages here: ``"inotify"``, or ``"poll"`` where inotify is unavailable."""
-    with store.watch() as watcher:
+    with live.watch(store) as watcher:
         return watcher.hints

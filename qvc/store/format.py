@@ -102,21 +102,22 @@ class TreeBuilder:
     """Builds a checkpoint's root tree against its parent's, writing only what changed.
 
     ``write(kind, data) -> raw oid`` stores an object; ``hash_blob(data) -> raw oid`` only
-    computes an id. ``parent`` maps entry names to ``(mode, raw oid)``, ``cache`` maps entry
-    names to the serialized data behind those ids when this process wrote them.
+    computes an id; ``read_tree(raw) -> entries`` reads a tree; ``known_blob(raw)`` returns a
+    blob's bytes when they are at hand without reading the repository (else ``None``), so an
+    unchanged field costs a comparison instead of a hash.
     """
 
     def __init__(self, write: Callable[[str, bytes], bytes], hash_blob: Callable[[bytes], bytes],
-                 read_tree: Callable[[bytes], dict[str, Entry]]):
+                 read_tree: Callable[[bytes], dict[str, Entry]],
+                 known_blob: Callable[[bytes], bytes | None] = lambda raw: None):
         self._write = write
         self._hash = hash_blob
         self._read_tree = read_tree
+        self._known = known_blob
 
-    def fields(self, state: dict[str, Any], parent: dict[str, Entry],
-               cache: dict[str, Any]) -> tuple[dict[str, Entry], list[str], dict[str, Any]]:
-        """Entries for the state fields: (entries, names of fields added or changed, new cache)."""
+    def fields(self, state: dict[str, Any], parent: dict[str, Entry]) -> tuple[dict[str, Entry], list[str]]:
+        """Entries for the state fields: (entries, names of fields added or changed against ``parent``)."""
         entries: dict[str, Entry] = {}
-        new_cache: dict[str, Any] = {}
         changed: list[str] = []
         for name, value in state.items():
             if not isinstance(name, str):
@@ -124,46 +125,28 @@ class TreeBuilder:
             ename = encode_name(name)
             data = serialize_field(name, value)
             old = parent.get(ename)
-            if isinstance(data, list):
-                entry, new_cache[ename] = self._chunked(data, old, cache.get(ename))
-            else:
-                entry, new_cache[ename] = self._blob(data, old, cache.get(ename)), data
+            entry = self._chunked(data, old) if isinstance(data, list) else self._blob(data, old)
             entries[ename] = entry
             if old != entry:
                 changed.append(name)
-        return entries, changed, new_cache
+        return entries, changed
 
-    def root(self, entries: dict[str, Entry], header: bytes) -> tuple[bytes, dict[str, Entry]]:
-        """Write the root tree: the field entries plus the ``.qvc`` header blob."""
-        entries = {**entries, HEADER: (MODE_BLOB, self._write("blob", header))}
-        return self._write("tree", tree_bytes(entries)), entries
+    def _same(self, data: bytes, raw: bytes) -> bool:
+        known = self._known(raw)
+        return known == data if known is not None else self._hash(data) == raw
 
-    def _blob(self, data: bytes, old: Entry | None, cached: Any) -> Entry:
-        if old is not None and old[0] == MODE_BLOB:
-            if cached == data or (cached is None and self._hash(data) == old[1]):
-                return old
+    def _blob(self, data: bytes, old: Entry | None) -> Entry:
+        if old is not None and old[0] == MODE_BLOB and self._same(data, old[1]):
+            return old
         return (MODE_BLOB, self._write("blob", data))
 
-    def _chunked(self, chunks: list[bytes], old: Entry | None, cached: Any) -> tuple[Entry, list]:
-        prior: dict[str, Entry] = {}
-        if old is not None and old[0] == MODE_TREE:
-            if isinstance(cached, list):  # the parent's chunks as this process wrote them
-                prior = {chunk_name(i): (MODE_BLOB, raw) for i, (_, raw) in enumerate(cached)}
-            else:
-                prior = self._read_tree(old[1])
-        pairs: list[tuple[bytes, bytes]] = []
+    def _chunked(self, chunks: list[bytes], old: Entry | None) -> Entry:
+        prior = self._read_tree(old[1]) if old is not None and old[0] == MODE_TREE else {}
         sub: dict[str, Entry] = {}
         for i, data in enumerate(chunks):
             name = chunk_name(i)
             was = prior.get(name)
-            if was is not None and isinstance(cached, list) and i < len(cached) and cached[i][0] == data:
-                raw = cached[i][1]
-            elif was is not None and cached is None and self._hash(data) == was[1]:
-                raw = was[1]
-            else:
-                raw = self._write("blob", data)
-            sub[name] = (MODE_BLOB, raw)
-            pairs.append((data, raw))
+            sub[name] = was if was is not None and self._same(data, was[1]) else (MODE_BLOB, self._write("blob", data))
         if sub == prior and old is not None:
-            return old, pairs
-        return (MODE_TREE, self._write("tree", tree_bytes(sub))), pairs
+            return old
+        return (MODE_TREE, self._write("tree", tree_bytes(sub)))

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-import time
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional, Protocol, Sequence
 
 from qvc.errors import (
     AmbiguousNameError,
@@ -19,20 +18,20 @@ from qvc.errors import (
     CorruptionError,
     InvalidInputError,
     SerializationError,
-    StoreClosedError,
     UnknownCheckpointError,
     UnknownThreadError,
 )
+from qvc.plumbing import maintenance
 from qvc.plumbing.durability import DurabilityMode
-from qvc.plumbing.journal import Record
 from qvc.plumbing.libgit2 import pygit2
-from qvc.plumbing.objects import MODE_BLOB, MODE_TREE, commit_bytes, tree_bytes
+from qvc.plumbing.objects import MODE_BLOB, MODE_TREE, Entry, commit_bytes, tree_bytes
 from qvc.plumbing.recovery import RecoveryReport
-from qvc.plumbing.repository import ReflogEntry, Repository
+from qvc.plumbing.reflog import ReflogEntry
+from qvc.plumbing.repository import Repository, Transaction
 from qvc.store import serde
 from qvc.store.base import CheckpointStore
 from qvc.store.format import HEADER, TreeBuilder, commit_message, decode_header, encode_header, escape_trailer
-from qvc.store.history import LRU, CommitInfo, History
+from qvc.store.history import CommitInfo, History
 from qvc.store.refnames import (
     HEADS,
     SUPERSEDED,
@@ -55,9 +54,20 @@ from qvc.types import (
     StateVersions,
 )
 
-if TYPE_CHECKING:
-    from qvc.inspect.watch import Watcher, WatchEvent
-    from qvc.remotes.replication import Replicator
+
+class Service(Protocol):
+    """Something a writable store runs while it is open (see :data:`SERVICES`)."""
+
+    def close(self) -> None:
+        """Stop; called by :meth:`GitCheckpointStore.close` before the repository closes."""
+
+
+#: Starters of the services every writable store runs while open: each is called with the
+#: store being opened and returns a :class:`Service` or ``None`` (nothing to run for that
+#: repository). The feature layer registers here, so the store never imports it: ``qvc``'s
+#: package ``__init__`` (always imported before any qvc module) registers replication
+#: (:mod:`qvc.remotes.replication`), which pushes to remotes configured with ``--replicate``.
+SERVICES: list[Callable[[GitCheckpointStore], Optional[Service]]] = []
 
 _HEXISH = re.compile(r"^[0-9a-fA-F]{4,40}$")
 _ORDER = ".order"
@@ -91,28 +101,23 @@ class GitCheckpointStore(CheckpointStore):
         self._repo = Repository(path, create=create, durability=durability, fsync=fsync, max_lag=max_lag,
                                 readonly=readonly)
         self._history = History(self._repo)
-        # commit hex -> (entries, serialized fields) of trees this store wrote: a put on top of
-        # one of them compares bytes instead of hashing every field again.
-        self._trees = LRU(64, 64 * 2**20, lambda v: sum(
-            len(d) if isinstance(d, bytes) else sum(len(c) for c, _ in d) for d in v[1].values()))
-        self._replicators: list[Replicator] = []
+        self._services: list[Service] = []
         if not readonly:
-            self._start_replication()
-
-    def _start_replication(self) -> None:
-        """One background pusher per remote with replication on (see :mod:`qvc.remotes.replication`)."""
-        from qvc.remotes.replication import Replicator, replicated_remotes
-
-        for remote in replicated_remotes(self):
-            replicator = Replicator(self, remote)
-            self._replicators.append(replicator)
-            self._repo.listeners.append(replicator.notify)
+            for start in SERVICES:
+                service = start(self)
+                if service is not None:
+                    self._services.append(service)
 
     # -- properties and lifecycle --------------------------------------------------------
 
     @property
     def path(self) -> str:
         return self._repo.path
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._repo.closed
 
     @property
     def durability(self) -> DurabilityMode:
@@ -125,8 +130,15 @@ class GitCheckpointStore(CheckpointStore):
 
     @property
     def repository(self) -> Repository:
-        """The plumbing layer (objects, refs, journal)."""
+        """The plumbing layer (objects, refs, journal); its :meth:`~Repository.transaction` is
+        the one write path, used by this store and by every feature that writes."""
         return self._repo
+
+    @property
+    def history(self) -> History:
+        """The store's cached reads of commits, trees and blobs, and its checkpoint-id index
+        (one per store; it follows every write made through :attr:`repository`)."""
+        return self._history
 
     def flush(self) -> None:
         """Make every write so far durable; raise :class:`~qvc.errors.DurabilityError` on failure."""
@@ -135,12 +147,13 @@ class GitCheckpointStore(CheckpointStore):
     def close(self) -> None:
         """Flush and release the repository. Idempotent.
 
-        With replication on, first makes one bounded attempt to push what is left
-        (:data:`qvc.remotes.replication.FINAL_ATTEMPT` seconds, skipped while the remote is down).
+        First closes the store's :data:`SERVICES` (with replication on, one bounded attempt to
+        push what is left: :data:`qvc.remotes.replication.FINAL_ATTEMPT` seconds, skipped while
+        the remote is down).
         """
-        replicators, self._replicators = self._replicators, []
-        for replicator in replicators:
-            replicator.close()
+        services, self._services = self._services, []
+        for service in services:
+            service.close()
         self._repo.close()
 
     def __enter__(self) -> GitCheckpointStore:
@@ -223,12 +236,14 @@ class GitCheckpointStore(CheckpointStore):
         if (thread_id is None) == (commit is None):
             raise InvalidInputError("checkout needs exactly one of a thread or a commit")
         if thread_id is not None:
-            self._repo.set_head(head_ref(check_thread_id(thread_id)))
+            target = head_ref(check_thread_id(thread_id))
         else:
             if not (isinstance(commit, str) and len(commit) == 40 and _HEXISH.match(commit)):
                 raise InvalidInputError(f"not a commit SHA: {commit!r}")
             self._history.commit(commit.lower())  # exists and parses
-            self._repo.set_head(commit.lower())
+            target = commit.lower()
+        with self._repo.transaction() as tx:
+            tx.set_head(target)
         return self.current()
 
     def reflog(self, thread_id: str) -> list[ReflogEntry]:
@@ -378,18 +393,10 @@ class GitCheckpointStore(CheckpointStore):
 
     # -- writing --------------------------------------------------------------------------
 
-    def _builder(self, record: Record) -> TreeBuilder:
-        """A tree builder whose objects go into ``record``."""
-        return TreeBuilder(lambda kind, data: self._repo.write(record, kind, data),
-                           lambda data: Repository.hash("blob", data), self._history.tree)
-
-    def _parent_tree(self, parent: str | None) -> tuple[dict, dict]:
-        if parent is None:
-            return {}, {}
-        cached = self._trees.get(parent)
-        if cached is not None:
-            return cached
-        return self._history.entries(self._history.commit(parent)), {}
+    def _builder(self, write: Callable[[str, bytes], bytes]) -> TreeBuilder:
+        """A tree builder whose objects go to ``write``."""
+        return TreeBuilder(write, lambda data: Repository.hash("blob", data), self._history.tree,
+                           self._history.known_blob)
 
     def put(self, config: CheckpointConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: StateVersions | None = None) -> CheckpointConfig:
@@ -416,8 +423,8 @@ class GitCheckpointStore(CheckpointStore):
             "pending_writes": [list(w) for w in checkpoint.pending_writes or []],
         }
         ref = head_ref(thread)
-        with self._repo.writing():
-            head = self._repo.ref(ref)
+        with self._repo.transaction() as tx:
+            head = tx.ref(ref)
             parent = head
             if checkpoint.parent_id is not None and (
                     head is None or self._history.commit(head).checkpoint_id != checkpoint.parent_id):
@@ -430,57 +437,101 @@ class GitCheckpointStore(CheckpointStore):
                 self._check_reput(existing, header, metadata, checkpoint.state_data, parent,
                                   checkpoint.parent_id is not None)
                 return CheckpointConfig(thread, checkpoint.id)
-            record = Record()
-            builder = self._builder(record)
-            parent_entries, cache = self._parent_tree(parent)
-            fields, changed, new_cache = builder.fields(checkpoint.state_data, parent_entries, cache)
-            counts = dict(self._history.counts(parent)[0]) if parent else {}
-            for name in changed:
-                counts[name] = counts.get(name, 0) + 1
-            header["versions"] = [parent, counts]
-            try:
-                header_bytes = encode_header(header, metadata)
-            except SerializationError:
-                serde.dumps(metadata, "metadata")
-                serde.dumps(header, "checkpoint")
-                raise
-            removed = [decode_name(n) for n in parent_entries if n != HEADER and n not in fields]
-            now = int(time.time())
-            try:
-                tree, entries = builder.root(fields, header_bytes)
-                message = commit_message(checkpoint.step, str(metadata.get("source", "")), changed + removed,
-                                         checkpoint.id, thread)
-                data = commit_bytes(tree.hex(), [parent] if parent else [], message, now)
-                new = self._repo.write(record, "commit", data).hex()
-                cause = f"{metadata.get('source') or 'put'}: step {checkpoint.step} {checkpoint.id}"
-                if head is not None and parent != head and not self._descends(parent, head):
-                    self._keep_superseded(record, thread, head)
-                    cause += " (time travel)"
-                elif parent is not None and parent != head:
-                    cause += f" (fork of {self._history.commit(parent).checkpoint_id})"
-                self._repo.move_ref(record, ref, head, new, cause)
-            finally:
-                if record.refs:
-                    self._repo.commit(record)
-        self._history.prime(record)
-        self._history.remember(new, counts, {decode_name(n): raw for n, (_, raw) in fields.items()})
-        self._history.note(CommitInfo(new, tree, (parent,) if parent else (), now, message,
-                                      checkpoint.id, thread, checkpoint.step))
-        self._trees.put(new, (entries, new_cache))
+            parent_entries = self._history.entries(self._history.commit(parent)) if parent else {}
+            fields, _ = self._builder(tx.write).fields(checkpoint.state_data, parent_entries)
+            new = self.write_checkpoint(tx, header, metadata, fields, [parent] if parent else [])
+            cause = f"{metadata.get('source') or 'put'}: step {checkpoint.step} {checkpoint.id}"
+            if head is not None and parent != head and not self.descends(parent, head):
+                self._keep_superseded(tx, thread, head)
+                cause += " (time travel)"
+            elif parent is not None and parent != head:
+                cause += f" (fork of {self._history.commit(parent).checkpoint_id})"
+            tx.move_ref(ref, head, new, cause)
         return CheckpointConfig(thread, checkpoint.id)
 
-    def _descends(self, commit: str | None, ancestor: str) -> bool:
+    def write_checkpoint(self, tx: Transaction, header: dict[str, Any], metadata: dict[str, Any],
+                         fields: dict[str, Entry], parents: Sequence[str], *, source: str | None = None) -> str:
+        """Write the commit of one checkpoint into ``tx`` in qvc's format (:mod:`qvc.store.format`);
+        return its SHA. Moves no ref: the caller moves the thread's head (``tx.move_ref``).
+
+        ``header`` holds at least ``id``, ``thread_id`` and ``step`` (plus what the writer keeps:
+        it is stored as given); ``fields`` are the state's tree entries (encoded field name to
+        ``(mode, raw id)``), whose objects ``tx`` already holds or the repository has. Adds the
+        ``versions`` record (state versions derived against the first parent) to ``header``.
+        The commit message names the fields changed against the first parent and ``source``
+        (default: ``metadata["source"]``). Raises
+        :class:`SerializationError` (naming the path) if ``header`` or ``metadata`` cannot be stored.
+        """
+        first = parents[0] if parents else None
+        before = ({n: e for n, e in self._history.entries(self._history.commit(first)).items() if n != HEADER}
+                  if first else {})
+        counts = dict(self._history.counts(first)[0]) if first else {}
+        changed = [decode_name(n) for n, e in fields.items() if before.get(n) != e]
+        removed = [decode_name(n) for n in before if n not in fields]
+        for name in changed:
+            counts[name] = counts.get(name, 0) + 1
+        header["versions"] = [first, counts]
+        try:
+            header_raw = tx.write("blob", encode_header(header, metadata))
+        except SerializationError:
+            serde.dumps(metadata, "metadata")  # the exact path of what does not serialize
+            serde.dumps(header, "checkpoint")
+            raise
+        tree = tx.write("tree", tree_bytes({**fields, HEADER: (MODE_BLOB, header_raw)}))
+        source = str(metadata.get("source", "")) if source is None else source
+        message = commit_message(header["step"], source, changed + removed,
+                                 header["id"], header["thread_id"])
+        return tx.write("commit", commit_bytes(tree.hex(), parents, message)).hex()
+
+    def rewrite_commit(self, tx: Transaction, sha: str, parents: Sequence[str], *, thread: str | None = None,
+                       header_update: Mapping[str, Any] | None = None) -> str:
+        """Write into ``tx`` a copy of commit ``sha`` with ``parents`` instead of its own; return its SHA.
+
+        Everything else (tree, message, author, times) is kept, so an unchanged copy has the
+        same SHA. With ``thread``, the copy is relabelled as a checkpoint of that thread (its
+        header's ``thread_id``, updated with ``header_update``, its versions record re-based on
+        the new first parent, and its ``Thread`` trailer). Moves no ref. Raises
+        :class:`CorruptionError` if the commit (or, to relabel, its checkpoint header) does not read.
+        """
+        data = self._repo.read(bytes.fromhex(sha), "commit")
+        head, _, message = data.partition(b"\n\n")
+        lines = [ln for ln in head.split(b"\n") if not ln.startswith(b"parent ")]
+        if thread is not None:
+            info = self._history.commit(sha)
+            entries = dict(self._history.entries(info))
+            if HEADER not in entries:
+                raise CorruptionError(f"commit {sha[:12]} is not a qvc checkpoint (no {HEADER} entry)")
+            header, metadata = decode_header(self._blob(entries[HEADER][1]), f"checkpoint {sha[:12]}")
+            old = header.get("thread_id")
+            header["thread_id"] = thread
+            header.update(header_update or {})
+            if isinstance(header.get("versions"), list) and header["versions"]:
+                header["versions"] = [parents[0] if parents else None, header["versions"][1]]
+            entries[HEADER] = (MODE_BLOB, tx.write("blob", encode_header(header, metadata)))
+            lines[0] = b"tree " + tx.write("tree", tree_bytes(entries)).hex().encode()
+            if isinstance(old, str):
+                message = message.replace(f"\nThread: {escape_trailer(old)}\n".encode(),
+                                          f"\nThread: {escape_trailer(thread)}\n".encode())
+        lines[1:1] = [b"parent " + p.encode() for p in parents]
+        return tx.write("commit", b"\n".join(lines) + b"\n\n" + message).hex()
+
+    def descends(self, commit: str | None, ancestor: str) -> bool:
+        """Whether commit ``commit`` is ``ancestor`` or has it among its ancestors (any parent).
+        ``False`` for ``None``. Raises :class:`CorruptionError` if either is not in the repository."""
         if commit is None:
             return False
         if commit == ancestor:
             return True
         repo = self._repo
-        return repo.retry_on_miss(lambda: repo.git.descendant_of(pygit2.Oid(hex=commit), pygit2.Oid(hex=ancestor)))
+        try:
+            return repo.retry_on_miss(lambda: repo.git.descendant_of(pygit2.Oid(hex=commit), pygit2.Oid(hex=ancestor)))
+        except (pygit2.GitError, KeyError) as exc:
+            raise CorruptionError(f"cannot tell whether {commit[:12]} descends from {ancestor[:12]}: {exc}") from None
 
-    def _keep_superseded(self, record: Record, thread: str, tip: str) -> None:
+    def _keep_superseded(self, tx: Transaction, thread: str, tip: str) -> None:
         name = superseded_prefix(thread) + tip
-        if self._repo.ref(name) is None:
-            self._repo.move_ref(record, name, None, tip)
+        if tx.ref(name) is None:
+            tx.move_ref(name, None, tip)
 
     def _check_reput(self, existing: str, header: dict, metadata: dict, state: Mapping, parent: str | None,
                      parent_given: bool) -> None:
@@ -488,7 +539,7 @@ class GitCheckpointStore(CheckpointStore):
         info = self._history.commit(existing)
         old_entries = self._history.entries(info)
         old_header, old_metadata = decode_header(self._blob(old_entries[HEADER][1]), f"checkpoint {existing[:12]}")
-        entries, _, _ = self._builder(Record()).fields(state, {}, {})  # never stored: ids are compared
+        entries, _ = self._builder(lambda kind, data: Repository.hash(kind, data)).fields(state, {})  # ids only
 
         def comparable(h: dict, m: dict) -> bytes:
             return serde.dumps([{k: v for k, v in h.items() if k not in ("created_at", "versions")}, m])
@@ -509,39 +560,38 @@ class GitCheckpointStore(CheckpointStore):
         belongs to another thread (fork it instead).
         """
         thread = check_thread_id(thread_id)
-        with self._repo.writing():
+        with self._repo.transaction() as tx:
             target = self.resolve(checkpoint_id)
             info = self._history.commit(target)
             if info.thread_id is not None and info.thread_id != thread:
                 raise InvalidInputError(f"checkpoint {checkpoint_id!r} belongs to thread {info.thread_id!r}, "
                                         f"not {thread!r}; fork it instead")
             ref = head_ref(thread)
-            head = self._repo.ref(ref)
+            head = tx.ref(ref)
             if head != target:
-                record = Record()
-                try:
-                    if head is not None and not self._descends(target, head):
-                        self._keep_superseded(record, thread, head)
-                    self._repo.move_ref(record, ref, head, target, f"reset: moving to {info.checkpoint_id}")
-                    # Lines the new head reaches again (an undone reset) are no longer superseded.
-                    for name, tip in list(self._repo.refs(superseded_prefix(thread))):
-                        if self._descends(target, tip):
-                            self._repo.move_ref(record, name, tip, None, "reset: line reached again")
-                finally:
-                    self._repo.commit(record)
+                if head is not None and not self.descends(target, head):
+                    self._keep_superseded(tx, thread, head)
+                tx.move_ref(ref, head, target, f"reset: moving to {info.checkpoint_id}")
+                # Lines the new head reaches again (an undone reset) are no longer superseded.
+                for name, tip in list(self._repo.refs(superseded_prefix(thread))):
+                    if self.descends(target, tip):
+                        tx.move_ref(name, tip, None, "reset: line reached again")
         return CheckpointConfig(thread, info.checkpoint_id)
 
     # -- pending writes -------------------------------------------------------------------
 
-    def _writes(self, hexid: str, tip: str | None = None) -> Optional[list[PendingWrite]]:
-        """The pending writes of checkpoint ``hexid``: those ``refs/qvc/writes/<hexid>`` holds, or
-        those commit ``tip`` holds (a fetched ref, checked before it is taken in). Raises
-        :class:`CorruptionError` if they do not decode."""
-        tip = tip or self._repo.ref(writes_ref(hexid))
-        if tip is None:
-            return None
+    def _writes(self, hexid: str) -> Optional[list[PendingWrite]]:
+        """The pending writes ``refs/qvc/writes/<hexid>`` holds for checkpoint ``hexid`` (``None``: none)."""
+        tip = self._repo.ref(writes_ref(hexid))
+        return None if tip is None else self.pending_writes_in(tip)
+
+    def pending_writes_in(self, tip: str) -> list[PendingWrite]:
+        """The pending writes held by the writes commit ``tip`` (the tip of a ``refs/qvc/writes/``
+        ref, or of a fetched one, checked before it is taken in), in the order they were written.
+        Raises :class:`CorruptionError` if they do not decode."""
         entries = self._history.entries(self._history.commit(tip))
-        order = serde.loads(self._blob(entries[_ORDER][1]), f"writes of {hexid[:12]}") if _ORDER in entries else []
+        what = f"writes {tip[:12]}"
+        order = serde.loads(self._blob(entries[_ORDER][1]), what) if _ORDER in entries else []
         out = []
         for name in order:
             if name in entries:
@@ -574,27 +624,22 @@ class GitCheckpointStore(CheckpointStore):
             return
         name = writes_ref(hexid)
         for _ in range(_WRITE_RETRIES):
-            with self._repo.writing():
-                old = self._repo.ref(name)
+            with self._repo.transaction() as tx:
+                old = tx.ref(name)
                 entries = dict(self._history.entries(self._history.commit(old))) if old else {}
                 order = serde.loads(self._blob(entries[_ORDER][1]), "writes order") if _ORDER in entries else []
-                record = Record()
                 for key, data in items:
-                    entries[key] = (MODE_BLOB, self._repo.write(record, "blob", data))
+                    entries[key] = (MODE_BLOB, tx.write("blob", data))
                     if key not in order:
                         order.append(key)
-                entries[_ORDER] = (MODE_BLOB, self._repo.write(record, "blob", serde.dumps(order)))
-                tree = self._repo.write(record, "tree", tree_bytes(entries))
+                entries[_ORDER] = (MODE_BLOB, tx.write("blob", serde.dumps(order)))
+                tree = tx.write("tree", tree_bytes(entries))
                 message = f"writes for checkpoint {hexid[:12]} · {len(items)} write(s)\n"
-                data = commit_bytes(tree.hex(), [old] if old else [], message)
-                new = self._repo.write(record, "commit", data).hex()
+                new = tx.write("commit", commit_bytes(tree.hex(), [old] if old else [], message)).hex()
                 try:
-                    self._repo.move_ref(record, name, old, new)
+                    tx.move_ref(name, old, new)
                 except CheckpointConflictError:
                     continue  # another writer upserted meanwhile: merge again on top of theirs
-                finally:
-                    if record.refs:
-                        self._repo.commit(record)
                 return
         raise CheckpointConflictError(f"writes of checkpoint {hexid[:12]}: too many concurrent writers")
 
@@ -608,11 +653,11 @@ class GitCheckpointStore(CheckpointStore):
         the object store until :meth:`purge`. Raises :class:`UnknownThreadError` /
         :class:`UnknownCheckpointError`.
         """
-        with self._repo.writing():
+        with self._repo.transaction() as tx:
+            tx.rewrite_history()
             target = self._existing(config)
             info = self._history.commit(target)
             mapping: dict[str, str | None] = {target: info.parent}
-            record = Record()
             # Plan every move first, then apply them in an order whose every prefix is
             # consistent, so a crash part-way loses nothing acknowledged: new pending-writes
             # refs, then the heads and superseded lines, then the old pending-writes refs.
@@ -620,39 +665,34 @@ class GitCheckpointStore(CheckpointStore):
             for name, tip in list(self._repo.refs("refs/")):
                 if name.startswith(WRITES):
                     continue
-                new = self._rewrite(tip, mapping, record)
+                new = self._rewrite(tip, mapping, tx)
                 if new == tip:
                     continue
                 if name.startswith(HEADS) and new is not None:
-                    self._repo.store_objects(record)  # the rewritten commits, readable from here on
+                    tx.store()  # the rewritten commits, readable from here on
                     owner = self._history.commit(new).thread_id
                     if owner is not None and encode_thread(owner) != name[len(HEADS):]:
                         new = None  # its only checkpoints are gone: do not adopt another thread's
                 if name.startswith(SUPERSEDED):
                     moves.append((name, tip, None))
                     fresh = name.rsplit("/", 1)[0] + "/" + new if new is not None else None
-                    if fresh is not None and self._repo.ref(fresh) is None:
+                    if fresh is not None and tx.ref(fresh) is None:
                         moves.append((fresh, None, new))
                 else:
                     moves.append((name, tip, new))
             rekeyed, dropped = [], []
             for old, new in mapping.items():
-                wtip = self._repo.ref(writes_ref(old)) if new != old else None
+                wtip = tx.ref(writes_ref(old)) if new != old else None
                 if wtip is None:
                     continue
                 if new is not None and old != target:
                     rekeyed.append((writes_ref(new), None, wtip))
                 dropped.append((writes_ref(old), wtip, None))
-            try:
-                cause = f"delete: checkpoint {info.checkpoint_id}"
-                for name, old, new in rekeyed + moves + dropped:
-                    self._repo.move_ref(record, name, old, new, cause)
-            finally:
-                token = self._history.note_generation(record)
-                self._repo.commit(record)
-                self._history.bump_generation(token)
+            cause = f"delete: checkpoint {info.checkpoint_id}"
+            for name, old, new in rekeyed + moves + dropped:
+                tx.move_ref(name, old, new, cause)
 
-    def _rewrite(self, tip: str, mapping: dict[str, str | None], record: Record) -> str | None:
+    def _rewrite(self, tip: str, mapping: dict[str, str | None], tx: Transaction) -> str | None:
         path, current = [], tip
         while current is not None and current not in mapping:
             path.append(current)
@@ -663,15 +703,8 @@ class GitCheckpointStore(CheckpointStore):
             return tip
         new_parent = mapping[current]
         for c in reversed(path):
-            info = self._history.commit(c)
-            data = self._repo.read(bytes.fromhex(c), "commit")
-            head, _, message = data.partition(b"\n\n")
-            lines = [ln for ln in head.split(b"\n") if not ln.startswith(b"parent ")]
-            parents = ([new_parent] if new_parent else []) + list(info.parents[1:])
-            lines[1:1] = [b"parent " + p.encode() for p in parents]
-            rewritten = b"\n".join(lines) + b"\n\n" + message
-            new_parent = self._repo.write(record, "commit", rewritten).hex()
-            mapping[c] = new_parent
+            parents = ([new_parent] if new_parent else []) + list(self._history.commit(c).parents[1:])
+            new_parent = mapping[c] = self.rewrite_commit(tx, c, parents)
         return mapping[tip]
 
     def delete_thread(self, thread_id: str) -> None:
@@ -680,7 +713,7 @@ class GitCheckpointStore(CheckpointStore):
         Checkpoints shared with threads forked from it stay. Raises :class:`UnknownThreadError`.
         """
         thread = check_thread_id(thread_id)
-        with self._repo.writing():
+        with self._repo.transaction() as tx:
             refs = [(head_ref(thread), self.head(thread))] + list(self._repo.refs(superseded_prefix(thread)))
             refs = [(n, t) for n, t in refs if t is not None]
             if not refs:
@@ -693,14 +726,10 @@ class GitCheckpointStore(CheckpointStore):
                     wtip = self._repo.ref(writes_ref(info.hex))
                     if wtip is not None:
                         writes[writes_ref(info.hex)] = wtip
-            record = Record()
-            try:  # the thread's refs first: a crash part-way leaves only unreachable pending writes
-                for name, tip in refs + list(writes.items()):
-                    self._repo.move_ref(record, name, tip, None)
-            finally:
-                token = self._history.note_generation(record)
-                self._repo.commit(record)
-                self._history.bump_generation(token)
+            tx.rewrite_history()
+            # the thread's refs first: a crash part-way leaves only unreachable pending writes
+            for name, tip in refs + list(writes.items()):
+                tx.move_ref(name, tip, None)
 
     def rename_thread(self, old_id: str, new_id: str) -> None:
         """Rename a thread: its branch, superseded lines, reflog and the thread id its own
@@ -713,7 +742,7 @@ class GitCheckpointStore(CheckpointStore):
         old, new = check_thread_id(old_id), check_thread_id(new_id)
         if old == new:
             return
-        with self._repo.writing():
+        with self._repo.transaction() as tx:
             tips = [(head_ref(old), self.head(old))] + list(self._repo.refs(superseded_prefix(old)))
             tips = [(n, t) for n, t in tips if t is not None]
             if not tips:
@@ -726,9 +755,9 @@ class GitCheckpointStore(CheckpointStore):
                 if name != head_ref(old) and any(i.hex in own for i in self._history.first_parents(tip)):
                     raise InvalidInputError(f"thread {self.thread_of_ref(name)!r} was forked from {old!r}; "
                                             f"renaming would duplicate checkpoints (fork {old!r} instead)")
-            record, mapping = Record(), {}
+            mapping: dict[str, str] = {}
             for _, tip in tips:
-                self._relabel(tip, old, new, mapping, record)
+                self._relabel(tip, old, new, mapping, tx)
             moves = [(head_ref(new), None, mapping.get(tips[0][1], tips[0][1]))]
             moves += [(superseded_prefix(new) + mapping.get(t, t), None, mapping.get(t, t)) for _, t in tips[1:]]
             for sha, fresh in mapping.items():
@@ -736,96 +765,30 @@ class GitCheckpointStore(CheckpointStore):
                 if wtip is not None:
                     moves += [(writes_ref(fresh), None, wtip), (writes_ref(sha), wtip, None)]
             moves += [(name, tip, None) for name, tip in tips]
-            logs = os.path.join(self.path, "logs")
             reflog = self._repo.reflog(head_ref(old))
-            try:
-                for name, was, now in moves:
-                    self._repo.move_ref(record, name, was, now, f"branch: renamed {old} to {new}")
-            finally:
-                token = self._history.note_generation(record)
-                self._repo.commit(record)
-                self._history.bump_generation(token)
+            tx.rewrite_history()
+            for name, was, now in moves:
+                tx.move_ref(name, was, now, f"branch: renamed {old} to {new}")
             if reflog:  # carry the old reflog over, under the new name
-                path = os.path.join(logs, head_ref(new))
-                with open(path, "rb") as f:
-                    tail = f.read()
-                lines = [f"{e.old or '0' * 40} {e.new or '0' * 40} {e.who} {e.time} +0000\t{e.message}\n"
-                         for e in reversed(reflog)]
-                with open(path + ".qvc-rename", "wb") as f:
-                    f.write("".join(lines).encode() + tail)
-                os.replace(path + ".qvc-rename", path)
+                tx.prepend_reflog(head_ref(new), reflog)
 
-    def _relabel(self, tip: str, old: str, new: str, mapping: dict[str, str], record: Record) -> None:
+    def _relabel(self, tip: str, old: str, new: str, mapping: dict[str, str], tx: Transaction) -> None:
         chain = []
         for info in self._history.first_parents(tip):
             if info.hex in mapping or info.thread_id != old:
                 break
             chain.append(info)
         for info in reversed(chain):
-            entries = dict(self._history.entries(info))
-            header, metadata = decode_header(self._blob(entries[HEADER][1]), f"checkpoint {info.hex[:12]}")
-            header["thread_id"] = new
             parents = [mapping.get(p, p) for p in info.parents]
-            if isinstance(header.get("versions"), list) and header["versions"]:
-                header["versions"] = [parents[0] if parents else None, header["versions"][1]]
-            entries[HEADER] = (MODE_BLOB, self._repo.write(record, "blob", encode_header(header, metadata)))
-            tree = self._repo.write(record, "tree", tree_bytes(entries))
-            message = info.message.replace(f"\nThread: {escape_trailer(old)}\n", f"\nThread: {escape_trailer(new)}\n")
-            data = commit_bytes(tree.hex(), parents, message, info.time)
-            mapping[info.hex] = self._repo.write(record, "commit", data).hex()
+            mapping[info.hex] = self.rewrite_commit(tx, info.hex, parents, thread=new)
 
-    # -- remotes (qvc.remotes.remote) ---------------------------------------------------------------
-
-    def push(self, remote: str = "origin", threads: Optional[Sequence[str]] = None, **options: Any):
-        """Push threads (default: all, with every qvc ref) to ``remote``; see :func:`qvc.remotes.remote.push`.
-
-        Returns a :class:`~qvc.remotes.remote.PushResult`; raises :class:`~qvc.errors.PushRejectedError`
-        (per-ref reasons in ``.result``) if any ref was rejected, :class:`~qvc.errors.RemoteError`
-        if the remote cannot be reached.
-        """
-        from qvc.remotes.remote import push
-
-        return push(self, remote, threads, **options)
-
-    def fetch(self, remote: str = "origin", **options: Any):
-        """Fetch a remote's threads as ``REMOTE/THREAD``; see :func:`qvc.remotes.remote.fetch`."""
-        from qvc.remotes.remote import fetch
-
-        return fetch(self, remote, **options)
-
-    # -- following --------------------------------------------------------------------------
-
-    def watch(self, threads: Iterable[str] | None = None, *, callback: Callable[[WatchEvent], object] | None = None,
-              hints: str = "auto", poll_interval: float = 0.05, rescan_interval: float = 1.0,
-              timeout: float | None = None) -> Watcher:
-        """Follow the repository live: a :class:`qvc.inspect.watch.Watcher` of the changes made from now on.
-
-        Iterate it for :class:`qvc.inspect.watch.WatchEvent` s (checkpoints, forks, resets, deletes,
-        renames, pending writes, HEAD moves), blocking until ``timeout`` seconds have passed
-        (forever if ``None``) or it is stopped; with ``callback``, a background thread calls
-        ``callback(event)`` instead until ``watcher.stop()``. ``threads`` limits the events to
-        those threads. Hints come from inotify (``hints="inotify"``, or ``"auto"``: inotify,
-        else polling every ``poll_interval`` seconds; ``"poll"`` forces polling); the refs are
-        re-read at least every ``rescan_interval`` seconds. Works on read-only stores.
-        Use it as a context manager (or call ``stop()``) to release the inotify watches.
-        Raises :class:`InvalidInputError` for a bad argument, ``OSError`` when
-        ``hints="inotify"`` cannot start, :class:`StoreClosedError` on a closed store.
-        """
-        from qvc.inspect.watch import Watcher
-
-        if self._repo.closed:
-            raise StoreClosedError(f"{self.path}: the store is closed")
-        watcher = Watcher(self, threads, hints=hints, poll_interval=poll_interval,
-                          rescan_interval=rescan_interval, timeout=timeout)
-        return watcher.start(callback) if callback is not None else watcher
+    # -- maintenance ------------------------------------------------------------------------
 
     def gc(self) -> None:
         """Pack objects and refs with git (waits for writers in every process). Deleted
         checkpoints stay in the object store; :meth:`purge` drops them."""
-        from qvc.plumbing.maintenance import gc
-
         with self._repo.exclusive() as lock_fd:
-            gc(self._repo, lock_fd)
+            maintenance.gc(self._repo, lock_fd)
 
     def purge(self) -> None:
         """Make deleted checkpoints unrecoverable: drop unreachable objects from the repository.
@@ -834,11 +797,8 @@ class GitCheckpointStore(CheckpointStore):
         writers in every process; hardens everything and restarts this store's journal.
         Journals of other open stores may still hold deleted values until they close.
         """
-        from qvc.plumbing.maintenance import purge
-
         with self._repo.exclusive() as lock_fd:
-            purge(self._repo, lock_fd)
-        self._trees.clear()
+            maintenance.purge(self._repo, lock_fd)
 
 
 def _thread_of(config: Any) -> str:

@@ -99,7 +99,12 @@ class LRU(OrderedDict):
 
 
 class History:
-    """Caches over one repository's history (thread-safe, shared by the store's threads)."""
+    """Caches over one repository's history (thread-safe, shared by the store's threads).
+
+    A History follows every write made through its repository (it is one of the repository's
+    listeners), so what this process writes is read back from memory; what other processes
+    write is read from git on first use.
+    """
 
     def __init__(self, repo: Repository):
         self.repo = repo
@@ -112,6 +117,7 @@ class History:
         self._indexed: set[str] = set()
         self._tips: dict[str, str] = {}
         self._generation: tuple | None = None
+        repo.listeners.append(self.observe)
 
     # -- commits ------------------------------------------------------------------------
 
@@ -140,8 +146,9 @@ class History:
             self._trees.put(raw, found)
         return found
 
-    def prime(self, record: Record) -> None:
-        """Cache the trees and blobs this process just wrote, as written.
+    def observe(self, record: Record) -> None:
+        """Follow a committed write (a :attr:`Repository.listeners` callback): cache the blobs
+        and trees it wrote, as written, and index its checkpoint commits.
 
         Reading them back through libgit2 would first have to discover the fresh pack (a
         rescan of the pack directory on every put).
@@ -151,6 +158,19 @@ class History:
                 self._blobs.put(oid, data)
             elif kind == "tree":
                 self._trees.put(oid, parse_tree(data, oid))
+            elif kind == "commit":
+                info = parse_commit(oid.hex(), data)
+                self._commits.put(info.hex, info)
+                if info.checkpoint_id != info.hex:  # a checkpoint (not pending writes)
+                    with self._lock:
+                        if self._tips or self._by_id:
+                            self._by_id[info.checkpoint_id] = info.hex
+                            self._indexed.add(info.hex)
+
+    def known_blob(self, raw: bytes) -> bytes | None:
+        """A blob's bytes if they are cached (written or read by this process), else ``None``;
+        never reads the repository."""
+        return self._blobs.get(raw)
 
     def blob(self, raw: bytes) -> bytes:
         """A blob's bytes (cached; blobs are immutable)."""
@@ -166,35 +186,9 @@ class History:
 
     # -- the checkpoint-id index ----------------------------------------------------------
 
-    def generation_path(self) -> str:
-        return os.path.join(self.repo.path, GENERATION)
-
-    @staticmethod
-    def note_generation(record) -> str:
-        """A new generation token, noted in ``record`` before the delete that writes it commits
-        (so recovery knows the token as this writer's, not a later delete's)."""
-        token = os.urandom(8).hex()
-        record.seen[GENERATION] = [None, token]
-        return token
-
-    def bump_generation(self, token: str | None = None) -> None:
-        """Tell every process that history was rewritten or deleted (their indexes rebuild).
-
-        With ``token`` (noted by :meth:`note_generation` in a committed record), that record is
-        made durable first, in every durability mode: a power cut must never keep the new token
-        and lose the record naming it, or recovery would take this writer's delete for another's
-        and leave the refs it journalled before unrestored."""
-        if token is not None:
-            self.repo.flush()
-        path = self.generation_path()
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}"
-        with open(tmp, "w") as f:
-            f.write(token or os.urandom(8).hex())
-        os.replace(tmp, path)
-
     def _check_generation(self) -> None:
         try:
-            st = os.stat(self.generation_path())
+            st = os.stat(os.path.join(self.repo.path, GENERATION))
             gen = (st.st_ino, st.st_mtime_ns, st.st_size)
         except FileNotFoundError:
             gen = None
@@ -204,14 +198,6 @@ class History:
                 self._indexed.clear()
                 self._tips.clear()
                 self._generation = gen
-
-    def note(self, info: CommitInfo) -> None:
-        """Index a commit this process just wrote."""
-        with self._lock:
-            self._commits.put(info.hex, info)
-            if self._tips or self._by_id:
-                self._by_id[info.checkpoint_id] = info.hex
-                self._indexed.add(info.hex)
 
     def _index_from(self, tip: str) -> None:
         stack = [tip]
@@ -310,10 +296,6 @@ class History:
             ids = fields
             self._versions.put(info.hex, (dict(counts), ids))
         return counts, ids
-
-    def remember(self, hexid: str, counts: dict[str, int], ids: dict[str, bytes]) -> None:
-        """Memoize the counts of a commit this process just wrote."""
-        self._versions.put(hexid, (dict(counts), ids))
 
     def versions(self, hexid: str) -> dict[str, int]:
         """``state_versions`` of a checkpoint: the counts of the fields it holds."""

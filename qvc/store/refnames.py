@@ -27,6 +27,8 @@ WRITES = "refs/qvc/writes/"
 NOTES = "refs/notes/"
 REMOTES = "refs/remotes/"
 REMOTE_QVC = "refs/qvc/remotes/"
+#: What a remote's name may be (``qvc remote add NAME``): it is one component of the refs above.
+REMOTE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
 _ESCAPE_RUN = re.compile(r"(?:%[0-9A-F]{2})+")
@@ -111,3 +113,11 @@ def decode_name(entry: str) -> str:
     if entry == "%":
         return ""
     return _ESCAPE_RUN.sub(lambda m: bytes.fromhex(m.group(0).replace("%", "")).decode("utf-8", "surrogatepass"), entry)
+
+
+def tracking_ref(remote: str, thread: str) -> str | None:
+    """The remote-tracking ref of ``thread`` on ``remote`` (``refs/remotes/<remote>/<thread>``),
+    ``None`` if ``remote`` is not a valid remote name."""
+    if not REMOTE_NAME.match(remote):
+        return None
+    return f"{REMOTES}{remote}/{encode_thread(thread)}"

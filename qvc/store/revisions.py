@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from qvc.errors import InvalidInputError, UnknownCheckpointError, UnknownThreadError
-from qvc.store.refnames import check_thread_id
+from qvc.store.refnames import check_thread_id, tracking_ref
 
 if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore
@@ -79,7 +79,7 @@ def parse_revision(store: GitCheckpointStore, text: str) -> Revision:
     rev = parse_revision(store, inner)
     commit = rev.commit
     for i in range(steps):
-        parent = store._history.commit(commit).parent
+        parent = store.commit(commit).parent
         if parent is None:
             raise UnknownCheckpointError(f"{text!r}: only {i} checkpoint(s) before {inner!r}")
         commit = parent
@@ -98,9 +98,9 @@ def _base(store: GitCheckpointStore, text: str) -> Revision | None:
     thread = thread_named(store, text)
     if thread is not None:
         return Revision(store.head(thread), thread)
-    from qvc.remotes.remote import tracking_commit
-
-    tracked = tracking_commit(store, text)
+    remote, sep, rest = text.partition("/")  # REMOTE/THREAD: a remote-tracking ref
+    ref = tracking_ref(remote, rest) if sep and rest else None
+    tracked = store.repository.ref(ref) if ref else None
     if tracked is not None:
         return Revision(tracked, None)
     return None

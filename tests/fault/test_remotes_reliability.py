@@ -166,7 +166,7 @@ def test_fetch_and_clone_from_hostile_refs(tmp_path):
     run_git(local, "fetch", "-q", str(tmp_path / "good.qvc"), "refs/heads/good:refs/heads/good")  # shared history
     with GitCheckpointStore(local) as store:
         before = checkpoints(store)
-        fetched = store.fetch()  # git takes non-commits under refs/remotes/: a clean result
+        fetched = qvc.fetch(store)  # git takes non-commits under refs/remotes/: a clean result
         assert "%FF" in fetched.threads and "blob" in fetched.threads
         # the garbage pending writes of the shared checkpoint stay out of refs/qvc/writes/
         assert any("do not read" in (c.reason or "") for c in fetched.conflicts), fetched.conflicts
@@ -250,9 +250,9 @@ def test_urls_and_names_cannot_inject(tmp_path, monkeypatch):
             qvc.clone(url, tmp_path / "c.qvc")
         with GitCheckpointStore(repo) as store:
             with pytest.raises(QvcError):
-                store.push(url)
+                qvc.push(store, url)
             with pytest.raises(QvcError):
-                store.fetch(url)
+                qvc.fetch(store, url)
             if template in INJECTING_URLS:
                 with pytest.raises(QvcError):
                     add_remote(store, "evil", url)
@@ -318,7 +318,7 @@ def world(tmp_path_factory):
         hub = root / "srv" / "hub.git"
         run_git(None, "init", "-q", "--bare", str(hub))
         with GitCheckpointStore(src) as store:
-            store.push(str(hub))
+            qvc.push(store, str(hub))
         daemon = GitDaemon(str(root / "srv")).start()
         try:
             yield {"root": root, "src": src, "hub": hub, "daemon": daemon,
@@ -447,7 +447,7 @@ def kill_fetches(world, kills: int, seed: int) -> dict:
             stats["partial"] += tracking != expected
             for ref, tip in tracking.items():
                 assert expected.get(ref) == tip, f"[kill {k}] {ref} is not the remote's"
-            store.fetch()  # a second fetch completes it
+            qvc.fetch(store)  # a second fetch completes it
             assert dict(store.repository.refs("refs/remotes/origin/")) == expected
             assert checkpoints(store) == before
     return killer.stats | stats
@@ -483,12 +483,12 @@ def kill_pushes(world, kills: int, seed: int) -> dict:
             if locks:
                 stats["stale_locks"] += 1
                 with pytest.raises(PushRejectedError) as refused:
-                    store.push("target")
+                    qvc.push(store, "target")
                 assert {u.ref for u in refused.value.result.rejected} == \
                     {str(p.relative_to(bare))[:-len(".lock")] for p in locks}
                 for lock in locks:  # what the server's administrator does
                     lock.unlink()
-            store.push("target")  # a second push completes it
+            qvc.push(store, "target")  # a second push completes it
         assert pushable_refs(bare) == pushable_refs(src), f"[kill {k} over {kind}] remote differs after a push"
     with qvc.clone(str(bare), world["root"] / f"pushed-{seed}.qvc") as copy, \
             GitCheckpointStore(src, readonly=True) as store:

@@ -78,7 +78,7 @@ def test_push_clone_round_trip_every_checkpoint(tmp_path, servers, kind):
     with GitCheckpointStore(tmp_path / "a.qvc") as a:
         build(a)
         add_remote(a, "origin", url)
-        result = a.push()
+        result = qvc.push(a)
         assert {u.status for u in result.updates} == {"new"} and not result.rejected
         assert result.objects > 0 and result.bytes > 0
         expected = snapshot(a)
@@ -93,10 +93,10 @@ def test_push_clone_round_trip_every_checkpoint(tmp_path, servers, kind):
         # incremental: one thread moves on, the other is rewound; only they are sent
         put(a, "main", 5)
         put(a, "Ünïcode thread.1", 1)
-        again = a.push()
+        again = qvc.push(a)
         assert sorted(u.thread for u in again.pushed) == ["main", "Ünïcode thread.1"]
         with GitCheckpointStore(tmp_path / "b.qvc") as b:
-            fetched = b.fetch()
+            fetched = qvc.fetch(b)
             assert len(fetched.updates) == 2
             assert parse_revision(b, "origin/main").commit == a.head("main")
             assert b.head("main") != a.head("main")  # fetch moves remote-tracking refs only
@@ -108,7 +108,7 @@ def test_clone_is_a_working_repository(tmp_path, servers):
         build(a)
         a.checkout("main/retry")
         run_git(a.path, "-c", "user.name=r", "-c", "user.email=r@x", "notes", "add", "-m", "reviewed", a.head("main"))
-        a.push(url)
+        qvc.push(a, url)
     with qvc.clone(url, tmp_path / "b.qvc") as b:
         assert run_git(b.path, "notes", "show", b.head("main")).stdout == "reviewed\n"  # notes travel too
         assert b.current().thread == "main"  # a bare server's HEAD: refs/heads/main
@@ -128,10 +128,10 @@ def test_time_travel_push_keeps_the_remote_line(tmp_path, servers):
         for step in range(3):
             put(a, "t", step)
         old_head = a.head("t")
-        a.push(url)
+        qvc.push(a, url)
         first = list(a.list(CheckpointConfig("t")))[-1]
         a.reset("t", first.config.checkpoint_id)
-        result = a.push(url)
+        result = qvc.push(a, url)
         kinds = {u.ref: u.status for u in result.pushed}
         assert kinds[f"refs/qvc/superseded/t/{old_head}"] == "new"
         assert kinds["refs/heads/t"] == "forced"
@@ -146,7 +146,7 @@ def test_server_rejections_are_reported_per_ref(tmp_path, servers):
             put(a, "rewound", step)
         put(a, "other", 0)
         add_remote(a, "origin", url)
-        a.push()
+        qvc.push(a)
         run_git(bare, "config", "receive.denyNonFastForwards", "true")
         hook = bare / "hooks" / "pre-receive"
         hook.write_text("#!/bin/sh\nwhile read old new ref; do\n  case $ref in *locked*) "
@@ -155,7 +155,7 @@ def test_server_rejections_are_reported_per_ref(tmp_path, servers):
         a.reset("rewound", list(a.list(CheckpointConfig("rewound")))[-1].config.checkpoint_id)
         put(a, "other", 1)
         with pytest.raises(PushRejectedError) as info:
-            a.push()
+            qvc.push(a)
         assert isinstance(info.value, CheckpointConflictError)
         by_ref = {u.ref: u for u in info.value.result.updates}
         rejected = by_ref["refs/heads/rewound"]
@@ -164,7 +164,7 @@ def test_server_rejections_are_reported_per_ref(tmp_path, servers):
         assert run_git(bare, "rev-parse", "refs/heads/other").stdout.strip() == a.head("other")
         put(a, "locked", 0)
         with pytest.raises(PushRejectedError) as info:
-            a.push(threads=["locked"])
+            qvc.push(a, threads=["locked"])
         (update,) = info.value.result.rejected
         assert update.thread == "locked" and "pre-receive hook declined" in update.reason
         assert "refs/heads/locked" in str(info.value)
@@ -174,37 +174,37 @@ def test_many_machines_one_remote(tmp_path, servers):
     url, bare = servers("http")
     with GitCheckpointStore(tmp_path / "seed.qvc") as seed:
         put(seed, "shared", 0)
-        seed.push(url)
+        qvc.push(seed, url)
     one, two = qvc.clone(url, tmp_path / "one.qvc"), qvc.clone(url, tmp_path / "two.qvc")
     try:
         put(one, "from-one", 0)
         put(two, "from-two", 0)
-        one.push()
-        two.push()
+        qvc.push(one)
+        qvc.push(two)
         assert set(run_git(bare, "for-each-ref", "--format=%(refname:short)", "refs/heads/").stdout.split()) == {
             "shared", "from-one", "from-two"}
         # both extend the same thread: the second push is a clear conflict, nothing lost
         put(one, "shared", 1, parent=None)
         put(two, "shared", 1, parent=None)
-        one.push()
+        qvc.push(one)
         with pytest.raises(PushRejectedError) as info:
-            two.push(threads=["shared"])
+            qvc.push(two, threads=["shared"])
         (update,) = info.value.result.rejected
         assert update.thread == "shared" and "never seen" in update.reason
         assert run_git(bare, "rev-parse", "refs/heads/shared").stdout.strip() == one.head("shared")
         # after a fetch, two can fork the remote's line locally and push that
-        two.fetch()
+        qvc.fetch(two)
         tip = parse_revision(two, "origin/shared").commit
         fork_checkpoint(two, CheckpointConfig("shared", two.commit(tip).checkpoint_id), new_thread_id="shared-2")
-        two.push(threads=["shared-2"])
+        qvc.push(two, threads=["shared-2"])
         assert parse_revision(two, "shared-2~1").commit == one.head("shared")
         # the same thread created independently on two machines: a conflict too
         put(one, "dup", 0)
         put(two, "dup", 0)
         put(two, "also", 0)
-        one.push()
+        qvc.push(one)
         with pytest.raises(PushRejectedError) as info:
-            two.push()  # everything: the refused thread is left out, the others go
+            qvc.push(two)  # everything: the refused thread is left out, the others go
         assert sorted(u.thread for u in info.value.result.rejected) == ["dup", "shared"]  # both still diverge
         assert run_git(bare, "rev-parse", "refs/heads/dup").stdout.strip() == one.head("dup")
         assert run_git(bare, "rev-parse", "refs/heads/also").stdout.strip() == two.head("also")
@@ -218,19 +218,19 @@ def test_stale_lease_is_a_conflict(tmp_path, servers):
     with GitCheckpointStore(tmp_path / "a.qvc") as a:
         for step in range(3):
             put(a, "t", step)
-        a.push(url)
+        qvc.push(a, url)
         advertised = {"refs/heads/t": a.head("t")}
         with qvc.clone(url, tmp_path / "b.qvc") as b:
             put(b, "t", 3)
-            b.push()  # the remote moves on after `advertised` was read
+            qvc.push(b)  # the remote moves on after `advertised` was read
         a.reset("t", list(a.list(CheckpointConfig("t")))[-1].config.checkpoint_id)
         with pytest.raises(PushRejectedError) as info:  # the forced update's lease no longer holds
-            a.push(url, remote_refs=advertised)
+            qvc.push(a, url, remote_refs=advertised)
         (update,) = info.value.result.rejected
         assert update.ref == "refs/heads/t" and "stale info" in update.reason
         assert run_git(bare, "rev-parse", "refs/heads/t").stdout.strip() != a.head("t")
         with pytest.raises(PushRejectedError) as info:  # read afresh: a line this repository never saw
-            a.push(url)
+            qvc.push(a, url)
         assert "never seen" in info.value.result.rejected[0].reason
 
 
@@ -240,15 +240,15 @@ def test_fetch_prunes_and_merges_pending_writes(tmp_path, servers):
         put(a, "t", 0)
         put(a, "gone", 0)
         cp = a.get_tuple(CheckpointConfig("t"))
-        a.push(url)
+        qvc.push(a, url)
         add_remote(b, "hub", url)
-        b.fetch("hub")
+        qvc.fetch(b, "hub")
         assert remote_threads(b, "hub") == ["gone", "t"]
         assert b.get_tuple(CheckpointConfig("x", cp.checkpoint.id)) is not None  # ids resolve across refs
         a.put_writes(cp.config, [("messages", "late")], task_id="k")
-        a.push(url)
+        qvc.push(a, url)
         run_git(bare, "update-ref", "-d", "refs/heads/gone")
-        result = b.fetch("hub")
+        result = qvc.fetch(b, "hub")
         assert result.writes_merged == 1
         assert remote_threads(b, "hub") == ["t"]
         assert b.read(cp_sha := a.head("t")).pending_writes == a.read(cp_sha).pending_writes
@@ -263,34 +263,34 @@ def test_chunks_and_thread_selection(tmp_path, servers):
         for i in range(7):
             put(a, f"t{i}", 0)
         a.put_writes(CheckpointConfig("t1"), [("channel", 1)], task_id="k")
-        result = a.push(url, threads=["t1", "t2"])
+        result = qvc.push(a, url, threads=["t1", "t2"])
         assert sorted(u.ref for u in result.pushed) == [
             "refs/heads/t1", "refs/heads/t2", f"refs/qvc/writes/{a.head('t1')}"]  # the thread's pending writes too
-        result = a.push(url, [f"t{i}" for i in range(7)], chunk=2)  # chosen threads: explicit refspecs
+        result = qvc.push(a, url, [f"t{i}" for i in range(7)], chunk=2)  # chosen threads: explicit refspecs
         assert result.chunks == 3 and len(result.pushed) == 5
         for i in range(7):
             put(a, f"t{i}", 1)
         put(a, "t7", 0)
-        result = a.push(url)  # everything: one git run per namespace phase
+        result = qvc.push(a, url)  # everything: one git run per namespace phase
         assert result.chunks == 1 and len(result.pushed) == 8
-        assert a.push(url).pushed == [] and a.push(url).chunks == 0
+        assert qvc.push(a, url).pushed == [] and qvc.push(a, url).chunks == 0
         with pytest.raises(UnknownThreadError):
-            a.push(url, threads=["nope"])
+            qvc.push(a, url, threads=["nope"])
 
 
 def test_unknown_and_unreachable_remotes(tmp_path, servers):
     with GitCheckpointStore(tmp_path / "a.qvc") as a:
         put(a, "t", 0)
         with pytest.raises(UnknownRemoteError):
-            a.push("nosuch")
+            qvc.push(a, "nosuch")
         with pytest.raises(UnknownRemoteError):
-            a.fetch("nosuch")
+            qvc.fetch(a, "nosuch")
         add_remote(a, "dead", f"git://127.0.0.1:{_closed_port()}/x.git")
         with pytest.raises(RemoteError) as info:
-            a.push("dead")
+            qvc.push(a, "dead")
         assert "dead" in str(info.value) or "127.0.0.1" in str(info.value)
         with pytest.raises(RemoteError):
-            a.fetch("dead")
+            qvc.fetch(a, "dead")
         with pytest.raises(qvc.InvalidInputError):
             add_remote(a, "bad name", "x")
         with pytest.raises(CheckpointConflictError):
@@ -308,7 +308,7 @@ def test_a_push_past_its_timeout_is_stopped(tmp_path, servers):
         put(a, "t", 0)
         start = time.monotonic()
         with pytest.raises(RemoteError, match="timed out after 1 s"):
-            a.push(url, timeout=1)
+            qvc.push(a, url, timeout=1)
         assert time.monotonic() - start < 10
         assert run_git(bare, "for-each-ref", "refs/heads/").stdout == ""
 
@@ -318,11 +318,11 @@ def test_http_basic_auth_through_a_credential_helper(tmp_path, servers, isolated
     with GitCheckpointStore(tmp_path / "a.qvc") as a:
         put(a, "t", 0)
         with pytest.raises(RemoteError):  # no credentials anywhere, and never a prompt
-            a.push(url)
+            qvc.push(a, url)
         store_file = tmp_path / "credentials"
         store_file.write_text(f"http://agent:s3cret@127.0.0.1:{url.split(':')[2].split('/')[0]}\n")
         isolated_git.write_text(f"[credential]\n\thelper = store --file={store_file}\n")
-        a.push(url)
+        qvc.push(a, url)
     with qvc.clone(url, tmp_path / "b.qvc") as b:
         assert b.threads() == ["t"]
 

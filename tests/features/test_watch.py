@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from conftest import child_env, run_git
 
+import qvc
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore, InvalidInputError
 
 WORKER = str(Path(__file__).resolve().parents[1] / "workers" / "watch_worker.py")
@@ -112,7 +113,7 @@ def test_every_kind_of_change_from_another_process(repo_path, writer, hints):
     writer("put", thread="base", id="base-0")
     got = Collector()
     with GitCheckpointStore(repo_path, readonly=True) as reader, \
-            reader.watch(callback=got, hints=hints, poll_interval=0.02) as watcher:
+            qvc.watch(reader, callback=got, hints=hints, poll_interval=0.02) as watcher:
         assert watcher.hints == hints and watcher.fallback_reason is None
         commits = [writer("put", thread="a", id=f"a-{i}") for i in range(3)]
         events = got.until(lambda ev: len(ev) >= 3)
@@ -142,7 +143,7 @@ def test_every_kind_of_change_from_another_process(repo_path, writer, hints):
 def test_bursts_report_every_checkpoint_once_in_order(repo_path, writer):
     threads = [f"t{i}" for i in range(8)]
     got = Collector()
-    with GitCheckpointStore(repo_path, readonly=True) as reader, reader.watch(callback=got):
+    with GitCheckpointStore(repo_path, readonly=True) as reader, qvc.watch(reader, callback=got):
         done = writer("burst", threads=threads, n=15)
         events = got.until(lambda ev: len(ev) >= len(done), f"{len(done)} checkpoints")
         time.sleep(0.2)
@@ -156,7 +157,7 @@ def test_packing_refs_is_not_a_deletion(repo_path, writer):
     threads = [f"p{i}" for i in range(6)]
     writer("burst", threads=threads, n=2, prefix="seed-")
     got = Collector()
-    with GitCheckpointStore(repo_path, readonly=True) as reader, reader.watch(callback=got, hints="inotify"):
+    with GitCheckpointStore(repo_path, readonly=True) as reader, qvc.watch(reader, callback=got, hints="inotify"):
         for r in range(4):  # packing while a burst writes loose refs on top of packed ones
             run_git(repo_path, "pack-refs", "--all")
             done = writer("burst", threads=threads, n=3, prefix=f"r{r}-")
@@ -170,7 +171,7 @@ def test_packing_refs_is_not_a_deletion(repo_path, writer):
 
 def test_threads_filter_iterator_and_timeout(repo_path, writer):
     with GitCheckpointStore(repo_path, readonly=True) as reader:
-        watcher = reader.watch(["keep"], timeout=0.3)
+        watcher = qvc.watch(reader, ["keep"], timeout=0.3)
         writer("put", thread="keep", id="k-0")
         writer("put", thread="skip", id="s-0")
         start = time.monotonic()
@@ -186,9 +187,9 @@ def test_threads_filter_iterator_and_timeout(repo_path, writer):
         watcher.stop()
         assert list(watcher.events(timeout=5)) == []  # stopped: ends at once
         with pytest.raises(InvalidInputError):
-            reader.watch(hints="fanotify")
+            qvc.watch(reader, hints="fanotify")
         with pytest.raises(InvalidInputError):
-            reader.watch(poll_interval=0)
+            qvc.watch(reader, poll_interval=0)
 
 
 def test_a_callback_error_is_raised_by_stop(repo_path, writer):
@@ -196,7 +197,7 @@ def test_a_callback_error_is_raised_by_stop(repo_path, writer):
         raise RuntimeError(f"bad callback for {event.checkpoint_id}")
 
     with GitCheckpointStore(repo_path, readonly=True) as reader:
-        watcher = reader.watch(callback=boom, hints="poll", poll_interval=0.02)
+        watcher = qvc.watch(reader, callback=boom, hints="poll", poll_interval=0.02)
         writer("put", thread="a", id="a-0")
         deadline = time.monotonic() + WAIT
         while watcher.error is None and time.monotonic() < deadline:
@@ -207,9 +208,10 @@ def test_a_callback_error_is_raised_by_stop(repo_path, writer):
 
 FALLBACK = r"""
 import sys
+import qvc
 from qvc import GitCheckpointStore
 store = GitCheckpointStore(sys.argv[1], readonly=True)
-watcher = store.watch(poll_interval=0.02)
+watcher = qvc.watch(store, poll_interval=0.02)
 print("HINTS", watcher.hints, watcher.fallback_reason, flush=True)
 for event in watcher.events(timeout=30):
     print("EVENT", event.kind, event.checkpoint_id, flush=True)
@@ -389,7 +391,7 @@ def test_qvc_log_follow_text_on_a_new_thread(repo_path, writer, command):
 
 def test_watch_in_process_sees_own_store_writes(repo_path):
     with GitCheckpointStore(repo_path) as store:
-        with store.watch(hints="poll", poll_interval=0.01) as watcher:
+        with qvc.watch(store, hints="poll", poll_interval=0.01) as watcher:
             cp = Checkpoint(id="own-0", thread_id="me", step=0, state_data={"x": 1})
             store.put(CheckpointConfig("me"), cp, {"source": "loop"}, {})
             events = watcher.poll()

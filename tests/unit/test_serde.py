@@ -362,7 +362,7 @@ def test_loads_known_bad_inputs_raise_corruption_error(data):
 
 _NESTED_SCRIPT = r"""
 import sys, msgpack
-from qvc import serde
+from qvc.store import serde
 from qvc.errors import CorruptionError
 for depth in map(int, sys.argv[1:]):
     data = b"\x90"  # an empty array, wrapped in `depth` tuple extensions

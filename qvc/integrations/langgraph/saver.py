@@ -63,9 +63,8 @@ import os
 import random
 import re
 import threading
-import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -87,13 +86,12 @@ from qvc.errors import (
     SerializationError,
 )
 from qvc.plumbing.durability import DurabilityMode
-from qvc.plumbing.journal import Record
 from qvc.plumbing.objects import MODE_BLOB, MODE_TREE, Entry, commit_bytes, tree_bytes
-from qvc.plumbing.repository import Repository
+from qvc.plumbing.repository import Repository, Transaction
 from qvc.store import serde as qserde
-from qvc.store.format import CHUNK, HEADER, chunk_name, commit_message, decode_header, encode_header, escape_trailer
+from qvc.store.format import CHUNK, HEADER, chunk_name, decode_header, escape_trailer
 from qvc.store.git_store import GitCheckpointStore
-from qvc.store.history import LRU, CommitInfo, History
+from qvc.store.history import LRU
 from qvc.store.refnames import HEADS, WRITES, decode_name, decode_thread, encode_name, encode_thread, head_ref
 
 __all__ = ["QvcSaver", "thread_name", "split_thread_name"]
@@ -103,6 +101,7 @@ WRITES_LG = WRITES + "lg/"
 _ORDER = ".order"
 _RETRIES = 100
 _UNESCAPE = re.compile(r"%(25|2F)")
+Write = Callable[[str, bytes], object]  # adds a git object: Transaction.write, or a collector
 
 
 def thread_name(thread_id: str, checkpoint_ns: str = "") -> str:
@@ -183,7 +182,7 @@ class QvcSaver(BaseCheckpointSaver[str]):
         super().__init__(serde=serde)
         self._store = GitCheckpointStore(path, durability=durability, fsync=fsync, create=create, max_lag=max_lag)
         self._repo: Repository = self._store.repository
-        self._history = History(self._repo)
+        self._history = self._store.history
         self._share = share_values
         self._lock = threading.RLock()
         self._indexes: LRU = LRU(256)
@@ -244,11 +243,7 @@ class QvcSaver(BaseCheckpointSaver[str]):
     # -- reading ----------------------------------------------------------------------------
 
     def _generation(self) -> Any:
-        try:
-            st = os.stat(self._history.generation_path())
-            return (st.st_ino, st.st_mtime_ns, st.st_size)
-        except FileNotFoundError:
-            return None
+        return self._repo.generation()
 
     def _index(self, name: str, head: str | None) -> _Index | None:
         """The thread's checkpoint index for ``head`` (built once, then extended as the head moves)."""
@@ -436,13 +431,13 @@ class QvcSaver(BaseCheckpointSaver[str]):
 
     # -- writing ----------------------------------------------------------------------------
 
-    def _write_blob(self, record: Record, data: bytes, old: Entry | None) -> Entry:
+    def _write_blob(self, write: Write, data: bytes, old: Entry | None) -> Entry:
         raw = Repository.hash("blob", data)
         if old != (MODE_BLOB, raw):
-            self._repo.write(record, "blob", data)
+            write("blob", data)
         return (MODE_BLOB, raw)
 
-    def _write_list(self, record: Record, value: list, old: Entry | None) -> Entry:
+    def _write_list(self, write: Write, value: list, old: Entry | None) -> Entry:
         prior = self._history.tree(old[1]) if old is not None and old[0] == MODE_TREE else {}
         sub: dict[str, Entry] = {}
         for start in range(0, len(value), CHUNK):
@@ -462,16 +457,16 @@ class QvcSaver(BaseCheckpointSaver[str]):
                     t, b = self.serde.dumps_typed(obj)
                     items.append((obj, _pack_pair(t, b)))
             data = _array_header(len(items)) + b"".join(p for _, p in items)
-            sub[name] = self._write_blob(record, data, was)
+            sub[name] = self._write_blob(write, data, was)
             if self._share:
                 self._chunks.put(sub[name][1], tuple(items))
         data = tree_bytes(sub)
         raw = Repository.hash("tree", data)
         if old != (MODE_TREE, raw):
-            self._repo.write(record, "tree", data)
+            write("tree", data)
         return (MODE_TREE, raw)
 
-    def _fields(self, record: Record, parent: str | None, values: dict, versions: dict,
+    def _fields(self, write: Write, parent: str | None, values: dict, versions: dict,
                 new_versions: dict) -> dict[str, Entry]:
         """Tree entries of the channels, reusing the parent's for channels unchanged since it."""
         p_entries: dict = {}
@@ -491,10 +486,10 @@ class QvcSaver(BaseCheckpointSaver[str]):
             elif ch in values:
                 value = values[ch]
                 if type(value) is list and len(value) > CHUNK:
-                    entries[ename] = self._write_list(record, value, old)
+                    entries[ename] = self._write_list(write, value, old)
                 else:
                     t, b = self.serde.dumps_typed(value)
-                    entries[ename] = self._write_blob(record, _pack_pair(t, b), old)
+                    entries[ename] = self._write_blob(write, _pack_pair(t, b), old)
         return entries
 
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
@@ -534,61 +529,38 @@ class QvcSaver(BaseCheckpointSaver[str]):
         base = {"id": cid, "thread_id": name, "step": step, "parent_id": parent_id,
                 "created_at": checkpoint.get("ts", ""), "langgraph": lg}
         ref = head_ref(name)
-        fields_for: dict[str | None, tuple[Record, dict]] = {}
-        with self._repo.writing():
+        fields_for: dict[str | None, tuple[list[tuple[str, bytes]], dict]] = {}
+        with self._repo.writing():  # no maintenance between the retries
             for _ in range(_RETRIES):
-                head = self._repo.ref(ref)
-                index = self._index(name, head)
-                existing = index.ids.get(cid) if index else None
-                parent = index.ids.get(parent_id) if (index and parent_id) else None
-                if parent not in fields_for:
-                    fields_record = Record()
-                    fields_for[parent] = (fields_record, self._fields(fields_record, parent, values, versions,
-                                                                      new_versions or {}))
-                fields_record, fields = fields_for[parent]
-                if existing is not None and self._same(existing, fields, base, plain_meta):
-                    return _config(tid, ns, cid)
-                first = parent or head
-                parents = [first] if first else []
-                if head is not None and first != head:
-                    parents.append(head)  # a fork: the previous head stays reachable
-                record = Record(objects=list(fields_record.objects), oids=list(fields_record.oids))
-                try:
-                    new = self._commit(record, name, cid, step, metadata, base, plain_meta, fields, parents)
-                    self._repo.move_ref(record, ref, head, new)
-                except CheckpointConflictError:
-                    continue  # another writer moved the thread: commit again on top of its head
-                finally:
-                    if record.refs:
-                        self._repo.commit(record)
-                self._history.prime(record)
+                with self._repo.transaction() as tx:
+                    head = tx.ref(ref)
+                    index = self._index(name, head)
+                    existing = index.ids.get(cid) if index else None
+                    parent = index.ids.get(parent_id) if (index and parent_id) else None
+                    if parent not in fields_for:  # serialized once, whatever the retries
+                        objects: list[tuple[str, bytes]] = []
+                        fields = self._fields(lambda kind, data, out=objects: out.append((kind, data)), parent,
+                                              values, versions, new_versions or {})
+                        fields_for[parent] = (objects, fields)
+                    objects, fields = fields_for[parent]
+                    if existing is not None and self._same(existing, fields, base, plain_meta):
+                        return _config(tid, ns, cid)
+                    for kind, data in objects:
+                        tx.write(kind, data)
+                    first = parent or head
+                    parents = [first] if first else []
+                    if head is not None and first != head:
+                        parents.append(head)  # a fork: the previous head stays reachable
+                    new = self._store.write_checkpoint(tx, {**base}, plain_meta, fields, parents,
+                                                       source=str(metadata.get("source", "")))
+                    try:
+                        tx.move_ref(ref, head, new)
+                    except CheckpointConflictError:
+                        continue  # another writer moved the thread: commit again on top of its head
                 if existing is not None:
                     self._replace(name, new, existing)
                 return _config(tid, ns, cid)
         raise CheckpointConflictError(f"thread {name!r}: too many concurrent writers")
-
-    def _commit(self, record: Record, name: str, cid: str, step: int, metadata: dict, base: dict,
-                plain_meta: dict, fields: dict[str, Entry], parents: list[str]) -> str:
-        """Write the commit of a checkpoint (header, root tree, commit); return its SHA."""
-        first = parents[0] if parents else None
-        first_fields = {}
-        counts: dict[str, int] = {}
-        if first is not None:
-            first_fields = {n: e for n, e in self._history.entries(self._history.commit(first)).items() if n != HEADER}
-            counts = dict(self._history.counts(first)[0])
-        changed = [decode_name(n) for n, e in fields.items() if first_fields.get(n) != e]
-        removed = [decode_name(n) for n in first_fields if n not in fields]
-        for f in changed:
-            counts[f] = counts.get(f, 0) + 1
-        header = {**base, "versions": [first, counts]}
-        header_raw = self._repo.write(record, "blob", encode_header(header, plain_meta))
-        tree = self._repo.write(record, "tree", tree_bytes({**fields, HEADER: (MODE_BLOB, header_raw)}))
-        now = int(time.time())
-        message = commit_message(step, str(metadata.get("source", "")), changed + removed, cid, name)
-        new = self._repo.write(record, "commit", commit_bytes(tree.hex(), parents, message, now)).hex()
-        self._history.remember(new, counts, {decode_name(n): raw for n, (_, raw) in fields.items()})
-        self._history.note(CommitInfo(new, tree, tuple(parents), now, message, cid, name, step))
-        return new
 
     def _same(self, existing: str, fields: dict, base: dict, plain_meta: dict) -> bool:
         entries = self._history.entries(self._history.commit(existing))
@@ -600,14 +572,12 @@ class QvcSaver(BaseCheckpointSaver[str]):
     def _replace(self, name: str, new: str, existing: str) -> None:
         """After re-putting an id with new content: drop the old commit of that id from the thread."""
         ref = head_ref(name)
-        record = Record()
-        try:
-            head = self._repo.ref(ref)
-            tip = self._rewrite(record, name, head, {existing}, keep_id=new)
-            self._repo.move_ref(record, ref, head, tip)
-        finally:
-            self._repo.commit(record)
-            self._forget(name)
+        with self._repo.transaction() as tx:
+            tx.rewrite_history()
+            head = tx.ref(ref)
+            tip = self._rewrite(tx, name, head, {existing}, keep_id=new)
+            tx.move_ref(ref, head, tip)
+        self._forget(name)
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[Tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
@@ -634,17 +604,16 @@ class QvcSaver(BaseCheckpointSaver[str]):
             return
         ref = _writes_ref(name, cid)
         for _ in range(_RETRIES):
-            with self._repo.writing():
-                old = self._repo.ref(ref)
+            with self._repo.transaction() as tx:
+                old = tx.ref(ref)
                 entries = dict(self._history.entries(self._history.commit(old))) if old else {}
                 order = (qserde.loads(self._history.blob(entries[_ORDER][1]), "writes order")
                          if _ORDER in entries else [])
-                record = Record()
                 changed = False
                 for key, keep_first, data in items:
                     if keep_first and key in entries:
                         continue
-                    entry = self._write_blob(record, data, entries.get(key))
+                    entry = self._write_blob(tx.write, data, entries.get(key))
                     if entries.get(key) != entry:
                         entries[key] = entry
                         changed = True
@@ -652,25 +621,22 @@ class QvcSaver(BaseCheckpointSaver[str]):
                         order.append(key)
                 if not changed:
                     return
-                entries[_ORDER] = self._write_blob(record, qserde.dumps(order), entries.get(_ORDER))
-                tree = self._repo.write(record, "tree", tree_bytes(entries))
+                entries[_ORDER] = self._write_blob(tx.write, qserde.dumps(order), entries.get(_ORDER))
+                tree = tx.write("tree", tree_bytes(entries))
                 message = f"writes of task {escape_trailer(task_id)} for checkpoint {escape_trailer(cid)}\n"
-                new = self._repo.write(record, "commit", commit_bytes(tree.hex(), [old] if old else [], message))
+                new = tx.write("commit", commit_bytes(tree.hex(), [old] if old else [], message))
                 try:
-                    self._repo.move_ref(record, ref, old, new.hex())
+                    tx.move_ref(ref, old, new.hex())
                 except CheckpointConflictError:
                     continue
-                finally:
-                    if record.refs:
-                        self._repo.commit(record)
-                self._history.prime(record)
                 return
         raise CheckpointConflictError(f"writes of checkpoint {cid!r}: too many concurrent writers")
 
     # -- deleting, pruning, copying ----------------------------------------------------------
 
     def _forget(self, name: str) -> None:
-        self._history.bump_generation()
+        """Drop the thread's index after its history was rewritten (other processes learn it from
+        the generation token the rewriting transaction wrote)."""
         with self._lock:
             self._indexes.pop(name, None)
 
@@ -678,7 +644,7 @@ class QvcSaver(BaseCheckpointSaver[str]):
         prefix = f"{WRITES_LG}{encode_thread(name)}/"
         return [(ref, tip) for ref, tip in self._repo.refs(prefix)]
 
-    def _rewrite(self, record: Record, name: str, head: str, drop: set[str], *, keep_id: str | None = None,
+    def _rewrite(self, tx: Transaction, name: str, head: str, drop: set[str], *, keep_id: str | None = None,
                  rename: tuple[str, str] | None = None) -> str | None:
         """Rewrite the thread's commits without those in ``drop``; return the new head (``None``: empty).
 
@@ -710,60 +676,49 @@ class QvcSaver(BaseCheckpointSaver[str]):
             if parents == list(info.parents) and rename is None:
                 mapped[hexid] = [hexid]
                 continue
-            tree, message = info.tree.hex(), info.message
             if rename is not None:
-                tree, message = self._renamed(record, info, *rename)
-            new = self._repo.write(record, "commit", commit_bytes(tree, parents, message, info.time)).hex()
-            made[new] = (tree, parents, message, info.time, info.checkpoint_id)
+                new = self._store.rewrite_commit(tx, hexid, parents, thread=rename[1],
+                                                 header_update=self._renamed_header(hexid, rename[1]))
+            else:
+                new = self._store.rewrite_commit(tx, hexid, parents)
+            made[new] = (parents, info.checkpoint_id)
             mapped[hexid] = [new]
         tips = mapped[head]
         if len(tips) <= 1:
             return tips[0] if tips else None
 
         def cid_of(sha: str) -> str:
-            return made[sha][4] if sha in made else self._history.commit(sha).checkpoint_id
+            return made[sha][1] if sha in made else self._history.commit(sha).checkpoint_id
 
         main = next((t for t in tips if t == keep_id), None) or max(tips, key=cid_of)
-        if main in made:
-            tree, parents, message, when, _ = made[main]
-        else:
-            info = self._history.commit(main)
-            tree, parents, message, when = info.tree.hex(), list(info.parents), info.message, info.time
+        parents = made[main][0] if main in made else list(self._history.commit(main).parents)
         parents = parents + [t for t in tips if t != main and t not in parents]
-        return self._repo.write(record, "commit", commit_bytes(tree, parents, message, when)).hex()
+        tx.store()  # ``main`` may be a commit of this transaction: it is read back
+        return self._store.rewrite_commit(tx, main, parents)
 
-    def _renamed(self, record: Record, info: CommitInfo, old: str, new: str) -> tuple[str, str]:
-        """The root tree and message of ``info``'s checkpoint as a checkpoint of thread ``new``."""
-        entries = dict(self._history.entries(info))
-        header, metadata = decode_header(self._history.blob(entries[HEADER][1]), f"checkpoint {info.hex[:12]}")
-        header["thread_id"] = new
+    def _renamed_header(self, hexid: str, new: str) -> dict[str, Any]:
+        """What changes in the header of ``hexid``'s checkpoint as a checkpoint of thread ``new``."""
+        header, _ = self._store.header(hexid)
         tid, ns = split_thread_name(new)
-        lg = dict(header.get("langgraph") or {})
-        lg.update(thread_id=tid, checkpoint_ns=ns)
-        header["langgraph"] = lg
-        entries[HEADER] = (MODE_BLOB, self._repo.write(record, "blob", encode_header(header, metadata)))
-        tree = self._repo.write(record, "tree", tree_bytes(entries)).hex()
-        message = info.message.replace(f"\nThread: {escape_trailer(old)}\n", f"\nThread: {escape_trailer(new)}\n")
-        return tree, message
+        return {"langgraph": {**(header.get("langgraph") or {}), "thread_id": tid, "checkpoint_ns": ns}}
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and pending write of ``thread_id``, in every namespace (no-op if none)."""
         thread_id = str(thread_id)
-        with self._repo.writing():
+        with self._repo.transaction() as tx:
             names = self._names(thread_id)
             if not names:
                 return
-            record = Record()
+            tx.rewrite_history()
             try:  # heads first: a crash part-way leaves only unreachable pending writes
                 for name in names:
-                    head = self._repo.ref(head_ref(name))
+                    head = tx.ref(head_ref(name))
                     if head is not None:
-                        self._repo.move_ref(record, head_ref(name), head, None)
+                        tx.move_ref(head_ref(name), head, None)
                 for name in names:
                     for ref, tip in self._writes_refs(name):
-                        self._repo.move_ref(record, ref, tip, None)
+                        tx.move_ref(ref, tip, None)
             finally:
-                self._repo.commit(record)
                 for name in names:
                     self._forget(name)
 
@@ -792,16 +747,16 @@ class QvcSaver(BaseCheckpointSaver[str]):
                         drop[hexid] = cid
                 if not drop:
                     continue
-                record = Record()
                 try:
-                    tip = self._rewrite(record, name, head, set(drop))
-                    self._repo.move_ref(record, head_ref(name), head, tip)
-                    gone = {_writes_ref(name, cid) for cid in drop.values()}
-                    for ref, wtip in self._writes_refs(name):
-                        if ref in gone:
-                            self._repo.move_ref(record, ref, wtip, None)
+                    with self._repo.transaction() as tx:
+                        tx.rewrite_history()
+                        tip = self._rewrite(tx, name, head, set(drop))
+                        tx.move_ref(head_ref(name), head, tip)
+                        gone = {_writes_ref(name, cid) for cid in drop.values()}
+                        for ref, wtip in self._writes_refs(name):
+                            if ref in gone:
+                                tx.move_ref(ref, wtip, None)
                 finally:
-                    self._repo.commit(record)
                     self._forget(name)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -824,21 +779,19 @@ class QvcSaver(BaseCheckpointSaver[str]):
                     if index is None or index.latest is None:
                         continue
                     keep = index.ids[index.latest]
-                    info = self._history.commit(keep)
-                    record = Record()
                     try:
-                        new = keep
-                        if info.parents:
-                            data = commit_bytes(info.tree.hex(), [], info.message, info.time)
-                            new = self._repo.write(record, "commit", data).hex()
-                        if new != head:
-                            self._repo.move_ref(record, head_ref(name), head, new)
-                        kept = _writes_ref(name, index.latest)
-                        for ref, tip in self._writes_refs(name):
-                            if ref != kept:
-                                self._repo.move_ref(record, ref, tip, None)
+                        with self._repo.transaction() as tx:
+                            tx.rewrite_history()
+                            new = keep
+                            if self._history.commit(keep).parents:
+                                new = self._store.rewrite_commit(tx, keep, [])
+                            if new != head:
+                                tx.move_ref(head_ref(name), head, new)
+                            kept = _writes_ref(name, index.latest)
+                            for ref, tip in self._writes_refs(name):
+                                if ref != kept:
+                                    tx.move_ref(ref, tip, None)
                     finally:
-                        self._repo.commit(record)
                         self._forget(name)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
@@ -849,7 +802,7 @@ class QvcSaver(BaseCheckpointSaver[str]):
         already has checkpoints in a namespace being copied.
         """
         source, target = str(source_thread_id), str(target_thread_id)
-        with self._repo.writing():
+        with self._repo.transaction() as tx:
             plans = []
             for name in self._names(source):
                 _, ns = split_thread_name(name)
@@ -859,19 +812,14 @@ class QvcSaver(BaseCheckpointSaver[str]):
                                                   f"{f' in namespace {ns!r}' if ns else ''}")
                 plans.append((name, dest))
             for name, dest in plans:
-                head = self._repo.ref(head_ref(name))
+                head = tx.ref(head_ref(name))
                 if head is None:
                     continue
-                record = Record()
-                try:
-                    tip = self._rewrite(record, name, head, set(), rename=(name, dest))
-                    self._repo.move_ref(record, head_ref(dest), None, tip)
-                    prefix = f"{WRITES_LG}{encode_thread(name)}/"
-                    for ref, wtip in self._writes_refs(name):
-                        self._repo.move_ref(record, f"{WRITES_LG}{encode_thread(dest)}/{ref[len(prefix):]}", None, wtip)
-                finally:
-                    self._repo.commit(record)
-                self._history.prime(record)
+                tip = self._rewrite(tx, name, head, set(), rename=(name, dest))
+                tx.move_ref(head_ref(dest), None, tip)
+                prefix = f"{WRITES_LG}{encode_thread(name)}/"
+                for ref, wtip in self._writes_refs(name):
+                    tx.move_ref(f"{WRITES_LG}{encode_thread(dest)}/{ref[len(prefix):]}", None, wtip)
 
     # -- async twins ------------------------------------------------------------------------
 
