@@ -40,8 +40,7 @@ from qvc.types import (
     PendingWrite,
     StateVersions,
 )
-
-__version__ = "0.1.0"
+from qvc.version import __version__  # noqa: F401  (qvc.__version__)
 
 # Agent runs (qvc.runs) are imported on first use, so ``import qvc`` stays light.
 _RUNS = ("Cadence", "Message", "Run", "RunRecorder", "RunStatus", "Runs", "TimelineEntry", "ToolCall",

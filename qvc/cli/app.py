@@ -13,7 +13,6 @@ import sys
 
 import click
 
-from qvc import __version__
 from qvc.errors import (
     CheckpointConflictError,
     CorruptionError,
@@ -23,6 +22,7 @@ from qvc.errors import (
     NotFoundError,
     QvcError,
 )
+from qvc.version import __version__
 
 EXIT_ERROR = 1  # any other failure (git missing, I/O)
 EXIT_USAGE = 2  # bad arguments or input

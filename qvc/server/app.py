@@ -28,7 +28,6 @@ from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from qvc import __version__
 from qvc.errors import (
     CheckpointConflictError,
     CorruptionError,
@@ -41,6 +40,7 @@ from qvc.errors import (
 )
 from qvc.server import events, models
 from qvc.store.git_store import GitCheckpointStore
+from qvc.version import __version__
 
 log = logging.getLogger("qvc")
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
