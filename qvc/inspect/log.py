@@ -40,7 +40,7 @@ class LogEntry:
     superseded: bool = False  # only reachable through a line left by time travel
 
     def to_json(self) -> dict[str, Any]:
-        """The stable ``--json`` form (documented in README.md)."""
+        """The stable ``--json`` form (documented in docs/cli.md)."""
         return {
             "id": self.checkpoint_id, "commit": self.commit, "thread": self.thread, "step": self.step,
             "source": self.source, "time": datetime.fromtimestamp(self.time, timezone.utc).isoformat(),
