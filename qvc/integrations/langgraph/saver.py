@@ -64,7 +64,7 @@ import random
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -77,6 +77,11 @@ from langgraph.checkpoint.base import (
     get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+
+try:
+    from langgraph.checkpoint.base import DeltaChannelHistory
+except ImportError:  # langgraph-checkpoint before 4.3 has no DeltaChannel: the same shape, untyped
+    DeltaChannelHistory = Dict[str, Any]  # type: ignore[misc]
 
 from qvc.errors import (
     CheckpointConflictError,
@@ -297,6 +302,8 @@ class QvcSaver(BaseCheckpointSaver[str]):
             rest = lg.get("checkpoint") or {}
         if "metadata_typed" in lg:
             metadata = self.serde.loads_typed(tuple(lg["metadata_typed"]))
+        else:
+            metadata = _as_lists(metadata)  # as LangGraph's savers return it: its serde has no tuples
         return header, rest, metadata
 
     def _load_value(self, hexid: str, ename: str, mode: int, raw: bytes) -> Any:
@@ -317,7 +324,8 @@ class QvcSaver(BaseCheckpointSaver[str]):
             out.extend(obj for obj, _ in items)
         return out
 
-    def _pending(self, name: str, checkpoint_id: str) -> list[tuple[str, str, Any]]:
+    def _pending(self, name: str, checkpoint_id: str, channels: set[str] | None = None) -> list[tuple[str, str, Any]]:
+        """The checkpoint's pending writes in ``writes_sort_key`` order (only those to ``channels``, if given)."""
         tip = self._repo.ref(_writes_ref(name, checkpoint_id))
         if tip is None:
             return []
@@ -326,6 +334,8 @@ class QvcSaver(BaseCheckpointSaver[str]):
             if key == _ORDER:
                 continue
             task, channel, idx, value = qserde.loads(self._history.blob(raw), f"write {key} of {checkpoint_id}")
+            if channels is not None and channel not in channels:
+                continue
             found.append(((value["task_path"], task, idx),
                           (task, channel, self.serde.loads_typed((value["type"], value["value"])))))
         found.sort(key=lambda item: item[0])
@@ -429,6 +439,51 @@ class QvcSaver(BaseCheckpointSaver[str]):
         header, _ = decode_header(self._history.blob(entries[HEADER][1]), f"checkpoint {hexid[:12]}")
         return "langgraph" not in header
 
+    def get_delta_channel_history(self, *, config: RunnableConfig,
+                                  channels: Sequence[str]) -> Mapping[str, DeltaChannelHistory]:
+        """Per channel, the pending writes along the checkpoint's ancestors (oldest first) back to
+        the nearest ancestor storing a value for it (its ``seed``), for LangGraph's ``DeltaChannel``.
+
+        Returns exactly what ``BaseCheckpointSaver``'s generic walk returns, read natively: the
+        walk follows the thread's first parents (the LangGraph parents) and decodes only the
+        requested channels' writes and seeds. Empty ``channels``: an empty mapping.
+        """
+        if not channels:
+            return {}
+        self._repo.raise_if_failed()
+        tid, ns = _address(config)
+        name = thread_name(tid, ns)
+        index = self._index(name, self._repo.ref(head_ref(name)))
+        collected: dict[str, list] = {ch: [] for ch in channels}
+        seeds: dict[str, Any] = {}
+        remaining = set(channels)
+        cid = config["configurable"].get("checkpoint_id") or (index.latest if index else None)
+        hexid = index.ids.get(cid) if (index is not None and cid is not None) else None
+        parent_id = self._header(hexid)[0].get("parent_id") if hexid is not None else None
+        while parent_id and remaining:
+            first = self._history.commit(hexid).parent
+            if first is None or self._history.commit(first).checkpoint_id != parent_id:
+                first = index.ids.get(parent_id)  # a parent put after its child (kept as given)
+            if first is None:
+                break
+            hexid = first
+            for write in reversed(self._pending(name, parent_id, remaining)):
+                collected[write[1]].append(write)
+            entries = self._history.entries(self._history.commit(hexid))
+            for ch in list(remaining):
+                entry = entries.get(encode_name(ch))
+                if entry is not None:
+                    seeds[ch] = self._load_value(hexid, encode_name(ch), *entry)
+                    remaining.discard(ch)
+            parent_id = self._header(hexid)[0].get("parent_id")
+        result: dict[str, DeltaChannelHistory] = {}
+        for ch in channels:
+            entry_out: DeltaChannelHistory = {"writes": list(reversed(collected[ch]))}
+            if ch in seeds:
+                entry_out["seed"] = seeds[ch]
+            result[ch] = entry_out
+        return result
+
     # -- writing ----------------------------------------------------------------------------
 
     def _write_blob(self, write: Write, data: bytes, old: Entry | None) -> Entry:
@@ -508,7 +563,6 @@ class QvcSaver(BaseCheckpointSaver[str]):
             raise InvalidInputError(f"checkpoint['id'] must be a non-empty string, not {cid!r}")
         parent_id = config["configurable"].get("checkpoint_id")
         metadata = get_checkpoint_metadata(config, metadata)
-        metadata.pop("writes", None)  # type: ignore[misc]
         values = dict(checkpoint.get("channel_values") or {})
         versions = dict(checkpoint.get("channel_versions") or {})
         lg: dict[str, Any] = {"thread_id": tid, "checkpoint_ns": ns}
@@ -839,6 +893,11 @@ class QvcSaver(BaseCheckpointSaver[str]):
             if len(batch) < 32:
                 return
 
+    async def aget_delta_channel_history(self, *, config: RunnableConfig,
+                                         channels: Sequence[str]) -> Mapping[str, DeltaChannelHistory]:
+        """Async :meth:`get_delta_channel_history` (runs in a worker thread)."""
+        return await asyncio.to_thread(lambda: self.get_delta_channel_history(config=config, channels=channels))
+
     async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
                    new_versions: ChannelVersions) -> RunnableConfig:
         """Async :meth:`put` (runs in a worker thread)."""
@@ -864,6 +923,15 @@ class QvcSaver(BaseCheckpointSaver[str]):
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Async :meth:`prune` (runs in a worker thread)."""
         await asyncio.to_thread(lambda: self.prune(thread_ids, strategy=strategy))
+
+
+def _as_lists(value: Any) -> Any:
+    """``value`` with every tuple inside dicts and lists made a list, as a JSON or msgpack round trip gives."""
+    if isinstance(value, dict):
+        return {k: _as_lists(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_as_lists(v) for v in value]
+    return value
 
 
 def _writes_ref(name: str, checkpoint_id: str) -> str:
