@@ -25,11 +25,11 @@ def tree_bytes(entries: dict[str, Entry]) -> bytes:
 
     def key(item: tuple[str, Entry]) -> bytes:
         name, (mode, _) = item
-        return name.encode() + (b"/" if mode == MODE_TREE else b"")
+        return name.encode("utf-8", "surrogateescape") + (b"/" if mode == MODE_TREE else b"")
 
     parts = []
     for name, (mode, raw) in sorted(entries.items(), key=key):
-        parts.append(b"%o %s\x00%s" % (mode, name.encode(), raw))
+        parts.append(b"%o %s\x00%s" % (mode, name.encode("utf-8", "surrogateescape"), raw))
     return b"".join(parts)
 
 
@@ -49,6 +49,8 @@ def parse_tree(data: bytes, raw: bytes = b"") -> dict[str, tuple[int, bytes]]:
         while pos < end:
             space = data.index(b" ", pos)
             nul = data.index(b"\x00", space)
+            if nul + 21 > end:
+                raise ValueError("truncated object id")
             entries[data[space + 1 : nul].decode("utf-8", "surrogateescape")] = (
                 int(data[pos:space], 8), data[nul + 1 : nul + 21])
             pos = nul + 21

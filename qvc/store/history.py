@@ -7,6 +7,7 @@ including one written by another process or tool; the caches only make it fast.
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -41,6 +42,9 @@ class CommitInfo:
         return self.parents[0] if self.parents else None
 
 
+_INTEGER = re.compile(r"-?[0-9]+")  # str.isdigit() also admits digits int() refuses, such as '²'
+
+
 def parse_commit(hexid: str, data: bytes) -> CommitInfo:
     try:
         head, _, message = data.partition(b"\n\n")
@@ -60,7 +64,7 @@ def parse_commit(hexid: str, data: bytes) -> CommitInfo:
     trailers = parse_trailers(text)
     step = trailers.get("Step")
     return CommitInfo(hexid, tree, tuple(parents), when, text, trailers.get("Checkpoint-Id") or hexid,
-                      trailers.get("Thread"), int(step) if step and step.lstrip("-").isdigit() else None)
+                      trailers.get("Thread"), int(step) if step and _INTEGER.fullmatch(step) else None)
 
 
 class LRU(OrderedDict):
@@ -81,7 +85,10 @@ class LRU(OrderedDict):
     def _put(self, key, value) -> None:
         if self._weigh is not None:
             w = self._weigh(value)
-            if w > self._max_weight:
+            if w > self._max_weight:  # too heavy to keep: and an older value must not stay behind
+                old = self.pop(key, None)
+                if old is not None:
+                    self._weight -= self._weigh(old)
                 return
             old = self.get(key)
             self._weight += w - (self._weigh(old) if old is not None else 0)

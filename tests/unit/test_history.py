@@ -385,17 +385,11 @@ def test_parse_commit_rejects_malformed_commits(data):
         parse_commit("77" * 20, data)
 
 
-@pytest.mark.xfail(strict=True, reason="parse_commit accepts a Step trailer when str.isdigit() says so, but int() "
-                                       "rejects digits such as '²': a foreign commit with 'Step: ²' raises ValueError "
-                                       "instead of parsing with step None (or raising CorruptionError)")
 def test_parse_commit_of_a_step_that_is_no_decimal_number():
     info = parse_commit("88" * 20, _raw_commit("Step: ²\n"))
     assert info.step is None
 
 
-@pytest.mark.xfail(strict=True, reason="the same ValueError escapes History's index (it skips only CorruptionError): "
-                                       "one commit by plain git whose message has a line 'Step: ²', on any ref, makes "
-                                       "every lookup raise (and with it GitCheckpointStore.put and get_tuple)")
 def test_lookup_survives_a_foreign_commit_with_an_odd_step_line(tmp_path):
     path = tmp_path / "r.qvc"
     with GitCheckpointStore(path, fsync=False) as store:
@@ -462,9 +456,6 @@ def test_lru_bounds_property(size, max_weight, ops):
         assert len(cache) <= size and sum(map(len, cache.values())) <= max_weight
 
 
-@pytest.mark.xfail(strict=True, reason="LRU.put of a value heavier than max_weight returns early without dropping "
-                                       "the key's previous value, so the cache keeps answering the old value for a "
-                                       "key that was stored anew (latent today: qvc only weighs immutable blobs)")
 def test_lru_an_overweight_put_does_not_leave_the_old_value():
     cache = LRU(10, 5, len)
     cache.put("k", b"old")
