@@ -4,7 +4,7 @@ Every command is a library call (:mod:`qvc.store`, :mod:`qvc.store.revisions`, :
 :mod:`qvc.inspect.statediff`, :mod:`qvc.inspect.workdir`, :mod:`qvc.inspect.fsck`,
 :mod:`qvc.inspect.status`, :mod:`qvc.runs`, :mod:`qvc.remotes`, ...); the command modules only parse
 arguments and print. Errors are one line on stderr with a distinct exit status (see :data:`EXIT_CODES`);
-``--json`` output is stable and documented in README.md.
+``--json`` output is stable and documented in docs/cli.md.
 
 Modules: :mod:`~qvc.cli.app` (the group, global options, session, exit statuses, :func:`main`,
 :func:`run`), :mod:`~qvc.cli.output` (printing), and one module per group of commands, each adding

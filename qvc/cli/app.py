@@ -156,7 +156,7 @@ def cli(ctx: click.Context, chdir: str | None, repo: str | None, color: str, no_
 
 
 def exit_code(exc: BaseException) -> int:
-    """The exit status for a library error (see the table in README.md)."""
+    """The exit status for a library error (see the table in docs/cli.md)."""
     return next(code for kind, code in EXIT_CODES if isinstance(exc, kind))
 
 

@@ -102,7 +102,7 @@ class WatchEvent:
     observed: float = field(default_factory=time.time)
 
     def to_json(self) -> dict[str, Any]:
-        """The stable JSON form (``qvc watch --json``; documented in README.md)."""
+        """The stable JSON form (``qvc watch --json``; documented in docs/watch.md)."""
         source = None
         if self.from_thread is not None or self.from_commit is not None:
             source = {"thread": self.from_thread, "id": self.from_checkpoint_id, "commit": self.from_commit}
