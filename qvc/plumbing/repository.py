@@ -668,6 +668,12 @@ class Transaction:
         """
         self.repo._move_ref(self.record, name, old, new, message)
 
+    def record_moves(self, moves: list[tuple[str, str | None, str | None]]) -> None:
+        """Journal ref moves that ``git`` made while this transaction held the lock (a fetch
+        updating remote-tracking refs): ``(name, old, new)`` each, already applied. They join
+        this transaction's record, so durability and the listeners treat them as its own."""
+        self.record.refs.extend(moves)
+
     @property
     def moved(self) -> bool:
         """Whether a ref has moved in this transaction."""

@@ -513,13 +513,19 @@ def fetch(store: GitCheckpointStore, remote: str = "origin", *, progress: Option
     before = _tracking(store, name)
     state = TransferProgress("fetch", name)
     try:
-        with repo.writing():  # no gc or recovery while git adds objects and refs
-            run = run_git(store.path, ["fetch", "--prune", "--no-tags", "--progress", "--no-write-fetch-head", "--",
-                                       url, *fetch_refspecs(name)],
-                          interactive=interactive, progress=progress, state=state, timeout=timeout)
+        with repo.transaction() as tx:  # no gc or recovery while git adds objects and refs
+            current = _tracking(store, name)
+            try:
+                run = run_git(store.path, ["fetch", "--prune", "--no-tags", "--progress", "--no-write-fetch-head",
+                                           "--", url, *fetch_refspecs(name)],
+                              interactive=interactive, progress=progress, state=state, timeout=timeout)
+            finally:  # what git moved, journaled as this transaction's (also when it failed part-way)
+                moved = _tracking(store, name)
+                tx.record_moves([(ref, current.get(ref), moved.get(ref)) for ref in sorted(set(current) | set(moved))
+                                 if current.get(ref) != moved.get(ref)])
             if run.returncode != 0:
                 raise RemoteError(f"fetch from {name} failed: {run.failure()}")
-            harden(store.path, fsync=repo.fsync)
+            harden(store.path, fsync=repo.fsync)  # git's objects and refs, before the record naming them
     finally:
         if progress is not None:
             state.done = True

@@ -672,13 +672,14 @@ put("t", "D", 1)
 put("f", "F", 2, parent="D")  # a fork of D
 s.put_writes(CheckpointConfig("f", "F"), [("c", 1), ("d", 2)], "task")
 print("ACKED", flush=True)
-repo, real, n = s.repository, s.repository.move_ref, [0]
-def move_ref(record, name, old, new, message=None):  # SIGKILL this process at its k-th ref move
+from qvc.plumbing.repository import Transaction
+real, n = Transaction.move_ref, [0]
+def move_ref(tx, name, old, new, message=None):  # SIGKILL this process at its k-th ref move
     n[0] += 1
     if n[0] == k:
         os.kill(os.getpid(), signal.SIGKILL)
-    return real(record, name, old, new, message)
-repo.move_ref = move_ref
+    return real(tx, name, old, new, message)
+Transaction.move_ref = move_ref
 s.delete(CheckpointConfig("t", "D"))
 print("DELETED", n[0], flush=True)
 """

@@ -264,9 +264,9 @@ def test_urls_and_names_cannot_inject(tmp_path, monkeypatch):
     for i, template in enumerate(INJECTING_URLS[:-1] + BLOCKED_URLS):
         run_git(repo, "config", "remote.evil.url", template.replace("{m}", str(markers)))
         with GitCheckpointStore(repo) as store:
-            for call in (store.push, store.fetch):
+            for call in (qvc.push, qvc.fetch):
                 with pytest.raises(QvcError):
-                    call("evil")
+                    call(store, "evil")
                 cases += 1
         if i % 4 == 0:
             assert_one_line_error(run_qvc("--repo", str(repo), "push", "evil"), f"push to {template}")

@@ -139,7 +139,7 @@ def slowput(path: str, thread: str, cid: str) -> int:
 
     store = GitCheckpointStore(path)
     repo = store.repository
-    real_commit = repo.commit
+    real_commit = repo._commit  # fault injection reaches inside the transaction on purpose
 
     def paused_commit(record):
         if record.refs:
@@ -147,7 +147,7 @@ def slowput(path: str, thread: str, cid: str) -> int:
             sys.stdin.readline()
         return real_commit(record)
 
-    repo.commit = paused_commit
+    repo._commit = paused_commit
     print("READY", flush=True)
     sys.stdin.readline()
     state = make_state("S", cid, 1)
