@@ -42,6 +42,17 @@ How LangGraph's model maps onto the repository
   :meth:`QvcSaver.purge`. ``copy_thread`` writes new commits and headers but shares every
   channel blob with the source.
 
+Metadata is kept whole (every key given, a caller's ``"writes"`` included) and read back as
+LangGraph's own savers return it, tuples as lists. ``get_delta_channel_history`` (LangGraph's
+``DeltaChannel``) walks the first parents natively and returns what the base class's generic
+walk returns.
+
+The saver is an adapter over :class:`~qvc.store.git_store.GitCheckpointStore`: it writes only
+through the repository's transaction, its checkpoint commits are the store's
+(:meth:`~qvc.store.git_store.GitCheckpointStore.write_checkpoint`), and it reads through the
+store's one :class:`~qvc.store.history.History`; what it adds is LangGraph's serialization of
+channel values and its tree-shaped threads.
+
 Values are treated as immutable once checkpointed, as LangGraph treats unchanged channels:
 with ``share_values=True`` (the default) the saver remembers the Python objects of the long
 lists it stored or loaded, reuses their serialized form when the same object (``is``) comes
