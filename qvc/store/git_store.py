@@ -481,7 +481,9 @@ class GitCheckpointStore(CheckpointStore):
         source = str(metadata.get("source", "")) if source is None else source
         message = commit_message(header["step"], source, changed + removed,
                                  header["id"], header["thread_id"])
-        return tx.write("commit", commit_bytes(tree.hex(), parents, message)).hex()
+        new = tx.write("commit", commit_bytes(tree.hex(), parents, message)).hex()
+        self._history.remember(new, counts, {decode_name(n): raw for n, (_, raw) in fields.items()})
+        return new
 
     def rewrite_commit(self, tx: Transaction, sha: str, parents: Sequence[str], *, thread: str | None = None,
                        header_update: Mapping[str, Any] | None = None) -> str:

@@ -304,6 +304,11 @@ class History:
             self._versions.put(info.hex, (dict(counts), ids))
         return counts, ids
 
+    def remember(self, hexid: str, counts: dict[str, int], ids: dict[str, bytes]) -> None:
+        """Memoize the state versions just derived for commit ``hexid`` (a pure function of the
+        commit and its ancestry, so right whether or not the commit ends up on a ref)."""
+        self._versions.put(hexid, (dict(counts), ids))
+
     def versions(self, hexid: str) -> dict[str, int]:
         """``state_versions`` of a checkpoint: the counts of the fields it holds."""
         counts, ids = self.counts(hexid)
