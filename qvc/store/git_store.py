@@ -21,7 +21,6 @@ from qvc.errors import (
     UnknownCheckpointError,
     UnknownThreadError,
 )
-from qvc.plumbing import maintenance
 from qvc.plumbing.durability import DurabilityMode
 from qvc.plumbing.libgit2 import pygit2
 from qvc.plumbing.objects import MODE_BLOB, MODE_TREE, Entry, commit_bytes, tree_bytes
@@ -789,6 +788,8 @@ class GitCheckpointStore(CheckpointStore):
     def gc(self) -> None:
         """Pack objects and refs with git (waits for writers in every process). Deleted
         checkpoints stay in the object store; :meth:`purge` drops them."""
+        from qvc.plumbing import maintenance  # deferred: `import qvc` does not load git's subprocess machinery
+
         with self._repo.exclusive() as lock_fd:
             maintenance.gc(self._repo, lock_fd)
 
@@ -799,6 +800,8 @@ class GitCheckpointStore(CheckpointStore):
         writers in every process; hardens everything and restarts this store's journal.
         Journals of other open stores may still hold deleted values until they close.
         """
+        from qvc.plumbing import maintenance  # deferred, as in gc
+
         with self._repo.exclusive() as lock_fd:
             maintenance.purge(self._repo, lock_fd)
 

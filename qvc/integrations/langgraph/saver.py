@@ -103,7 +103,7 @@ from qvc.errors import (
 )
 from qvc.plumbing.durability import DurabilityMode
 from qvc.plumbing.objects import MODE_BLOB, MODE_TREE, Entry, commit_bytes, tree_bytes
-from qvc.plumbing.repository import Repository, Transaction
+from qvc.plumbing.repository import GENERATION, Repository, Transaction
 from qvc.store import serde as qserde
 from qvc.store.format import CHUNK, HEADER, chunk_name, decode_header, escape_trailer
 from qvc.store.git_store import GitCheckpointStore
@@ -259,7 +259,8 @@ class QvcSaver(BaseCheckpointSaver[str]):
     # -- reading ----------------------------------------------------------------------------
 
     def _generation(self) -> Any:
-        return self._repo.generation()
+        """Which generation of history the indexes were built for (a new one after any rewrite)."""
+        return self._repo.file_identity(GENERATION)
 
     def _index(self, name: str, head: str | None) -> _Index | None:
         """The thread's checkpoint index for ``head`` (built once, then extended as the head moves)."""
