@@ -1,9 +1,11 @@
 """The repository plumbing: a bare git repository, qvc's journal, objects and CAS refs.
 
-This layer knows nothing about checkpoints. It writes git objects and moves refs, records
-each change in the journal (:mod:`qvc.plumbing.journal`) and applies the durability mode
-(:mod:`qvc.plumbing.durability`). Ref moves are compare-and-swap: a ref moved by someone else since
-it was read raises :class:`~qvc.errors.CheckpointConflictError`, never a lost update.
+This layer knows nothing about checkpoints. Every change goes through one
+:class:`Transaction` (``with repo.transaction() as tx:``): it writes git objects and moves
+refs, records the change in the journal (:mod:`qvc.plumbing.journal`), applies the durability
+mode (:mod:`qvc.plumbing.durability`) and tells the listeners. Ref moves are compare-and-swap:
+a ref moved by someone else since it was read raises
+:class:`~qvc.errors.CheckpointConflictError`, never a lost update.
 
 Concurrency: any number of Python threads and processes may write at once. Each Python
 thread gets its own ``pygit2.Repository`` (libgit2 objects are not thread-safe); writers hold
