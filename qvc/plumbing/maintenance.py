@@ -1,27 +1,26 @@
 """Maintenance through git itself: packing and purging (libgit2 has no gc).
 
-``git`` runs with the system and global configuration ignored and with the settings that
-could run programs overridden, so a repository's own config never runs anything.
+``git`` runs through :mod:`qvc.plumbing.launcher` with the system and global configuration
+ignored (maintenance needs none of it), so nothing a repository names runs.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from typing import TYPE_CHECKING
 
 from qvc.errors import QvcError
+from qvc.plumbing import launcher
 from qvc.plumbing.durability import harden
 
 if TYPE_CHECKING:
     from qvc.plumbing.repository import Repository
 
-_SAFE_CONFIG = [
-    "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "gc.auto=0",
-    "-c", "uploadpack.packObjectsHook=", "-c", "core.sshCommand=false", "-c", "core.pager=cat",
-    "-c", "repack.writeBitmaps=false", "-c", "core.logAllRefUpdates=true",
-]
+# No automatic gc of git's own inside a command, no bitmaps qvc's packs do not need, and
+# reflogs kept for every ref git moves (as qvc keeps them).
+_SETTINGS = ["-c", "gc.auto=0", "-c", "maintenance.auto=false", "-c", "repack.writeBitmaps=false",
+             "-c", "core.logAllRefUpdates=true"]
 
 
 def run(repo_path: str, *args: str, lock_fd: int | None = None) -> subprocess.CompletedProcess:
@@ -30,13 +29,8 @@ def run(repo_path: str, *args: str, lock_fd: int | None = None) -> subprocess.Co
     ``lock_fd`` (the maintenance lock) is inherited by git, so the lock outlives this process
     if it is killed while git runs.
     """
-    exe = shutil.which("git")
-    if exe is None:
-        raise QvcError("git is not installed; it is needed for maintenance (gc, fsck, purge, log --graph)")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env.update(GIT_DIR=repo_path, GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_TERMINAL_PROMPT="0")
-    return subprocess.run([exe, *_SAFE_CONFIG, *args], env=env, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, pass_fds=() if lock_fd is None else (lock_fd,))
+    return launcher.run(repo_path, [*_SETTINGS, *args], user_config=False, capture_output=True, text=True,
+                        pass_fds=() if lock_fd is None else (lock_fd,))
 
 
 def git(repo_path: str, *args: str, lock_fd: int | None = None) -> str:

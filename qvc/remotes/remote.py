@@ -41,7 +41,6 @@ import fcntl
 import os
 import re
 import shutil
-import subprocess
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Optional
@@ -57,12 +56,12 @@ from qvc.errors import (
     UnknownRemoteError,
     UnknownThreadError,
 )
+from qvc.plumbing import launcher
 from qvc.plumbing.durability import harden
 from qvc.plumbing.libgit2 import pygit2
 from qvc.remotes.transfer import (
     ProgressCallback,
     TransferProgress,
-    git_exe,
     ls_remote,
     parse_porcelain,
     remote_head,
@@ -167,8 +166,7 @@ class FetchResult:
 
 
 def _config(path: str, *args: str, check: bool = True) -> str:
-    proc = subprocess.run([git_exe(), f"--git-dir={path}", "config", *args], capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL)
+    proc = launcher.run(path, ["config", *args], user_config=False, capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise RemoteError(f"git config {' '.join(args)} failed: {proc.stderr.strip() or proc.returncode}")
     return proc.stdout
@@ -615,14 +613,15 @@ def clone(url: str, path: str | os.PathLike, *, remote: str = "origin", progress
                       interactive=interactive, progress=progress, state=state)
         if run.returncode != 0:
             raise RemoteError(f"clone from {url} failed: {run.failure()}")
-        strays = [ref for ref in _refs_under(work, REMOTE_QVC)  # the remote's own tracking refs are not ours
-                  if not ref.startswith(f"{REMOTE_QVC}{remote}/")]
-        with GitCheckpointStore(work, fsync=False) as store:  # pending writes that do not read stay remote-only
-            strays += [ref for ref, tip in store.repository.refs(WRITES)
+        with GitCheckpointStore(work, fsync=False) as store:
+            repo = store.repository
+            strays = [(ref, tip) for ref, tip in repo.refs(REMOTE_QVC)  # the remote's own tracking refs are not ours
+                      if not ref.startswith(f"{REMOTE_QVC}{remote}/")]
+            strays += [(ref, tip) for ref, tip in repo.refs(WRITES)  # pending writes that do not read stay remote-only
                        if _unreadable_writes(store, ref[len(WRITES):], tip)]
-        for stray in strays:
-            subprocess.run([git_exe(), f"--git-dir={work}", "update-ref", "-d", stray], check=True,
-                           capture_output=True)
+            with repo.transaction() as tx:
+                for ref, tip in strays:
+                    tx.move_ref(ref, tip, None)
         head = remote_head(work, url, interactive=interactive)
         if head and head.startswith(HEADS):
             with open(os.path.join(work, "HEAD"), "w") as f:
@@ -679,9 +678,3 @@ def _sweep_dead_clones(parent: str) -> None:
                 os.rmdir(folder)
         finally:
             os.close(fd)
-
-
-def _refs_under(path: str, prefix: str) -> list[str]:
-    proc = subprocess.run([git_exe(), f"--git-dir={path}", "for-each-ref", "--format=%(refname)", prefix],
-                          capture_output=True, text=True, check=True)
-    return proc.stdout.split()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import re
 import select
-import shutil
 import subprocess
 import sys
 import threading
@@ -24,18 +23,13 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from qvc.errors import QvcError, RemoteError
+from qvc.errors import RemoteError
+from qvc.plumbing import launcher
 
 _PROGRESS = re.compile(r"(?:remote: )?([A-Z][a-z]+(?: [a-z]+)*):\s+\d+% \((\d+)/(\d+)\)"
                        r"(?:, ([\d.]+) (bytes|KiB|MiB|GiB))?")
 _UNITS = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 _TRANSFER_PHASES = ("Writing objects", "Receiving objects")
-# GIT_ALLOW_PROTOCOL would override the ban on the ext and fd transports below.
-_DROPPED_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_NAMESPACE",
-                "GIT_ALLOW_PROTOCOL")
-# ``ext::<command>`` runs a program and ``fd::`` talks to inherited descriptors: a remote URL
-# must never do either, whatever the user's protocol.allow says (command-line -c wins over it).
-_NO_COMMAND_TRANSPORTS = ["-c", "protocol.ext.allow=never", "-c", "protocol.fd.allow=never"]
 
 
 @dataclass
@@ -83,27 +77,6 @@ class GitRun:
         return self.messages[-1] if self.messages else f"exit status {self.returncode}"
 
 
-def git_env(interactive: bool) -> dict[str, str]:
-    """The user's environment for git (credentials, ssh agent, proxies), minus repository overrides.
-
-    Not interactive (the library's default, and always in the background): git never asks
-    for a password on the terminal and ssh runs in batch mode, so a missing credential fails
-    at once instead of hanging.
-    """
-    env = {k: v for k, v in os.environ.items() if k not in _DROPPED_ENV}
-    if not interactive:
-        env["GIT_TERMINAL_PROMPT"] = "0"
-        env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
-    return env
-
-
-def git_exe() -> str:
-    exe = shutil.which("git")
-    if exe is None:
-        raise QvcError("git is not installed; qvc needs it to talk to remotes")
-    return exe
-
-
 def run_git(repo_path: str | None, args: list[str], *, interactive: bool = False,
             progress: Optional[ProgressCallback] = None, state: Optional[TransferProgress] = None,
             timeout: Optional[float] = None) -> GitRun:
@@ -114,10 +87,9 @@ def run_git(repo_path: str | None, args: list[str], *, interactive: bool = False
     that many seconds (the run then reports exit status -9). Raises :class:`QvcError` only
     if git is missing.
     """
-    cmd = [git_exe(), *_NO_COMMAND_TRANSPORTS] + ([f"--git-dir={repo_path}"] if repo_path else []) + args
     # With a timeout git gets its own process group, so ssh or git-remote-http go down with it.
-    proc = subprocess.Popen(cmd, env=git_env(interactive), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=timeout is not None)
+    proc = launcher.popen(repo_path, args, interactive=interactive, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          start_new_session=timeout is not None)
     out: list[bytes] = []
     reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
     reader.start()

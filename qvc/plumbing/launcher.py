@@ -1,0 +1,193 @@
+"""The one place qvc starts ``git``, so that a repository is data and nothing it names ever runs.
+
+The rule: **no program named by a repository's own hooks or configuration runs when qvc works
+on it.** A repository travels (pushed, cloned, copied, unpacked from an archive someone sent),
+and ``git`` would otherwise run what its ``hooks/`` directory, its ``core.hooksPath`` or a key
+of its ``config`` names. Every ``git`` qvc starts therefore gets command-line settings (which
+git ranks above every configuration file) that override, for each program-naming key the
+repository's configuration sets (its includes and conditional includes as git evaluates them):
+
+* with the user's own value of that key, from the system and global configuration, when there
+  is one (so ssh commands, credential helpers and askpass programs the user chose keep working),
+* else with a value that runs nothing.
+
+Hooks never come from the repository: ``core.hooksPath`` is the user's own, or none
+(``/dev/null``). ``ext::`` and ``fd::`` transports are refused outright. What a *remote's*
+server runs on its side (its own hooks, on a push) is the server's business, not this rule's.
+
+Nothing else in qvc starts a process: ``tests/fault/test_no_programs.py`` fails if a module
+does, and checks the rule against a repository trapped in every way git offers (see
+``docs/security.md``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import threading
+from typing import Any, Sequence
+
+from qvc.errors import QvcError
+
+#: git's own hooks (githooks(5)), for reference and for the tests: none of them runs, from the
+#: repository's ``hooks/`` or from a ``core.hooksPath`` its configuration names.
+HOOKS = (
+    "applypatch-msg", "pre-applypatch", "post-applypatch", "pre-commit", "pre-merge-commit",
+    "prepare-commit-msg", "commit-msg", "post-commit", "pre-rebase", "post-checkout", "post-merge",
+    "pre-push", "pre-receive", "update", "proc-receive", "post-receive", "post-update",
+    "reference-transaction", "push-to-checkout", "pre-auto-gc", "post-rewrite", "sendemail-validate",
+    "fsmonitor-watchman", "p4-changelist", "p4-prepare-changelist", "p4-post-changelist", "p4-pre-submit",
+    "post-index-change",
+)
+
+# Keys (lower-cased section and key, any subsection) whose value git runs, or hands to a shell,
+# or that name a helper program git runs (git-config(1), gitattributes(5), gitremote-helpers(7)).
+_PROGRAM_KEY = re.compile(r"""^(?:
+      core\.(?:hookspath|fsmonitor|pager|editor|sshcommand|askpass|gitproxy|alternaterefscommand)
+    | sequence\.editor | pager\..+ | interactive\.difffilter
+    | credential\.(?:.+\.)?helper
+    | remote\..+\.vcs
+    | uploadpack\.packobjectshook
+    | diff\.external | diff\..+\.(?:command|textconv) | filter\..+\.(?:clean|smudge|process)
+    | merge\..+\.driver | submodule\..+\.update | tar\..+\.command
+    | gpg\.program | gpg\..+\.program | gpg\.ssh\.defaultkeycommand
+    | (?:diff|merge)\.(?:gui)?tool | (?:difftool|mergetool|browser|man|guitool)\..+\.(?:cmd|path)
+    | web\.browser | help\.browser | instaweb\.(?:httpd|browser) | man\.viewer | imap\.tunnel
+    | sendemail\.(?:smtpserver|sendmailcmd|tocmd|cccmd|headercmd|validate)
+    | hook\..+\.command
+)$""", re.VERBOSE)
+
+# What a program-naming key is set to when the user's own configuration has no value for it:
+# each of these values runs nothing (an empty pager or helper list, ":" as an editor, ...).
+_NEUTRAL = (
+    (re.compile(r"^core\.hookspath$"), os.devnull),
+    (re.compile(r"^core\.fsmonitor$"), "false"),
+    (re.compile(r"^(?:core\.editor|sequence\.editor)$"), ":"),
+    (re.compile(r"^core\.gitproxy$"), "none"),
+    (re.compile(r"^core\.sshcommand$"), "ssh"),
+    (re.compile(r"^submodule\..+\.update$"), "none"),
+)
+_MULTI = re.compile(r"^credential\.(?:.+\.)?helper$")  # lists: an empty value resets them
+
+# git takes a remote's ``uploadpack`` / ``receivepack`` from the *first* configuration that sets
+# it, so a command-line setting cannot override the repository's: the subcommands that start
+# them get git's own programs as options instead, whatever ``remote.<name>.*pack`` says.
+_REMOTE_PROGRAMS = {"push": ["--receive-pack=git-receive-pack"], "fetch": ["--upload-pack=git-upload-pack"],
+                    "ls-remote": ["--upload-pack=git-upload-pack"]}
+# ``ext::<command>`` runs a program and ``fd::`` talks to inherited descriptors: a remote URL
+# must never do either, whatever anyone's protocol.allow says (command-line -c wins over it).
+_ALWAYS = ["-c", "protocol.ext.allow=never", "-c", "protocol.fd.allow=never"]
+#: Variables that would point git at another repository than the one qvc names.
+DROPPED_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_NAMESPACE",
+               "GIT_ALLOW_PROTOCOL", "GIT_COMMON_DIR", "GIT_ALTERNATE_OBJECT_DIRECTORIES")
+
+_user_config: list[tuple[str, str]] | None = None
+_user_lock = threading.Lock()
+
+
+def git_exe() -> str:
+    """The ``git`` program on ``PATH``; :class:`QvcError` if there is none."""
+    exe = shutil.which("git")
+    if exe is None:
+        raise QvcError("git is not installed; qvc needs it for remotes and maintenance (gc, purge, fsck, log --graph)")
+    return exe
+
+
+def environment(*, interactive: bool = False, user_config: bool = True) -> dict[str, str]:
+    """The environment git runs in: the user's (credentials, ssh agent, proxies), without what
+    would point git at another repository.
+
+    Not ``interactive`` (the library's default, and always in the background): git never asks
+    for a password on the terminal and ssh runs in batch mode, so a missing credential fails
+    at once instead of hanging. Without ``user_config``, git reads no system or global
+    configuration either (maintenance needs none of it).
+    """
+    env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
+    if not interactive:
+        env["GIT_TERMINAL_PROMPT"] = "0"
+        if "GIT_SSH" not in env:
+            env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
+    if not user_config:
+        env = {k: v for k, v in env.items() if not k.startswith("GIT_CONFIG")}
+        env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull)
+    return env
+
+
+def _list(args: list[str], env: dict[str, str], cwd: str | None = None) -> list[tuple[str, str]]:
+    """``git config --list --null`` entries as ``(lower-cased key, value)``; reading runs nothing."""
+    proc = subprocess.run([git_exe(), *args, "config", "--list", "--null", "--includes"], env=env, cwd=cwd,
+                          capture_output=True, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        detail = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise QvcError(f"cannot read git configuration: {detail[-1] if detail else proc.returncode}")
+    out = []
+    for item in proc.stdout.split(b"\0"):
+        if item:
+            key, _, value = item.decode("utf-8", "surrogateescape").partition("\n")
+            out.append((key.lower(), value))
+    return out
+
+
+def user_settings() -> list[tuple[str, str]]:
+    """The user's own configuration (system, global, and ``GIT_CONFIG_*`` of the environment), read
+    once per process, outside any repository."""
+    global _user_config
+    with _user_lock:
+        if _user_config is None:
+            env = environment()
+            env["GIT_CEILING_DIRECTORIES"] = "/"
+            _user_config = _list([], env, cwd="/")
+        return _user_config
+
+
+def neutralizing(repo_path: str | None, *, user_config: bool = True) -> list[str]:
+    """The ``-c`` options that keep the repository at ``repo_path`` from naming a program (see the
+    module docstring): for every program-naming key its configuration sets, the user's value or
+    one that runs nothing; ``core.hooksPath`` always. ``user_config=False``: no user values."""
+    keys = [key for key, _ in _list([f"--git-dir={repo_path}"], environment(user_config=False))
+            if _PROGRAM_KEY.match(key)] if repo_path else []
+    mine = user_settings() if user_config else []
+    options: list[str] = []
+    for key in dict.fromkeys(["core.hookspath", *keys]):
+        values = [value for name, value in mine if name == key]
+        if _MULTI.match(key):
+            options += ["-c", f"{key}="] + [x for v in values for x in ("-c", f"{key}={v}")]
+        else:
+            neutral = next((value for pattern, value in _NEUTRAL if pattern.match(key)), "")
+            options += ["-c", f"{key}={values[-1] if values else neutral}"]
+        if key.startswith("filter.") and not key.endswith(".required"):  # a neutralized filter is optional
+            options += ["-c", f"{key.rsplit('.', 1)[0]}.required=false"]
+    return options
+
+
+def command(repo_path: str | None, args: Sequence[str], *, user_config: bool = True) -> list[str]:
+    """The argument list that runs ``git args`` on the repository at ``repo_path`` (``None``: on
+    none, e.g. ``ls-remote`` of a URL) under the rule of this module."""
+    where = [f"--git-dir={repo_path}"] if repo_path else []
+    args = list(args)
+    i = 0
+    while i < len(args) and args[i].startswith("-"):  # git's own options (``-c k=v`` takes two)
+        i += 2 if args[i] == "-c" else 1
+    if i < len(args):
+        args[i + 1:i + 1] = _REMOTE_PROGRAMS.get(args[i], [])
+    return [git_exe(), *_ALWAYS, *neutralizing(repo_path, user_config=user_config), *where, *args]
+
+
+def run(repo_path: str | None, args: Sequence[str], *, user_config: bool = True, interactive: bool = False,
+        **options: Any) -> subprocess.CompletedProcess:
+    """Run ``git args`` (see :func:`command`) to completion, with standard input closed unless
+    ``options`` say otherwise; other ``options`` go to :func:`subprocess.run`."""
+    if "input" not in options:
+        options.setdefault("stdin", subprocess.DEVNULL)
+    return subprocess.run(command(repo_path, args, user_config=user_config),
+                          env=environment(interactive=interactive, user_config=user_config), **options)
+
+
+def popen(repo_path: str | None, args: Sequence[str], *, user_config: bool = True, interactive: bool = False,
+          **options: Any) -> subprocess.Popen:
+    """Start ``git args`` (see :func:`command`); ``options`` go to :class:`subprocess.Popen`."""
+    options.setdefault("stdin", subprocess.DEVNULL)
+    return subprocess.Popen(command(repo_path, args, user_config=user_config),
+                            env=environment(interactive=interactive, user_config=user_config), **options)

@@ -1,0 +1,258 @@
+"""A repository is data: nothing its hooks or configuration name ever runs when qvc works on it.
+
+A trapped repository carries every git hook (githooks(5)) in ``hooks/`` and in a
+``core.hooksPath`` directory, and sets every program-naming configuration key (directly, through
+``include.path`` and through a conditional include) to a script that leaves a marker file.
+Every operation that starts ``git`` runs on it as a real subprocess or library call: push,
+fetch, clone (of it, and a clone that then fetches from it), background replication, gc, purge,
+fsck, ``log --graph``, and the server's actions. Nothing may leave a marker, and push and fetch
+must still work. The user's own programs (a credential helper in the global configuration)
+still run. A last test fails if any module starts a process without the one launcher.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import child_env, run_git
+
+import qvc
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+from qvc.inspect.fsck import fsck as qvc_fsck
+from qvc.inspect.log import graph
+from qvc.plumbing import launcher
+from qvc.remotes.remote import add_remote, remotes
+
+pytestmark = pytest.mark.usefixtures("isolated_git")
+
+PACKAGE = Path(__file__).resolve().parents[2] / "qvc"
+
+#: (key, value or None for "a marker script"): every key git documents as naming a program.
+PROGRAM_KEYS = [
+    "core.fsmonitor", "core.pager", "core.editor", "core.sshCommand", "core.askPass", "core.gitProxy",
+    "core.alternateRefsCommand", "sequence.editor", "pager.push", "pager.fetch", "pager.log",
+    "interactive.diffFilter", "credential.helper", "credential.http://127.0.0.1.helper",
+    "remote.o.uploadpack", "remote.o.receivepack", "uploadpack.packObjectsHook", "diff.external",
+    "diff.evil.command", "diff.evil.textconv", "filter.evil.clean", "filter.evil.smudge", "filter.evil.process",
+    "merge.evil.driver", "submodule.evil.update", "tar.evil.command", "gpg.program", "gpg.ssh.program",
+    "gpg.ssh.defaultKeyCommand", "difftool.evil.cmd", "mergetool.evil.cmd", "browser.evil.cmd", "man.evil.cmd",
+    "web.browser", "imap.tunnel", "sendemail.sendmailCmd", "hook.evil.command",
+]
+
+
+def qvc_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "qvc", *args], capture_output=True, text=True, timeout=120,
+                          env={**child_env(), "GIT_PAGER": "", "PAGER": "cat"}, stdin=subprocess.DEVNULL)
+    assert not check or proc.returncode == 0, f"qvc {' '.join(args)}: {proc.stderr}"
+    return proc
+
+
+def put(store: GitCheckpointStore, thread: str, cid: str, n: int) -> None:
+    head = store.get_tuple(CheckpointConfig(thread))
+    step = 0 if head is None else head.checkpoint.step + 1
+    store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step,
+                                                  state_data={"n": n, "messages": ["m"] * n}), {})
+
+
+def arm(repo: Path, bare: Path, markers: Path) -> list[str]:
+    """Trap ``repo`` (which has remote ``o`` at ``bare``) in every way git offers; return the trap names."""
+    markers.mkdir(exist_ok=True)
+    evil = repo.parent / "evil"
+    evil.mkdir(exist_ok=True)
+    names: list[str] = []
+
+    def script(name: str) -> str:
+        path = evil / name
+        path.write_text(f"#!/bin/sh\ntouch '{markers}/{name}'\ncat >/dev/null 2>&1\nexit 0\n")
+        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        names.append(name)
+        return str(path)
+
+    (repo / "hooks").mkdir(exist_ok=True)
+    hooks_path = evil / "hooks"
+    hooks_path.mkdir(exist_ok=True)
+    for hook in launcher.HOOKS:
+        for where, prefix in ((repo / "hooks", "hook-"), (hooks_path, "hookspath-")):
+            (where / hook).write_text(Path(script(prefix + hook)).read_text())
+            (where / hook).chmod(0o755)
+    for key in PROGRAM_KEYS:
+        run_git(repo, "config", key, script("key-" + key.replace("/", "_").replace(":", "_")))
+    run_git(repo, "config", "filter.evil.required", "true")
+    included = repo.parent / "included.config"
+    included.write_text(f"[core]\n\tpager = {script('included-pager')}\n\tfsmonitor = {script('included-fsmonitor')}\n")
+    conditional = repo.parent / "conditional.config"
+    conditional.write_text(f"[core]\n\taskPass = {script('conditional-askpass')}\n"
+                           f"[remote \"o\"]\n\treceivepack = {script('conditional-receivepack')}\n")
+    run_git(repo, "config", "include.path", str(included))
+    run_git(repo, "config", f"includeIf.gitdir:{repo}/.path", str(conditional))
+    run_git(repo, "config", "gc.auto", "1")
+    (repo / "info").mkdir(exist_ok=True)
+    (repo / "info" / "attributes").write_text("* filter=evil diff=evil merge=evil\n")
+    return names
+
+
+def hooks_path_variant(repo: Path) -> None:
+    """The same traps, with git pointed at the ``core.hooksPath`` directory instead of ``hooks/``."""
+    run_git(repo, "config", "core.hooksPath", str(repo.parent / "evil" / "hooks"))
+
+
+def ran(markers: Path) -> list[str]:
+    return sorted(os.listdir(markers))
+
+
+@pytest.fixture
+def trapped(tmp_path):
+    repo, bare, markers = tmp_path / "r.qvc", tmp_path / "bare.git", tmp_path / "markers"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True, env=child_env())
+    with GitCheckpointStore(repo) as store:
+        put(store, "t", "a", 1)
+        add_remote(store, "o", str(bare))
+    names = arm(repo, bare, markers)
+    assert len(names) > 2 * len(launcher.HOOKS) + len(PROGRAM_KEYS)
+    subprocess.run([str(tmp_path / "evil" / names[0])], check=True, input=b"")  # the traps do fire when run
+    assert ran(markers)
+    for m in markers.iterdir():
+        m.unlink()
+    return repo, bare, markers
+
+
+@pytest.mark.parametrize("hooks", ["hooks-dir", "hooksPath"])
+def test_push_fetch_and_clone_run_nothing_the_repository_names(trapped, tmp_path, hooks):
+    repo, bare, markers = trapped
+    if hooks == "hooksPath":
+        hooks_path_variant(repo)
+    with GitCheckpointStore(repo) as store:
+        put(store, "t", "b", 2)
+        result = qvc.push(store, "o")
+        assert result.pushed, "the push did nothing"
+        put(store, "t", "c", 3)
+        qvc.push(store, "o", ["t"])
+        assert run_git(bare, "rev-parse", "refs/heads/t").stdout.strip() == store.head("t")
+        qvc.fetch(store, "o")
+        assert store.repository.ref("refs/remotes/o/t") == store.head("t")
+    assert ran(markers) == [], f"the library's push/fetch ran {ran(markers)}"
+    qvc_cli("--repo", str(repo), "push", "o")
+    qvc_cli("--repo", str(repo), "fetch", "o")
+    qvc_cli("--repo", str(repo), "remote", "list", "-v")
+    assert ran(markers) == [], f"qvc push/fetch ran {ran(markers)}"
+    # the trapped repository as a clone's source (its own upload-pack reads its config), over a path
+    dest = tmp_path / f"clone-{hooks}.qvc"
+    qvc_cli("clone", str(repo), str(dest))
+    with GitCheckpointStore(dest, create=False) as clone:
+        assert clone.head("t") is not None
+        qvc.fetch(clone, "origin")
+    assert ran(markers) == [], f"a clone of the trapped repository ran {ran(markers)}"
+
+
+def test_maintenance_log_fsck_and_the_server_run_nothing(trapped, tmp_path):
+    repo, _, markers = trapped
+    hooks_path_variant(repo)
+    with GitCheckpointStore(repo) as store:
+        put(store, "t", "b", 2)
+        store.delete(CheckpointConfig("t", "b"))
+        store.gc()
+        assert qvc_fsck(store).problems == []
+        assert "t" in graph(store, all=True)
+        store.purge()
+    for args in (["gc"], ["gc", "--prune"], ["fsck"], ["log", "--all", "--graph"], ["log", "--graph", "t"],
+                 ["status"], ["branch", "-v"]):
+        qvc_cli("--repo", str(repo), *args)
+    assert ran(markers) == [], f"maintenance ran {ran(markers)}"
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from qvc.server import create_app
+
+    with TestClient(create_app(repo), base_url="http://127.0.0.1") as client:
+        assert client.get("/api/threads").status_code == 200
+        assert client.get("/api/threads/t").status_code == 200
+        reply = client.post("/api/fork", json={"checkpoint": "t", "thread": "forked"})
+        assert reply.status_code in (200, 201), reply.text
+    assert ran(markers) == [], f"the server's actions ran {ran(markers)}"
+
+
+def test_background_replication_runs_nothing(trapped):
+    repo, bare, markers = trapped
+    with GitCheckpointStore(repo) as store:
+        qvc.remotes.set_replicate(store, "o", True)
+    with GitCheckpointStore(repo) as store:
+        put(store, "r", "r1", 1)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and run_git(bare, "for-each-ref", "refs/heads/r").stdout == "":
+            time.sleep(0.1)
+        assert run_git(bare, "rev-parse", "refs/heads/r").stdout.strip() == store.head("r"), "nothing replicated"
+    assert ran(markers) == [], f"replication ran {ran(markers)}"
+    assert any(r.replicate for r in remotes(GitCheckpointStore(repo, readonly=True)))
+
+
+def test_the_users_own_programs_still_run(trapped, tmp_path, isolated_git):
+    """A credential helper and an askpass program in the user's global configuration are the user's
+    choice: the launcher hands them to git in place of the repository's."""
+    repo, _, markers = trapped
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    helper = mine / "helper"
+    helper.write_text(f"#!/bin/sh\ntouch '{mine}/helper-ran'\n")
+    helper.chmod(0o755)
+    isolated_git.write_text(f"[credential]\n\thelper = {helper}\n[core]\n\taskPass = /bin/false\n")
+    launcher._user_config = None  # the user configuration is read once per process: read it anew
+    try:
+        options = launcher.neutralizing(str(repo))
+        assert f"credential.helper={helper}" in options and "credential.helper=" in options
+        assert "core.askpass=/bin/false" in options
+        assert f"core.hookspath={os.devnull}" in options
+        proc = launcher.run(str(repo), ["credential", "fill"], input="protocol=https\nhost=example.com\n\n",
+                            capture_output=True, text=True, timeout=30)
+        assert (mine / "helper-ran").exists(), proc.stderr
+    finally:
+        launcher._user_config = None
+    assert ran(markers) == [], f"the repository's own helpers ran too: {ran(markers)}"
+
+
+# -- the one launcher ----------------------------------------------------------------------------
+
+_STARTERS = {("subprocess", "run"), ("subprocess", "Popen"), ("subprocess", "call"), ("subprocess", "check_call"),
+             ("subprocess", "check_output"), ("subprocess", "getoutput"), ("subprocess", "getstatusoutput"),
+             ("os", "system"), ("os", "popen"), ("pty", "spawn"), ("asyncio", "create_subprocess_exec"),
+             ("asyncio", "create_subprocess_shell")}
+
+
+def starters(source: str) -> list[str]:
+    """Calls in ``source`` that start a process without the launcher."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        func = getattr(node, "func", None)
+        if isinstance(node, ast.Call) and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+            pair = (node.func.value.id, node.func.attr)
+            if pair in _STARTERS or (pair[0] == "os" and pair[1].startswith(("exec", "spawn", "posix_spawn"))):
+                found.append(f"{pair[0]}.{pair[1]} (line {node.lineno})")
+        if isinstance(node, ast.ImportFrom) and node.module in ("subprocess", "pty") and any(
+                a.name in {s for _, s in _STARTERS} for a in node.names):
+            found.append(f"from {node.module} import ... (line {node.lineno})")
+    return found
+
+
+def test_only_the_launcher_starts_processes():
+    offenders = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == PACKAGE / "plumbing" / "launcher.py":
+            continue
+        found = starters(path.read_text())
+        if found:
+            offenders[str(path.relative_to(PACKAGE.parent))] = found
+    assert offenders == {}, f"start git through qvc.plumbing.launcher: {offenders}"
+    assert starters((PACKAGE / "plumbing" / "launcher.py").read_text()), "the launcher itself must be seen"
+
+
+def test_the_check_catches_a_new_way_of_starting_git():
+    assert starters("import subprocess\nsubprocess.run(['git', 'gc'])\n")
+    assert starters("import os\nos.execvp('git', ['git'])\n")
+    assert starters("from subprocess import Popen\n")
+    assert not starters("import subprocess\nx = subprocess.PIPE\n")
