@@ -83,7 +83,7 @@ _ALWAYS = ["-c", "protocol.ext.allow=never", "-c", "protocol.fd.allow=never"]
 DROPPED_ENV = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_NAMESPACE",
                "GIT_ALLOW_PROTOCOL", "GIT_COMMON_DIR", "GIT_ALTERNATE_OBJECT_DIRECTORIES")
 
-_user_config: list[tuple[str, str]] | None = None
+_user_config: tuple[tuple, list[tuple[str, str]]] | None = None  # (what it was read from, entries)
 _user_lock = threading.Lock()
 
 
@@ -130,16 +130,34 @@ def _list(args: list[str], env: dict[str, str], cwd: str | None = None) -> list[
     return out
 
 
+def _user_sources() -> tuple:
+    """What the user's configuration is read from: the variables that locate it, and the files'
+    identities (so an edit is seen, and a cached reading is never stale)."""
+    env = {k: v for k, v in os.environ.items() if k.startswith("GIT_CONFIG") or k in ("HOME", "XDG_CONFIG_HOME")}
+    home, xdg = env.get("HOME", ""), env.get("XDG_CONFIG_HOME") or os.path.join(env.get("HOME", ""), ".config")
+    files = [env.get("GIT_CONFIG_GLOBAL") or os.path.join(home, ".gitconfig"), os.path.join(xdg, "git", "config"),
+             env.get("GIT_CONFIG_SYSTEM") or "/etc/gitconfig"]
+    stats = []
+    for path in files:
+        try:
+            st = os.stat(path)
+            stats.append((path, st.st_ino, st.st_mtime_ns, st.st_size))
+        except OSError:
+            stats.append((path, None))
+    return tuple(sorted(env.items())), tuple(stats)
+
+
 def user_settings() -> list[tuple[str, str]]:
     """The user's own configuration (system, global, and ``GIT_CONFIG_*`` of the environment), read
-    once per process, outside any repository."""
+    outside any repository; read again only when where it comes from changed."""
     global _user_config
+    sources = _user_sources()
     with _user_lock:
-        if _user_config is None:
+        if _user_config is None or _user_config[0] != sources:
             env = environment()
             env["GIT_CEILING_DIRECTORIES"] = "/"
-            _user_config = _list([], env, cwd="/")
-        return _user_config
+            _user_config = (sources, _list([], env, cwd="/"))
+        return _user_config[1]
 
 
 def neutralizing(repo_path: str | None, *, user_config: bool = True) -> list[str]:

@@ -201,18 +201,15 @@ def test_the_users_own_programs_still_run(trapped, tmp_path, isolated_git):
     helper = mine / "helper"
     helper.write_text(f"#!/bin/sh\ntouch '{mine}/helper-ran'\n")
     helper.chmod(0o755)
+    assert "credential.helper=" in launcher.neutralizing(str(repo))  # read before the user's config changes
     isolated_git.write_text(f"[credential]\n\thelper = {helper}\n[core]\n\taskPass = /bin/false\n")
-    launcher._user_config = None  # the user configuration is read once per process: read it anew
-    try:
-        options = launcher.neutralizing(str(repo))
-        assert f"credential.helper={helper}" in options and "credential.helper=" in options
-        assert "core.askpass=/bin/false" in options
-        assert f"core.hookspath={os.devnull}" in options
-        proc = launcher.run(str(repo), ["credential", "fill"], input="protocol=https\nhost=example.com\n\n",
-                            capture_output=True, text=True, timeout=30)
-        assert (mine / "helper-ran").exists(), proc.stderr
-    finally:
-        launcher._user_config = None
+    options = launcher.neutralizing(str(repo))  # the edit is seen: the user's values replace the repository's
+    assert f"credential.helper={helper}" in options and "credential.helper=" in options
+    assert "core.askpass=/bin/false" in options
+    assert f"core.hookspath={os.devnull}" in options
+    proc = launcher.run(str(repo), ["credential", "fill"], input="protocol=https\nhost=example.com\n\n",
+                        capture_output=True, text=True, timeout=30)
+    assert (mine / "helper-ran").exists(), proc.stderr
     assert ran(markers) == [], f"the repository's own helpers ran too: {ran(markers)}"
 
 
