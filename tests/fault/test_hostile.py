@@ -17,7 +17,6 @@ corrupted files through the command line.
 from __future__ import annotations
 
 import os
-import stat
 import subprocess
 import sys
 import zlib
@@ -25,16 +24,13 @@ from pathlib import Path
 
 import pytest
 from conftest import child_env, run_git
+from traps import HOOKS, PROGRAM_KEYS, arm
 
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore, fork_checkpoint
 from qvc.errors import InvalidInputError
 from qvc.inspect.fsck import fsck as qvc_fsck
 from qvc.runs import Runs
 from qvc.store import serde
-
-HOOKS = ["pre-commit", "post-commit", "reference-transaction", "pre-auto-gc", "post-rewrite", "post-checkout",
-         "post-merge", "pre-push", "post-index-change", "pre-receive", "update", "post-update", "proc-receive",
-         "push-to-checkout", "fsmonitor-watchman", "pre-applypatch", "commit-msg", "prepare-commit-msg"]
 
 
 def qvc_cli(repo: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -49,69 +45,13 @@ def put(store, thread: str, cid: str, state: dict) -> None:
     store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step, state_data=state), {})
 
 
-def arm(repo: Path, markers: Path) -> list[Path]:
-    """Make the repository ask git to run a marker-writing program in every way it can."""
-    markers.mkdir()
-    scripts = repo.parent / "evil"
-    scripts.mkdir()
-    made = []
-
-    def script(name: str) -> str:
-        path = scripts / name
-        path.write_text(f"#!/bin/sh\ntouch '{markers}/{name}'\ncat >/dev/null 2>&1\nexit 0\n")
-        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-        made.append(path)
-        return str(path)
-
-    hooks = repo / "hooks"
-    hooks.mkdir(exist_ok=True)
-    for name in HOOKS:
-        target = hooks / name
-        target.write_text(Path(script("hook-" + name)).read_text())
-        target.chmod(0o755)
-    other_hooks = scripts / "hooks"
-    other_hooks.mkdir()
-    for name in HOOKS:
-        (other_hooks / name).write_text(Path(script("hookspath-" + name)).read_text())
-        (other_hooks / name).chmod(0o755)
-    included = repo.parent / "included.config"
-    included.write_text(f"[core]\n\tpager = {script('included-pager')}\n")
-    settings = {
-        "core.hooksPath": str(other_hooks),
-        "core.fsmonitor": script("fsmonitor"),
-        "core.pager": script("pager"),
-        "core.editor": script("editor"),
-        "core.sshCommand": script("ssh"),
-        "core.askPass": script("askpass"),
-        "core.alternateRefsCommand": script("alternate-refs"),
-        "uploadpack.packObjectsHook": script("pack-objects-hook"),
-        "filter.evil.clean": script("filter-clean"),
-        "filter.evil.smudge": script("filter-smudge"),
-        "filter.evil.process": script("filter-process"),
-        "filter.evil.required": "true",
-        "diff.evil.textconv": script("textconv"),
-        "diff.external": script("diff-external"),
-        "gc.auto": "1",
-        "gc.autoDetach": "false",
-        "credential.helper": script("credential"),
-        "sequence.editor": script("sequence-editor"),
-        "include.path": str(included),
-    }
-    for key, value in settings.items():
-        run_git(repo, "config", key, value)
-    (repo / "info").mkdir(exist_ok=True)
-    (repo / "info" / "attributes").write_text("* filter=evil diff=evil merge=evil\n")
-    run_git(repo, "config", "merge.evil.driver", script("merge-driver"))
-    return made
-
-
 def test_a_repository_never_makes_qvc_run_a_program(tmp_path):
     repo = tmp_path / "r.qvc"
     with GitCheckpointStore(repo) as store:
         put(store, "t", "a", {"messages": ["hi"], "n": 1})
     markers = tmp_path / "markers"
     made = arm(repo, markers)
-    assert len(made) >= 2 * len(HOOKS) + 15
+    assert len(made) >= 2 * len(HOOKS) + len(PROGRAM_KEYS)
     # the scripts do work when something runs them
     subprocess.run([str(made[0])], check=True, input=b"")
     assert os.listdir(markers)

@@ -1,8 +1,8 @@
 """A repository is data: nothing its hooks or configuration name ever runs when qvc works on it.
 
-A trapped repository carries every git hook (githooks(5)) in ``hooks/`` and in a
-``core.hooksPath`` directory, and sets every program-naming configuration key (directly, through
-``include.path`` and through a conditional include) to a script that leaves a marker file.
+A trapped repository (:func:`traps.arm`) carries every git hook (githooks(5)) in ``hooks/`` and
+in a ``core.hooksPath`` directory, and sets every program-naming configuration key (directly,
+through ``include.path`` and through a conditional include) to a script that leaves a marker file.
 Every operation that starts ``git`` runs on it as a real subprocess or library call: push,
 fetch, clone (of it, and a clone that then fetches from it), background replication, gc, purge,
 fsck, ``log --graph``, and the server's actions. Nothing may leave a marker, and push and fetch
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ast
 import os
-import stat
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import child_env, run_git
+from traps import PROGRAM_KEYS, arm, use_hooks_dir
 
 import qvc
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
@@ -33,19 +33,6 @@ from qvc.remotes.remote import add_remote, remotes
 pytestmark = pytest.mark.usefixtures("isolated_git")
 
 PACKAGE = Path(__file__).resolve().parents[2] / "qvc"
-
-#: (key, value or None for "a marker script"): every key git documents as naming a program.
-PROGRAM_KEYS = [
-    "core.fsmonitor", "core.pager", "core.editor", "core.sshCommand", "core.askPass", "core.gitProxy",
-    "core.alternateRefsCommand", "sequence.editor", "pager.push", "pager.fetch", "pager.log",
-    "interactive.diffFilter", "credential.helper", "credential.http://127.0.0.1.helper",
-    "remote.o.uploadpack", "remote.o.receivepack", "uploadpack.packObjectsHook", "diff.external",
-    "diff.evil.command", "diff.evil.textconv", "filter.evil.clean", "filter.evil.smudge", "filter.evil.process",
-    "merge.evil.driver", "submodule.evil.update", "tar.evil.command", "gpg.program", "gpg.ssh.program",
-    "gpg.ssh.defaultKeyCommand", "difftool.evil.cmd", "mergetool.evil.cmd", "browser.evil.cmd", "man.evil.cmd",
-    "web.browser", "imap.tunnel", "sendemail.sendmailCmd", "hook.evil.command",
-]
-
 
 def qvc_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "-m", "qvc", *args], capture_output=True, text=True, timeout=120,
@@ -61,48 +48,6 @@ def put(store: GitCheckpointStore, thread: str, cid: str, n: int) -> None:
                                                   state_data={"n": n, "messages": ["m"] * n}), {})
 
 
-def arm(repo: Path, bare: Path, markers: Path) -> list[str]:
-    """Trap ``repo`` (which has remote ``o`` at ``bare``) in every way git offers; return the trap names."""
-    markers.mkdir(exist_ok=True)
-    evil = repo.parent / "evil"
-    evil.mkdir(exist_ok=True)
-    names: list[str] = []
-
-    def script(name: str) -> str:
-        path = evil / name
-        path.write_text(f"#!/bin/sh\ntouch '{markers}/{name}'\ncat >/dev/null 2>&1\nexit 0\n")
-        path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-        names.append(name)
-        return str(path)
-
-    (repo / "hooks").mkdir(exist_ok=True)
-    hooks_path = evil / "hooks"
-    hooks_path.mkdir(exist_ok=True)
-    for hook in launcher.HOOKS:
-        for where, prefix in ((repo / "hooks", "hook-"), (hooks_path, "hookspath-")):
-            (where / hook).write_text(Path(script(prefix + hook)).read_text())
-            (where / hook).chmod(0o755)
-    for key in PROGRAM_KEYS:
-        run_git(repo, "config", key, script("key-" + key.replace("/", "_").replace(":", "_")))
-    run_git(repo, "config", "filter.evil.required", "true")
-    included = repo.parent / "included.config"
-    included.write_text(f"[core]\n\tpager = {script('included-pager')}\n\tfsmonitor = {script('included-fsmonitor')}\n")
-    conditional = repo.parent / "conditional.config"
-    conditional.write_text(f"[core]\n\taskPass = {script('conditional-askpass')}\n"
-                           f"[remote \"o\"]\n\treceivepack = {script('conditional-receivepack')}\n")
-    run_git(repo, "config", "include.path", str(included))
-    run_git(repo, "config", f"includeIf.gitdir:{repo}/.path", str(conditional))
-    run_git(repo, "config", "gc.auto", "1")
-    (repo / "info").mkdir(exist_ok=True)
-    (repo / "info" / "attributes").write_text("* filter=evil diff=evil merge=evil\n")
-    return names
-
-
-def hooks_path_variant(repo: Path) -> None:
-    """The same traps, with git pointed at the ``core.hooksPath`` directory instead of ``hooks/``."""
-    run_git(repo, "config", "core.hooksPath", str(repo.parent / "evil" / "hooks"))
-
-
 def ran(markers: Path) -> list[str]:
     return sorted(os.listdir(markers))
 
@@ -114,9 +59,9 @@ def trapped(tmp_path):
     with GitCheckpointStore(repo) as store:
         put(store, "t", "a", 1)
         add_remote(store, "o", str(bare))
-    names = arm(repo, bare, markers)
-    assert len(names) > 2 * len(launcher.HOOKS) + len(PROGRAM_KEYS)
-    subprocess.run([str(tmp_path / "evil" / names[0])], check=True, input=b"")  # the traps do fire when run
+    made = arm(repo, markers)
+    assert len(made) > 2 * len(launcher.HOOKS) + len(PROGRAM_KEYS)
+    subprocess.run([str(made[0])], check=True, input=b"")  # the traps do fire when run
     assert ran(markers)
     for m in markers.iterdir():
         m.unlink()
@@ -126,8 +71,8 @@ def trapped(tmp_path):
 @pytest.mark.parametrize("hooks", ["hooks-dir", "hooksPath"])
 def test_push_fetch_and_clone_run_nothing_the_repository_names(trapped, tmp_path, hooks):
     repo, bare, markers = trapped
-    if hooks == "hooksPath":
-        hooks_path_variant(repo)
+    if hooks == "hooks-dir":
+        use_hooks_dir(repo)
     with GitCheckpointStore(repo) as store:
         put(store, "t", "b", 2)
         result = qvc.push(store, "o")
@@ -153,7 +98,6 @@ def test_push_fetch_and_clone_run_nothing_the_repository_names(trapped, tmp_path
 
 def test_maintenance_log_fsck_and_the_server_run_nothing(trapped, tmp_path):
     repo, _, markers = trapped
-    hooks_path_variant(repo)
     with GitCheckpointStore(repo) as store:
         put(store, "t", "b", 2)
         store.delete(CheckpointConfig("t", "b"))

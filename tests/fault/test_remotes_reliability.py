@@ -34,7 +34,7 @@ import pytest
 from conftest import child_env, fsck, run_git
 from git_servers import GitDaemon, snapshot
 from test_crash import slow_enabled
-from test_hostile import arm
+from traps import arm, marker_of_key
 
 import qvc
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore, PushRejectedError, QvcError, fork_checkpoint
@@ -44,7 +44,7 @@ from qvc.remotes.remote import add_remote
 # what the server's receive-pack may run, from the server repository's own hooks and config
 SERVER_SIDE = {f"{where}-{hook}" for where in ("hook", "hookspath") for hook in (
     "pre-receive", "update", "post-update", "reference-transaction", "proc-receive", "push-to-checkout",
-    "post-receive")} | {"alternate-refs"}
+    "post-receive")} | {marker_of_key("core.alternateRefsCommand")}
 
 pytestmark = pytest.mark.usefixtures("isolated_git")  # git with no system or global config of the machine
 
