@@ -70,6 +70,34 @@ class RecoveryReport:
         return "; ".join(parts) or "nothing to repair"
 
 
+def _abandoned(path: str) -> bool:
+    """Whether the half-created journal ``path`` (``<pid>-<random>.wal.new``) was left by a process
+    that is gone: its pid names no live process here and nobody holds the lock its creator takes
+    right after creating it. (A live creator holds the lock; younger files are otherwise judged
+    by age, since a pid of another pid namespace cannot be checked.)"""
+    pid = os.path.basename(path).split("-", 1)[0]
+    if not pid.isdecimal():
+        return False
+    try:
+        os.kill(int(pid), 0)
+        return False  # alive (or a reused pid): wait for the file to be stale
+    except ProcessLookupError:
+        pass
+    except (PermissionError, OverflowError):
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def needed(repo: Repository) -> bool:
     """Whether :func:`recover` has anything to do, judged without the exclusive lock: a journal
     no live store holds, or a lock, temporary or half-created journal file left behind."""
@@ -160,8 +188,7 @@ def remove_stale_files(repo: Repository, older_than: float, report: RecoveryRepo
     journal_dir = os.path.join(repo.qvc_dir, "journal")
     for name in os.listdir(journal_dir):  # a store killed while creating its journal
         path = os.path.join(journal_dir, name)
-        # by age only: a store creating its journal right now is not yet counted as open
-        if name.endswith(".wal.new") and now - _mtime(path, now) >= STALE_SECONDS:
+        if name.endswith(".wal.new") and (now - _mtime(path, now) >= STALE_SECONDS or _abandoned(path)):
             os.unlink(path)
             report.temp_files_removed += 1
     for name in ("packed-refs.lock", "config.lock", "HEAD.lock"):

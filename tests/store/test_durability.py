@@ -325,6 +325,26 @@ def test_journal_exists_while_open_and_is_removed_on_close(tmp_path):
     store.close()  # idempotent
 
 
+def test_a_half_created_journal_of_a_dead_writer_is_removed_at_once(tmp_path):
+    """A store killed while creating its journal leaves ``<pid>-<random>.wal.new``: the next open
+    removes it at once when that process is gone, and leaves a live process's (it may be
+    creating its journal right now) until it is stale."""
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path) as store:
+        store.put(CheckpointConfig("t"), Checkpoint(id="a", thread_id="t", step=0, state_data={"n": 1}), {})
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    journal = path / "qvc" / "journal"
+    dead, live = journal / f"{gone}-0123456789ab.wal.new", journal / f"{os.getpid()}-ba9876543210.wal.new"
+    for leftover in (dead, live):
+        leftover.write_bytes(b"QVCJ1\n")
+    with GitCheckpointStore(path) as store:
+        assert store.recovery.temp_files_removed >= 1
+        assert not dead.exists() and live.exists()
+        assert store.get_tuple(CheckpointConfig("t")).checkpoint.id == "a"
+    live.unlink()
+
+
 def test_orphan_journal_of_killed_writer_is_replayed(tmp_path):
     path = tmp_path / "repo.qvc"
     acked = run_writer(path, "sync", ["t", "u", "t", "t", "u"])
