@@ -21,7 +21,7 @@ How LangGraph's model maps onto the repository
   value is the pair ``serde.dumps_typed(value)`` of the saver's own ``serde``, stored as a
   msgpack ``[type, bytes]`` blob; a list longer than :data:`qvc.store.format.CHUNK` items is a tree
   of chunk blobs, each a msgpack list of such pairs (one per item), so appending to a long
-  message list rewrites only its last chunk.
+  message list rewrites only its last chunk (:mod:`qvc.integrations.langgraph.values`).
 * ``new_versions``: a channel that is not in ``new_versions`` and has the same version as in
   the parent checkpoint reuses the parent's tree entry (nothing is serialized or written).
 * A thread is a tree. A commit's first parent is its LangGraph parent (``config``'s
@@ -75,7 +75,7 @@ import random
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, AsyncIterator, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -101,11 +101,12 @@ from qvc.errors import (
     InvalidThreadIdError,
     SerializationError,
 )
+from qvc.integrations.langgraph.values import ChannelValues, Write
 from qvc.plumbing.durability import DurabilityMode
-from qvc.plumbing.objects import MODE_BLOB, MODE_TREE, Entry, commit_bytes, tree_bytes
+from qvc.plumbing.objects import Entry, commit_bytes, tree_bytes
 from qvc.plumbing.repository import GENERATION, Repository, Transaction
 from qvc.store import serde as qserde
-from qvc.store.format import CHUNK, HEADER, chunk_name, decode_header, escape_trailer
+from qvc.store.format import HEADER, decode_header, escape_trailer
 from qvc.store.git_store import GitCheckpointStore
 from qvc.store.history import LRU
 from qvc.store.refnames import HEADS, WRITES, decode_name, decode_thread, encode_name, encode_thread, head_ref
@@ -117,7 +118,6 @@ WRITES_LG = WRITES + "lg/"
 _ORDER = ".order"
 _RETRIES = 100
 _UNESCAPE = re.compile(r"%(25|2F)")
-Write = Callable[[str, bytes], object]  # adds a git object: Transaction.write, or a collector
 
 
 def thread_name(thread_id: str, checkpoint_ns: str = "") -> str:
@@ -151,10 +151,6 @@ def _address(config: Any) -> tuple[str, str]:
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
-
-
-def _pack_pair(type_tag: str, data: bytes) -> bytes:
-    return qserde.dumps([type_tag, bytes(data)])
 
 
 @dataclass
@@ -199,11 +195,9 @@ class QvcSaver(BaseCheckpointSaver[str]):
         self._store = GitCheckpointStore(path, durability=durability, fsync=fsync, create=create, max_lag=max_lag)
         self._repo: Repository = self._store.repository
         self._history = self._store.history
-        self._share = share_values
         self._lock = threading.RLock()
         self._indexes: LRU = LRU(256)
-        # chunk blob id -> tuple of (item object, packed [type, bytes]) as stored or loaded
-        self._chunks: LRU = LRU(4096, 256 * 2**20, lambda items: sum(len(p) for _, p in items))
+        self._values = ChannelValues(self._history, share=share_values)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -318,24 +312,6 @@ class QvcSaver(BaseCheckpointSaver[str]):
             metadata = _as_lists(metadata)  # as LangGraph's savers return it: its serde has no tuples
         return header, rest, metadata
 
-    def _load_value(self, hexid: str, ename: str, mode: int, raw: bytes) -> Any:
-        what = f"checkpoint {hexid[:12]} channel {decode_name(ename)!r}"
-        if mode == MODE_BLOB:
-            pair = qserde.loads(self._history.blob(raw), what)
-            return self.serde.loads_typed((pair[0], pair[1]))
-        out: list = []
-        for cname, (_, craw) in sorted(self._history.tree(raw).items()):
-            items = self._chunks.get(craw) if self._share else None
-            if items is None:
-                pairs = qserde.loads(self._history.blob(craw), f"{what} chunk {cname}")
-                if not isinstance(pairs, list):
-                    raise CorruptionError(f"{what}: chunk {cname} is not a list")
-                items = tuple((self.serde.loads_typed((t, b)), _pack_pair(t, b)) for t, b in pairs)
-                if self._share:
-                    self._chunks.put(craw, items)
-            out.extend(obj for obj, _ in items)
-        return out
-
     def _pending(self, name: str, checkpoint_id: str, channels: set[str] | None = None) -> list[tuple[str, str, Any]]:
         """The checkpoint's pending writes in ``writes_sort_key`` order (only those to ``channels``, if given)."""
         tip = self._repo.ref(_writes_ref(name, checkpoint_id))
@@ -358,7 +334,7 @@ class QvcSaver(BaseCheckpointSaver[str]):
         tid, ns = split_thread_name(name)
         entries = self._history.entries(self._history.commit(hexid))
         checkpoint: dict = dict(rest)
-        checkpoint["channel_values"] = {decode_name(n): self._load_value(hexid, n, mode, raw)
+        checkpoint["channel_values"] = {decode_name(n): self._values.load(self.serde, hexid, n, mode, raw)
                                         for n, (mode, raw) in entries.items() if n != HEADER}
         cid = header["id"]
         parent = header.get("parent_id")
@@ -485,7 +461,7 @@ class QvcSaver(BaseCheckpointSaver[str]):
             for ch in list(remaining):
                 entry = entries.get(encode_name(ch))
                 if entry is not None:
-                    seeds[ch] = self._load_value(hexid, encode_name(ch), *entry)
+                    seeds[ch] = self._values.load(self.serde, hexid, encode_name(ch), *entry)
                     remaining.discard(ch)
             parent_id = self._header(hexid)[0].get("parent_id")
         result: dict[str, DeltaChannelHistory] = {}
@@ -497,41 +473,6 @@ class QvcSaver(BaseCheckpointSaver[str]):
         return result
 
     # -- writing ----------------------------------------------------------------------------
-
-    def _write_blob(self, write: Write, data: bytes, old: Entry | None) -> Entry:
-        raw = Repository.hash("blob", data)
-        if old != (MODE_BLOB, raw):
-            write("blob", data)
-        return (MODE_BLOB, raw)
-
-    def _write_list(self, write: Write, value: list, old: Entry | None) -> Entry:
-        prior = self._history.tree(old[1]) if old is not None and old[0] == MODE_TREE else {}
-        sub: dict[str, Entry] = {}
-        for start in range(0, len(value), CHUNK):
-            part = value[start:start + CHUNK]
-            name = chunk_name(start // CHUNK)
-            was = prior.get(name)
-            known = self._chunks.get(was[1]) if (was is not None and self._share) else None
-            if (known is not None and len(known) == len(part)
-                    and all(a is b[0] for a, b in zip(part, known, strict=True))):
-                sub[name] = was  # the same objects as that chunk holds: nothing to serialize
-                continue
-            items = []
-            for i, obj in enumerate(part):
-                if known is not None and i < len(known) and known[i][0] is obj:
-                    items.append(known[i])
-                else:
-                    t, b = self.serde.dumps_typed(obj)
-                    items.append((obj, _pack_pair(t, b)))
-            data = _array_header(len(items)) + b"".join(p for _, p in items)
-            sub[name] = self._write_blob(write, data, was)
-            if self._share:
-                self._chunks.put(sub[name][1], tuple(items))
-        data = tree_bytes(sub)
-        raw = Repository.hash("tree", data)
-        if old != (MODE_TREE, raw):
-            write("tree", data)
-        return (MODE_TREE, raw)
 
     def _fields(self, write: Write, parent: str | None, values: dict, versions: dict,
                 new_versions: dict) -> dict[str, Entry]:
@@ -551,12 +492,7 @@ class QvcSaver(BaseCheckpointSaver[str]):
                     and p_versions[ch] == versions[ch]):
                 entries[ename] = old
             elif ch in values:
-                value = values[ch]
-                if type(value) is list and len(value) > CHUNK:
-                    entries[ename] = self._write_list(write, value, old)
-                else:
-                    t, b = self.serde.dumps_typed(value)
-                    entries[ename] = self._write_blob(write, _pack_pair(t, b), old)
+                entries[ename] = self._values.entry(self.serde, write, values[ch], old)
         return entries
 
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
@@ -679,7 +615,7 @@ class QvcSaver(BaseCheckpointSaver[str]):
                 for key, keep_first, data in items:
                     if keep_first and key in entries:
                         continue
-                    entry = self._write_blob(tx.write, data, entries.get(key))
+                    entry = self._values.blob(tx.write, data, entries.get(key))
                     if entries.get(key) != entry:
                         entries[key] = entry
                         changed = True
@@ -687,7 +623,7 @@ class QvcSaver(BaseCheckpointSaver[str]):
                         order.append(key)
                 if not changed:
                     return
-                entries[_ORDER] = self._write_blob(tx.write, qserde.dumps(order), entries.get(_ORDER))
+                entries[_ORDER] = self._values.blob(tx.write, qserde.dumps(order), entries.get(_ORDER))
                 tree = tx.write("tree", tree_bytes(entries))
                 message = f"writes of task {escape_trailer(task_id)} for checkpoint {escape_trailer(cid)}\n"
                 new = tx.write("commit", commit_bytes(tree.hex(), [old] if old else [], message))
@@ -950,11 +886,6 @@ def _writes_ref(name: str, checkpoint_id: str) -> str:
     return f"{WRITES_LG}{encode_thread(name)}/{_enc(checkpoint_id)}"
 
 
-def _array_header(n: int) -> bytes:
-    """The msgpack header of an array of ``n`` (< 65536) items: chunks are built from packed items."""
-    return bytes([0x90 | n]) if n < 16 else b"\xdc" + n.to_bytes(2, "big")
-
-
 def _take(iterator: Iterator[CheckpointTuple], n: int) -> List[CheckpointTuple]:
     out = []
     for item in iterator:
@@ -962,22 +893,3 @@ def _take(iterator: Iterator[CheckpointTuple], n: int) -> List[CheckpointTuple]:
         if len(out) >= n:
             break
     return out
-
-
-
-def channel_values(store: GitCheckpointStore, sha: str, serde: SerializerProtocol | None = None) -> dict[str, Any]:
-    """The decoded channel values of the LangGraph checkpoint in commit ``sha``, for people
-    reading a repository through a plain store (``qvc show`` / ``qvc diff``). ``serde``
-    defaults to LangGraph's own serializer. Raises :class:`~qvc.errors.CorruptionError`."""
-    if serde is None:
-        from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
-
-        serde = JsonPlusSerializer()
-    state = store.read(sha).checkpoint.state_data
-    modes = {decode_name(n): mode for n, (mode, _) in store.tree_entries(sha).items()}
-    try:
-        return {name: ([serde.loads_typed((t, b)) for t, b in value] if modes.get(name) == MODE_TREE
-                       else serde.loads_typed((value[0], value[1])))
-                for name, value in state.items()}
-    except (TypeError, ValueError, IndexError) as exc:
-        raise CorruptionError(f"checkpoint {sha[:12]}: a channel does not decode: {exc}") from None
