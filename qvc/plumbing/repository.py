@@ -676,11 +676,6 @@ class Transaction:
         this transaction's record, so durability and the listeners treat them as its own."""
         self.record.refs.extend(moves)
 
-    @property
-    def moved(self) -> bool:
-        """Whether a ref has moved in this transaction."""
-        return bool(self.record.refs)
-
     def rewrite_history(self) -> None:
         """Mark this transaction as deleting or rewriting history (see the class docstring).
 

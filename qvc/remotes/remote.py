@@ -508,19 +508,19 @@ def fetch(store: GitCheckpointStore, remote: str = "origin", *, progress: Option
     if not named:
         raise InvalidInputError(f"fetch needs a configured remote (`qvc remote add NAME {url}`), not a URL")
     repo = store.repository
-    before = _tracking(store, name)
     state = TransferProgress("fetch", name)
     try:
         with repo.transaction() as tx:  # no gc or recovery while git adds objects and refs
-            current = _tracking(store, name)
+            before = _tracking(store, name)
             try:
                 run = run_git(store.path, ["fetch", "--prune", "--no-tags", "--progress", "--no-write-fetch-head",
                                            "--", url, *fetch_refspecs(name)],
                               interactive=interactive, progress=progress, state=state, timeout=timeout)
             finally:  # what git moved, journaled as this transaction's (also when it failed part-way)
-                moved = _tracking(store, name)
-                tx.record_moves([(ref, current.get(ref), moved.get(ref)) for ref in sorted(set(current) | set(moved))
-                                 if current.get(ref) != moved.get(ref)])
+                after = _tracking(store, name)
+                moves = [(ref, before.get(ref), after.get(ref)) for ref in sorted(set(before) | set(after))
+                         if before.get(ref) != after.get(ref)]
+                tx.record_moves(moves)
             if run.returncode != 0:
                 raise RemoteError(f"fetch from {name} failed: {run.failure()}")
             harden(store.path, fsync=repo.fsync)  # git's objects and refs, before the record naming them
@@ -528,14 +528,11 @@ def fetch(store: GitCheckpointStore, remote: str = "origin", *, progress: Option
         if progress is not None:
             state.done = True
             progress(state)
-    after = _tracking(store, name)
     result = FetchResult(name, url, remote_threads(store, name), objects=run.objects, bytes=run.bytes)
-    for ref in sorted(set(before) | set(after)):
-        old, new = before.get(ref), after.get(ref)
-        if old != new:
-            status = "new" if old is None else "deleted" if new is None else (
-                "fast-forward" if _descends(store, new, old) else "forced")
-            result.updates.append(RefUpdate(ref, None, old, new, status))
+    for ref, old, new in moves:
+        status = "new" if old is None else "deleted" if new is None else (
+            "fast-forward" if _descends(store, new, old) else "forced")
+        result.updates.append(RefUpdate(ref, None, old, new, status))
     _merge_writes(store, name, result)
     return result
 

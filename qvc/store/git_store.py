@@ -203,8 +203,10 @@ class GitCheckpointStore(CheckpointStore):
         return decode_header(self._blob(entries[HEADER][1]), f"checkpoint {sha[:12]} header")
 
     def pending_writes_at(self, sha: str) -> Optional[list[PendingWrite]]:
-        """The pending writes of the checkpoint in commit ``sha`` (``None`` if it has none)."""
-        return self._writes(sha)
+        """The pending writes ``refs/qvc/writes/<sha>`` holds for the checkpoint in commit ``sha``
+        (``None`` if it has none). Raises :class:`CorruptionError` if they do not decode."""
+        tip = self._repo.ref(writes_ref(sha))
+        return None if tip is None else self.pending_writes_in(tip)
 
     def thread_of_ref(self, name: str) -> str | None:
         """The thread a ``refs/heads/...`` name stands for (``None`` for other refs)."""
@@ -322,7 +324,7 @@ class GitCheckpointStore(CheckpointStore):
         except (KeyError, TypeError) as exc:
             raise CorruptionError(f"checkpoint {hexid[:12]} header lacks {exc}") from None
         config = CheckpointConfig(checkpoint.thread_id, checkpoint.id)
-        writes = None if with_writes is not None and hexid not in with_writes else self._writes(hexid)
+        writes = None if with_writes is not None and hexid not in with_writes else self.pending_writes_at(hexid)
         return CheckpointTuple(config, checkpoint, metadata, parent_config, writes)
 
     def get_tuple(self, config: CheckpointConfig) -> Optional[CheckpointTuple]:
@@ -580,11 +582,6 @@ class GitCheckpointStore(CheckpointStore):
         return CheckpointConfig(thread, info.checkpoint_id)
 
     # -- pending writes -------------------------------------------------------------------
-
-    def _writes(self, hexid: str) -> Optional[list[PendingWrite]]:
-        """The pending writes ``refs/qvc/writes/<hexid>`` holds for checkpoint ``hexid`` (``None``: none)."""
-        tip = self._repo.ref(writes_ref(hexid))
-        return None if tip is None else self.pending_writes_in(tip)
 
     def pending_writes_in(self, tip: str) -> list[PendingWrite]:
         """The pending writes held by the writes commit ``tip`` (the tip of a ``refs/qvc/writes/``

@@ -133,7 +133,8 @@ def test_background_replication_runs_nothing(trapped):
             time.sleep(0.1)
         assert run_git(bare, "rev-parse", "refs/heads/r").stdout.strip() == store.head("r"), "nothing replicated"
     assert ran(markers) == [], f"replication ran {ran(markers)}"
-    assert any(r.replicate for r in remotes(GitCheckpointStore(repo, readonly=True)))
+    with GitCheckpointStore(repo, readonly=True) as reader:
+        assert any(r.replicate for r in remotes(reader))
 
 
 def test_the_users_own_programs_still_run(trapped, tmp_path, isolated_git):
