@@ -56,7 +56,8 @@ def check(condition: bool, what: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repo", help="repository path (default: a temporary directory, removed at the end)")
+    parser.add_argument("--repo", help="repository to create (replaced only if a sample created it; "
+                        "default: a temporary directory, removed at the end)")
     parser.add_argument("--delay", type=float, default=0.5, help="seconds each tool call sleeps in the worker")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -18,9 +18,11 @@ a built-in table, so every run makes the same history (only commit SHAs and ids 
 
 Usage::
 
-    python samples/quickstart.py [--repo PATH]      # default: ./quickstart.qvc (recreated)
+    python samples/quickstart.py [--repo PATH]      # default: ./quickstart.qvc
 
-Step 6 writes ``PATH-remote.git`` and ``PATH-clone.qvc`` beside it (also recreated).
+Step 6 writes ``PATH-remote.git`` and ``PATH-clone.qvc`` beside it. Each is created, or replaced
+when this sample created it before (it holds a ``qvc-sample`` file); any other file or
+repository at one of these paths is refused (exit status 2) and left alone.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from __future__ import annotations
 import argparse
 import ast
 import operator
-import os
 import re
 import shutil
 import subprocess
@@ -39,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
+from scripted_agent import fresh_path, mark  # noqa: E402 - the samples' directory is on sys.path
 
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore, fork_checkpoint
 from qvc.store.refnames import head_ref
@@ -218,27 +220,25 @@ def git(repo: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def fresh_repository(path: str) -> str:
-    path = os.path.abspath(path)
-    if os.path.exists(path) and os.listdir(path):
-        if not os.path.isdir(os.path.join(path, "qvc", "journal")):
-            sys.exit(f"{path} exists and is not a qvc repository; refusing to delete it")
-        shutil.rmtree(path)
+    """An empty qvc repository at ``path``, marked as the sample's (only such a one is replaced)."""
+    path = fresh_path(path)
+    GitCheckpointStore(path).close()
+    mark(path)
     return path
 
 
 def fresh_remote(path: str) -> str:
-    """An empty bare git repository at ``path`` (an earlier one is replaced; anything else refused)."""
-    if os.path.exists(path):
-        if not os.path.isfile(os.path.join(path, "HEAD")) or os.path.isdir(os.path.join(path, ".git")):
-            sys.exit(f"{path} exists and is not a bare git repository; refusing to delete it")
-        shutil.rmtree(path)
+    """An empty bare git repository at ``path``, marked as the sample's (only such a one is replaced)."""
+    path = fresh_path(path)
     subprocess.run(["git", "init", "--quiet", "--bare", path], check=True)
+    mark(path)
     return path
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repo", default="quickstart.qvc", help="repository to create (default: %(default)s)")
+    parser.add_argument("--repo", default="quickstart.qvc",
+                        help="repository to create (replaced only if a sample created it; default: %(default)s)")
     repo = fresh_repository(parser.parse_args().repo)
 
     with GitCheckpointStore(repo) as store:
@@ -285,7 +285,7 @@ def main() -> int:
     qvc = [shutil.which("qvc") or sys.executable, *([] if shutil.which("qvc") else ["-m", "qvc"])]
     # 6. Push it to a plain bare repository (any git server), read it there, clone it back.
     remote = fresh_remote(repo + "-remote.git")
-    clone = fresh_repository(repo + "-clone.qvc")
+    clone = fresh_path(repo + "-clone.qvc")  # `qvc clone` creates it below
     for where, args in ((repo, ["checkout", "france"]), (repo, ["log", "--oneline"]),
                         (repo, ["log", "--oneline", "--all"]), (repo, ["diff", "france~1", "france"]),
                         (repo, ["branch", "-v"]), (repo, ["reflog", "-n", "3"]), (repo, ["fsck"]),
@@ -298,6 +298,8 @@ def main() -> int:
         if done.returncode != 0:
             print(f"qvc {args[0]} failed", file=sys.stderr)
             return 1
+        if args[0] == "clone":
+            mark(clone)
         if args[0] == "push":
             print(f"\n$ git --git-dir {remote} log --oneline france")
             print(git(remote, "log", "--oneline", "france").stdout, end="")

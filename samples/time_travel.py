@@ -136,7 +136,8 @@ def demo(repo: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repo", help="repository path (default: a temporary directory, removed at the end)")
+    parser.add_argument("--repo", help="repository to create (replaced only if a sample created it; "
+                        "default: a temporary directory, removed at the end)")
     args = parser.parse_args()
     with sample_repository(args.repo, "qvc-timetravel-") as repo:
         demo(repo)
