@@ -52,6 +52,22 @@ class CorruptionError(QvcError):
     """Stored data failed to decode or verify; the message names the object or file."""
 
 
+class LocalChangesError(QvcError):
+    """Writing would overwrite changes the user made (edited state files); ``files`` lists them."""
+
+    def __init__(self, message: str, files: list[str]):
+        super().__init__(message)
+        self.files = files
+
+
+class StorageError(QvcError, OSError):
+    """The file system failed a read or write (full disk, I/O error, permissions).
+
+    An :class:`OSError` too, keeping ``errno``, ``strerror`` and ``filename``; what was
+    acknowledged before stays stored, and writing works again once the cause is gone.
+    """
+
+
 class DurabilityError(QvcError):
     """A background flush failed; raised on the next call, on ``flush()`` or ``close()``."""
 

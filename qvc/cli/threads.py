@@ -33,13 +33,16 @@ def branch(names: tuple[str, ...], verbose: bool, delete: bool, force_delete: bo
     \b
     qvc branch [-v]                 list threads (* marks the current one)
     qvc branch NEW [CHECKPOINT]     fork a new thread (default: from HEAD)
-    qvc branch -d THREAD...         delete; refuses the current thread and threads with
-                                    lines kept by time travel (use -D)
+    qvc branch -d THREAD...         delete; refuses threads with lines kept by time
+                                    travel (use -D)
+    qvc branch -D THREAD...         delete anyway (never the current thread: check out
+                                    another first, as git refuses too)
     qvc branch -m [OLD] NEW         rename
 
     \b
     Example:
       qvc branch retry-1 run-7~3
+      qvc checkout retry-1 && qvc branch -D run-7
     """
     store = session().store(write=bool(delete or force_delete or move or names))
     if sum((delete or force_delete, move)) > 1:
@@ -84,9 +87,9 @@ def delete_threads(store, names: tuple[str, ...], force: bool) -> None:
     for name in names:
         if store.head(name) is None:
             raise UnknownThreadError(f"thread {name!r} not found")
+        if name == current:
+            raise InvalidInputError(f"cannot delete the current thread {name!r}: `qvc checkout` another first")
         if not force:
-            if name == current:
-                raise InvalidInputError(f"cannot delete the current thread {name!r} (checkout another, or use -D)")
             kept = kept_lines(store, name)
             if kept:
                 raise InvalidInputError(f"thread {name!r} has {len(kept)} line(s) kept by time travel that would be "
@@ -125,8 +128,9 @@ def list_threads(store, verbose: bool, as_json: bool) -> None:
 @click.option("-b", "new", metavar="NEW", help="Fork a new thread NEW at the checkpoint and switch to it.")
 @click.option("--to", "to", metavar="DIR", type=click.Path(file_okay=False),
               help="Write the checkpoint's state to DIR as JSON files (HEAD does not move).")
+@click.option("-f", "--force", is_flag=True, help="With --to: overwrite field files edited in DIR.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def checkout(name: str | None, new: str | None, to: str | None, as_json: bool) -> None:
+def checkout(name: str | None, new: str | None, to: str | None, force: bool, as_json: bool) -> None:
     """Switch threads, detach at a checkpoint, fork-and-switch, or export a state to files.
 
     \b
@@ -134,11 +138,13 @@ def checkout(name: str | None, new: str | None, to: str | None, as_json: bool) -
     qvc checkout CHECKPOINT           detach HEAD at a checkpoint
     qvc checkout -b NEW [CHECKPOINT]  fork NEW from it (default HEAD) and switch
     qvc checkout [CHECKPOINT] --to DIR
-                                      one JSON file per field, to edit and `qvc commit DIR`
+                                      one JSON file per field, to edit and `qvc commit DIR`;
+                                      refuses to overwrite edits made there (--force does)
 
     \b
     Example:
       qvc checkout run-7~2 --to fix/ && $EDITOR fix/scratchpad.json && qvc commit fix/ -m "fix plan"
+      qvc checkout run-7 --to fix/ --force    # discard the edits made in fix/
     """
     from qvc.store.revisions import thread_named  # deferred: start-up speed
 
@@ -146,8 +152,10 @@ def checkout(name: str | None, new: str | None, to: str | None, as_json: bool) -
     if to is not None:
         if new is not None:
             raise click.UsageError("--to and -b do not go together")
-        checkout_to(store, name, to, as_json)
+        checkout_to(store, name, to, as_json, force)
         return
+    if force:
+        raise click.UsageError("--force goes with --to DIR")
     if new is not None:
         made = fork(store, revision(store, name), new)
         head = store.checkout(new)

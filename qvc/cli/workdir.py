@@ -9,11 +9,12 @@ from qvc.cli.app import cli, revision, session
 from qvc.cli.output import emit_json, out, short
 
 
-def checkout_to(store, name: str | None, to: str, as_json: bool) -> None:
-    """``qvc checkout [CHECKPOINT] --to DIR``: the checkpoint's state as files in ``to``."""
+def checkout_to(store, name: str | None, to: str, as_json: bool, force: bool = False) -> None:
+    """``qvc checkout [CHECKPOINT] --to DIR [--force]``: the checkpoint's state as files in ``to``;
+    refuses to overwrite edited field files there unless ``force``."""
     from qvc.inspect.workdir import checkout_to_directory  # deferred: start-up speed
 
-    done = checkout_to_directory(store, revision(store, name).commit, to)
+    done = checkout_to_directory(store, revision(store, name).commit, to, force=force)
     if as_json:
         emit_json({"directory": done.directory, "id": done.id, "thread": done.thread, "files": done.files})
     else:

@@ -446,7 +446,7 @@ def _open_dir(directory: Any) -> int:
         raise InvalidInputError(f"{os.fspath(directory)}: {exc.strerror}") from None
 
 
-def _read_text(dfd: int, name: str, label: str) -> str:
+def _read_text(dfd: int, name: str, label: str, files: dict | None = None, field: str = "") -> str:
     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(name, flags, dir_fd=dfd)
@@ -466,8 +466,11 @@ def _read_text(dfd: int, name: str, label: str) -> str:
             chunks.append(chunk)
     finally:
         os.close(fd)
+    data = b"".join(chunks)
+    if files is not None:
+        files[name] = (field, _digest(data))
     try:
-        return b"".join(chunks).decode("utf-8-sig")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InvalidInputError(f"{label}: not UTF-8 text (byte {exc.start})") from None
 
@@ -494,6 +497,11 @@ def _write_atomic(dfd: int, name: str, data: bytes) -> None:
 
 
 def _load_manifest(dfd: int, directory: str) -> Tuple[List[Tuple[str, str]], dict]:
+    fields, meta, _ = _load_manifest_digests(dfd, directory)
+    return fields, meta
+
+
+def _load_manifest_digests(dfd: int, directory: str) -> Tuple[List[Tuple[str, str]], dict, dict]:
     label = os.path.join(directory, MANIFEST)
     data = loads_tagged(_read_text(dfd, MANIFEST, label), label)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -509,7 +517,100 @@ def _load_manifest(dfd: int, directory: str) -> Tuple[List[Tuple[str, str]], dic
         if fname in seen:
             raise InvalidInputError(f"{label}: file {fname!r} is listed for two fields")
         seen.add(fname)
-    return list(fields.items()), meta
+    digests = data.get("digests")
+    return list(fields.items()), meta, digests if isinstance(digests, dict) else {}
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _manifest_text(files: Mapping[str, str], digests: Mapping[str, str], meta: Mapping[str, Any] | None) -> bytes:
+    manifest = {
+        "format": FORMAT,
+        "about": "qvc state: one JSON file per field; edit, delete or add *.json files, then read it back",
+        "meta": dict(meta or {}),
+        "fields": dict(files),
+        "digests": dict(digests),
+    }
+    return dumps_tagged(manifest, "meta").encode("utf-8")
+
+
+def _read_bytes(dfd: int, name: str) -> bytes | None:
+    """The bytes of regular file ``name`` (no symlink followed), ``None`` if it is not one."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), dir_fd=dfd)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def local_changes(directory: str | os.PathLike) -> List[str]:
+    """The field files of a state directory that differ from what qvc last wrote or stored there.
+
+    The manifest records a SHA-256 digest of every field file as :func:`write_state` wrote it
+    (and as :func:`record_state` found it after a commit). Listed, sorted: files changed,
+    deleted (a field dropped) or added (``*.json`` files not in the manifest), and files of a
+    manifest written before digests were kept (qvc cannot tell whether they were edited). An
+    empty list for a directory that is missing, empty or holds no manifest (nothing of qvc's to
+    overwrite there: :func:`write_state` refuses such a directory on its own). Raises
+    :class:`InvalidInputError` for a manifest that does not parse.
+    """
+    path = os.fspath(directory)
+    if not os.path.isdir(path):
+        return []
+    dfd = _open_dir(path)
+    try:
+        entries = set(os.listdir(dfd))
+        if MANIFEST not in entries:
+            return []
+        fields, _, digests = _load_manifest_digests(dfd, path)
+        listed = {fname for _, fname in fields}
+        changed = set()
+        for fname in listed:
+            if fname not in entries:
+                changed.add(fname)
+                continue
+            data = _read_bytes(dfd, fname)
+            if data is None or not isinstance(digests.get(fname), str) or _digest(data) != digests[fname]:
+                changed.add(fname)
+        changed.update(e for e in entries if _is_field_file(e) and e not in listed
+                       and not stat.S_ISDIR(os.stat(e, dir_fd=dfd, follow_symlinks=False).st_mode))
+        return sorted(changed)
+    finally:
+        os.close(dfd)
+
+
+def record_state(directory: str | os.PathLike, files: Mapping[str, Tuple[str, str]],
+                 meta: Mapping[str, Any]) -> None:
+    """Rewrite the manifest of ``directory`` so it describes the files as :func:`read_state` read
+    them (``files``: what its ``files`` argument received) with metadata ``meta``: after those
+    files were stored, they are no longer local changes (:func:`local_changes`) and ``meta`` names
+    what they now are (a commit names the new checkpoint, so the next commit builds on it).
+
+    Only the manifest is replaced (atomically, fsynced); field files are left as they are.
+    Raises :class:`InvalidInputError` if the directory cannot be written.
+    """
+    path = os.fspath(directory)
+    text = _manifest_text({field: fname for fname, (field, _) in files.items()},
+                          {fname: digest for fname, (_, digest) in files.items()}, meta)
+    dfd = _open_dir(path)
+    try:
+        try:
+            _write_atomic(dfd, MANIFEST, text)
+            os.fsync(dfd)
+        except OSError as exc:
+            raise InvalidInputError(f"{path}: cannot write {MANIFEST}: {exc.strerror or exc}") from None
+    finally:
+        os.close(dfd)
 
 
 def write_state(state: Mapping[str, Any], directory: str | os.PathLike, *,
@@ -539,13 +640,7 @@ def write_state(state: Mapping[str, Any], directory: str | os.PathLike, *,
         folded[fname.casefold()] = field
         files[field] = fname
         texts.append((fname, dumps_tagged(value, f"state[{field!r}]").encode("utf-8")))
-    manifest = {
-        "format": FORMAT,
-        "about": "qvc state: one JSON file per field; edit, delete or add *.json files, then read it back",
-        "meta": dict(meta or {}),
-        "fields": files,
-    }
-    manifest_text = dumps_tagged(manifest, "meta").encode("utf-8")
+    manifest_text = _manifest_text(files, {fname: _digest(data) for fname, data in texts}, meta)
 
     path = os.fspath(directory)
     try:
@@ -578,8 +673,11 @@ def write_state(state: Mapping[str, Any], directory: str | os.PathLike, *,
     return list(files.values())
 
 
-def read_state(directory: str | os.PathLike) -> Tuple[dict, dict]:
+def read_state(directory: str | os.PathLike, *, files: dict | None = None) -> Tuple[dict, dict]:
     """Read a directory written by :func:`write_state` back: ``(state, meta)``.
+
+    ``files``, when given, receives ``{file name: (field, SHA-256 hex digest of the bytes read)}``
+    for every field read (what :func:`record_state` takes).
 
     Fields keep the manifest's order; a field whose file was deleted is absent; a ``*.json``
     file not in the manifest becomes a new field (after the others, by file name) named by
@@ -602,14 +700,14 @@ def read_state(directory: str | os.PathLike) -> Tuple[dict, dict]:
         for field, fname in fields:
             if fname in entries:
                 label = os.path.join(path, fname)
-                state[field] = loads_tagged(_read_text(dfd, fname, label), label)
+                state[field] = loads_tagged(_read_text(dfd, fname, label, files, field), label)
         listed = {fname for _, fname in fields}
         for fname in sorted(e for e in entries if _is_field_file(e) and e not in listed):
             label = os.path.join(path, fname)
             field = field_from_filename(fname)
             if field in names or field in state:
                 raise InvalidInputError(f"{label}: names field {field!r}, which the manifest maps to another file")
-            state[field] = loads_tagged(_read_text(dfd, fname, label), label)
+            state[field] = loads_tagged(_read_text(dfd, fname, label, files, field), label)
         return state, meta
     finally:
         os.close(dfd)

@@ -15,8 +15,8 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from qvc.errors import CorruptionError, InvalidInputError
-from qvc.inspect.statefiles import read_state, write_state
+from qvc.errors import CorruptionError, InvalidInputError, LocalChangesError
+from qvc.inspect.statefiles import local_changes, read_state, record_state, write_state
 from qvc.store.format import HEADER
 from qvc.store.refnames import decode_name
 from qvc.types import Checkpoint, CheckpointConfig
@@ -49,7 +49,8 @@ class CommittedDirectory:
     time_travel: bool  # the parent was not the thread's head: the newer line is kept as superseded
 
 
-def checkout_to_directory(store: GitCheckpointStore, commit: str, directory: str | os.PathLike) -> CheckedOutDirectory:
+def checkout_to_directory(store: GitCheckpointStore, commit: str, directory: str | os.PathLike, *,
+                          force: bool = False) -> CheckedOutDirectory:
     """Write the state of checkpoint commit ``commit`` (a full SHA: resolve names with
     :func:`qvc.store.revisions.parse_revision`) into ``directory``: one JSON file per field and
     the manifest (:func:`qvc.inspect.statefiles.write_state`), whose metadata names the checkpoint
@@ -58,12 +59,22 @@ def checkout_to_directory(store: GitCheckpointStore, commit: str, directory: str
     Nothing in the repository changes (HEAD does not move); ``store`` may be read-only. Each
     file is replaced atomically and fsynced, and the directory is fsynced, before this returns.
     ``directory`` is created if missing; an existing one must be empty or written by qvc before.
+    Field files edited, deleted or added there since qvc wrote (or committed) them are local
+    changes (:func:`qvc.inspect.statefiles.local_changes`): unless ``force``, they raise
+    :class:`~qvc.errors.LocalChangesError` listing them, and nothing is written.
     Raises :class:`~qvc.errors.InvalidInputError` for a directory that holds other files or
     cannot be written, :class:`~qvc.errors.SerializationError` for state that JSON files cannot
     hold (nothing is written then), :class:`~qvc.errors.CorruptionError` if ``commit`` is missing
     or not a readable checkpoint.
     """
     cp = store.read(commit).checkpoint
+    if not force:
+        changed = local_changes(directory)
+        if changed:
+            raise LocalChangesError(
+                f"your local changes to {len(changed)} file(s) in {os.fspath(directory)} would be overwritten: "
+                f"{', '.join(changed)} (commit them with `qvc commit {os.fspath(directory)}`, or use --force)",
+                changed)
     files = write_state(cp.state_data, directory, meta={"id": cp.id, "thread": cp.thread_id, "step": cp.step,
                                                         "commit": commit})
     return CheckedOutDirectory(os.path.abspath(directory), cp.id, cp.thread_id, cp.step, commit, files)
@@ -78,19 +89,23 @@ def commit_directory(store: GitCheckpointStore, directory: str | os.PathLike, me
     step 0). Its step is the parent's plus one; its metadata is ``{"source": "update", "step",
     "message": message, "edited_from": <the manifest's id>}``. A parent older than the head is
     time travel: the newer line is kept as a superseded line (``time_travel`` in the result).
+    Once stored, the directory's manifest names the new checkpoint
+    (:func:`qvc.inspect.statefiles.record_state`), so the next commit from it builds on this one.
 
     Writes through :meth:`~qvc.store.git_store.GitCheckpointStore.put`, so the checkpoint is durable
     on return when the store's durability is SYNC (the default). Raises
     :class:`~qvc.errors.InvalidInputError` when HEAD is detached (nothing is read then) or for a
     directory that is missing, not written by qvc or holds malformed JSON (naming the file and
     line); :class:`~qvc.errors.SerializationError` for values that cannot be stored;
-    :class:`~qvc.errors.CheckpointConflictError` if another writer moved the thread meanwhile;
+    :class:`~qvc.errors.CheckpointConflictError` (naming the thread) if another writer moved the
+    thread after it was read here, and nothing is stored then;
     :class:`~qvc.errors.DurabilityError` if the flush fails.
     """
     head = store.current()
     if head.thread is None:
         raise InvalidInputError("HEAD is detached: `qvc checkout THREAD` (or `checkout -b NEW`) first")
-    state, meta = read_state(directory)
+    files: dict = {}
+    state, meta = read_state(directory, files=files)
     base = meta.get("commit") if isinstance(meta.get("commit"), str) else None
     if base is not None:
         try:
@@ -107,8 +122,9 @@ def commit_directory(store: GitCheckpointStore, directory: str | os.PathLike, me
     metadata = {"source": "update", "step": step, "message": message, "edited_from": meta.get("id")}
     checkpoint = Checkpoint(id=cid, thread_id=head.thread, step=step, state_data=state,
                             parent_id=pinfo.checkpoint_id if pinfo else None)
-    store.put(CheckpointConfig(head.thread), checkpoint, metadata)
-    sha = store.head(head.thread)
+    store.put(CheckpointConfig(head.thread), checkpoint, metadata, expected_head=head.commit)
+    sha = store.resolve(cid)
+    record_state(directory, files, {"id": cid, "thread": head.thread, "step": step, "commit": sha})
     changed = store.changed(sha)
     if parent:  # dropped fields changed too (store.changed lists only added and modified ones)
         now = store.tree_entries(sha)

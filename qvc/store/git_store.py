@@ -68,6 +68,9 @@ class Service(Protocol):
 #: (:mod:`qvc.remotes.replication`), which pushes to remotes configured with ``--replicate``.
 SERVICES: list[Callable[[GitCheckpointStore], Optional[Service]]] = []
 
+#: ``put(expected_head=...)`` not given: the head is not checked.
+UNCHECKED: Any = object()
+
 _HEXISH = re.compile(r"^[0-9a-fA-F]{4,40}$")
 _ORDER = ".order"
 _WRITE_RETRIES = 100
@@ -400,13 +403,16 @@ class GitCheckpointStore(CheckpointStore):
                            self._history.known_blob)
 
     def put(self, config: CheckpointConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-            new_versions: StateVersions | None = None) -> CheckpointConfig:
+            new_versions: StateVersions | None = None, *, expected_head: str | None = UNCHECKED) -> CheckpointConfig:
         """Store ``checkpoint`` as a commit on ``config.thread_id`` and move the thread's head to it.
 
         The parent is the checkpoint named by ``checkpoint.parent_id`` when given (possibly on
         another thread: a fork; an older one on this thread: time travel, the previous line
         is kept under ``refs/qvc/superseded/``), else the thread's head. ``new_versions`` is
-        accepted for compatibility; versions are derived from the stored trees.
+        accepted for compatibility; versions are derived from the stored trees. ``expected_head``
+        (a commit SHA, or ``None`` for a thread without checkpoints) makes the write a
+        compare-and-swap: if the thread's head is not that commit when the write starts, or
+        moves before it ends, :class:`CheckpointConflictError` names the thread and nothing is stored.
 
         Durable on return in SYNC mode. Raises :class:`InvalidInputError` for malformed
         arguments, :class:`SerializationError` (naming the field path) for state that cannot
@@ -426,6 +432,8 @@ class GitCheckpointStore(CheckpointStore):
         ref = head_ref(thread)
         with self._repo.transaction() as tx:
             head = tx.ref(ref)
+            if expected_head is not UNCHECKED and head != expected_head:
+                raise CheckpointConflictError(_moved(thread, expected_head, head))
             parent = head
             if checkpoint.parent_id is not None and (
                     head is None or self._history.commit(head).checkpoint_id != checkpoint.parent_id):
@@ -442,12 +450,18 @@ class GitCheckpointStore(CheckpointStore):
             fields, _ = self._builder(tx.write).fields(checkpoint.state_data, parent_entries)
             new = self.write_checkpoint(tx, header, metadata, fields, [parent] if parent else [])
             cause = f"{metadata.get('source') or 'put'}: step {checkpoint.step} {checkpoint.id}"
-            if head is not None and parent != head and not self.descends(parent, head):
-                self._keep_superseded(tx, thread, head)
-                cause += " (time travel)"
-            elif parent is not None and parent != head:
-                cause += f" (fork of {self._history.commit(parent).checkpoint_id})"
-            tx.move_ref(ref, head, new, cause)
+            try:
+                if head is not None and parent != head and not self.descends(parent, head):
+                    self._keep_superseded(tx, thread, head)
+                    cause += " (time travel)"
+                elif parent is not None and parent != head:
+                    cause += f" (fork of {self._history.commit(parent).checkpoint_id})"
+                tx.move_ref(ref, head, new, cause)
+            except CheckpointConflictError as exc:  # name the thread, not a ref
+                found = tx.ref(ref)
+                if found == head:  # not moved: its lock stayed taken
+                    raise CheckpointConflictError(f"thread {thread!r}: {str(exc).split(': ', 1)[-1]}") from None
+                raise CheckpointConflictError(_moved(thread, head, found)) from None
         return CheckpointConfig(thread, checkpoint.id)
 
     def write_checkpoint(self, tx: Transaction, header: dict[str, Any], metadata: dict[str, Any],
@@ -801,6 +815,12 @@ class GitCheckpointStore(CheckpointStore):
 
         with self._repo.exclusive() as lock_fd:
             maintenance.purge(self._repo, lock_fd)
+
+
+def _moved(thread: str, expected: str | None, found: str | None) -> str:
+    was = expected[:12] if expected else "no checkpoints"
+    now = found[:12] if found else "no checkpoints"
+    return f"thread {thread!r} was moved by another writer (expected {was}, found {now}); nothing was stored"
 
 
 def _thread_of(config: Any) -> str:

@@ -603,6 +603,8 @@ def test_branch_delete_a_plain_thread(repo):
 
 
 def test_branch_force_delete_current(repo, capsys):
+    assert "current thread" in fails(capsys, 2, "branch", "-D", "run-1")  # as git refuses the checked-out branch
+    ok("checkout", "c2")
     ok("branch", "-D", "run-1")
     assert ok("branch") == ""
     assert fails(capsys, 3, "show", "c3")
