@@ -7,6 +7,9 @@ is wrong.
 
 from __future__ import annotations
 
+import errno as _errno
+import os
+
 
 class QvcError(Exception):
     """Base class of every error qvc raises."""
@@ -63,9 +66,37 @@ class LocalChangesError(QvcError):
 class StorageError(QvcError, OSError):
     """The file system failed a read or write (full disk, I/O error, permissions).
 
-    An :class:`OSError` too, keeping ``errno``, ``strerror`` and ``filename``; what was
+    An :class:`OSError` too, keeping ``errno`` (``None`` when the cause did not tell),
+    ``strerror`` and ``filename``; its message is one line naming the path. What was
     acknowledged before stays stored, and writing works again once the cause is gone.
     """
+
+    def __init__(self, message: str, errno: int | None = None, filename: str | None = None):
+        if errno is None:
+            super().__init__(message)
+        else:
+            super().__init__(errno, os.strerror(errno), filename)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+    @classmethod
+    def of(cls, exc: BaseException, path: str, what: str = "cannot write") -> StorageError:
+        """The :class:`StorageError` for ``exc`` (an :class:`OSError`, or a libgit2 error whose text
+        carries the system's message): ``"<path>: <what>: <reason>"``, the errno kept or recovered."""
+        code = getattr(exc, "errno", None)
+        text = getattr(exc, "strerror", None) or str(exc)
+        if not isinstance(code, int):
+            code = errno_in(str(exc))
+        reason = os.strerror(code) if code is not None else text
+        return cls(f"{path}: {what}: {reason}", code, getattr(exc, "filename", None) or path)
+
+
+def errno_in(text: str) -> int | None:
+    """The errno whose system message ``text`` contains (libgit2 reports errors as text), or ``None``."""
+    found = [(len(os.strerror(code)), code) for code in _errno.errorcode if os.strerror(code) in text]
+    return max(found)[1] if found else None
 
 
 class DurabilityError(QvcError):

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import datetime as _dt
 import hashlib
 import json
@@ -55,7 +56,7 @@ import struct
 from collections.abc import Mapping
 from typing import Any, Callable, List, Tuple
 
-from qvc.errors import InvalidInputError, SerializationError
+from qvc.errors import InvalidInputError, SerializationError, StorageError
 
 #: The manifest's file name inside a state directory.
 MANIFEST = ".qvc-state.json"
@@ -475,6 +476,26 @@ def _read_text(dfd: int, name: str, label: str, files: dict | None = None, field
         raise InvalidInputError(f"{label}: not UTF-8 text (byte {exc.start})") from None
 
 
+def _write_temp(dfd: int, data: bytes) -> str:
+    """``data`` in a new fsynced temporary file in the directory; its name (removed on failure)."""
+    tmp = f".qvc-tmp-{secrets.token_hex(8)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o666,
+                 dir_fd=dfd)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dfd)
+        raise
+    return tmp
+
+
 def _write_atomic(dfd: int, name: str, data: bytes) -> None:
     tmp = f".qvc-tmp-{secrets.token_hex(8)}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o666,
@@ -608,7 +629,7 @@ def record_state(directory: str | os.PathLike, files: Mapping[str, Tuple[str, st
             _write_atomic(dfd, MANIFEST, text)
             os.fsync(dfd)
         except OSError as exc:
-            raise InvalidInputError(f"{path}: cannot write {MANIFEST}: {exc.strerror or exc}") from None
+            raise StorageError(f"{path}: cannot write {MANIFEST}: {exc.strerror or exc}", exc.errno, path) from None
     finally:
         os.close(dfd)
 
@@ -622,9 +643,11 @@ def write_state(state: Mapping[str, Any], directory: str | os.PathLike, *,
     clobbered. When rewriting, ``*.json`` field files that are no longer part of the state are
     removed (a managed directory's ``*.json`` files *are* the state); other files are kept.
     Every value is encoded before anything is written, so a :class:`SerializationError` leaves
-    the directory untouched. Each file is replaced atomically (temp file, fsync, rename) and
-    symlinks are never followed. Returns the field file names written, in field order (the
-    manifest, :data:`MANIFEST`, is written last and not listed).
+    the directory untouched; so does a full disk or another I/O error (every file is written
+    aside before any is replaced; a directory created for the write is removed again), raised
+    as :class:`~qvc.errors.StorageError` keeping the errno. Each file is replaced atomically
+    (temp file, fsync, rename) and symlinks are never followed. Returns the field file names
+    written, in field order (the manifest, :data:`MANIFEST`, is written last and not listed).
     """
     if not isinstance(state, Mapping):
         raise InvalidInputError(f"state must be a mapping, not {type(state).__name__}")
@@ -643,33 +666,49 @@ def write_state(state: Mapping[str, Any], directory: str | os.PathLike, *,
     manifest_text = _manifest_text(files, {fname: _digest(data) for fname, data in texts}, meta)
 
     path = os.fspath(directory)
+    created = not os.path.lexists(path)
+    if not created and not os.path.isdir(path):
+        raise InvalidInputError(f"{path}: not a directory")
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
-        raise InvalidInputError(f"{path}: cannot create directory: {exc.strerror}") from None
+        raise StorageError(f"{path}: cannot create directory: {exc.strerror or exc}", exc.errno, path) from None
     dfd = _open_dir(path)
+    temps: list[tuple[str, str]] = []
+    done = False
     try:
         entries = os.listdir(dfd)
-        if entries:
+        if entries and not created:
             if MANIFEST not in entries:
                 raise InvalidInputError(f"{path}: directory is not empty and was not written by qvc; "
                                         "choose an empty or new directory")
             _load_manifest(dfd, path)  # it must really be ours
         try:
-            for fname, data in texts:
-                _write_atomic(dfd, fname, data)
+            # Every file is written aside first: a full disk fails here, before anything changed.
+            for fname, data in [*texts, (MANIFEST, manifest_text)]:
+                temps.append((_write_temp(dfd, data), fname))
+            for tmp, fname in temps[:-1]:
+                os.replace(tmp, fname, src_dir_fd=dfd, dst_dir_fd=dfd)  # replaces a symlink itself, never its target
             wanted = set(files.values())
             for entry in entries:
                 if _is_field_file(entry) and entry not in wanted:
                     if stat.S_ISDIR(os.stat(entry, dir_fd=dfd, follow_symlinks=False).st_mode):
                         continue
                     os.unlink(entry, dir_fd=dfd)
-            _write_atomic(dfd, MANIFEST, manifest_text)
+            os.replace(temps[-1][0], MANIFEST, src_dir_fd=dfd, dst_dir_fd=dfd)
+            temps.clear()
+            done = True
             os.fsync(dfd)
         except OSError as exc:
-            raise InvalidInputError(f"{path}: cannot write state: {exc.strerror or exc}") from None
+            raise StorageError(f"{path}: cannot write state: {exc.strerror or exc}", exc.errno, path) from None
     finally:
+        for tmp, _ in temps:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
         os.close(dfd)
+        if created and not done:
+            with contextlib.suppress(OSError):
+                os.rmdir(path)  # made here for this write, which failed: leave nothing behind
     return list(files.values())
 
 

@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from qvc.errors import CorruptionError, InvalidInputError, LocalChangesError
+from qvc.errors import CorruptionError, InvalidInputError, LocalChangesError, StorageError
 from qvc.inspect.statefiles import local_changes, read_state, record_state, write_state
 from qvc.store.format import HEADER
 from qvc.store.refnames import decode_name
@@ -99,7 +99,9 @@ def commit_directory(store: GitCheckpointStore, directory: str | os.PathLike, me
     line); :class:`~qvc.errors.SerializationError` for values that cannot be stored;
     :class:`~qvc.errors.CheckpointConflictError` (naming the thread) if another writer moved the
     thread after it was read here, and nothing is stored then;
-    :class:`~qvc.errors.DurabilityError` if the flush fails.
+    :class:`~qvc.errors.DurabilityError` if the flush fails; :class:`~qvc.errors.StorageError` (keeping
+    the errno) for a full disk or another I/O error: nothing is stored then, or, if only the
+    manifest could not be updated afterwards, its message says the checkpoint is stored.
     """
     head = store.current()
     if head.thread is None:
@@ -124,7 +126,12 @@ def commit_directory(store: GitCheckpointStore, directory: str | os.PathLike, me
                             parent_id=pinfo.checkpoint_id if pinfo else None)
     store.put(CheckpointConfig(head.thread), checkpoint, metadata, expected_head=head.commit)
     sha = store.resolve(cid)
-    record_state(directory, files, {"id": cid, "thread": head.thread, "step": step, "commit": sha})
+    try:
+        record_state(directory, files, {"id": cid, "thread": head.thread, "step": step, "commit": sha})
+    except StorageError as exc:  # stored all the same: say so, and what to do about the directory
+        again = f"`qvc checkout {cid} --to {os.fspath(directory)} --force`"
+        raise StorageError(f"checkpoint {cid} is stored on thread {head.thread!r}, but {exc} (free space, then "
+                           f"{again})", exc.errno, exc.filename) from None
     changed = store.changed(sha)
     if parent:  # dropped fields changed too (store.changed lists only added and modified ones)
         now = store.tree_entries(sha)

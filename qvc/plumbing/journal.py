@@ -13,6 +13,7 @@ A journal whose owner died (its ``flock`` can be taken) is replayed on the next 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import struct
@@ -76,9 +77,18 @@ class Journal:
         # so another process's recovery cannot take a starting store's journal for an orphan.
         tmp = self.path + ".new"
         self._fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_APPEND | os.O_CLOEXEC, 0o644)
-        fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.write(self._fd, MAGIC)
-        os.rename(tmp, self.path)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.write(self._fd, MAGIC) != len(MAGIC):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), tmp)
+            os.rename(tmp, self.path)
+        except BaseException:  # a full disk: leave nothing behind
+            os.close(self._fd)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
         if fsync:
             # The name is durable before the store changes any git file: after a power loss,
             # recovery runs only if it finds the journal, and only recovery repairs the torn
@@ -104,11 +114,23 @@ class Journal:
         return self._durable
 
     def append(self, record: Record) -> int:
-        """Write ``record`` to the OS (one ``write``); return its sequence number."""
+        """Write ``record`` to the OS (one ``write``, unless the disk is full); return its sequence number.
+
+        Raises :class:`OSError` if it cannot be written whole; the journal is then as it was."""
         payload = record.encode()
         frame = _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
         with self._lock:
-            os.write(self._fd, frame)
+            view, done = memoryview(frame), 0
+            try:
+                while done < len(frame):
+                    done += os.write(self._fd, view[done:])
+            except OSError as exc:
+                if done:  # a full disk took part of the frame: cut it, so later records are not behind a torn one
+                    try:
+                        os.ftruncate(self._fd, self._size)
+                    except OSError:
+                        self.failed = exc  # records after a torn one would be unreadable: no more promises
+                raise
             self._size += len(frame)
             self._appended += 1
             return self._appended

@@ -8,6 +8,8 @@ Small packs are merged later (see :meth:`qvc.plumbing.repository.Repository.cons
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import itertools
 import os
 import struct
@@ -101,15 +103,32 @@ def _install(pack_dir: str, pack: bytes, idx: bytes, name: str, fsync: bool) -> 
     for ext, data in ((".pack", pack), (".idx", idx)):
         # unique per call: two threads may install byte-identical packs (same name) at once
         tmp = f"{base}{ext}.tmp-{os.getpid()}-{os.urandom(6).hex()}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o444)
         try:
-            os.write(fd, data)
-            if fsync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, base + ext)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o444)
+            try:
+                write_all(fd, data)  # a full disk may take part of it: never install a short pack
+                if fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, base + ext)
+        except BaseException:
+            # A .pack already in place stays: without its .idx nothing reads it, and another
+            # thread may be installing the byte-identical pack (same name) right now.
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
     return base
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to ``fd`` (``os.write`` may write less); raise :class:`OSError` if it cannot."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:  # pragma: no cover - os.write raises rather than return 0 for a regular file
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view = view[written:]
 
 
 def write(pack_dir: str, objects: Sequence[tuple[str, bytes]], oids: Sequence[bytes] | None = None,

@@ -30,7 +30,9 @@ from qvc.errors import (
     DurabilityError,
     InvalidInputError,
     NotARepositoryError,
+    StorageError,
     StoreClosedError,
+    errno_in,
 )
 from qvc.plumbing import pack, recovery
 from qvc.plumbing.durability import DurabilityMode, Worker, harden
@@ -68,10 +70,13 @@ def _flush_at_exit() -> None:  # EXIT mode's promise; harmless for the others
 def _create(path: str) -> None:
     """Create a bare repository at ``path`` atomically (built aside, then renamed into place)."""
     parent = os.path.dirname(path) or "."
-    os.makedirs(parent, exist_ok=True)
     import tempfile
 
-    tmp = tempfile.mkdtemp(prefix=".qvc-init-", dir=parent)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".qvc-init-", dir=parent)
+    except OSError as exc:
+        raise StorageError.of(exc, path, "cannot create repository") from None
     try:
         repo = configured().init_repository(tmp, bare=True, initial_head="main")
         repo.config[FORMAT_KEY] = "1"
@@ -81,13 +86,13 @@ def _create(path: str) -> None:
         repo.free()
         os.makedirs(os.path.join(tmp, QVC_DIR, "journal"))
         os.rename(tmp, path)
-    except OSError as exc:
+    except (OSError, pygit2.GitError) as exc:
         import shutil
 
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # nothing left behind (a full disk still lets us delete)
         if os.path.isdir(path) and os.listdir(path):
             return  # another process created it first; opening it will validate it
-        raise NotARepositoryError(f"{path}: cannot create repository: {exc}") from None
+        raise StorageError.of(exc, path, "cannot create repository") from None
 
 
 class Repository:
@@ -516,16 +521,27 @@ class Repository:
         """The one way to change a repository: ``with repo.transaction() as tx: ...``.
 
         See :class:`Transaction`. Holds the shared maintenance lock (as :meth:`writing`) for the
-        block. Raises :class:`~qvc.errors.InvalidInputError` on a read-only repository,
+        block. Raises :class:`~qvc.errors.StorageError` (keeping the errno) when the file system
+        fails a write (a full disk: nothing is acknowledged then, and writes work again once
+        space is freed), :class:`~qvc.errors.InvalidInputError` on a read-only repository,
         :class:`~qvc.errors.StoreClosedError` once closed, and :class:`~qvc.errors.DurabilityError`
         after an earlier failed flush or when this transaction's own flush fails.
         """
         with self.writing():
             tx = Transaction(self)
             try:
-                yield tx
-            finally:
-                tx._finish()
+                try:
+                    yield tx
+                finally:
+                    tx._finish()
+            except StorageError:
+                raise
+            except OSError as exc:  # a full disk, an I/O error: what was acknowledged before stays
+                raise StorageError.of(exc, self.path) from exc
+            except pygit2.GitError as exc:
+                if errno_in(str(exc)) is None:
+                    raise
+                raise StorageError.of(exc, self.path) from exc
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
