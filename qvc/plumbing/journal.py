@@ -17,6 +17,7 @@ import errno
 import fcntl
 import os
 import struct
+import sys
 import threading
 import zlib
 from dataclasses import dataclass, field
@@ -25,6 +26,25 @@ from typing import Iterator
 import msgpack
 
 MAGIC = b"QVCJ1\n"
+_FALLOC_FL_KEEP_SIZE = 1
+
+
+def _libc_fallocate():
+    """libc's ``fallocate`` (Linux), or ``None`` where there is none."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        fn = libc.fallocate
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_fallocate = _libc_fallocate() if sys.platform.startswith("linux") else None
 _FRAME = struct.Struct("<II")
 SUFFIX = ".wal"
 
@@ -42,6 +62,14 @@ class Record:
     seen: dict[str, list] = field(default_factory=dict)
     stored: int = field(default=0, compare=False)  # how many of ``objects`` are in the object store
     oids: list[bytes] = field(default_factory=list, compare=False)  # ids of ``objects``, when known
+
+    def size_hint(self, more_refs: int = 0) -> int:
+        """An upper bound of the bytes :meth:`Journal.append` writes for this record with
+        ``more_refs`` more ref moves (and their ``seen`` entries), without encoding it."""
+        objects = sum(len(d) + 16 for _, d in self.objects)
+        refs = sum(len(n) + 100 for n, _, _ in self.refs) + more_refs * 400
+        seen = sum(len(n) + 200 for n in self.seen)
+        return _FRAME.size + 64 + objects + refs + seen
 
     def encode(self) -> bytes:
         return msgpack.packb(
@@ -99,6 +127,7 @@ class Journal:
         self._appended = 0  # sequence number of the last record written to the OS
         self._durable = 0  # sequence number of the last record known to be on stable storage
         self._size = len(MAGIC)
+        self._reserved = 0  # the file's blocks are allocated up to this offset (see reserve)
         self.failed: OSError | None = None  # a failed flush: nothing later is promised durable
 
     @property
@@ -112,6 +141,30 @@ class Journal:
     @property
     def durable(self) -> int:
         return self._durable
+
+    def reserve(self, nbytes: int) -> None:
+        """Allocate disk space for the next ``nbytes`` appended (beyond the end, the size kept),
+        so that appending them cannot fail for want of space: a writer reserves its record
+        before it moves refs, and a full disk fails the write before anything changed.
+
+        Raises :class:`OSError` (``ENOSPC``) when the file system cannot give the space; a
+        no-op where ``fallocate`` is missing or the file system does not support it.
+        """
+        with self._lock:
+            if _fallocate is None or self._size + nbytes <= self._reserved:
+                return
+            import ctypes
+
+            want = max(nbytes, 1 << 16)  # a little ahead, so most records reserve nothing
+            if _fallocate(self._fd, _FALLOC_FL_KEEP_SIZE, self._size, want) != 0:
+                err = ctypes.get_errno()
+                if err in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                    return  # this file system cannot: best effort
+                if _fallocate(self._fd, _FALLOC_FL_KEEP_SIZE, self._size, nbytes) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, os.strerror(err), self.path)
+                want = nbytes
+            self._reserved = self._size + want
 
     def append(self, record: Record) -> int:
         """Write ``record`` to the OS (one ``write``, unless the disk is full); return its sequence number.
@@ -128,6 +181,7 @@ class Journal:
                 if done:  # a full disk took part of the frame: cut it, so later records are not behind a torn one
                     try:
                         os.ftruncate(self._fd, self._size)
+                        self._reserved = 0
                     except OSError:
                         self.failed = exc  # records after a torn one would be unreadable: no more promises
                 raise
@@ -158,6 +212,7 @@ class Journal:
         """After the git files were hardened: drop every record and keep only ``base``."""
         with self._lock, self._sync_lock:
             os.ftruncate(self._fd, len(MAGIC))
+            self._reserved = 0
             payload = base.encode()
             os.write(self._fd, _FRAME.pack(len(payload), zlib.crc32(payload)) + payload)
             self._size = len(MAGIC) + _FRAME.size + len(payload)

@@ -357,6 +357,9 @@ class Repository:
             with self._touched_lock:
                 if name not in self._touched:
                     self.journal.sync(self.journal.append(Record(refs=[(name, old, old)])))
+        # The record is journaled after the refs move: its space is taken now, so a full disk
+        # fails the write here, before any ref moved, and never between the move and the journal.
+        self.journal.reserve(record.size_hint(more_refs=1))
         deadline = time.monotonic() + LOCK_WAIT
         delay = 0.0005
         while True:
@@ -717,10 +720,21 @@ class Transaction:
         HEAD is not journaled: it is flushed on the spot (durable on return unless the
         repository was opened with ``fsync=False``)."""
         repo = self.repo
-        if target.startswith("refs/"):
-            repo.git.set_head(target)
-        else:
-            repo.git.set_head(pygit2.Oid(hex=target))
+        log = os.path.join(repo.path, "logs", "HEAD")
+        try:
+            size = os.path.getsize(log)
+        except OSError:
+            size = None
+        try:
+            if target.startswith("refs/"):
+                repo.git.set_head(target)
+            else:
+                repo.git.set_head(pygit2.Oid(hex=target))
+        except (OSError, pygit2.GitError):
+            if size is not None:  # libgit2 may have logged the move that then failed (a full disk)
+                with contextlib.suppress(OSError):
+                    os.truncate(log, size)
+            raise
         if repo.fsync:
             fd = os.open(os.path.join(repo.path, "HEAD"), os.O_RDONLY | os.O_CLOEXEC)
             try:

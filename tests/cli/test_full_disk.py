@@ -1,0 +1,180 @@
+"""A really full file system (issue 15, part D): a small tmpfs mounted for the test and filled
+with a ballast file until the kernel answers ENOSPC.
+
+Every command fails with one line and exit status 1, leaves nothing behind (no ``.qvc-init-*``,
+temporary, lock or half-written file, no half-updated state directory), changes nothing, and
+works again once the ballast is removed; the library raises :class:`~qvc.errors.StorageError`
+keeping the errno, and nothing acknowledged is lost. Mounting needs root and the mount
+capability (``CAP_SYS_ADMIN``); without them the tests are skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from conftest import fsck  # noqa: E402
+from test_cli_process import put, qvc, qvc_json  # noqa: E402
+
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore  # noqa: E402
+from qvc.errors import QvcError, StorageError  # noqa: E402
+
+SIZE = "4m"
+LEFTOVER = (".qvc-init-", ".qvc-tmp-", ".tmp-", ".lock", ".wal.new", "tmp_obj_")
+
+
+@pytest.fixture
+def small_fs(tmp_path) -> Path:
+    """A fresh tmpfs of :data:`SIZE` mounted at ``tmp_path/fs`` (unmounted afterwards)."""
+    mount, umount = shutil.which("mount"), shutil.which("umount")
+    if os.geteuid() != 0 or not mount or not umount:
+        pytest.skip("mounting a small tmpfs needs root and mount(8)")
+    target = tmp_path / "fs"
+    target.mkdir()
+    proc = subprocess.run([mount, "-t", "tmpfs", "-o", f"size={SIZE}", "tmpfs", str(target)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        yield target
+    finally:
+        subprocess.run([umount, "-l", str(target)], capture_output=True)
+
+
+def fill(fs: Path) -> Path:
+    """Write a ballast file until the file system refuses more (ENOSPC); return it."""
+    ballast = fs / "ballast"
+    with open(ballast, "ab", buffering=0) as f:
+        chunk = b"\0" * 4096
+        while True:
+            try:
+                f.write(chunk)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+                break
+        while True:  # the last few bytes too
+            try:
+                f.write(b"\0")
+            except OSError:
+                break
+    return ballast
+
+
+def leftovers(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if any(m in p.name for m in LEFTOVER))
+
+
+def tree(root: Path) -> dict[str, bytes | None]:
+    """Every path under ``root`` with a file's bytes (None for a directory), but the ballast."""
+    return {str(p.relative_to(root)): (None if p.is_dir() else p.read_bytes())
+            for p in sorted(root.rglob("*")) if p.name != "ballast"}
+
+
+def one_line_exit_1(*args: str, cwd: Path) -> str:
+    proc = qvc(*args, cwd=cwd, check=1)
+    assert proc.stderr.startswith("qvc: ") and proc.stderr.count("\n") == 1, (args, proc.stderr)
+    assert "No space left on device" in proc.stderr, proc.stderr
+    return proc.stderr
+
+
+def test_commands_on_a_full_disk(small_fs):
+    repo = small_fs / ".qvc"
+    with GitCheckpointStore(repo) as store:
+        for i in range(3):
+            put(store, "main", f"m{i}", i, {"plan": [f"p{k}" for k in range(i + 1)], "n": i})
+        put(store, "other", "o0", 0, {"n": 0})
+        store.checkout("main")
+    qvc("checkout", "main~1", "--to", "st", cwd=small_fs)
+    (small_fs / "st" / "n.json").write_text("9\n")
+    qvc("commit", "st", "-m", "before", cwd=small_fs)
+    history = qvc_json("log", "--all", cwd=small_fs)
+    ballast = fill(small_fs)
+    before = tree(small_fs)
+
+    one_line_exit_1("init", "new.qvc", cwd=small_fs)
+    assert not (small_fs / "new.qvc").exists()
+    one_line_exit_1("checkout", "other", cwd=small_fs)
+    one_line_exit_1("checkout", "main", "--to", "fresh", cwd=small_fs)
+    assert not (small_fs / "fresh").exists()
+    one_line_exit_1("checkout", "main~2", "--to", "st", cwd=small_fs)
+    (small_fs / "st" / "n.json").write_text("10\n")  # an edit in place takes no new block
+    edited = tree(small_fs)
+    one_line_exit_1("commit", "st", "-m", "on a full disk", cwd=small_fs)
+    for args in (["branch", "fork"], ["reset", "main~1"], ["branch", "-m", "other", "renamed"],
+                 ["branch", "-D", "other"], ["checkout", "-b", "new", "m0"]):
+        one_line_exit_1(*args, cwd=small_fs)
+    assert tree(small_fs) == edited, "a failed command changed something"
+    assert {k: v for k, v in edited.items() if k != "st/n.json"} == {k: v for k, v in before.items()
+                                                                   if k != "st/n.json"}
+    assert leftovers(small_fs) == []
+    # reading still works on a full disk
+    assert qvc_json("log", "--all", cwd=small_fs) == history
+    assert qvc_json("status", cwd=small_fs)["thread"] == "main"
+
+    ballast.unlink()  # space again: the same commands work
+    qvc("init", "new.qvc", cwd=small_fs)
+    qvc("checkout", "main", "--to", "fresh", cwd=small_fs)
+    done = json.loads(qvc("commit", "st", "-m", "later", "--json", cwd=small_fs).stdout)
+    assert qvc_json("show", done["id"], cwd=small_fs)["state"]["n"] == 10
+    qvc("branch", "fork", cwd=small_fs)
+    qvc("checkout", "other", cwd=small_fs)
+    assert {e["id"] for e in history} <= {e["id"] for e in qvc_json("log", "--all", cwd=small_fs)}
+    assert leftovers(small_fs) == []
+    fsck(repo)
+
+
+def test_the_library_on_a_full_disk(small_fs):
+    path = small_fs / "runs.qvc"
+    acknowledged = []
+    store = GitCheckpointStore(path)
+    try:
+        ballast = small_fs / "ballast"
+        with open(ballast, "wb") as f:  # leave room for a few dozen checkpoints only
+            f.write(b"\0" * (os.statvfs(small_fs).f_bavail * os.statvfs(small_fs).f_frsize - 200_000))
+        failure = None
+        for i in range(10_000):
+            cp = Checkpoint(id=f"c{i}", thread_id="t", step=i, state_data={"blob": os.urandom(4000).hex(), "i": i})
+            try:
+                store.put(CheckpointConfig("t"), cp, {"step": i})
+            except QvcError as exc:
+                failure = exc
+                break
+            acknowledged.append(cp.id)
+        assert isinstance(failure, StorageError) and isinstance(failure, OSError), repr(failure)
+        assert failure.errno == errno.ENOSPC and "No space left on device" in str(failure)
+        assert acknowledged and store.commit(store.head("t")).checkpoint_id == acknowledged[-1]
+        with pytest.raises(StorageError) as again:  # still full: the same error, nothing stored
+            store.put(CheckpointConfig("t"), Checkpoint(id="x", thread_id="t", step=0,
+                                                        state_data={"blob": os.urandom(8000).hex()}), {})
+        assert again.value.errno == errno.ENOSPC
+        ballast.unlink()
+        store.put(CheckpointConfig("t"), Checkpoint(id="after", thread_id="t", step=len(acknowledged),
+                                                    state_data={"i": -1}), {})
+        acknowledged.append("after")
+    finally:
+        store.close()
+    with GitCheckpointStore(path) as store:
+        ids = [t.checkpoint.id for t in store.list(CheckpointConfig("t"))]
+    assert ids == acknowledged[::-1], "an acknowledged checkpoint was lost"
+    assert leftovers(small_fs) == []
+    fsck(path)
+
+
+def test_init_on_a_full_disk_leaves_nothing(small_fs):
+    fill(small_fs)
+    with pytest.raises(StorageError) as caught:
+        GitCheckpointStore(small_fs / "r.qvc")
+    assert caught.value.errno == errno.ENOSPC
+    assert sorted(p.name for p in small_fs.iterdir()) == ["ballast"]
