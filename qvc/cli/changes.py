@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from qvc.cli.app import cli, complete_names, revision, session
-from qvc.cli.output import emit_json, out, page, value_width
+from qvc.cli.output import emit_json, out, page, value_width, warn
 
 
 @cli.command()
@@ -30,8 +30,11 @@ def diff(a: str, b: str | None, stat: bool, full: bool, as_json: bool) -> None:
 
     store = session().store()
     ra = revision(store, a)
-    diffs = diff_commits(store, None, ra.commit) if b is None else \
-        diff_commits(store, ra.commit, revision(store, b).commit)
+    damaged: dict[str, str] = {}
+    diffs = diff_commits(store, None, ra.commit, damaged) if b is None else \
+        diff_commits(store, ra.commit, revision(store, b).commit, damaged)
+    for field, why in damaged.items():  # the healthy fields are compared all the same
+        warn(f"field {field!r} not compared: {why} (see `qvc fsck`)")
     if as_json:
         emit_json(to_json(diffs))
     elif stat:

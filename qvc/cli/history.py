@@ -10,7 +10,7 @@ from qvc.cli.app import cli, complete_names, revision, session
 from qvc.cli.following import follow_log
 from qvc.cli.output import ago, emit_json, page, short, style, value_width
 from qvc.cli.runs import show_run
-from qvc.errors import NotFoundError
+from qvc.errors import CorruptionError, NotFoundError
 from qvc.inspect.views import iso
 
 
@@ -111,11 +111,14 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool) -
     if as_json:
         emit_json(checkpoint_json(store, rev.commit, fields))
         return
-    tup = store.read(rev.commit)
+    damaged: dict[str, str] = {}  # fields whose blob does not read: marked, the others shown
+    tup = store.read(rev.commit, damaged=damaged)
     info = store.commit(rev.commit)
     cp = tup.checkpoint
-    state = state_of(store, rev.commit, cp.state_data)
+    state = state_of(store, rev.commit, cp.state_data) if not damaged else cp.state_data
     for f in fields:
+        if f in damaged:
+            raise CorruptionError(damaged[f])
         if f not in state:
             raise NotFoundError(f"checkpoint {short(cp.id)} has no field {f!r} (fields: {', '.join(state) or 'none'})")
     shown = {f: state[f] for f in fields} if fields else state
@@ -129,7 +132,9 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool) -
     if tup.metadata:
         lines.append(style("Metadata:", bold=True))
         lines += [f"  {k}: {shorten(v, full, width)}" for k, v in tup.metadata.items()]
-    lines.append(style(f"State ({len(state)} field{'s' if len(state) != 1 else ''}):", bold=True))
+    lines.append(style(f"State ({len(state) + len(damaged)} field{'s' if len(state) + len(damaged) != 1 else ''}):",
+                       bold=True))
+    lines += [f"  {style(f, fg='red')}: DAMAGED ({why}; see `qvc fsck`)" for f, why in damaged.items() if not fields]
     for f, v in shown.items():
         version = cp.state_versions.get(f)
         lines.append(f"  {style(f, fg='green')}{f' (v{version})' if version else ''}: {shorten(v, full, width)}")

@@ -24,6 +24,11 @@ def out(text: str = "") -> None:
     click.echo(text, color=session().color)
 
 
+def warn(text: str) -> None:
+    """Print ``qvc: warning: text`` on stderr (the command goes on)."""
+    click.echo(f"qvc: warning: {text}", err=True)
+
+
 def emit_json(data: Any) -> None:
     """Print ``data`` as indented JSON (the stable ``--json`` forms)."""
     click.echo(json.dumps(data, ensure_ascii=False, indent=2, allow_nan=False))

@@ -8,7 +8,7 @@ import time
 import click
 
 from qvc.cli.app import cli, session
-from qvc.cli.output import ago, emit_json, out, short, style
+from qvc.cli.output import ago, emit_json, out, short, style, warn
 from qvc.errors import InvalidInputError
 
 
@@ -50,12 +50,16 @@ def status(as_json: bool) -> None:
     from qvc.inspect.status import status as repo_status  # deferred: start-up speed
 
     st = repo_status(session().store())
+    if st.damaged:
+        warn(f"{'thread ' + repr(st.thread) if st.thread else 'HEAD'} is damaged: {st.damaged} (see `qvc fsck`)")
     if as_json:
         emit_json(st.to_json())
         return
     out(f"repository {st.path}")
     if st.thread is None:
         out(f"HEAD detached at {style(short(st.head_id or ''), fg='yellow')} (step {st.head_step})")
+    elif st.damaged:
+        out(f"On thread {style(st.thread, fg='green')}, head {style(st.head[:12], fg='red')} (damaged)")
     elif st.head is None:
         out(f"On thread {style(st.thread, fg='green')} (no checkpoints yet)")
     else:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import click
 
 from qvc.cli.app import cli, complete_names, revision, session
-from qvc.cli.output import ago, emit_json, out, page, short, style
+from qvc.cli.output import ago, emit_json, out, page, short, style, warn
 from qvc.cli.workdir import checkout_to
-from qvc.errors import InvalidInputError, UnknownThreadError
+from qvc.errors import CorruptionError, InvalidInputError, UnknownThreadError
 from qvc.inspect.views import iso
 
 
@@ -90,14 +90,18 @@ def delete_threads(store, names: tuple[str, ...], force: bool) -> None:
         if name == current:
             raise InvalidInputError(f"cannot delete the current thread {name!r}: `qvc checkout` another first")
         if not force:
+            if store.damage(store.head(name)) is not None:
+                raise CorruptionError(f"thread {name!r} is damaged ({store.damage(store.head(name))}); "
+                                      "use -D to delete it")
             kept = kept_lines(store, name)
             if kept:
                 raise InvalidInputError(f"thread {name!r} has {len(kept)} line(s) kept by time travel that would be "
                                         "deleted too (see `qvc log --all`); use -D to delete anyway")
     for name in names:
-        head = store.commit(store.head(name))
+        tip = store.head(name)
+        was = short(store.commit(tip).checkpoint_id) if store.damage(tip) is None else f"{tip[:12]}, damaged"
         store.delete_thread(name)
-        out(f"Deleted thread {name} (was {short(head.checkpoint_id)}; data stays until `qvc gc --prune`)")
+        out(f"Deleted thread {name} (was {was}; data stays until `qvc gc --prune`)")
 
 
 def list_threads(store, verbose: bool, as_json: bool) -> None:
@@ -105,7 +109,12 @@ def list_threads(store, verbose: bool, as_json: bool) -> None:
     from qvc.inspect.views import thread_json  # deferred: start-up speed
 
     current = store.current().thread
-    rows = [thread_json(store, thread, thread == current, verbose=verbose) for thread in store.threads()]
+    rows = []
+    for thread in store.threads():
+        try:
+            rows.append(thread_json(store, thread, thread == current, verbose=verbose))
+        except CorruptionError as exc:  # one damaged thread: the others are listed all the same
+            warn(f"thread {thread!r} is damaged: {exc} (see `qvc fsck`; `qvc branch -D` removes it)")
     if as_json:
         emit_json(rows)
         return

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from qvc.cli.app import cli, revision, session
-from qvc.cli.output import emit_json, out, short
+from qvc.cli.output import emit_json, out, short, warn
 
 
 def checkout_to(store, name: str | None, to: str, as_json: bool, force: bool = False) -> None:
@@ -15,6 +15,9 @@ def checkout_to(store, name: str | None, to: str, as_json: bool, force: bool = F
     from qvc.inspect.workdir import checkout_to_directory  # deferred: start-up speed
 
     done = checkout_to_directory(store, revision(store, name).commit, to, force=force)
+    for field, why in done.damaged.items():
+        warn(f"field {field!r} is damaged and was not written: {why} (see `qvc fsck`; a commit from {to} "
+             "drops it unless you add its file)")
     if as_json:
         emit_json({"directory": done.directory, "id": done.id, "thread": done.thread, "files": done.files})
     else:

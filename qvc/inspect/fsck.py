@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from qvc.errors import QvcError
-from qvc.store.refnames import HEADS, SUPERSEDED, WRITES
+from qvc.store.refnames import HEADS, SUPERSEDED, WRITES, decode_thread
 
 if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore
@@ -35,7 +35,12 @@ class FsckReport:
 
 def fsck(store: GitCheckpointStore, *, objects: bool = True) -> FsckReport:
     """Check the repository; never raises for what it finds (it is reported), only for
-    :class:`~qvc.errors.QvcError` such as a missing ``git`` when ``objects`` is set."""
+    :class:`~qvc.errors.QvcError` such as a missing ``git`` when ``objects`` is set.
+
+    Each problem names where it is: the thread (and ref) of a ref pointing at a missing or
+    unreadable commit; the thread, checkpoint id and commit, and the field, of a damaged
+    checkpoint. ``checkpoints`` counts every checkpoint commit reached, damaged ones too.
+    """
     from qvc.plumbing.maintenance import run
 
     report = FsckReport()
@@ -69,13 +74,17 @@ def fsck(store: GitCheckpointStore, *, objects: bool = True) -> FsckReport:
             continue
         if name.startswith(HEADS):
             thread = store.thread_of_ref(name)
+            where = f"thread {thread!r} ({name})"
             try:
                 owner = store.commit(tip).thread_id
             except QvcError as exc:
-                report.problems.append(f"{name}: {exc}")
+                report.problems.append(f"{where}: {exc}")
                 continue
             if owner is not None and thread != owner and owner != name[len(HEADS):]:
                 report.problems.append(f"{name}: names thread {thread!r} but its head belongs to {owner!r}")
+        else:
+            component = name[len(SUPERSEDED):].rpartition("/")[0]
+            where = f"a superseded line of thread {decode_thread(component) or component!r} ({name})"
         stack = [tip]
         while stack:
             commit = stack.pop()
@@ -83,9 +92,20 @@ def fsck(store: GitCheckpointStore, *, objects: bool = True) -> FsckReport:
                 continue
             seen.add(commit)
             try:
-                store.read(commit)
-                report.checkpoints += 1
-                stack.extend(store.commit(commit).parents)
+                info = store.commit(commit)
             except QvcError as exc:
-                report.problems.append(f"checkpoint {commit[:12]} (reached from {name}): {exc}")
+                report.problems.append(f"{where}: {exc}" if commit == tip else
+                                       f"{where}: commit {commit[:12]}: {exc}")
+                continue
+            report.checkpoints += 1  # every checkpoint commit counts, damaged or not
+            stack.extend(info.parents)
+            label = f"thread {info.thread_id!r} checkpoint {info.checkpoint_id} (commit {commit[:12]})"
+            damaged: dict[str, str] = {}
+            try:
+                store.read(commit, damaged=damaged)
+            except QvcError as exc:
+                report.problems.append(f"{label}: {exc}")
+                continue
+            for field_name, why in damaged.items():
+                report.problems.append(f"{label} field {field_name!r}: {why}")
     return report

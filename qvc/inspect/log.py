@@ -83,8 +83,21 @@ def head_map(store: GitCheckpointStore) -> dict[str, list[str]]:
     """``{commit: [threads whose head it is]}``."""
     out: dict[str, list[str]] = {}
     for name, tip in store.repository.refs(HEADS):
-        out.setdefault(tip, []).append(store.thread_of_ref(name))
+        if readable(store, name, tip):
+            out.setdefault(tip, []).append(store.thread_of_ref(name))
     return out
+
+
+def readable(store: GitCheckpointStore, name: str, tip: str) -> bool:
+    """Whether ref ``name``'s commit ``tip`` reads; if not, a warning naming it is logged (on
+    stderr from the CLI) and the ref is skipped, so one damaged thread hides only itself."""
+    why = store.damage(tip)
+    if why is not None:
+        import logging
+
+        what = f"thread {store.thread_of_ref(name)!r}" if name.startswith(HEADS) else name
+        logging.getLogger("qvc").warning("qvc: warning: %s is damaged, skipped: %s (see `qvc fsck`)", what, why)
+    return why is None
 
 
 def log(store: GitCheckpointStore, start: str | None = None, *, limit: int | None = None,
@@ -121,7 +134,7 @@ def log(store: GitCheckpointStore, start: str | None = None, *, limit: int | Non
             yield entry(store, info.hex, heads)
         return
     heads = head_map(store)
-    tips = list(heads) + [tip for _, tip in store.repository.refs(SUPERSEDED)]
+    tips = list(heads) + [tip for name, tip in store.repository.refs(SUPERSEDED) if readable(store, name, tip)]
     on_live = _reachable_from(store, set(heads))
     everything = _reachable_from(store, set(tips))
     # Newest first, but never a parent before any of its children (git log --date-order).

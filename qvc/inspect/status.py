@@ -27,6 +27,7 @@ class RepoStatus:
     recovery: str | None  # what opening repaired, if anything
     maintenance_due: str | None  # why `qvc gc` is due, if it is
     replication: list[dict[str, Any]] = field(default_factory=list)  # lag per replicated remote
+    damaged: str | None = None  # why HEAD's commit does not read, if it does not (see `qvc fsck`)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -38,7 +39,8 @@ def status(store: GitCheckpointStore) -> RepoStatus:
     from qvc.remotes.replication import replication_status
 
     head = store.current()
-    info = store.commit(head.commit) if head.commit else None
+    damaged = store.damage(head.commit) if head.commit else None  # a broken head: the rest still reads
+    info = store.commit(head.commit) if head.commit and damaged is None else None
     counts = {HEADS: 0, SUPERSEDED: 0, WRITES: 0}
     for name, _ in store.repository.refs("refs/"):
         for prefix in counts:
@@ -49,5 +51,5 @@ def status(store: GitCheckpointStore) -> RepoStatus:
         head_step=info.step if info else None, durability=store.durability.value, threads=counts[HEADS],
         superseded_lines=counts[SUPERSEDED], pending_writes=counts[WRITES],
         recovery=store.recovery.summary() if store.recovery else None, maintenance_due=due(store.repository),
-        replication=[r.to_json() for r in replication_status(store)],
+        replication=[r.to_json() for r in replication_status(store)], damaged=damaged,
     )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from qvc.errors import NotFoundError
+from qvc.errors import CorruptionError, NotFoundError
 
 if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore
@@ -36,21 +36,27 @@ def state_of(store: GitCheckpointStore, sha: str, state: dict) -> dict:
 def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] = ()) -> dict[str, Any]:
     """The ``qvc show --json`` form of checkpoint commit ``sha`` (only ``fields`` of the state, if given).
 
-    Raises :class:`~qvc.errors.NotFoundError` for a field the state does not have.
+    Raises :class:`~qvc.errors.NotFoundError` for a field the state does not have. A damaged
+    field (its blob missing or not decoding) is left out of ``state`` and named, with why, in
+    ``"damaged"`` (present only then); asking for it in ``fields`` raises
+    :class:`~qvc.errors.CorruptionError`, asking for healthy fields works.
     """
     from qvc.inspect.statefiles import to_jsonable
 
-    tup = store.read(sha)
+    damaged: dict[str, str] = {}
+    tup = store.read(sha, damaged=damaged)
     info = store.commit(sha)
     cp = tup.checkpoint
-    state = state_of(store, sha, cp.state_data)
+    state = state_of(store, sha, cp.state_data) if not damaged else cp.state_data
     for f in fields:
+        if f in damaged:
+            raise CorruptionError(damaged[f])
         if f not in state:
             short = cp.id if len(cp.id) <= 16 else cp.id[:12]
             raise NotFoundError(f"checkpoint {short} has no field {f!r} (fields: {', '.join(state) or 'none'})")
     shown = {f: state[f] for f in fields} if fields else state
     parent = tup.parent_config
-    return {
+    out = {
         "id": cp.id, "commit": sha, "thread": cp.thread_id, "step": cp.step,
         "parent": {"thread": parent.thread_id, "id": parent.checkpoint_id} if parent else None,
         "created_at": cp.created_at, "time": iso(info.time), "timestamp": info.time,
@@ -59,18 +65,37 @@ def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] =
         "pending_writes": [{"task": w.task_id, "channel": w.channel, "value": to_jsonable(w.value, "write")}
                            for w in tup.pending_writes or []],
     }
+    if damaged:
+        out["damaged"] = damaged
+    return out
 
 
-def diff_commits(store: GitCheckpointStore, a: Optional[str], b: str) -> list:
+def diff_commits(store: GitCheckpointStore, a: Optional[str], b: str,
+                 damaged: dict[str, str] | None = None) -> list:
     """The field diffs (:func:`qvc.inspect.statediff.diff_states`) from commit ``a`` to ``b``; ``a=None``
-    compares ``b`` with its parent (everything added for a first checkpoint)."""
+    compares ``b`` with its parent (everything added for a first checkpoint).
+
+    With ``damaged`` (a dict), a field damaged on either side is not compared: it is named in
+    ``damaged`` with why, and the healthy fields are compared; without it, it raises
+    :class:`~qvc.errors.CorruptionError`."""
     from qvc.inspect.statediff import diff_states
 
-    def state(sha: str | None) -> dict:
-        return state_of(store, sha, store.read(sha).checkpoint.state_data) if sha else {}
+    bad: dict[str, str] = {}
 
-    old = state(store.commit(b).parent) if a is None else state(a)
-    return diff_states(old, state(b))
+    def state(sha: str | None) -> dict:
+        if not sha:
+            return {}
+        here: dict[str, str] = {}
+        data = store.read(sha, damaged=here if damaged is not None else None).checkpoint.state_data
+        bad.update(here)
+        return state_of(store, sha, data) if not here else data
+
+    old, new = (state(store.commit(b).parent) if a is None else state(a)), state(b)
+    if bad and damaged is not None:
+        damaged.update(bad)
+        old = {k: v for k, v in old.items() if k not in bad}
+        new = {k: v for k, v in new.items() if k not in bad}
+    return diff_states(old, new)
 
 
 def thread_json(store: GitCheckpointStore, thread: str, current: bool = False, *, verbose: bool = True,

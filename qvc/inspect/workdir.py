@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from qvc.errors import CorruptionError, InvalidInputError, LocalChangesError, StorageError
@@ -35,6 +35,7 @@ class CheckedOutDirectory:
     step: int
     commit: str
     files: list[str]  # field file names written, in field order (the manifest not included)
+    damaged: dict[str, str] = field(default_factory=dict)  # fields not written: their blob does not read (why)
 
 
 @dataclass(frozen=True)
@@ -65,9 +66,12 @@ def checkout_to_directory(store: GitCheckpointStore, commit: str, directory: str
     Raises :class:`~qvc.errors.InvalidInputError` for a directory that holds other files or
     cannot be written, :class:`~qvc.errors.SerializationError` for state that JSON files cannot
     hold (nothing is written then), :class:`~qvc.errors.CorruptionError` if ``commit`` is missing
-    or not a readable checkpoint.
+    or not a readable checkpoint. A damaged field (its blob does not read) is not written and is
+    named in ``damaged``; the healthy ones are (a commit from the directory then drops it, unless
+    a file for it is added).
     """
-    cp = store.read(commit).checkpoint
+    damaged: dict[str, str] = {}
+    cp = store.read(commit, damaged=damaged).checkpoint
     if not force:
         changed = local_changes(directory)
         if changed:
@@ -77,7 +81,7 @@ def checkout_to_directory(store: GitCheckpointStore, commit: str, directory: str
                 changed)
     files = write_state(cp.state_data, directory, meta={"id": cp.id, "thread": cp.thread_id, "step": cp.step,
                                                         "commit": commit})
-    return CheckedOutDirectory(os.path.abspath(directory), cp.id, cp.thread_id, cp.step, commit, files)
+    return CheckedOutDirectory(os.path.abspath(directory), cp.id, cp.thread_id, cp.step, commit, files, damaged)
 
 
 def commit_directory(store: GitCheckpointStore, directory: str | os.PathLike, message: str = "") -> CommittedDirectory:

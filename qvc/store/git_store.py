@@ -194,9 +194,25 @@ class GitCheckpointStore(CheckpointStore):
         """A blob's bytes by raw id."""
         return self._history.blob(raw)
 
-    def read(self, sha: str) -> CheckpointTuple:
-        """The checkpoint stored in commit ``sha``, fully decoded. Raises :class:`CorruptionError`."""
-        return self._tuple(sha)
+    def read(self, sha: str, *, damaged: dict[str, str] | None = None) -> CheckpointTuple:
+        """The checkpoint stored in commit ``sha``, fully decoded. Raises :class:`CorruptionError`.
+
+        With ``damaged`` (a dict), a state field whose blob is missing or does not decode is left
+        out of ``state_data`` and ``damaged[field]`` says why, so the healthy fields stay
+        readable; the commit and its header must still read.
+        """
+        return self._tuple(sha, damaged=damaged)
+
+    def damage(self, sha: str) -> str | None:
+        """Why commit ``sha`` cannot be read as a checkpoint commit (missing, malformed, no
+        header), or ``None`` when it can. Reads the commit and its tree, not the state."""
+        try:
+            entries = self._history.entries(self._history.commit(sha))
+            if HEADER not in entries:
+                return f"commit {sha[:12]} is not a qvc checkpoint (no {HEADER} entry)"
+        except CorruptionError as exc:
+            return str(exc)
+        return None
 
     def header(self, sha: str) -> tuple[dict, dict]:
         """``(checkpoint header, metadata)`` of the checkpoint commit ``sha`` (its ``.qvc`` blob)."""
@@ -303,14 +319,23 @@ class GitCheckpointStore(CheckpointStore):
             return out
         return serde.loads(self._blob(raw), what)
 
-    def _tuple(self, hexid: str, with_writes: set[str] | None = None) -> CheckpointTuple:
+    def _tuple(self, hexid: str, with_writes: set[str] | None = None, damaged: dict | None = None) -> CheckpointTuple:
         info = self._history.commit(hexid)
         entries = self._history.entries(info)
         if HEADER not in entries:
             raise CorruptionError(f"commit {hexid[:12]} is not a qvc checkpoint (no {HEADER} entry)")
         header, metadata = decode_header(self._blob(entries[HEADER][1]), f"checkpoint {hexid[:12]} header")
-        state = {decode_name(n): self._field(decode_name(n), mode, raw, hexid)
-                 for n, (mode, raw) in entries.items() if n != HEADER}
+        state = {}
+        for n, (mode, raw) in entries.items():
+            if n == HEADER:
+                continue
+            name = decode_name(n)
+            try:
+                state[name] = self._field(name, mode, raw, hexid)
+            except CorruptionError as exc:
+                if damaged is None:
+                    raise
+                damaged[name] = str(exc)
         versions = self._history.versions(hexid)
         parent_config = None
         if info.parent is not None:
@@ -722,7 +747,9 @@ class GitCheckpointStore(CheckpointStore):
     def delete_thread(self, thread_id: str) -> None:
         """Delete a thread: its branch, its superseded lines and the pending writes of its checkpoints.
 
-        Checkpoints shared with threads forked from it stay. Raises :class:`UnknownThreadError`.
+        Checkpoints shared with threads forked from it stay. A damaged thread (a ref pointing at a
+        missing or unreadable commit) is deleted too: its refs go, with the pending writes of
+        whatever part of its line still reads. Raises :class:`UnknownThreadError`.
         """
         thread = check_thread_id(thread_id)
         with self._repo.transaction() as tx:
@@ -732,12 +759,15 @@ class GitCheckpointStore(CheckpointStore):
                 raise UnknownThreadError(f"thread {thread!r} has no checkpoints")
             writes: dict[str, str] = {}  # a head and its superseded lines share commits
             for _, tip in refs:
-                for info in self._history.first_parents(tip):
-                    if info.thread_id != thread:
-                        break
-                    wtip = self._repo.ref(writes_ref(info.hex))
-                    if wtip is not None:
-                        writes[writes_ref(info.hex)] = wtip
+                try:
+                    for info in self._history.first_parents(tip):
+                        if info.thread_id != thread:
+                            break
+                        wtip = self._repo.ref(writes_ref(info.hex))
+                        if wtip is not None:
+                            writes[writes_ref(info.hex)] = wtip
+                except CorruptionError:  # a damaged line: its refs go all the same
+                    continue
             tx.rewrite_history()
             # the thread's refs first: a crash part-way leaves only unreachable pending writes
             for name, tip in refs + list(writes.items()):

@@ -133,7 +133,7 @@ def test_corruption_is_exit_5_one_line(repo):
     obj = repo / "objects" / blob[:2] / blob[2:]
     obj.chmod(0o644)
     obj.write_bytes(b"not zlib at all")
-    proc = qvc("show", "run-1", cwd=repo.parent, check=5)
+    proc = qvc("show", "run-1", "--field", "n", cwd=repo.parent, check=5)
     assert proc.stderr.startswith("qvc: ") and proc.stderr.count("\n") == 1, proc.stderr
     proc = qvc("fsck", cwd=repo.parent, check=5)
     assert [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
