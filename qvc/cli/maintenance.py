@@ -38,11 +38,13 @@ def gc(prune: bool) -> None:
 def fsck(as_json: bool) -> None:
     """Verify the repository: git's object checks, every ref, every checkpoint and pending write.
 
-    Exits with status 5 when it finds problems.
+    Exits with status 5 when it finds problems, each naming where it is: the thread of a
+    broken ref; the thread, checkpoint and field of a damaged state.
 
     \b
     Example:
       qvc fsck && echo healthy
+      qvc fsck || qvc branch -D broken-thread   # a thread whose ref points at a lost object
     """
     from qvc.inspect.fsck import fsck as check  # deferred: start-up speed
 
