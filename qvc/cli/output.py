@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from typing import Any
@@ -13,6 +14,32 @@ import click
 
 from qvc.cli.app import session
 
+_NAMED = {"\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f", "\r": "\\r"}
+_CONTROL = re.compile(r"\x1b\[[0-9;]*m|[\x00-\x1f\x7f-\x9f]")  # colours (ours, kept), then controls
+
+
+def _escape(char: str) -> str:
+    return _NAMED.get(char) or "".join(f"\\{b:03o}" for b in char.encode("utf-8"))
+
+
+def quoted(text: str, keep: str = "") -> str:
+    """``text`` with control characters escaped as git escapes them in paths (``\\n``, ``\\t``,
+    ``\\001``...), colours (SGR sequences) and the characters in ``keep`` left as they are."""
+    return _CONTROL.sub(lambda m: m.group(0) if m.group(0)[0] == "\x1b" and len(m.group(0)) > 1
+                        or m.group(0) in keep else _escape(m.group(0)), text)
+
+
+def qname(name: str | None) -> str:
+    """A thread name (or another name people typed or a program chose) for a line of output: as
+    it is when it is printable, else in double quotes with control characters, ``\\`` and ``"``
+    escaped (git's quoting of unusual paths), so one name is always one row."""
+    if name is None:
+        return ""
+    if not _CONTROL.search(name) and name.isprintable():
+        return name
+    inner = name.replace("\\", "\\\\").replace('"', '\\"')
+    return '"' + re.sub(r"[\x00-\x1f\x7f-\x9f]", lambda m: _escape(m.group(0)), inner) + '"'
+
 
 def style(text: str, **kw: Any) -> str:
     """``text`` in click's style ``kw`` when colours are on, else unchanged."""
@@ -20,13 +47,13 @@ def style(text: str, **kw: Any) -> str:
 
 
 def out(text: str = "") -> None:
-    """Print a line on stdout."""
-    click.echo(text, color=session().color)
+    """Print a line on stdout (control characters in it escaped, but newlines and tabs)."""
+    click.echo(quoted(text, "\n\t"), color=session().color)
 
 
 def warn(text: str) -> None:
-    """Print ``qvc: warning: text`` on stderr (the command goes on)."""
-    click.echo(f"qvc: warning: {text}", err=True)
+    """Print ``qvc: warning: text`` on stderr (the command goes on), control characters escaped."""
+    click.echo(f"qvc: warning: {quoted(text)}", err=True)
 
 
 def emit_json(data: Any) -> None:
@@ -37,7 +64,7 @@ def emit_json(data: Any) -> None:
 def page(lines: list[str]) -> None:
     """Print ``lines``; through a pager when they do not fit a terminal (never when piped)."""
     s = session()
-    text = "\n".join(lines)
+    text = "\n".join(quoted(line, "\t") for line in lines)  # a newline inside a line stays in its row
     height = terminal_size((80, 24)).lines
     if s.pager and sys.stdout.isatty() and sys.stdin.isatty() and len(lines) > height - 1:
         os.environ.setdefault("LESS", "FRX")  # like git: quit if one screen, keep colors

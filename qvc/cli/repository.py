@@ -8,7 +8,7 @@ import time
 import click
 
 from qvc.cli.app import cli, session
-from qvc.cli.output import ago, emit_json, out, short, style, warn
+from qvc.cli.output import ago, emit_json, out, qname, short, style, warn
 from qvc.errors import InvalidInputError
 
 
@@ -59,11 +59,11 @@ def status(as_json: bool) -> None:
     if st.thread is None:
         out(f"HEAD detached at {style(short(st.head_id or ''), fg='yellow')} (step {st.head_step})")
     elif st.damaged:
-        out(f"On thread {style(st.thread, fg='green')}, head {style(st.head[:12], fg='red')} (damaged)")
+        out(f"On thread {style(qname(st.thread), fg='green')}, head {style(st.head[:12], fg='red')} (damaged)")
     elif st.head is None:
-        out(f"On thread {style(st.thread, fg='green')} (no checkpoints yet)")
+        out(f"On thread {style(qname(st.thread), fg='green')} (no checkpoints yet)")
     else:
-        out(f"On thread {style(st.thread, fg='green')}, head {style(short(st.head_id), fg='yellow')} "
+        out(f"On thread {style(qname(st.thread), fg='green')}, head {style(short(st.head_id), fg='yellow')} "
             f"(step {st.head_step})")
     out(f"durability {st.durability} · {st.threads} thread(s) · {st.superseded_lines} superseded line(s) · "
         f"{st.pending_writes} checkpoint(s) with pending writes")

@@ -6,17 +6,28 @@ from __future__ import annotations
 import click
 
 from qvc.cli.app import cli, complete_names, revision, session
-from qvc.cli.output import ago, emit_json, out, page, short, style, warn
+from qvc.cli.output import ago, emit_json, out, page, qname, short, style, warn
 from qvc.cli.workdir import checkout_to
-from qvc.errors import CorruptionError, InvalidInputError, UnknownThreadError
+from qvc.errors import CorruptionError, InvalidInputError, InvalidThreadIdError, UnknownThreadError
 from qvc.inspect.views import iso
 
 
+def new_thread_name(name: str) -> str:
+    """``name``, typed to create a thread, if git would take it as a branch name; else
+    :class:`~qvc.errors.InvalidThreadIdError` (exit 2) saying why."""
+    from qvc.store.refnames import branch_name_problem  # deferred: start-up speed
+
+    problem = branch_name_problem(name)
+    if problem is not None:
+        raise InvalidThreadIdError(f"{name!r} is not a valid thread name: {problem} (git's branch name rules)")
+    return name
+
+
 def fork(store, rev, new: str):
-    """Fork thread ``new`` from revision ``rev``; its new head's config."""
+    """Fork thread ``new`` (a name typed by the user: checked) from revision ``rev``; its new head's config."""
     from qvc.inspect.views import fork_thread  # deferred: start-up speed
 
-    return fork_thread(store, rev.commit, new)
+    return fork_thread(store, rev.commit, new_thread_name(new))
 
 
 @cli.command()
@@ -59,7 +70,7 @@ def branch(names: tuple[str, ...], verbose: bool, delete: bool, force_delete: bo
         old, new = (current.thread, names[0]) if len(names) == 1 else names
         if old is None:
             raise InvalidInputError("HEAD is detached: name the thread to rename")
-        store.rename_thread(old, new)
+        store.rename_thread(old, new_thread_name(new))
         if current.thread == old:
             store.checkout(new)
         out(f"Renamed thread {old!r} to {new!r}")
@@ -101,7 +112,7 @@ def delete_threads(store, names: tuple[str, ...], force: bool) -> None:
         tip = store.head(name)
         was = short(store.commit(tip).checkpoint_id) if store.damage(tip) is None else f"{tip[:12]}, damaged"
         store.delete_thread(name)
-        out(f"Deleted thread {name} (was {was}; data stays until `qvc gc --prune`)")
+        out(f"Deleted thread {qname(name)} (was {was}; data stays until `qvc gc --prune`)")
 
 
 def list_threads(store, verbose: bool, as_json: bool) -> None:
@@ -118,13 +129,13 @@ def list_threads(store, verbose: bool, as_json: bool) -> None:
     if as_json:
         emit_json(rows)
         return
-    width = max((len(r["thread"]) for r in rows), default=0)
+    width = max((len(qname(r["thread"])) for r in rows), default=0)
     lines = []
     for r in rows:
         mark = "*" if r["current"] else " "
-        name = style(r["thread"].ljust(width), fg="green") if r["current"] else r["thread"].ljust(width)
+        name = style(qname(r["thread"]).ljust(width), fg="green") if r["current"] else qname(r["thread"]).ljust(width)
         if not verbose:
-            lines.append(f"{mark} {style(r['thread'], fg='green') if r['current'] else r['thread']}")
+            lines.append(f"{mark} {style(qname(r['thread']), fg='green') if r['current'] else qname(r['thread'])}")
             continue
         status = f" [{r['status']}]" if r["status"] else ""
         lines.append(f"{mark} {name}  {style(short(r['head_id']), fg='yellow')} step {r['step']}{status} · "
@@ -212,7 +223,7 @@ def reset(name: str, as_json: bool) -> None:
     if as_json:
         emit_json({"thread": head.thread, "id": done.checkpoint_id, "commit": info.hex, "step": info.step})
     else:
-        out(f"HEAD is now at {short(info.checkpoint_id)} (step {info.step}) on {head.thread}"
+        out(f"HEAD is now at {short(info.checkpoint_id)} (step {info.step}) on {qname(head.thread)}"
             + ("; the previous line is kept (`qvc log --all`)" if kept else ""))
 
 
@@ -239,5 +250,5 @@ def reflog(thread: str | None, limit: int | None, as_json: bool) -> None:
         emit_json([{"selector": f"{thread}@{{{i}}}", "old": e.old, "new": e.new, "time": iso(e.time),
                     "timestamp": e.time, "message": e.message} for i, e in enumerate(entries)])
         return
-    page([f"{style((e.new or '0' * 7)[:7], fg='yellow')} {thread}@{{{i}}}: {e.message} ({ago(e.time)})"
+    page([f"{style((e.new or '0' * 7)[:7], fg='yellow')} {qname(thread)}@{{{i}}}: {e.message} ({ago(e.time)})"
           for i, e in enumerate(entries)])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from qvc.cli.app import cli, revision, session
-from qvc.cli.output import emit_json, out, short, warn
+from qvc.cli.output import emit_json, out, qname, short, warn
 
 
 def checkout_to(store, name: str | None, to: str, as_json: bool, force: bool = False) -> None:
@@ -21,7 +21,7 @@ def checkout_to(store, name: str | None, to: str, as_json: bool, force: bool = F
     if as_json:
         emit_json({"directory": done.directory, "id": done.id, "thread": done.thread, "files": done.files})
     else:
-        out(f"Wrote {len(done.files)} field(s) of checkpoint {short(done.id)} (thread {done.thread}, "
+        out(f"Wrote {len(done.files)} field(s) of checkpoint {short(done.id)} (thread {qname(done.thread)}, "
             f"step {done.step}) to {to}; edit them, then `qvc commit {to}`")
 
 
@@ -47,7 +47,7 @@ def commit(directory: str, message: str, as_json: bool) -> None:
         emit_json({"thread": done.thread, "id": done.id, "commit": done.commit, "step": done.step,
                    "changed": done.changed, "time_travel": done.time_travel})
         return
-    out(f"[{done.thread} {short(done.id)}] step {done.step} · update · {len(done.changed)} field(s) changed"
+    out(f"[{qname(done.thread)} {short(done.id)}] step {done.step} · update · {len(done.changed)} field(s) changed"
         + (f": {', '.join(done.changed)}" if done.changed else ""))
     if done.time_travel:
         out("note: the thread had moved on since the state was checked out; the newer checkpoints are "

@@ -26,6 +26,7 @@ from fastapi import FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.convertors import PathConvertor, register_url_convertor
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from qvc.errors import (
@@ -41,6 +42,16 @@ from qvc.errors import (
 from qvc.server import events, models
 from qvc.store.git_store import GitCheckpointStore
 from qvc.version import __version__
+
+
+class AnythingConvertor(PathConvertor):
+    """A path parameter that is any text, newlines included (Starlette's ``path`` stops at a
+    newline): thread and checkpoint ids are arbitrary strings (LangGraph's, agno's)."""
+
+    regex = r"[\s\S]*"
+
+
+register_url_convertor("anything", AnythingConvertor())
 
 log = logging.getLogger("qvc")
 STATIC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
@@ -256,7 +267,7 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
             row["run"] = run_of_thread(row["thread"])
         return {"total": len(names), "offset": offset, "limit": limit, "threads": page}
 
-    @app.get("/api/threads/{thread:path}", response_model=models.ThreadLine, tags=["read"], responses=_ERRORS)
+    @app.get("/api/threads/{thread:anything}", response_model=models.ThreadLine, tags=["read"], responses=_ERRORS)
     def thread_line(thread: str = Path(description="The thread id (may contain '/')"),
                     limit: int = Query(500, ge=1, le=10000)) -> Dict[str, Any]:
         """One thread's line (newest first), the lines time travel left behind, and its forks."""
@@ -264,7 +275,7 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
 
         return thread_line_json(reader, thread, limit)
 
-    @app.get("/api/checkpoints/{name:path}", response_model=models.CheckpointView, tags=["read"], responses=_ERRORS)
+    @app.get("/api/checkpoints/{name:anything}", response_model=models.CheckpointView, tags=["read"], responses=_ERRORS)
     def checkpoint(name: str = Path(description="Checkpoint id or prefix, commit or prefix, THREAD, THREAD~N"),
                    field: Annotated[Optional[List[str]], Query(description="Only these state fields")] = None
                    ) -> Dict[str, Any]:
@@ -429,7 +440,7 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
 
         return write(act)
 
-    @app.delete("/api/threads/{thread:path}", response_model=models.ThreadAction, tags=["actions"],
+    @app.delete("/api/threads/{thread:anything}", response_model=models.ThreadAction, tags=["actions"],
                 responses=_ACTION_ERRORS)
     def delete_thread(thread: str) -> Dict[str, Any]:
         """Delete a thread with its superseded lines (data stays until `qvc gc --prune`)."""
@@ -440,7 +451,7 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
 
         return write(act)
 
-    @app.delete("/api/checkpoints/{name:path}", response_model=models.ThreadAction, tags=["actions"],
+    @app.delete("/api/checkpoints/{name:anything}", response_model=models.ThreadAction, tags=["actions"],
                 responses=_ACTION_ERRORS)
     def delete_checkpoint(name: str) -> Dict[str, Any]:
         """Delete one checkpoint; its children are re-parented onto its parent."""

@@ -49,6 +49,43 @@ def check_thread_id(thread_id: object) -> str:
     return thread_id
 
 
+_BAD_CHARS = frozenset(" ~^:?*[\\\x7f") | frozenset(chr(c) for c in range(32))
+
+
+def branch_name_problem(name: str) -> str | None:
+    """Why ``git check-ref-format --branch`` would refuse ``name`` as a branch name, or ``None``.
+
+    What the command line holds thread names typed by people to (the library takes any thread
+    id: LangGraph and agno ids are arbitrary strings, and refs encode them): no control
+    character, space, ``~ ^ : ? * [ \\``, ``..``, ``@{``, ``//``; not ``@`` or ``HEAD``; no leading
+    ``-`` or ``/``, no trailing ``/`` or ``.``; no component starting with ``.`` or ending with ``.lock``.
+    """
+    if not name:
+        return "it is empty"
+    bad = sorted({c for c in name if c in _BAD_CHARS})
+    if bad:
+        shown = ", ".join(repr(c) if c.isprintable() and c != " " else
+                          ("space" if c == " " else repr(c)) for c in bad)
+        return f"it contains {shown}"
+    for piece, what in (("..", "'..'"), ("@{", "'@{'"), ("//", "'//'")):
+        if piece in name:
+            return f"it contains {what}"
+    if name in ("@", "HEAD"):
+        return f"{name!r} is reserved"
+    if name.startswith("-"):
+        return "it starts with '-'"
+    if name.startswith("/") or name.endswith("/"):
+        return "it starts or ends with '/'"
+    if name.endswith("."):
+        return "it ends with '.'"
+    for component in name.split("/"):
+        if component.startswith("."):
+            return "a part of it starts with '.'"
+        if component.endswith(".lock"):
+            return "a part of it ends with '.lock'"
+    return None
+
+
 def encode_thread(thread_id: str) -> str:
     """The single ref-name component for ``thread_id`` (see the module docstring)."""
     enc = _encode(check_thread_id(thread_id))
