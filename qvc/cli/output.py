@@ -64,7 +64,7 @@ def emit_json(data: Any) -> None:
 def page(lines: list[str]) -> None:
     """Print ``lines``; through a pager when they do not fit a terminal (never when piped)."""
     s = session()
-    text = "\n".join(quoted(line, "\t") for line in lines)  # a newline inside a line stays in its row
+    text = "\n".join(quoted(line) for line in lines)  # a newline inside a line stays in its row
     height = terminal_size((80, 24)).lines
     if s.pager and sys.stdout.isatty() and sys.stdin.isatty() and len(lines) > height - 1:
         os.environ.setdefault("LESS", "FRX")  # like git: quit if one screen, keep colors

@@ -29,6 +29,7 @@ from conftest import run_git  # noqa: E402
 import qvc.cli  # noqa: E402
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore  # noqa: E402
 from qvc.cli import cli  # noqa: E402
+from qvc.errors import InvalidThreadIdError  # noqa: E402
 from qvc.inspect.statefiles import from_jsonable  # noqa: E402
 from qvc.store import serde  # noqa: E402
 from qvc.types import PendingWrite  # noqa: E402
@@ -911,8 +912,10 @@ def test_names_odd_thread_ids(tmp_path, thread):
     ok("checkout", thread)
     assert ok_json("status")["thread"] == thread
     assert ok_json("reflog")[0]["selector"] == f"{thread}@{{0}}"
-    ok("branch", "-m", thread + " renamed")
-    assert [r["thread"] for r in ok_json("branch")] == [thread + " renamed"]
+    with pytest.raises(InvalidThreadIdError):  # a typed new name follows git's branch rules (exit 2)
+        invoke("branch", "-m", thread + " renamed")
+    ok("branch", "-m", "renamed/7")
+    assert [r["thread"] for r in ok_json("branch")] == ["renamed/7"]
 
 
 def test_names_a_thread_named_like_a_suffixed_thread(tmp_path):

@@ -144,3 +144,33 @@ def test_open_run_continue_from_inner_boundary_and_see_the_fork(tmp_path, browse
         raise
     finally:
         assert server.stop() == 0
+
+
+def test_the_page_opens_threads_with_any_id(tmp_path, browser):
+    """Thread ids are arbitrary strings: a newline, control characters, 300 characters."""
+    from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+
+    repo = tmp_path / "odd.qvc"
+    odd = ["a\nb", "\x01x", "t" * 300]
+    with GitCheckpointStore(repo) as store:
+        for k, thread in enumerate(odd):
+            for step in range(2):
+                store.put(CheckpointConfig(thread), Checkpoint(id=f"id{k}-{step}", thread_id=thread, step=step,
+                                                               state_data={"n": step}), {"source": "loop"})
+    server = Server(repo)
+    try:
+        wait = WebDriverWait(browser, 20)
+        browser.get(server.url)
+        wait.until(text_in("live", "live"))
+        pick = "const t = arguments[0]; const li = [...document.querySelectorAll('li[data-thread]')]" \
+               ".find((n) => n.dataset.thread === t); if (li) li.click(); return !!li;"
+        for k, thread in enumerate(odd):
+            wait.until(lambda d, t=thread: d.execute_script(pick, t))
+            wait.until(lambda d, t=thread: d.execute_script("return document.getElementById('thread-name')"
+                                                            ".textContent === arguments[0]", t))
+            wait.until(text_in("thread-info", "2 checkpoint(s) on the line"))
+            wait.until(text_in("cp-id", f"id{k}-1"))
+            assert not browser.find_element(By.ID, "notice").get_attribute("textContent").strip()
+        assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    finally:
+        assert server.stop() == 0
