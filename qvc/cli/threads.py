@@ -50,6 +50,9 @@ def branch(names: tuple[str, ...], verbose: bool, delete: bool, force_delete: bo
                                     another first, as git refuses too)
     qvc branch -m [OLD] NEW         rename
 
+    A NEW name follows git's branch name rules (`git check-ref-format --branch`); threads
+    that programs wrote may have any id, and are shown quoted when they hold control characters.
+
     \b
     Example:
       qvc branch retry-1 run-7~3
