@@ -124,7 +124,7 @@ class Group(click.Group):
 @click.group(cls=Group, context_settings=CONTEXT)
 @click.option("-C", "chdir", metavar="DIR", type=click.Path(file_okay=False),
               help="Run as if qvc was started in DIR.")
-@click.option("--repo", metavar="PATH", type=click.Path(file_okay=False),
+@click.option("--repo", metavar="PATH",
               help="The repository (default: $QVC_DIR, else .qvc here or in a parent).")
 @click.option("--color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
               help="Colors (auto: on a terminal, unless NO_COLOR is set).")

@@ -34,16 +34,25 @@ def update_line(u, name: str | None = None) -> str:
     return style(line, fg="red") if u.status == "rejected" else line
 
 
-@cli.group(cls=Group)
-def remote() -> None:
+@cli.group(cls=Group, invoke_without_command=True)
+@click.option("-v", "--verbose", is_flag=True, help="Without a command: also URLs (as `qvc remote list -v`).")
+@click.option("--json", "as_json", is_flag=True, help="Without a command: as `qvc remote list --json`.")
+@click.pass_context
+def remote(ctx: click.Context, verbose: bool, as_json: bool) -> None:
     """Manage remotes: git servers that hold copies of the history.
+
+    Alone, lists the remotes' names (-v adds their URLs), as `git remote` does.
 
     \b
     Example:
+      qvc remote -v
       qvc remote add origin git@github.com:me/runs.git
       qvc remote add backup /mnt/backup/runs.git --replicate
-      qvc remote list -v
     """
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(remote_list, verbose=verbose, as_json=as_json)
+    elif verbose or as_json:
+        raise click.UsageError("-v and --json go after the command (`qvc remote list -v`)")
 
 
 @remote.command("add")

@@ -260,9 +260,14 @@ def remove_remote(store: GitCheckpointStore, name: str) -> None:
 
 def _resolve(store: GitCheckpointStore, remote: str) -> tuple[str, str, bool]:
     """``(display name, url, named)`` for a remote name or a URL."""
-    if REMOTE_NAME.match(remote or "") and not os.path.exists(remote):
-        found = get_remote(store, remote)
-        return found.name, found.url, True
+    if REMOTE_NAME.match(remote or ""):
+        try:  # a configured remote wins over a directory of the same name, as in git
+            found = get_remote(store, remote)
+        except UnknownRemoteError:
+            if not os.path.exists(remote):
+                raise
+        else:
+            return found.name, found.url, True
     return remote, _normalize_url(remote), False
 
 

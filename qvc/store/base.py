@@ -32,8 +32,8 @@ class CheckpointStore(ABC):
 
     @abstractmethod
     def list(self, config: CheckpointConfig, *, limit: Optional[int] = None,
-             before: Optional[str] = None) -> Iterator[CheckpointTuple]:
-        """The thread's checkpoints, newest first."""
+             before: Optional[str | CheckpointConfig] = None) -> Iterator[CheckpointTuple]:
+        """The thread's checkpoints, newest first (after ``before``: a checkpoint id, or a config naming one)."""
 
     @abstractmethod
     def put_writes(self, config: CheckpointConfig, writes: Sequence[PendingWrite], task_id: str) -> None:

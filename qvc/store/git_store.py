@@ -374,12 +374,13 @@ class GitCheckpointStore(CheckpointStore):
         versions = self._history.versions(hexid)
         return {f: versions[f] for f in self._history.changed(hexid)}
 
-    def list(self, config: CheckpointConfig, *, limit: Optional[int] = None, before: Optional[str] = None,
-             superseded: bool = False) -> Iterator[CheckpointTuple]:
+    def list(self, config: CheckpointConfig, *, limit: Optional[int] = None,
+             before: Optional[str | CheckpointConfig] = None, superseded: bool = False) -> Iterator[CheckpointTuple]:
         """The thread's line, newest first: its head (or ``config.checkpoint_id``), then first parents.
 
-        The line crosses into the source thread at a fork, as ``git log`` does. ``before``
-        starts after that checkpoint on the line; ``limit`` caps the count. ``superseded=True``
+        The line crosses into the source thread at a fork, as ``git log`` does. ``before`` (a
+        checkpoint id, or a :class:`CheckpointConfig` naming one, as LangGraph-style callers pass
+        it) starts after that checkpoint on the line; ``limit`` caps the count. ``superseded=True``
         appends the lines left behind by time travel. Raises :class:`UnknownCheckpointError`
         for an unknown ``before`` and :class:`InvalidInputError` for a negative ``limit``.
         """
@@ -387,6 +388,10 @@ class GitCheckpointStore(CheckpointStore):
         thread = _thread_of(config)
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
             raise InvalidInputError(f"limit must be a non-negative integer, not {limit!r}")
+        if before is not None and not isinstance(before, str) and hasattr(before, "checkpoint_id"):
+            if before.checkpoint_id is None:
+                raise InvalidInputError("before: the config names no checkpoint (its checkpoint_id is None)")
+            before = before.checkpoint_id
         start = self._target(config)
         stop = self.resolve(before) if before is not None else None
         tips = [start] if start else []
