@@ -18,6 +18,9 @@ from qvc.errors import InvalidInputError
 def init(path: str | None, as_json: bool) -> None:
     """Create a repository (.qvc in the current directory by default).
 
+    It is built aside and renamed into place: a failure (a full disk: one line, exit 1) leaves
+    nothing behind.
+
     \b
     Example:
       qvc init            # ./.qvc

@@ -18,6 +18,7 @@ from qvc.errors import (
     CorruptionError,
     InvalidInputError,
     SerializationError,
+    StorageError,
     UnknownCheckpointError,
     UnknownThreadError,
 )
@@ -836,8 +837,13 @@ class GitCheckpointStore(CheckpointStore):
         checkpoints stay in the object store; :meth:`purge` drops them."""
         from qvc.plumbing import maintenance  # deferred: `import qvc` does not load git's subprocess machinery
 
-        with self._repo.exclusive() as lock_fd:
-            maintenance.gc(self._repo, lock_fd)
+        try:
+            with self._repo.exclusive() as lock_fd:
+                maintenance.gc(self._repo, lock_fd)
+        except StorageError:
+            raise
+        except OSError as exc:  # a full disk: git's packs are written aside, the old ones stay
+            raise StorageError.of(exc, self.path, "cannot pack") from exc
 
     def purge(self) -> None:
         """Make deleted checkpoints unrecoverable: drop unreachable objects from the repository.
@@ -848,8 +854,13 @@ class GitCheckpointStore(CheckpointStore):
         """
         from qvc.plumbing import maintenance  # deferred, as in gc
 
-        with self._repo.exclusive() as lock_fd:
-            maintenance.purge(self._repo, lock_fd)
+        try:
+            with self._repo.exclusive() as lock_fd:
+                maintenance.purge(self._repo, lock_fd)
+        except StorageError:
+            raise
+        except OSError as exc:
+            raise StorageError.of(exc, self.path, "cannot purge") from exc
 
 
 def _moved(thread: str, expected: str | None, found: str | None) -> str:

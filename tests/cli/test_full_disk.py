@@ -113,7 +113,7 @@ def test_commands_on_a_full_disk(small_fs):
     edited = tree(small_fs)
     one_line_exit_1("commit", "st", "-m", "on a full disk", cwd=small_fs)
     for args in (["branch", "fork"], ["reset", "main~1"], ["branch", "-m", "other", "renamed"],
-                 ["branch", "-D", "other"], ["checkout", "-b", "new", "m0"]):
+                 ["branch", "-D", "other"], ["checkout", "-b", "new", "m0"], ["gc"], ["gc", "--prune"]):
         one_line_exit_1(*args, cwd=small_fs)
     assert tree(small_fs) == edited, "a failed command changed something"
     assert {k: v for k, v in edited.items() if k != "st/n.json"} == {k: v for k, v in before.items()
