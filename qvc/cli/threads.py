@@ -34,7 +34,8 @@ def fork(store, rev, new: str):
 @click.argument("names", nargs=-1, shell_complete=complete_names)
 @click.option("-v", "--verbose", is_flag=True, help="Head step, status, last update and checkpoint count.")
 @click.option("-d", "--delete", "delete", is_flag=True, help="Delete threads (refuses when unsafe).")
-@click.option("-D", "force_delete", is_flag=True, help="Delete threads, no questions asked.")
+@click.option("-D", "force_delete", is_flag=True,
+              help="Delete threads even with kept lines or a damaged ref (never the current one).")
 @click.option("-m", "--move", "move", is_flag=True, help="Rename: OLD NEW (or NEW for the current thread).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def branch(names: tuple[str, ...], verbose: bool, delete: bool, force_delete: bool, move: bool,
