@@ -38,7 +38,8 @@ def diff(a: str, b: str | None, stat: bool, full: bool, as_json: bool) -> None:
     if as_json:
         emit_json(to_json(diffs))
     elif stat:
-        out(format_stat(diffs))
+        for line in format_stat(diffs).split("\n"):
+            out(line)
     else:
         text = format_diff(diffs, color=session().color, full=full, width=value_width())
         page(text.split("\n") if text else [])

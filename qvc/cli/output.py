@@ -47,8 +47,9 @@ def style(text: str, **kw: Any) -> str:
 
 
 def out(text: str = "") -> None:
-    """Print a line on stdout (control characters in it escaped, but newlines and tabs)."""
-    click.echo(quoted(text, "\n\t"), color=session().color)
+    """Print one line on stdout, control characters in it escaped (tabs kept: they separate
+    columns), so a name holding a newline stays on its row."""
+    click.echo(quoted(text, "\t"), color=session().color)
 
 
 def warn(text: str) -> None:
