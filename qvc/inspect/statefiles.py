@@ -3,10 +3,11 @@
 :func:`write_state` writes one pretty JSON file per field, plus a manifest
 (:data:`MANIFEST`, ``.qvc-state.json``) mapping each field name to its file name, holding
 caller metadata and the SHA-256 digest of every field file as written (:func:`local_changes`
-compares them, so edits are never overwritten unawares). :func:`read_state` reads the directory back, after a person may have edited
-values, deleted field files (the field is dropped) or added ``*.json`` files (a new field named
-by decoding the file name). For every value :mod:`qvc.store.serde` round-trips, reading back what was
-written gives the same value, types included (``serde.dumps`` of both is identical).
+compares them, so edits are never overwritten unawares). :func:`read_state` reads the
+directory back, after a person may have edited values, deleted field files (the field is
+dropped) or added ``*.json`` files (a new field named by decoding the file name). For every
+value :mod:`qvc.store.serde` round-trips, reading back what was written gives the same value,
+types included (``serde.dumps`` of both is identical).
 
 JSON encoding (:func:`to_jsonable` / :func:`loads_tagged`). Plain JSON where it is exact: ``str``,
 ``int`` (any size), ``bool``, ``None``, ``list``, finite floats other than ``-0.0``, and dicts
