@@ -259,10 +259,18 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
 
         current = reader.current().thread
         names = [t for t in reader.threads() if prefix is None or t.startswith(prefix)]
+        def rows(threads: List[str], count: bool = True) -> List[Dict[str, Any]]:
+            out = []
+            for t in threads:
+                try:
+                    out.append(thread_json(reader, t, t == current, count=count))
+                except CorruptionError as exc:  # a damaged thread (see `qvc fsck`): the others are listed
+                    logging.getLogger("qvc").warning("qvc: warning: thread %r is damaged, not listed: %s", t, exc)
+            return out
+
         if status is not None:
-            rows = [thread_json(reader, t, t == current, count=False) for t in names]
-            names = [r["thread"] for r in rows if r.get("status") == status]
-        page = [thread_json(reader, t, t == current) for t in names[offset:offset + limit]]
+            names = [r["thread"] for r in rows(names, count=False) if r.get("status") == status]
+        page = rows(names[offset:offset + limit])
         for row in page:
             row["run"] = run_of_thread(row["thread"])
         return {"total": len(names), "offset": offset, "limit": limit, "threads": page}

@@ -10,7 +10,10 @@ counts every checkpoint.
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -20,7 +23,7 @@ ROOT = HERE.parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from conftest import fsck, run_git  # noqa: E402
+from conftest import child_env, fsck, run_git  # noqa: E402
 from test_cli_process import put, qvc, qvc_json  # noqa: E402
 
 from qvc import GitCheckpointStore  # noqa: E402
@@ -154,3 +157,22 @@ def test_fsck_names_the_damaged_field_and_counts_every_checkpoint(work):
     assert "thread 'main' checkpoint m1" in ours[0] and "field 'plan'" in ours[0], ours
     report = json.loads(qvc("fsck", "--json", cwd=work, check=5).stdout)
     assert report["checkpoints"] == total == 6
+
+
+def test_the_server_lists_the_other_threads(work):
+    break_ref(work)
+    proc = subprocess.Popen([sys.executable, "-m", "qvc", "--repo", str(work / ".qvc"), "serve", "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(),
+                            stdin=subprocess.DEVNULL)
+    try:
+        base = re.search(r"at (http://\S+?/)[ ;]", proc.stdout.readline()).group(1)
+        with urllib.request.urlopen(base + "api/threads", timeout=30) as resp:
+            listing = json.loads(resp.read())
+        assert [t["thread"] for t in listing["threads"]] == ["main", "side"]
+        with urllib.request.urlopen(base + "api/repository", timeout=30) as resp:
+            assert json.loads(resp.read())["thread"] == "main"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        proc.stdout.close()
+        proc.stderr.close()
