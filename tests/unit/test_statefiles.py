@@ -568,3 +568,44 @@ def test_random_states_round_trip_through_files(state, meta):
 @given(_VALUES)
 def test_random_values_round_trip_through_json_text(value):
     assert same(loads_tagged(dumps_tagged(value)), value)
+
+
+# -- local changes and recording a commit --------------------------------------------------------
+
+
+def test_local_changes_lists_edited_deleted_and_added_field_files(tmp_path):
+    from qvc.inspect.statefiles import local_changes
+
+    target = tmp_path / "s"
+    assert local_changes(target) == []  # missing: nothing of ours to overwrite
+    write_state({"a": 1, "b": [1], "c": "x"}, target, meta={"id": "x"})
+    assert local_changes(target) == []
+    (target / "a.json").write_text("2\n")
+    (target / "b.json").unlink()
+    (target / "new.json").write_text("true\n")
+    (target / "notes.txt").write_text("not a field file")
+    assert local_changes(target) == ["a.json", "b.json", "new.json"]
+    write_state({"a": 1}, target)  # write_state itself still overwrites: the refusal is the caller's
+    assert local_changes(target) == []
+
+
+def test_record_state_makes_what_was_read_the_new_base(tmp_path):
+    from qvc.inspect.statefiles import MANIFEST, local_changes, record_state
+
+    target = tmp_path / "s"
+    write_state({"a": 1, "b": 2}, target, meta={"id": "old"})
+    (target / "a.json").write_text("10\n")
+    (target / "b.json").unlink()
+    (target / "c.json").write_text('"new"\n')
+    files: dict = {}
+    state, meta = read_state(target, files=files)
+    assert state == {"a": 10, "c": "new"} and meta == {"id": "old"}
+    assert sorted(files) == ["a.json", "c.json"] and files["c.json"][0] == "c"
+    record_state(target, files, {"id": "new"})
+    assert local_changes(target) == []
+    assert read_state(target) == ({"a": 10, "c": "new"}, {"id": "new"})
+    # a manifest without digests (an older qvc): every field file counts as changed
+    manifest = json.loads((target / MANIFEST).read_text())
+    del manifest["digests"]
+    (target / MANIFEST).write_text(json.dumps(manifest))
+    assert local_changes(target) == ["a.json", "c.json"]
