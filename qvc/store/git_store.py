@@ -617,9 +617,13 @@ class GitCheckpointStore(CheckpointStore):
             ref = head_ref(thread)
             head = tx.ref(ref)
             if head != target:
-                if head is not None and not self.descends(target, head):
-                    self._keep_superseded(tx, thread, head)
-                tx.move_ref(ref, head, target, f"reset: moving to {info.checkpoint_id}")
+                try:
+                    if head is not None and not self.descends(target, head):
+                        self._keep_superseded(tx, thread, head)
+                    tx.move_ref(ref, head, target, f"reset: moving to {info.checkpoint_id}")
+                except CheckpointConflictError:  # name the thread, not a ref
+                    raise CheckpointConflictError(_moved(thread, head, tx.ref(ref)).replace(
+                        "nothing was stored", "nothing was reset")) from None
                 # Lines the new head reaches again (an undone reset) are no longer superseded.
                 for name, tip in list(self._repo.refs(superseded_prefix(thread))):
                     if self.descends(target, tip):
