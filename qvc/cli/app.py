@@ -81,10 +81,17 @@ def session() -> Session:
 
 
 def revision(store, name: str | None):
-    """Resolve a revision (default HEAD) for a command."""
+    """Resolve a revision (default HEAD) for a command; ``RUN@N`` too (:func:`qvc.runs.run_revision`)."""
     from qvc.store.revisions import parse_revision  # deferred: start-up speed
 
-    return parse_revision(store, name or "HEAD")
+    return parse_revision(store, name or "HEAD", names=lambda text: run_names(store, text))
+
+
+def run_names(store, text: str):
+    """``RUN@N`` / ``RUN@CHECKPOINT_ID`` as a revision (``None`` if ``text`` is no run's), for ``names=``."""
+    from qvc.runs import run_revision  # deferred: only names no checkpoint has get here
+
+    return run_revision(store, text)
 
 
 def complete_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:

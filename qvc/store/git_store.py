@@ -267,8 +267,17 @@ class GitCheckpointStore(CheckpointStore):
         if len(matches) == 1:
             return matches.pop()
         if matches:
-            raise AmbiguousNameError(f"checkpoint {name!r} is ambiguous: matches {len(matches)} checkpoints")
+            raise AmbiguousNameError(f"checkpoint {name!r} is ambiguous: matches {len(matches)} checkpoints; "
+                                     f"candidates: {self._candidates(matches)}")
         raise UnknownCheckpointError(f"unknown checkpoint {name!r}")
+
+    def _candidates(self, matches: set[str], shown: int = 8) -> str:
+        """The commits of an ambiguous name, newest first, as git's hint lists them: SHA,
+        thread, step, checkpoint id (at most ``shown``, then how many more)."""
+        infos = sorted((self._history.commit(c) for c in matches), key=lambda i: (-i.time, i.hex))
+        text = "; ".join(f"{i.hex[:10]} {i.thread_id or '(no thread)'} step {i.step} id {i.checkpoint_id}"
+                         for i in infos[:shown])
+        return text + (f"; and {len(infos) - shown} more" if len(infos) > shown else "")
 
     def _target(self, config: CheckpointConfig) -> str | None:
         """The commit a config addresses, or ``None`` for a thread with no checkpoints."""
