@@ -79,7 +79,8 @@ def log(name: str | None, limit: int | None, oneline: bool, graph: bool, all_: b
     if follow:
         if graph or all_ or selecting:
             raise click.UsageError("--follow takes one thread and -n, --oneline, --format or --json")
-        return follow_log(store, name, limit, as_json, lambda e, head: entry_lines(e, head, oneline, fmt))
+        return follow_log(store, name, limit, as_json, lambda e, head: entry_lines(e, head, oneline, fmt),
+                          compact=oneline or fmt is not None)
     head = store.current()
     exclude = None
     if all_ and name is None:
