@@ -105,13 +105,13 @@ def log(store: GitCheckpointStore, start: str | None = None, *, limit: int | Non
     ``start=B, exclude=A``) leaves out every checkpoint it reaches; ``fields`` keeps the
     checkpoints that added, changed or removed one of those fields; ``since`` / ``until`` (Unix
     times, inclusive) bound the commit time; ``grep`` (a regular expression) must match the
-    commit message. ``limit`` counts what is selected; ``reverse`` then gives those oldest
-    first. Raises :class:`InvalidInputError` for a negative limit or a bad pattern.
+    commit message (``^`` and ``$`` match at each line). ``limit`` counts what is selected;
+    ``reverse`` then gives those oldest first. Raises :class:`InvalidInputError` for a negative limit or a bad pattern.
     """
     if limit is not None and limit < 0:
         raise InvalidInputError(f"limit must be a non-negative integer, not {limit!r}")
     try:
-        pattern = re.compile(grep) if grep is not None else None
+        pattern = re.compile(grep, re.MULTILINE) if grep is not None else None  # per line, as git greps
     except re.error as exc:
         raise InvalidInputError(f"bad --grep pattern {grep!r}: {exc}") from None
     hidden = _reachable_from(store, {exclude}) if exclude is not None else set()
