@@ -6,7 +6,7 @@ from datetime import datetime
 
 import click
 
-from qvc.cli.app import cli, complete_names, run_names, session
+from qvc.cli.app import cli, complete_names, revision, run_names, session
 from qvc.cli.following import follow_log
 from qvc.cli.output import ago, emit_json, page, short, style, value_width
 from qvc.cli.runs import show_run
@@ -238,3 +238,38 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool) -
     lines.append(style(f"Pending writes ({len(writes)}):", bold=True) if writes else "Pending writes: none")
     lines += [f"  {w.task_id} {w.channel}: {shorten(w.value, full, width)}" for w in writes]
     page(lines)
+
+
+@cli.command()
+@click.argument("field")
+@click.argument("name", required=False, shell_complete=complete_names)
+@click.option("--full", is_flag=True, help="Do not shorten long values.")
+@click.option("--json", "as_json", is_flag=True, help="A JSON array: path, id, commit, step, time, value.")
+def blame(field: str, name: str | None, full: bool, as_json: bool) -> None:
+    """Show which checkpoint each part of FIELD comes from (default: at HEAD).
+
+    A list field: each item with the checkpoint that added it; a mapping: each key with the
+    checkpoint that gave it its value; anything else: the checkpoint of its last change.
+
+    \b
+    Example:
+      qvc blame messages run-7
+      qvc blame scratch run-7~3 --json
+    """
+    # deferred: start-up speed
+    from qvc.inspect.blame import blame as attribute
+    from qvc.inspect.statediff import format_path, shorten
+
+    store = session().store()
+    lines = attribute(store, field, revision(store, name).commit)
+    if as_json:
+        emit_json([b.to_json() for b in lines])
+        return
+    width = value_width()
+    rows = []
+    for b in lines:
+        where = format_path(field, b.path)
+        head = (f"{style(b.commit[:7], fg='yellow')} {short(b.checkpoint_id):<12} step {str(b.step):<4} "
+                f"{datetime.fromtimestamp(b.time).astimezone():%Y-%m-%d %H:%M:%S}  ")
+        rows.append(f"{head}{where}: {shorten(b.value, full, max(40, width - len(where) - 50))}")
+    page(rows)

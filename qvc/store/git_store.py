@@ -38,6 +38,7 @@ from qvc.store.refnames import (
     check_thread_id,
     decode_name,
     decode_thread,
+    encode_name,
     encode_thread,
     head_ref,
     superseded_prefix,
@@ -194,6 +195,16 @@ class GitCheckpointStore(CheckpointStore):
     def read(self, sha: str) -> CheckpointTuple:
         """The checkpoint stored in commit ``sha``, fully decoded. Raises :class:`CorruptionError`."""
         return self._tuple(sha)
+
+    def field_value(self, sha: str, name: str, entry: tuple[int, bytes] | None = None) -> Any:
+        """State field ``name`` of checkpoint commit ``sha``, decoded alone (the rest of the state
+        is not read); ``entry`` is its raw tree entry when the caller has it (from
+        :meth:`tree_entries`). Raises :class:`UnknownCheckpointError` (no such field) and
+        :class:`CorruptionError`."""
+        found = entry if entry is not None else self.tree_entries(sha).get(encode_name(name))
+        if found is None:
+            raise UnknownCheckpointError(f"checkpoint {sha[:12]} has no field {name!r}")
+        return self._field(name, found[0], found[1], sha)
 
     def header(self, sha: str) -> tuple[dict, dict]:
         """``(checkpoint header, metadata)`` of the checkpoint commit ``sha`` (its ``.qvc`` blob)."""
