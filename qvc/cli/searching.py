@@ -54,7 +54,11 @@ def run(good: str, bad: str, as_json: bool) -> int | None:
                 f" {short(t.checkpoint_id)} step {t.step} {t.commit[:7]} (exit {t.status}); "
                 f"{left} checkpoint{'s' if left != 1 else ''} in question")
 
-    found = search(store, good_commit, bad_commit, lambda c: run_test(store, c, argv, stdout=stdout), said)
+    def test(commit: str) -> int:
+        sys.stdout.flush()  # our lines before the command's, also into a pipe
+        return run_test(store, commit, argv, stdout=stdout)
+
+    found = search(store, good_commit, bad_commit, test, said)
     if as_json:
         emit_json(found.to_json())
     elif found.first_bad is not None:
