@@ -18,6 +18,11 @@ class PathsAfterDashes(click.Command):
     """A command whose arguments after ``--`` are kept apart, as git keeps paths apart from
     revisions (``qvc log run-7 -- messages``): they are in ``ctx.meta["after_dashes"]``."""
 
+    after_dashes_metavar = "FIELD..."
+
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+        return [*super().collect_usage_pieces(ctx), f"[-- {self.after_dashes_metavar}]"]
+
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         ctx.meta["after_dashes"] = args[args.index("--") + 1:] if "--" in args else []
         return super().parse_args(ctx, args[:args.index("--")] if "--" in args else args)

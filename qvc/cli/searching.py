@@ -11,6 +11,12 @@ from qvc.cli.history import PathsAfterDashes
 from qvc.cli.output import emit_json, out, short, style
 
 
+class CommandAfterDashes(PathsAfterDashes):
+    """The command to run comes after ``--``."""
+
+    after_dashes_metavar = "CMD [ARG...]"
+
+
 @cli.group()
 def bisect() -> None:
     """Find the first bad checkpoint by binary search (git bisect).
@@ -21,7 +27,7 @@ def bisect() -> None:
     """
 
 
-@bisect.command("run", cls=PathsAfterDashes)
+@bisect.command("run", cls=CommandAfterDashes)
 @click.option("--good", "good", required=True, metavar="REV", help="A checkpoint known to be good.")
 @click.option("--bad", "bad", required=True, metavar="REV", help="A later checkpoint on its line known to be bad.")
 @click.option("--json", "as_json", is_flag=True, help="The result as JSON (the command's output goes to stderr).")
