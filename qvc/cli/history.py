@@ -106,7 +106,7 @@ def log(name: str | None, limit: int | None, oneline: bool, graph: bool, all_: b
     for e in entries:
         lines += entry_lines(e, head, oneline, fmt)
         if patch or stat:
-            lines += entry_diff(store, e, fields, patch, stat, compact=oneline or fmt is not None)
+            lines += entry_diff(store, e, fields, patch, stat)
     page(lines[:-1] if lines and lines[-1] == "" else lines)
 
 
@@ -147,9 +147,8 @@ def entry_json(store, e, fields, with_diff: bool) -> dict:
     return data
 
 
-def entry_diff(store, e, fields, patch: bool, stat: bool, compact: bool) -> list[str]:
-    """The --stat and -p lines printed under a log entry, then a blank line (under a one-line
-    entry, a blank line first too, as ``git log --oneline -p`` separates them)."""
+def entry_diff(store, e, fields, patch: bool, stat: bool) -> list[str]:
+    """The --stat and -p lines printed under a log entry, then a blank line."""
     from qvc.inspect.statediff import format_diff, format_stat  # deferred: start-up speed
 
     diffs = entry_diffs(store, e, fields)

@@ -39,6 +39,8 @@ def parse_date(text: str, now: float | None = None) -> float:
     if not isinstance(text, str) or not text.strip():
         raise InvalidInputError("empty date")
     now = time.time() if now is None else now
+    if re.fullmatch(r"\s*@-?\d+(\.\d+)?\s*", text):
+        return float(text.strip()[1:])
     word = " ".join(text.strip().lower().replace(".", " ").split()) if not _looks_absolute(text) \
         else text.strip()
     local = datetime.fromtimestamp(now).astimezone()
@@ -48,8 +50,6 @@ def parse_date(text: str, now: float | None = None) -> float:
         return now - 86400
     if word in ("midnight", "noon"):
         return local.replace(hour=0 if word == "midnight" else 12, minute=0, second=0, microsecond=0).timestamp()
-    if word.startswith("@") and re.fullmatch(r"@-?\d+(\.\d+)?", word):
-        return float(word[1:])
     relative = _relative(word)
     if relative is not None:
         return now - relative
