@@ -17,6 +17,12 @@ def stream(watcher, show, first=()) -> None:
     """Print the lines of ``first``, then the lines ``show(event)`` returns as events come,
     flushed, until Ctrl-C, SIGTERM or a closed pipe (all a quiet exit 0)."""
     import signal  # deferred: start-up speed (only `watch` and `log --follow` need it)
+    import warnings
+
+    # watchdog warns when its recursive watch registers again a directory that came back (a
+    # thread's refs/qvc/superseded/ directory after a reset, a delete and a reset): harmless, and
+    # one line of noise on stderr per occurrence
+    warnings.filterwarnings("ignore", message=r"Callback with id .* already exists", category=RuntimeWarning)
 
     def interrupt(signum, frame):
         raise KeyboardInterrupt

@@ -399,6 +399,9 @@ def test_qvc_log_follow_shows_resets_deletions_and_forks_as_their_own_lines(writ
     fork, first = follow.json_lines(2)
     assert (fork["kind"], fork["from"]["thread"], fork["from"]["id"]) == ("fork", "base", "base-0")
     assert (first["kind"], first["id"]) == ("checkpoint", "run-f")
+    writer("rename", thread="run", to="run-renamed")
+    [renamed] = follow.json_lines(1)
+    assert (renamed["kind"], renamed["thread"], renamed["from"]["thread"]) == ("rename", "run-renamed", "run")
     assert follow.interrupt(signal.SIGTERM) == ""
 
 
