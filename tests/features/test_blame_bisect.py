@@ -126,3 +126,14 @@ def test_bisect_exit_statuses_and_bad_ends(store, line):
         bisect_line(store, line[5], line[5])
     adjacent = bisect(store, line[3], line[4], lambda c: 0)
     assert adjacent.first_bad.checkpoint_id == "c4" and adjacent.tested == []
+
+
+def test_blame_a_long_list_stored_in_chunks(store):
+    items: list = []
+    for i in range(5):  # 0..149, then 150..299, ...: past the 64-item chunks of the format
+        items += [{"i": k} for k in range(len(items), len(items) + 150)]
+        head = put(store, "t", f"c{i}", i, {"msgs": list(items)})
+    assert store.tree_entries(head)["msgs"][0] == 0o40000  # stored as a tree of chunks
+    lines = blame(store, "msgs", head)
+    assert len(lines) == 750 and [b.checkpoint_id for b in lines[::150]] == ["c0", "c1", "c2", "c3", "c4"]
+    assert all(b.value == {"i": n} and b.path == (n,) for n, b in enumerate(lines))
