@@ -13,13 +13,13 @@ log2(n) checkpoints are tested for a line of n.
 from __future__ import annotations
 
 import os
-import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from qvc.errors import InvalidInputError, QvcError
 from qvc.inspect.workdir import checkout_to_directory
+from qvc.plumbing.launcher import run_user_command
 
 if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore
@@ -155,7 +155,8 @@ def run_test(store: GitCheckpointStore, commit: str, argv: Sequence[str], *, std
     writes it; removed afterwards), named by ``$QVC_STATE_DIR``, with ``$QVC_CHECKPOINT`` (the
     checkpoint id), ``$QVC_COMMIT`` and ``$QVC_REPO`` (the repository) set; returns its exit
     status (negative: the signal that killed it). ``stdout`` is where its output goes (default:
-    ours). Raises :class:`QvcError` when the command cannot be started."""
+    ours). It is started by :func:`qvc.plumbing.launcher.run_user_command`, the one place a
+    program the user names runs. Raises :class:`QvcError` when it cannot be started."""
     if not argv:
         raise InvalidInputError("no command to run (qvc bisect run ... -- CMD ...)")
     with tempfile.TemporaryDirectory(prefix="qvc-bisect-") as tmp:
@@ -163,7 +164,4 @@ def run_test(store: GitCheckpointStore, commit: str, argv: Sequence[str], *, std
         done = checkout_to_directory(store, commit, state)
         env = dict(os.environ, QVC_STATE_DIR=state, QVC_CHECKPOINT=done.id, QVC_COMMIT=commit,
                    QVC_REPO=os.path.abspath(store.path))
-        try:
-            return subprocess.run(list(argv), env=env, stdout=stdout, stdin=subprocess.DEVNULL).returncode
-        except OSError as exc:
-            raise QvcError(f"cannot run {argv[0]!r}: {exc.strerror or exc}") from None
+        return run_user_command(argv, env=env, stdout=stdout)
