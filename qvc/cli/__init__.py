@@ -18,11 +18,12 @@ from qvc.cli import (  # noqa: F401
     changes,  # diff
     completion,  # completion
     following,  # watch, log --follow
-    history,  # log, show
+    history,  # log, show, blame
     maintenance,  # gc, fsck
     remotes,  # remote, push, fetch, clone
     repository,  # init, status
     runs,  # runs, timeline
+    searching,  # bisect
     serving,  # serve
     threads,  # branch, checkout, reset, reflog
     workdir,  # checkout --to, commit

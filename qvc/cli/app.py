@@ -81,10 +81,17 @@ def session() -> Session:
 
 
 def revision(store, name: str | None):
-    """Resolve a revision (default HEAD) for a command."""
+    """Resolve a revision (default HEAD) for a command; ``RUN@N`` too (:func:`qvc.runs.run_revision`)."""
     from qvc.store.revisions import parse_revision  # deferred: start-up speed
 
-    return parse_revision(store, name or "HEAD")
+    return parse_revision(store, name or "HEAD", names=lambda text: run_names(store, text))
+
+
+def run_names(store, text: str):
+    """``RUN@N`` / ``RUN@CHECKPOINT_ID`` as a revision (``None`` if ``text`` is no run's), for ``names=``."""
+    from qvc.runs import run_revision  # deferred: only names no checkpoint has get here
+
+    return run_revision(store, text)
 
 
 def complete_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
@@ -109,7 +116,7 @@ def complete_names(ctx: click.Context, param: click.Parameter, incomplete: str) 
 
 
 # The order of `qvc --help`: reading history, changing it, runs, following, remotes, the rest.
-ORDER = ("init", "status", "log", "show", "diff", "branch", "checkout", "commit", "reset", "reflog",
+ORDER = ("init", "status", "log", "show", "diff", "blame", "bisect", "branch", "checkout", "commit", "reset", "reflog",
          "runs", "timeline", "watch", "remote", "push", "fetch", "clone", "serve", "gc", "fsck", "completion")
 
 

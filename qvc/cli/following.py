@@ -17,6 +17,12 @@ def stream(watcher, show, first=()) -> None:
     """Print the lines of ``first``, then the lines ``show(event)`` returns as events come,
     flushed, until Ctrl-C, SIGTERM or a closed pipe (all a quiet exit 0)."""
     import signal  # deferred: start-up speed (only `watch` and `log --follow` need it)
+    import warnings
+
+    # watchdog warns when its recursive watch registers again a directory that came back (a
+    # thread's refs/qvc/superseded/ directory after a reset, a delete and a reset): harmless, and
+    # one line of noise on stderr per occurrence
+    warnings.filterwarnings("ignore", message=r"Callback with id .* already exists", category=RuntimeWarning)
 
     def interrupt(signum, frame):
         raise KeyboardInterrupt
@@ -37,9 +43,9 @@ def stream(watcher, show, first=()) -> None:
         signal.signal(signal.SIGTERM, previous)
 
 
-def event_line(e) -> str:
-    """One event as a line of text (``--json`` prints :meth:`qvc.inspect.watch.WatchEvent.to_json`)."""
-    what = {
+def event_text(e) -> str:
+    """What an event says, without its kind or time (``qvc watch`` and ``qvc log --follow`` lines)."""
+    return {
         "checkpoint": lambda: f"{e.thread_id} {short(e.checkpoint_id)} step {e.step} · {e.source} "
                               f"{style(e.commit[:7], fg='yellow')}",
         "fork": lambda: f"{e.thread_id} from {e.from_thread} {short(e.from_checkpoint_id)}",
@@ -50,7 +56,11 @@ def event_line(e) -> str:
         "writes": lambda: f"{e.thread_id} {short(e.checkpoint_id or '?')} {(e.commit or '')[:7]}",
         "head": lambda: e.thread_id if e.thread_id is not None else f"detached at {(e.commit or '')[:7]}",
     }[e.kind]()
-    return f"{datetime.fromtimestamp(e.observed):%H:%M:%S} {style(f'{e.kind:<10}', fg='cyan')} {what}"
+
+
+def event_line(e) -> str:
+    """One event as a line of text (``--json`` prints :meth:`qvc.inspect.watch.WatchEvent.to_json`)."""
+    return f"{datetime.fromtimestamp(e.observed):%H:%M:%S} {style(f'{e.kind:<10}', fg='cyan')} {event_text(e)}"
 
 
 @cli.command()
@@ -75,10 +85,19 @@ def watch(threads: tuple[str, ...], as_json: bool, poll: float | None) -> None:
     stream(watch_repository(store, threads or None, **kw), show)
 
 
+#: What ``qvc log --follow`` shows as lines of their own, besides new checkpoints.
+NOTES = ("reset", "fork", "delete", "rename")
+
+
 def follow_log(store, name: str | None, limit: int | None, as_json: bool,
-               entry_lines: Callable[..., list[str]]) -> None:
-    """``qvc log --follow``: the thread's log, then its new checkpoints as log entries, each
-    printed as ``entry_lines(entry, head)`` (or one JSON object per line with ``as_json``)."""
+               entry_lines: Callable[..., list[str]], compact: bool = False) -> None:
+    """``qvc log --follow``: the thread's log oldest first (with ``limit``: its newest ``limit``
+    checkpoints, as ``tail -n``), then each new checkpoint as a log entry, printed as
+    ``entry_lines(entry, head)``, and resets, forks, deletions and renames of the thread as lines
+    of their own (``reset: ...``), until interrupted. ``as_json``: one object per line, each with
+    a ``kind``: ``checkpoint`` for log entries (their ``qvc log --json`` form), else the event's
+    ``qvc watch --json`` form. ``compact``: entries are one line each, so notes have no blank
+    line after them."""
     # deferred: start-up speed
     from qvc.inspect.log import entry, log
     from qvc.inspect.watch import watch as watch_repository
@@ -92,13 +111,18 @@ def follow_log(store, name: str | None, limit: int | None, as_json: bool,
 
     def lines(e) -> list[str]:
         shown.add(e.commit)
-        return [json.dumps(e.to_json(), ensure_ascii=False)] if as_json else entry_lines(e, head)
+        return [json.dumps({"kind": "checkpoint", **e.to_json()}, ensure_ascii=False)] if as_json \
+            else entry_lines(e, head)
 
     def show(event) -> list[str]:
+        if event.kind in NOTES:
+            return [json.dumps(event.to_json(), ensure_ascii=False)] if as_json else \
+                [f"{style(event.kind + ':', fg='cyan')} {event_text(event)}"] + ([] if compact else [""])
         if event.kind != "checkpoint" or event.commit in shown:
             return []
         return lines(entry(store, event.commit, {event.commit: [thread]}))
 
     tip = store.head(thread)
-    first = (line for e in (log(store, tip, limit=limit) if tip is not None else ()) for line in lines(e))
+    old = list(log(store, tip, limit=limit))[::-1] if tip is not None else []
+    first = (line for e in old for line in lines(e))
     stream(watcher, show, first)

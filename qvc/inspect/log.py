@@ -1,4 +1,5 @@
-"""History as people read it: ``qvc log`` entries, newest first, and the fork graph.
+"""History as people read it: ``qvc log`` entries, newest first, their selection (ranges,
+fields, dates, message patterns), ``--format`` placeholders, and the fork graph.
 
 Entries are read from commits and trees only (a checkpoint's state is not decoded, except its
 ``status`` field when it has one), so listing stays cheap on long threads.
@@ -8,9 +9,10 @@ from __future__ import annotations
 
 import heapq
 import re
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from qvc.errors import CorruptionError, InvalidInputError
 from qvc.plumbing.objects import MODE_BLOB
@@ -38,6 +40,7 @@ class LogEntry:
     status: str | None = None
     heads: list[str] = field(default_factory=list)  # threads whose head this is
     superseded: bool = False  # only reachable through a line left by time travel
+    message: str = ""  # the commit message (subject ``step N · source · ...``, then trailers)
 
     def to_json(self) -> dict[str, Any]:
         """The stable ``--json`` form (documented in docs/cli.md)."""
@@ -65,7 +68,8 @@ def entry(store: GitCheckpointStore, commit: str, heads: dict[str, list[str]] | 
     changed = [decode_name(n) for n, e in mine.items() if n != HEADER and theirs.get(n) != e]
     changed += [decode_name(n) for n in theirs if n != HEADER and n not in mine]
     return LogEntry(commit, info.checkpoint_id, info.thread_id, info.step, source_of(info), info.time,
-                    info.parents, changed, _status(store, info), (heads or {}).get(commit, []), superseded)
+                    info.parents, changed, _status(store, info), (heads or {}).get(commit, []), superseded,
+                    info.message)
 
 
 def _status(store: GitCheckpointStore, info: CommitInfo) -> str | None:
@@ -101,17 +105,52 @@ def readable(store: GitCheckpointStore, name: str, tip: str) -> bool:
 
 
 def log(store: GitCheckpointStore, start: str | None = None, *, limit: int | None = None,
-        all: bool = False) -> Iterator[LogEntry]:
+        all: bool = False, exclude: str | None = None, fields: Sequence[str] = (), since: float | None = None,
+        until: float | None = None, grep: str | None = None, reverse: bool = False) -> Iterator[LogEntry]:
     """Checkpoints newest first.
 
     With ``start`` (a commit), its first-parent line, crossing into the source thread at a
     fork (``git log --first-parent``). With ``all``, every checkpoint reachable from any thread
     or superseded line, newest first by commit time (``git log --all --date-order``); those
     reachable only through a superseded line are marked ``superseded``.
+
+    The selection, as ``git log`` makes it: ``exclude`` (a commit; ``git log A..B`` is
+    ``start=B, exclude=A``) leaves out every checkpoint it reaches; ``fields`` keeps the
+    checkpoints that added, changed or removed one of those fields; ``since`` / ``until`` (Unix
+    times, inclusive) bound the commit time; ``grep`` (a regular expression) must match the
+    commit message (``^`` and ``$`` match at each line). ``limit`` counts what is selected;
+    ``reverse`` then gives those oldest first. Raises :class:`InvalidInputError` for a negative limit or a bad pattern.
     """
     if limit is not None and limit < 0:
         raise InvalidInputError(f"limit must be a non-negative integer, not {limit!r}")
-    count = 0
+    try:
+        pattern = re.compile(grep, re.MULTILINE) if grep is not None else None  # per line, as git greps
+    except re.error as exc:
+        raise InvalidInputError(f"bad --grep pattern {grep!r}: {exc}") from None
+    hidden = _reachable_from(store, {exclude}) if exclude is not None else set()
+    wanted = set(fields)
+
+    def chosen(e: LogEntry) -> bool:
+        return ((not wanted or not wanted.isdisjoint(e.changed))
+                and (since is None or e.time >= since) and (until is None or e.time <= until)
+                and (pattern is None or pattern.search(e.message) is not None))
+
+    def selected() -> Iterator[LogEntry]:
+        count = 0
+        for e in _walk(store, start, all, hidden):
+            if limit is not None and count >= limit:
+                return
+            if chosen(e):
+                count += 1
+                yield e
+
+    if reverse:
+        yield from reversed(list(selected()))
+    else:
+        yield from selected()
+
+
+def _walk(store: GitCheckpointStore, start: str | None, all: bool, hidden: set[str]) -> Iterator[LogEntry]:
     if not all:
         if start is None:
             return
@@ -128,15 +167,14 @@ def log(store: GitCheckpointStore, start: str | None = None, *, limit: int | Non
             if tip is not None:
                 heads.setdefault(tip, []).append(thread)
         for info in store.first_parents(start):
-            if limit is not None and count >= limit:
+            if info.hex in hidden:
                 return
-            count += 1
             yield entry(store, info.hex, heads)
         return
     heads = head_map(store)
     tips = list(heads) + [tip for name, tip in store.repository.refs(SUPERSEDED) if readable(store, name, tip)]
     on_live = _reachable_from(store, set(heads))
-    everything = _reachable_from(store, set(tips))
+    everything = _reachable_from(store, set(tips)) - hidden
     # Newest first, but never a parent before any of its children (git log --date-order).
     children = dict.fromkeys(everything, 0)
     for commit in everything:
@@ -147,9 +185,6 @@ def log(store: GitCheckpointStore, start: str | None = None, *, limit: int | Non
     heapq.heapify(queue)
     while queue:
         _, commit = heapq.heappop(queue)
-        if limit is not None and count >= limit:
-            return
-        count += 1
         yield entry(store, commit, heads, superseded=commit not in on_live)
         for parent in store.commit(commit).parents:
             if parent in children:
@@ -215,3 +250,93 @@ def _decorate(refs: str, color: bool) -> str:
         names.append(f"{head} -> {name}" if arrow else name)
     text = f" ({', '.join(names)})"
     return f"\x1b[33m{text}\x1b[m" if color else text
+
+
+# -- decorations and --format --------------------------------------------------------------
+
+
+def decorations(e: LogEntry, head_thread: str | None, head_commit: str | None) -> list[str]:
+    """The names pointing at an entry, as git decorates: ``HEAD -> t`` for the current thread
+    ``t``, ``HEAD`` when detached at it, the other threads whose head it is, ``superseded``."""
+    names = [f"HEAD -> {t}" if t == head_thread else t for t in e.heads]
+    if head_thread is None and head_commit == e.commit:
+        names.insert(0, "HEAD")
+    if e.superseded:
+        names.append("superseded")
+    return names
+
+
+#: The ``--format`` placeholders (docs/cli.md lists them): git's own, and qvc's as ``%(name)``.
+PLACEHOLDERS: dict[str, str] = {
+    "%H": "commit SHA", "%h": "abbreviated commit SHA (7)", "%P": "parent SHAs", "%p": "abbreviated parent SHAs",
+    "%s": "subject (first line of the commit message)", "%b": "body (the rest of the message)",
+    "%B": "the raw message", "%at": "time, Unix seconds", "%ai": "time, ISO-like (2026-11-30 14:05:09 +0000)",
+    "%aI": "time, strict ISO 8601", "%ad": "time, git's default form", "%ar": "time, relative (3 hours ago)",
+    "%d": "decorations, as ` (HEAD -> t, u)`", "%D": "decorations without the parentheses",
+    "%n": "newline", "%%": "a literal %", "%xNN": "the byte with hex code NN",
+    "%(id)": "checkpoint id", "%(shortid)": "checkpoint id shortened to 12 characters when longer than 16",
+    "%(thread)": "thread", "%(step)": "step", "%(source)": "source (put when none)",
+    "%(status)": "status field (empty when none)", "%(changed)": "changed fields, comma-separated",
+    "%(nchanged)": "how many fields changed", "%(superseded)": "`superseded` when only on a superseded line",
+}
+
+_PLACEHOLDER = re.compile(r"%(?:\((\w+)\)|x([0-9a-fA-F]{2})|([ac][tiIdr])|([HhPpsbBdDn%]))")
+
+
+def ago(ts: float, now: float) -> str:
+    """``3 minutes ago``: a time relative to ``now``, as ``git log --date=relative`` writes it."""
+    delta = int(now - ts)
+    if delta < 0:
+        return "in the future"
+    for unit, size in (("year", 365 * 86400), ("month", 30 * 86400), ("week", 7 * 86400), ("day", 86400),
+                       ("hour", 3600), ("minute", 60), ("second", 1)):
+        if delta >= size:
+            n = delta // size
+            return f"{n} {unit}{'s' if n != 1 else ''} ago"
+    return "just now"
+
+
+def check_format(fmt: str) -> str:
+    """``fmt`` without git's ``format:`` / ``tformat:`` prefix, checked: every ``%`` must start a
+    placeholder of :data:`PLACEHOLDERS`, else :class:`InvalidInputError`."""
+    for prefix in ("format:", "tformat:"):
+        if fmt.startswith(prefix):
+            fmt = fmt[len(prefix):]
+    rest = _PLACEHOLDER.sub("", fmt)
+    if "%" in rest:
+        bad = rest[rest.index("%"):][:12]
+        raise InvalidInputError(f"unknown --format placeholder at {bad!r} (see `qvc log --help`)")
+    for name in re.findall(r"%\((\w+)\)", fmt):
+        if f"%({name})" not in PLACEHOLDERS:
+            raise InvalidInputError(f"unknown --format placeholder %({name})")
+    return fmt
+
+
+def format_entry(e: LogEntry, fmt: str, *, head_thread: str | None = None, head_commit: str | None = None,
+                 now: float | None = None) -> str:
+    """``e`` written with the placeholders of :data:`PLACEHOLDERS` in ``fmt`` replaced
+    (``fmt`` as :func:`check_format` returns it); ``now`` is the clock for ``%ar``."""
+    when = datetime.fromtimestamp(e.time).astimezone()
+    subject, _, body = e.message.partition("\n")
+    names = decorations(e, head_thread, head_commit)
+
+    def value(m: re.Match) -> str:
+        name, hexcode, date, letter = m.groups()
+        if hexcode is not None:
+            return chr(int(hexcode, 16))
+        if date is not None:
+            return {"t": str(e.time), "i": when.strftime("%Y-%m-%d %H:%M:%S %z"), "I": when.isoformat(),
+                    "d": when.strftime("%a %b %-d %H:%M:%S %Y %z"),
+                    "r": ago(e.time, time.time() if now is None else now)}[date[1]]
+        if letter is not None:
+            return {"H": e.commit, "h": e.commit[:7], "P": " ".join(e.parents),
+                    "p": " ".join(p[:7] for p in e.parents), "s": subject, "b": body.lstrip("\n"), "B": e.message,
+                    "d": f" ({', '.join(names)})" if names else "", "D": ", ".join(names), "n": "\n",
+                    "%": "%"}[letter]
+        cid = e.checkpoint_id
+        return {"id": cid, "shortid": cid if len(cid) <= 16 else cid[:12], "thread": e.thread or "",
+                "step": "" if e.step is None else str(e.step), "source": e.source or "put",
+                "status": e.status or "", "changed": ",".join(e.changed), "nchanged": str(len(e.changed)),
+                "superseded": "superseded" if e.superseded else ""}[name]
+
+    return _PLACEHOLDER.sub(value, fmt)

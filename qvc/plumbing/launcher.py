@@ -209,3 +209,19 @@ def popen(repo_path: str | None, args: Sequence[str], *, user_config: bool = Tru
     options.setdefault("stdin", subprocess.DEVNULL)
     return subprocess.Popen(command(repo_path, args, user_config=user_config),
                             env=environment(interactive=interactive, user_config=user_config), **options)
+
+
+def run_user_command(argv: Sequence[str], *, env: dict[str, str], **options: Any) -> int:
+    """Run a program the *user* named on qvc's command line (``qvc bisect run ... -- CMD``) to
+    completion, with ``env`` as its whole environment and standard input closed; ``options`` go
+    to :func:`subprocess.run`. Returns its exit status (negative: the signal that killed it).
+
+    Never call it with anything a repository names: this is not git, and no setting neutralizes
+    it. Raises :class:`QvcError` when the program cannot be started."""
+    if not argv:
+        raise QvcError("no program to run")
+    options.setdefault("stdin", subprocess.DEVNULL)
+    try:
+        return subprocess.run(list(argv), env=env, **options).returncode
+    except OSError as exc:
+        raise QvcError(f"cannot run {argv[0]!r}: {exc.strerror or exc}") from None

@@ -61,7 +61,7 @@ from qvc.runs.boundaries import ContinueFrom as ContinueFrom
 from qvc.runs.boundaries import referenced_tool_call_ids, resolve_continue_from, safe_truncation_index
 from qvc.runs.ids import THREAD_PREFIX as THREAD_PREFIX
 from qvc.runs.ids import parse_run_ref, thread_of
-from qvc.runs.lifecycle import Runs
+from qvc.runs.lifecycle import Runs, run_revision
 from qvc.runs.model import (
     HISTORY_SKIP,
     Cadence,
@@ -85,5 +85,5 @@ from qvc.runs.segments import GROUP as GROUP
 __all__ = [
     "Cadence", "HISTORY_SKIP", "Message", "Owner", "OwnerStatus", "Requirement", "Run", "RunRecorder", "RunStatus",
     "RunSummary", "Runs", "Snapshot", "TimelineEntry", "ToolCall", "ToolExecution", "parse_run_ref",
-    "referenced_tool_call_ids", "resolve_continue_from", "safe_truncation_index", "thread_of",
+    "referenced_tool_call_ids", "resolve_continue_from", "run_revision", "safe_truncation_index", "thread_of",
 ]

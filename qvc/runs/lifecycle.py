@@ -41,8 +41,31 @@ from qvc.runs.queries import snapshot as _snapshot
 from qvc.runs.queries import timeline as _timeline
 from qvc.runs.recorder import RunRecorder
 from qvc.store.git_store import GitCheckpointStore
+from qvc.store.revisions import Revision
 
 log = logging.getLogger("qvc")
+
+
+def run_revision(store: GitCheckpointStore, text: str) -> Optional[Revision]:
+    """The checkpoint ``RUN@INDEX`` / ``RUN@CHECKPOINT_ID`` names, as a revision on the run's
+    thread: the checkpoint ``qvc show RUN@INDEX`` says the run is shown as of (the boundary at
+    that pair-safe index, else the last one before it). ``None`` when ``text`` is not such a
+    reference to a run of ``store``, so :func:`qvc.store.revisions.parse_revision` can take it
+    as its ``names``. Raises :class:`InvalidInputError` for an index outside the run and
+    :class:`~qvc.errors.UnknownCheckpointError` for a checkpoint id not in it. Reads only.
+    """
+    if not isinstance(text, str) or "@" not in text:
+        return None
+    try:
+        run_id, at = parse_run_ref(text)
+    except InvalidInputError:
+        return None
+    runs = Runs(store)
+    try:
+        thread = runs.thread(run_id)
+    except UnknownRunError:
+        return None
+    return Revision(store.resolve(runs.snapshot(run_id, at).checkpoint_id), thread)
 
 
 class Runs:

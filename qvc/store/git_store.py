@@ -39,6 +39,7 @@ from qvc.store.refnames import (
     check_thread_id,
     decode_name,
     decode_thread,
+    encode_name,
     encode_thread,
     head_ref,
     superseded_prefix,
@@ -215,6 +216,16 @@ class GitCheckpointStore(CheckpointStore):
             return str(exc)
         return None
 
+    def field_value(self, sha: str, name: str, entry: tuple[int, bytes] | None = None) -> Any:
+        """State field ``name`` of checkpoint commit ``sha``, decoded alone (the rest of the state
+        is not read); ``entry`` is its raw tree entry when the caller has it (from
+        :meth:`tree_entries`). Raises :class:`UnknownCheckpointError` (no such field) and
+        :class:`CorruptionError`."""
+        found = entry if entry is not None else self.tree_entries(sha).get(encode_name(name))
+        if found is None:
+            raise UnknownCheckpointError(f"checkpoint {sha[:12]} has no field {name!r}")
+        return self._field(name, found[0], found[1], sha)
+
     def header(self, sha: str) -> tuple[dict, dict]:
         """``(checkpoint header, metadata)`` of the checkpoint commit ``sha`` (its ``.qvc`` blob)."""
         entries = self.tree_entries(sha)
@@ -287,8 +298,17 @@ class GitCheckpointStore(CheckpointStore):
         if len(matches) == 1:
             return matches.pop()
         if matches:
-            raise AmbiguousNameError(f"checkpoint {name!r} is ambiguous: matches {len(matches)} checkpoints")
+            raise AmbiguousNameError(f"checkpoint {name!r} is ambiguous: matches {len(matches)} checkpoints; "
+                                     f"candidates: {self._candidates(matches)}")
         raise UnknownCheckpointError(f"unknown checkpoint {name!r}")
+
+    def _candidates(self, matches: set[str], shown: int = 8) -> str:
+        """The commits of an ambiguous name, newest first, as git's hint lists them: SHA,
+        thread, step, checkpoint id (at most ``shown``, then how many more)."""
+        infos = sorted((self._history.commit(c) for c in matches), key=lambda i: (-i.time, i.hex))
+        text = "; ".join(f"{i.hex[:10]} {i.thread_id or '(no thread)'} step {i.step} id {i.checkpoint_id}"
+                         for i in infos[:shown])
+        return text + (f"; and {len(infos) - shown} more" if len(infos) > shown else "")
 
     def _target(self, config: CheckpointConfig) -> str | None:
         """The commit a config addresses, or ``None`` for a thread with no checkpoints."""

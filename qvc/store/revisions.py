@@ -9,16 +9,19 @@ A revision is a base name, optionally followed by suffixes:
 * ``@{N}``: the thread's head N movements ago, read from its reflog (``@{0}`` is the head).
 
 Thread ids may contain ``~``, ``^`` and ``@{``: the whole text is tried as a thread and as a
-checkpoint id before any suffix is split off.
+checkpoint id before any suffix is split off. Names the store cannot know (an agent run's
+``RUN@N``, :func:`qvc.runs.run_revision`) come from the feature layer through the ``names``
+argument of :func:`parse_revision`. A range ``A..B`` (:func:`parse_range`) is what ``git log A..B``
+shows: B's line without what A reaches.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, Optional
 
-from qvc.errors import InvalidInputError, UnknownCheckpointError, UnknownThreadError
+from qvc.errors import InvalidInputError, NotFoundError, UnknownCheckpointError, UnknownThreadError
 from qvc.store.refnames import check_thread_id, tracking_ref
 
 if TYPE_CHECKING:
@@ -47,8 +50,15 @@ def thread_named(store: GitCheckpointStore, name: str) -> str | None:
     return name if store.head(name) is not None else None
 
 
-def parse_revision(store: GitCheckpointStore, text: str) -> Revision:
+#: A resolver for names beyond the store's own: the :class:`Revision` ``text`` names, or ``None``.
+Names = Callable[[str], Optional[Revision]]
+
+
+def parse_revision(store: GitCheckpointStore, text: str, *, names: Names | None = None) -> Revision:
     """Resolve ``text`` to a checkpoint commit.
+
+    ``names`` is asked about a base name the store does not know (before it is an unknown
+    revision), so ``RUN@3~1`` works when it knows ``RUN@3``.
 
     Raises :class:`UnknownCheckpointError` for a name that matches nothing (or a ``~N`` past the
     first checkpoint, an ``@{N}`` past the reflog), :class:`UnknownThreadError` for ``HEAD`` on
@@ -62,7 +72,7 @@ def parse_revision(store: GitCheckpointStore, text: str) -> Revision:
         return base
     m = _SUFFIX.search(text)
     if m is None or m.start() == 0:
-        return _by_checkpoint(store, text)
+        return _by_checkpoint(store, text, names)
     inner, suffix = text[: m.start()], m.group(0)
     if suffix.startswith("@{"):
         n = int(suffix[2:-1])
@@ -76,7 +86,7 @@ def parse_revision(store: GitCheckpointStore, text: str) -> Revision:
             raise UnknownCheckpointError(f"{text!r}: thread {thread!r} has {len(log)} reflog entries")
         return Revision(log[n].new, thread)
     steps = 1 if suffix in ("~", "^") else int(suffix[1:])
-    rev = parse_revision(store, inner)
+    rev = parse_revision(store, inner, names=names)
     commit = rev.commit
     for i in range(steps):
         parent = store.commit(commit).parent
@@ -106,8 +116,29 @@ def _base(store: GitCheckpointStore, text: str) -> Revision | None:
     return None
 
 
-def _by_checkpoint(store: GitCheckpointStore, text: str) -> Revision:
+def _by_checkpoint(store: GitCheckpointStore, text: str, names: Names | None = None) -> Revision:
     try:
         return Revision(store.resolve(text), None)
     except UnknownCheckpointError:
+        found = names(text) if names is not None else None
+        if found is not None:
+            return found
         raise UnknownCheckpointError(f"unknown revision {text!r}: not a thread, checkpoint id or commit") from None
+
+
+def parse_range(store: GitCheckpointStore, text: str, *,
+                names: Names | None = None) -> tuple[Optional[Revision], Revision]:
+    """``(exclude, include)`` for ``A..B`` (``A..`` and ``..B`` leave out ``HEAD``), or
+    ``(None, revision)`` for a plain revision. The whole text is tried as a revision first
+    (a thread id may contain ``..``). ``A...B`` is refused (:class:`InvalidInputError`); the
+    rest raises as :func:`parse_revision` does.
+    """
+    try:
+        return None, parse_revision(store, text, names=names)
+    except NotFoundError:
+        if ".." not in text:
+            raise
+    a, _, b = text.partition("..")
+    if b.startswith("."):
+        raise InvalidInputError(f"{text!r}: A...B (symmetric difference) is not supported; use A..B")
+    return parse_revision(store, a or "HEAD", names=names), parse_revision(store, b or "HEAD", names=names)

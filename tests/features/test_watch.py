@@ -370,19 +370,59 @@ def test_qvc_log_follow_prints_the_log_then_new_checkpoints(writer, command):
         writer("put", thread="run", id=f"run-{i}")
     follow = command("log", "--follow", "--json", "run")
     old = [json.loads(follow.line()) for _ in range(3)]
-    assert [e["id"] for e in old] == ["run-2", "run-1", "run-0"]  # as `qvc log` prints it, newest first
+    assert [e["id"] for e in old] == ["run-0", "run-1", "run-2"]  # oldest first, as `tail -f` reads
+    assert {e["kind"] for e in old} == {"checkpoint"}
     writer("put", thread="other", id="x-0")  # another thread: not followed
     entry = json.loads(follow.until_live(writer, "run", "new"))
-    assert entry["id"] == "new-0" and entry["source"] == "worker" and entry["changed"] == ["id"]
-    assert entry["thread"] == "run" and entry["heads"] == ["run"] and entry["parents"] == [old[0]["commit"]]
+    assert entry["kind"] == "checkpoint" and entry["id"] == "new-0" and entry["source"] == "worker"
+    assert entry["changed"] == ["id"]
+    assert entry["thread"] == "run" and entry["heads"] == ["run"] and entry["parents"] == [old[-1]["commit"]]
     rest = follow.interrupt(signal.SIGTERM)
     assert all(json.loads(x)["thread"] == "run" for x in rest.splitlines())
+
+
+def test_qvc_log_follow_shows_resets_deletions_and_forks_as_their_own_lines(writer, command):
+    commits = [writer("put", thread="run", id=f"run-{i}") for i in range(4)]
+    follow = command("log", "--follow", "--json", "-n", "2", "run")
+    assert [json.loads(follow.line())["id"] for _ in range(2)] == ["run-2", "run-3"]  # the newest 2, oldest first
+    writer("reset", thread="run", id="run-0")  # a rewind: step 3 is followed by a note, not silently by step 0
+    [reset] = follow.json_lines(1)
+    assert (reset["kind"], reset["thread"], reset["id"], reset["previous"]) == ("reset", "run", "run-0", commits[3])
+    writer("put", thread="run", id="run-1b")
+    [again] = follow.json_lines(1)
+    assert (again["kind"], again["id"], again["parents"]) == ("checkpoint", "run-1b", [commits[0]])
+    writer("delete_thread", thread="run")
+    [gone] = follow.json_lines(1)
+    assert (gone["kind"], gone["thread"]) == ("delete", "run")
+    writer("put", thread="base", id="base-0")
+    writer("fork", thread="run", id="run-f", **{"from": "base-0"})  # the name comes back as a fork
+    fork, first = follow.json_lines(2)
+    assert (fork["kind"], fork["from"]["thread"], fork["from"]["id"]) == ("fork", "base", "base-0")
+    assert (first["kind"], first["id"]) == ("checkpoint", "run-f")
+    writer("rename", thread="run", to="run-renamed")
+    [renamed] = follow.json_lines(1)
+    assert (renamed["kind"], renamed["thread"], renamed["from"]["thread"]) == ("rename", "run-renamed", "run")
+    assert follow.interrupt(signal.SIGTERM) == ""
+
+
+def test_qvc_log_follow_text_notes_a_reset(writer, command):
+    for i in range(3):
+        writer("put", thread="run", id=f"run-{i}")
+    follow = command("log", "--follow", "--oneline", "run")
+    assert [follow.line().split()[1] for _ in range(3)] == ["run-0", "run-1", "run-2"]
+    writer("reset", thread="run", id="run-0")
+    line = follow.line()
+    assert re.match(r"reset: run [0-9a-f]{7} -> [0-9a-f]{7} run-0 step 0", line), line
+    writer("put", thread="run", id="run-1b")
+    assert follow.line().split()[1] == "run-1b"
+    follow.interrupt(signal.SIGINT)
 
 
 def test_qvc_log_follow_text_on_a_new_thread(repo_path, writer, command):
     follow = command("log", "--follow", "--oneline", "later")
     line = follow.until_live(writer, "later")
-    assert re.fullmatch(r"[0-9a-f]{7} later-(\d+) step 0 · worker · [12] changed \(later\)\n", line), line
+    # decorated when it is the head as it is printed (a later put may land before the log is read)
+    assert re.fullmatch(r"[0-9a-f]{7} later-(\d+) step 0 · worker · [12] changed( \(later\))?\n", line), line
     follow.interrupt(signal.SIGINT)
     bad = subprocess.run([*QVC, "--repo", str(repo_path), "log", "--follow", "--all"], capture_output=True,
                          text=True, env=child_env(), timeout=60)
