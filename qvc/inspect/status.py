@@ -27,6 +27,8 @@ class RepoStatus:
     recovery: str | None  # what opening repaired, if anything
     maintenance_due: str | None  # why `qvc gc` is due, if it is
     replication: list[dict[str, Any]] = field(default_factory=list)  # lag per replicated remote
+    failures: int = 0  # checkpoint writes that failed where the caller may not see it (qvc.runs.failures)
+    last_failures: list[dict[str, Any]] = field(default_factory=list)  # the last 5 of them, oldest first
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -36,6 +38,7 @@ def status(store: GitCheckpointStore) -> RepoStatus:
     """The status of the repository ``store`` has open (reads only; never blocks writers)."""
     from qvc.plumbing.maintenance import due
     from qvc.remotes.replication import replication_status
+    from qvc.runs.failures import recorded_failures
 
     head = store.current()
     info = store.commit(head.commit) if head.commit else None
@@ -44,10 +47,12 @@ def status(store: GitCheckpointStore) -> RepoStatus:
         for prefix in counts:
             if name.startswith(prefix):
                 counts[prefix] += 1
+    failures = recorded_failures(store.path)
     return RepoStatus(
         path=store.path, thread=head.thread, head=head.commit, head_id=info.checkpoint_id if info else None,
         head_step=info.step if info else None, durability=store.durability.value, threads=counts[HEADS],
         superseded_lines=counts[SUPERSEDED], pending_writes=counts[WRITES],
         recovery=store.recovery.summary() if store.recovery else None, maintenance_due=due(store.repository),
         replication=[r.to_json() for r in replication_status(store)],
+        failures=len(failures), last_failures=failures[-5:],
     )

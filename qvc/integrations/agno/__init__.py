@@ -8,6 +8,7 @@ runs and sessions), :mod:`.runstore` (runs), :mod:`.sessions` (session rows), :m
 runs). Needs the ``agno`` extra (``pip install "qvc[agno]"``).
 """
 
-from qvc.integrations.agno.db import QvcDb, NotStoredError
+from qvc.integrations.agno.asyncdb import AsyncQvcDb
+from qvc.integrations.agno.db import NotStoredError, QvcDb
 
-__all__ = ["NotStoredError", "QvcDb"]
+__all__ = ["AsyncQvcDb", "NotStoredError", "QvcDb"]
