@@ -14,7 +14,7 @@ import abc
 import asyncio
 import inspect
 import os
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional
 
 from agno.db.base import AsyncBaseDb
 
@@ -43,8 +43,8 @@ class AsyncQvcDb(AsyncBaseDb):
     ``sync`` is the underlying :class:`QvcDb` (use it for the same data from synchronous code).
     """
 
-    def __init__(self, path: Union[str, os.PathLike] = "runs.qvc", *,
-                 durability: Union[DurabilityMode, str] = DurabilityMode.SYNC, other: Optional[Any] = None,
+    def __init__(self, path: str | os.PathLike = "runs.qvc", *,
+                 durability: DurabilityMode | str = DurabilityMode.SYNC, other: Optional[Any] = None,
                  id: Optional[str] = None, sync: Optional[QvcDb] = None):
         super().__init__(id=id)
         self.sync = sync if sync is not None else QvcDb(path, durability=durability, other=None, id=self.id)

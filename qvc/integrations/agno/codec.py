@@ -115,7 +115,7 @@ def tool_pool(segments: Iterable[Segment]) -> Dict[str, Dict[str, Any]]:
 def common_prefix(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> int:
     """How many leading messages ``old`` and ``new`` share (equal as stored)."""
     n = 0
-    for a, b in zip(old, new):
+    for a, b in zip(old, new, strict=False):
         if a != b:
             break
         n += 1

@@ -21,7 +21,7 @@ from __future__ import annotations
 import abc
 import logging
 import os
-from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agno.db.base import BaseDb, SessionType
 from agno.db.utils import deserialize_run, deserialize_session, filter_context_runs, validate_pagination
@@ -85,8 +85,8 @@ class QvcDb(BaseDb):
     :class:`~qvc.GitCheckpointStore` to use instead of opening ``path``.
     """
 
-    def __init__(self, path: Union[str, os.PathLike] = "runs.qvc", *,
-                 durability: Union[DurabilityMode, str] = DurabilityMode.SYNC, other: Optional[Any] = None,
+    def __init__(self, path: str | os.PathLike = "runs.qvc", *,
+                 durability: DurabilityMode | str = DurabilityMode.SYNC, other: Optional[Any] = None,
                  store: Optional[GitCheckpointStore] = None, id: Optional[str] = None):
         super().__init__(id=id)
         self._own = store is None

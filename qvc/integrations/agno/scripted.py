@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable, Iterator, List, Sequence, Union
+from typing import Any, AsyncIterator, Callable, Iterator, List, Sequence
 
 from agno.models.base import Model
 from agno.models.message import Message
 from agno.models.response import ModelResponse
 
-Turn = Union[str, BaseException, Sequence[tuple], Callable[[List[Message]], Any]]
+Turn = str | BaseException | Sequence[tuple] | Callable[[List[Message]], Any]
 
 
 def turn_index(messages: Sequence[Message]) -> int:
