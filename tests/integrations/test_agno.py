@@ -337,3 +337,12 @@ def test_sessions_filter_sort_and_page_as_sqlitedb(tmp_path):
     assert renamed.session_data["session_name"] == "renamed"
     assert ours.delete_session("s1") and ours.get_session("s1") is None
     assert not ours.delete_session("s1")
+
+
+def test_the_agno_sample_runs(tmp_path):
+    proc = subprocess.run([sys.executable, str(Path(ROOT, "samples", "agno_agent.py")), "--repo",
+                           str(tmp_path / "s.qvc"), "--delay", "0.4"], env=child_env(), capture_output=True,
+                          text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "FAIL" not in proc.stdout and "  ok    " in proc.stdout and "$ qvc timeline" in proc.stdout
+    fsck(tmp_path / "s.qvc")
