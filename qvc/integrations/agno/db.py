@@ -200,9 +200,8 @@ class QvcDb(BaseDb):
         except Exception as exc:
             self._failed("upsert_session", exc, session_id=session_id)
             raise
-        runs = [r if isinstance(r, dict) else r.to_dict() for r in getattr(session, "runs", None) or []]
         if not deserialize:
-            return attach_runs(row, runs)
+            return attach_runs(row, [r if isinstance(r, dict) else r.to_dict() for r in session.runs or []])
         out = deserialize_session(None, attach_runs(row, None))
         out.runs = session.runs
         return out

@@ -37,6 +37,7 @@ from qvc.integrations.agno.index import ThreadIndex
 from qvc.runs.codec import LoadedRun, decode
 from qvc.runs.ids import check_id, check_run_id, new_id, thread_of
 from qvc.runs.queries import run_line
+from qvc.runs.segments import Segment
 from qvc.store.git_store import GitCheckpointStore
 from qvc.types import Checkpoint, CheckpointConfig
 
@@ -51,6 +52,7 @@ class AgnoRunStore:
         self.store = store
         self.index = index
         self._lock = threading.RLock()
+        self._last: Dict[str, _Point] = {}  # thread -> the checkpoint this process last wrote there
 
     # -- reading ------------------------------------------------------------------------
 
@@ -104,13 +106,13 @@ class AgnoRunStore:
         messages = data.get("messages") or []
         new = [stored_message(m) for m in messages]
         with self._lock:
-            line = run_line(self.store, thread)
-            if line:
-                head = decode(line[-1])
-                _, row = agno_run(head) or ({}, {})
+            head = self._head(thread)
+            if head is not None:
+                row = head.state.get("agno", {}).get("row", {}) if isinstance(head.state.get("agno"), Mapping) \
+                    else {}
                 if row.get("run_index") is not None:  # kept from the first write, as agno's SQL databases do
                     run_index = row["run_index"]
-                basis, base, reason = self._basis_in_place(line, head, new)
+                basis, base, reason = self._basis_in_place(thread, head, new)
                 step = head.step + 1
             else:
                 if run_index is None:
@@ -120,8 +122,7 @@ class AgnoRunStore:
             segments, order = next_segments(base, messages, data.get("tools") or [])
             state = run_state(data, segments, order, run_type=run_type, run_index=run_index, user_id=user_id,
                               session_id=session_id)
-            if line and basis is not None and basis.id == line[-1].checkpoint.id \
-                    and state == line[-1].checkpoint.state_data:
+            if head is not None and basis is head and state == head.state:
                 return None
             status = data.get("status") or "RUNNING"
             if reason is None:
@@ -129,23 +130,37 @@ class AgnoRunStore:
             checkpoint = Checkpoint(id=new_id(), thread_id=thread, step=step, state_data=state,
                                     parent_id=basis.id if basis is not None else None)
             self.store.put(CheckpointConfig(thread), checkpoint, run_metadata(data, session_id, reason))
+            self._last[thread] = _Point(checkpoint.id, step, segments, state)
             return checkpoint.id
+
+    def _head(self, thread: str) -> Optional[_Point]:
+        """The head of ``thread`` (from this process's last write to it when that is still the head)."""
+        sha = self.store.head(thread)
+        if sha is None:
+            self._last.pop(thread, None)
+            return None
+        cached = self._last.get(thread)
+        if cached is not None and self.store.commit(sha).checkpoint_id == cached.id:
+            return cached
+        tup = self.store.get_tuple(CheckpointConfig(thread))
+        return _Point.of(decode(tup)) if tup is not None else None
 
     def _next_index(self, session_id: str) -> int:
         indexes = [row.get("run_index") for _, row in self.session_runs(session_id)]
         return max((i for i in indexes if isinstance(i, int)), default=-1) + 1
 
-    def _basis_in_place(self, line: List[Any], head: LoadedRun, new: List[Dict[str, Any]]) -> Tuple[Any, list, Any]:
+    def _basis_in_place(self, thread: str, head: _Point, new: List[Dict[str, Any]]) -> Tuple[Any, list, Any]:
         old = segment_messages(head.segments)
         if common_prefix(old, new) == len(old):
             return head, head.segments, None
-        for tup in reversed(line[:-1]):  # agno cut the run: back to the last checkpoint it still extends
+        line = run_line(self.store, thread)  # agno cut the run: back to the last checkpoint it still extends
+        for tup in reversed(line[:-1]):
             loaded = decode(tup)
             msgs = segment_messages(loaded.segments)
             if common_prefix(msgs, new) == len(msgs):
-                return loaded, loaded.segments, "rewind"
+                return _Point.of(loaded), loaded.segments, "rewind"
         first = decode(line[0])
-        return first, trim(first.segments, common_prefix(segment_messages(first.segments), new)), "rewind"
+        return _Point.of(first), trim(first.segments, common_prefix(segment_messages(first.segments), new)), "rewind"
 
     def _basis_of_fork(self, data: Dict[str, Any], new: List[Dict[str, Any]]) -> Tuple[Any, list, Any]:
         source = data.get("forked_from_run_id") or data.get("regenerated_from")
@@ -157,7 +172,7 @@ class AgnoRunStore:
             loaded = decode(tup)
             msgs = segment_messages(loaded.segments)
             if msgs and common_prefix(msgs, new) == len(msgs):
-                return loaded, loaded.segments, reason
+                return _Point.of(loaded), loaded.segments, reason
         return None, [], reason
 
     def delete(self, run_id: str) -> bool:
@@ -168,6 +183,19 @@ class AgnoRunStore:
                 return False
             self.store.delete_thread(thread)
             return True
+
+
+class _Point:
+    """A run checkpoint as the writer needs it: id, step, segments and state."""
+
+    __slots__ = ("id", "step", "segments", "state")
+
+    def __init__(self, id: str, step: int, segments: List[Segment], state: Dict[str, Any]):
+        self.id, self.step, self.segments, self.state = id, step, segments, state
+
+    @classmethod
+    def of(cls, loaded: LoadedRun) -> _Point:
+        return cls(loaded.id, loaded.step, loaded.segments, loaded.tuple.checkpoint.state_data)
 
 
 def _count(segments: list) -> int:

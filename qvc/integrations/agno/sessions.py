@@ -39,6 +39,7 @@ class AgnoSessionStore:
         self.index = index
         self._lock = threading.RLock()
         self._summaries: Dict[str, Dict[str, Any]] = {}  # commit sha -> summary (commits never change)
+        self._last: Dict[str, tuple] = {}  # thread -> (checkpoint id, step, row) this process last wrote
 
     def read(self, session_id: str) -> Optional[Dict[str, Any]]:
         """The stored row of ``session_id`` (every column), or ``None``."""
@@ -68,8 +69,8 @@ class AgnoSessionStore:
         session_id = check_id(row.get("session_id"), "session id")
         thread = session_thread(session_id)
         with self._lock:
-            tup = self.store.get_tuple(CheckpointConfig(thread))
-            old = None if tup is None else {k: tup.checkpoint.state_data.get(k) for k in SESSION_COLUMNS}
+            head = self._head(thread)
+            old = head[2] if head is not None else None
             now = int(time.time())
             if old is not None:
                 if old.get("user_id") is not None and old["user_id"] != row.get("user_id"):
@@ -85,10 +86,24 @@ class AgnoSessionStore:
             new["updated_at"] = now if old is not None else row["created_at"]
             metadata = {"source": "agno-session", "session_id": session_id, "time": time.time(),
                         "agno_session": session_summary(new)}
-            checkpoint = Checkpoint(id=new_id(), thread_id=thread, step=tup.checkpoint.step + 1 if tup else 0,
-                                    state_data=new)
+            checkpoint = Checkpoint(id=new_id(), thread_id=thread, step=head[1] + 1 if head else 0, state_data=new)
             self.store.put(CheckpointConfig(thread), checkpoint, metadata)
+            self._last[thread] = (checkpoint.id, checkpoint.step, new)
             return new
+
+    def _head(self, thread: str) -> Optional[tuple]:
+        """``(checkpoint id, step, row)`` of the session's head (this process's last write when still the head)."""
+        sha = self.store.head(thread)
+        if sha is None:
+            self._last.pop(thread, None)
+            return None
+        cached = self._last.get(thread)
+        if cached is not None and self.store.commit(sha).checkpoint_id == cached[0]:
+            return cached
+        tup = self.store.get_tuple(CheckpointConfig(thread))
+        if tup is None:
+            return None
+        return tup.checkpoint.id, tup.checkpoint.step, {k: tup.checkpoint.state_data.get(k) for k in SESSION_COLUMNS}
 
     def delete(self, session_id: str) -> bool:
         """Delete the session's thread; False if it has none."""
