@@ -346,3 +346,30 @@ def test_the_agno_sample_runs(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "FAIL" not in proc.stdout and "  ok    " in proc.stdout and "$ qvc timeline" in proc.stdout
     fsck(tmp_path / "s.qvc")
+
+
+# -- 6. AgentOS's checkpoint routes over QvcDb -------------------------------------------------------------
+
+
+def test_agentos_checkpoint_routes_over_qvcdb(tmp_path):
+    pytest.importorskip("multipart")
+    from agno.os import AgentOS
+    from fastapi.testclient import TestClient
+
+    db = QvcDb(tmp_path / "r.qvc")
+    agent = make_agent(db, batches(2))
+    agent.id = "a1"
+    agent.run("go", run_id="r1")
+    client = TestClient(AgentOS(agents=[agent], db=db, telemetry=False).get_app())
+    listed = client.get("/agents/a1/runs/r1/checkpoints", params={"session_id": SESSION})
+    assert listed.status_code == 200, listed.text
+    points = listed.json()["checkpoints"]
+    assert [p["message_index"] for p in points] == [3, 5, 6] and points[-1]["is_latest"]
+    snap = client.get("/agents/a1/runs/r1/checkpoints/3", params={"session_id": SESSION})
+    assert snap.status_code == 200, snap.text
+    assert len(snap.json()["snapshot"]["messages"]) == 3
+    assert client.get("/agents/a1/runs/r1/checkpoints/99", params={"session_id": SESSION}).status_code == 400
+    sessions = client.get("/sessions", params={"type": "agent"})
+    assert sessions.status_code == 200 and [s["session_id"] for s in sessions.json()["data"]] == [SESSION]
+    runs = client.get(f"/sessions/{SESSION}/runs", params={"type": "agent"})
+    assert runs.status_code == 200 and [r["run_id"] for r in runs.json()] == ["r1"]
