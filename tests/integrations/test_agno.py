@@ -373,3 +373,22 @@ def test_agentos_checkpoint_routes_over_qvcdb(tmp_path):
     assert sessions.status_code == 200 and [s["session_id"] for s in sessions.json()["data"]] == [SESSION]
     runs = client.get(f"/sessions/{SESSION}/runs", params={"type": "agent"})
     assert runs.status_code == 200 and [r["run_id"] for r in runs.json()] == ["r1"]
+
+
+def test_the_index_sees_what_another_writer_did_at_once(tmp_path):
+    from agno.session import AgentSession
+
+    path = tmp_path / "r.qvc"
+    reader, writer = QvcDb(path), QvcDb(path)  # two databases, as two processes: no shared cache
+    writer.upsert_session(AgentSession(session_id="first", agent_id="a"))
+    assert [s.session_id for s in reader.get_sessions()] == ["first"]
+    assert reader.get_run("r-new") is None
+    for i in range(3):  # each change right after the previous read, within one clock tick
+        writer.upsert_session(AgentSession(session_id=f"s{i}", agent_id="a"))
+        assert len(reader.get_sessions()) == 2 + i
+    run_agent(writer, batches(1), "r-new", is_async=False)
+    assert reader.get_run("r-new").status is RunStatus.completed
+    assert [r.run_id for r in reader.get_session(SESSION).runs] == ["r-new"]
+    assert writer.delete_session(SESSION)
+    assert reader.get_run("r-new") is None and reader.get_session(SESSION) is None
+    assert reader.index.scans >= 3
