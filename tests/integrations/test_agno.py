@@ -267,7 +267,29 @@ def test_qvc_runs_timeline_and_show_on_an_agno_run(tmp_path):
     assert text.returncode == 0 and "COMPLETED" in text.stdout
     log = qvc_cli("--repo", str(path), "log", "--all")
     assert log.returncode == 0 and "run/agno-session/cli-run" in log.stdout
+    first, last = json.loads(tl.stdout)[0]["id"], json.loads(tl.stdout)[-1]["id"]
+    diff = qvc_cli("--repo", str(path), "diff", "--json", first, last)
+    assert diff.returncode == 0, diff.stderr
+    changed = {d["field"] for d in json.loads(diff.stdout)}
+    assert {"status", "content", "log.00000001", "log.00000002"} <= changed and "log.00000000" not in changed
     fsck(path)
+
+
+def test_qvc_serve_shows_agno_runs(tmp_path):
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from qvc.server.app import create_app
+
+    path = tmp_path / "r.qvc"
+    run_agent(QvcDb(path), batches(2), "served", is_async=False)
+    client = TestClient(create_app(path, read_only=True), base_url="http://127.0.0.1")
+    listed = client.get("/api/runs").json()
+    assert [(r["run_id"], r["status"]) for r in listed["runs"]] == [("served", "COMPLETED")]
+    points = client.get("/api/runs/served/checkpoints").json()["checkpoints"]
+    assert [p["message_index"] for p in points] == [3, 5, 6]
+    snap = client.get(f"/api/runs/served/checkpoints/{points[0]['id']}").json()
+    assert snap["run"]["status"] == "RUNNING" and len(snap["run"]["messages"]) == 3
 
 
 # -- delegation, failures -------------------------------------------------------------------------------
@@ -392,3 +414,44 @@ def test_the_index_sees_what_another_writer_did_at_once(tmp_path):
     assert writer.delete_session(SESSION)
     assert reader.get_run("r-new") is None and reader.get_session(SESSION) is None
     assert reader.index.scans >= 3
+
+
+def test_team_and_workflow_sessions_read_back_as_sqlitedb_returns_them(tmp_path):
+    from agno.agent import Agent
+    from agno.db.base import SessionType
+    from agno.team import Team
+    from agno.workflow import Step, Workflow
+    from agno.workflow.types import StepOutput
+
+    from qvc.integrations.agno.scripted import ScriptedModel
+    from tests.workers.agno_worker import lookup
+
+    db = MirrorDb(tmp_path / "r.qvc", SqliteDb(db_file=str(tmp_path / "a.db")))
+    member = Agent(id="member", name="member", model=ScriptedModel(script=["hi"]), telemetry=False)
+    team = Team(id="team", members=[member], model=ScriptedModel(script=batches(2)), tools=[lookup], db=db,
+                checkpoint="tool-batch", session_id="team-session", telemetry=False)
+    assert team.run("go", run_id="team-run").status is RunStatus.completed
+    assert db.compared == 3  # two tool batches and the end, each compared with SqliteDb's answer
+    session = db.get_session("team-session", session_type=SessionType.TEAM)
+    assert type(session).__name__ == "TeamSession" and [r.run_id for r in session.runs] == ["team-run"]
+    assert [e.status.value for e in timeline(tmp_path / "r.qvc", "team-run")] == ["RUNNING", "RUNNING", "COMPLETED"]
+
+    flow = Workflow(id="flow", name="flow", db=db, session_id="flow-session", telemetry=False,
+                    steps=[Step(name="only", executor=lambda step_input: StepOutput(content="done"))])
+    assert flow.run("go", run_id="flow-run").status is RunStatus.completed
+    session = db.get_session("flow-session", session_type=SessionType.WORKFLOW)
+    assert type(session).__name__ == "WorkflowSession" and [r.run_id for r in session.runs] == ["flow-run"]
+    fsck(tmp_path / "r.qvc")
+
+
+def test_durability_and_a_refused_session_write(tmp_path):
+    from agno.session import AgentSession
+
+    assert QvcDb(tmp_path / "a.qvc", durability="async").store.durability.value == "async"
+    db = QvcDb(tmp_path / "r.qvc")
+    assert db.store.durability.value == "sync"
+    db.upsert_session(AgentSession(session_id="owned", user_id="alice"))
+    assert db.upsert_session(AgentSession(session_id="owned", user_id="mallory")) is None  # as SqliteDb
+    assert db.get_session("owned").user_id == "alice"
+    failure = recorded_failures(db.path)[-1]
+    assert failure["operation"] == "upsert_session" and "alice" in failure["cause"]  # not silent (agno #7986)
