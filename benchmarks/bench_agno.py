@@ -98,14 +98,15 @@ def one_batch_run(kind: str, k: int, where: str) -> dict:
                   session_id="bench", telemetry=False)
     agent.run("warm up", run_id="warm")  # tables, repository, imports: not what is measured
     agent.model.script = script
-    w0, t0 = wchar(), time.perf_counter()
+    w0, t0, c0 = wchar(), time.perf_counter(), time.process_time()
     out = agent.run("go", run_id="measured")
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     written = wchar() - w0
     final = len(json.dumps(db.get_run("measured").to_dict()))
     db.close()
     return {"kind": kind, "k": k, "status": str(out.status.value), "write_bytes": written,
-            "disk_bytes": du(files), "wall_s": wall, "final_json_bytes": final}
+            "disk_bytes": du(files), "wall_s": wall, "cpu_s": cpu,
+            "final_json_bytes": final}
 
 
 def build_index_repo(path: str, n: int) -> None:
