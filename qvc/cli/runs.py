@@ -10,6 +10,29 @@ from qvc.cli.output import ago, emit_json, page, short, style, value_width
 from qvc.errors import InvalidInputError
 
 
+def run_commit(store, ref: str) -> str | None:
+    """The commit ``RUN`` (its head) or ``RUN@INDEX`` / ``RUN@CHECKPOINT`` names, for ``qvc diff``;
+    ``None`` if no run has that id. A message index between two checkpoints raises
+    :class:`InvalidInputError` naming the boundaries (a diff compares stored checkpoints)."""
+    # deferred: start-up speed
+    from qvc.errors import UnknownRunError
+    from qvc.runs import Runs, parse_run_ref
+
+    try:
+        run_id, at = parse_run_ref(ref)
+        runs = Runs(store)
+        if at is None:
+            return store.head(runs.thread(run_id))
+        snap = runs.snapshot(run_id, at)
+    except (UnknownRunError, InvalidInputError):
+        return None
+    if not snap.exact:
+        bounds = ", ".join(str(e.message_index) for e in runs.timeline(run_id, superseded=False))
+        raise InvalidInputError(f"{ref}: message {at} is between checkpoints of run {run_id}; "
+                                f"name a boundary ({bounds}) or a checkpoint id")
+    return store.resolve(snap.checkpoint_id)
+
+
 def show_run(store, ref: str, full: bool, as_json: bool) -> bool:
     """``qvc show RUN`` / ``RUN@MESSAGE_INDEX`` / ``RUN@CHECKPOINT``: ``False`` if no run has that id."""
     # deferred: start-up speed

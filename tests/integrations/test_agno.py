@@ -272,6 +272,11 @@ def test_qvc_runs_timeline_and_show_on_an_agno_run(tmp_path):
     assert diff.returncode == 0, diff.stderr
     changed = {d["field"] for d in json.loads(diff.stdout)}
     assert {"status", "content", "log.00000001", "log.00000002"} <= changed and "log.00000000" not in changed
+    by_run = qvc_cli("--repo", str(path), "diff", "--json", "cli-run@3", "cli-run@6")
+    assert by_run.returncode == 0, by_run.stderr
+    assert json.loads(by_run.stdout) == json.loads(diff.stdout)
+    between = qvc_cli("--repo", str(path), "diff", "cli-run@1", "cli-run")
+    assert between.returncode == 2 and "between checkpoints" in between.stderr and "3, 5, 6" in between.stderr
     fsck(path)
 
 
