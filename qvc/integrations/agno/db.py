@@ -29,7 +29,7 @@ from agno.db.utils import deserialize_run, deserialize_session, filter_context_r
 from qvc.errors import QvcError
 from qvc.integrations.agno.index import ThreadIndex
 from qvc.integrations.agno.runstore import AgnoRunStore
-from qvc.integrations.agno.sessions import AgnoSessionStore, RefusedError, attach_runs
+from qvc.integrations.agno.sessions import AgnoSessionStore, SessionOwnedError, attach_runs
 from qvc.plumbing.durability import DurabilityMode
 from qvc.runs.failures import record_failure
 from qvc.store.git_store import GitCheckpointStore
@@ -189,12 +189,13 @@ class QvcDb(BaseDb):
             return rows, total
         return [deserialize_session(session_type, r) for r in rows]
 
-    def upsert_session(self, session: Any, deserialize: Optional[bool] = True) -> Any:
+    def upsert_session(self, session: Any, deserialize: Optional[bool] = True, *,
+                       preserve_updated_at: bool = False) -> Any:
         """Store the session row (one checkpoint if a column changed); ``None`` if another user owns it."""
         session_id = getattr(session, "session_id", None)
         try:
-            row = self.sessions.write(session)
-        except RefusedError as exc:
+            row = self.sessions.write(session, preserve_updated_at=preserve_updated_at)
+        except SessionOwnedError as exc:
             self._failed("upsert_session", exc, session_id=session_id)
             return None
         except Exception as exc:
@@ -213,7 +214,7 @@ class QvcDb(BaseDb):
         for s in sessions or []:
             if s is None:
                 continue
-            result = self.upsert_session(s, deserialize=deserialize)
+            result = self.upsert_session(s, deserialize=deserialize, preserve_updated_at=preserve_updated_at)
             if result is not None:
                 out.append(result)
         return out

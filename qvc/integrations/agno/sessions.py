@@ -16,6 +16,7 @@ import threading
 import time
 from typing import Any, Dict, List, Mapping, Optional
 
+from qvc.errors import QvcError
 from qvc.integrations.agno.codec import SESSION_COLUMNS, normalize, session_summary
 from qvc.integrations.agno.index import ThreadIndex, session_thread
 from qvc.runs.ids import check_id, new_id
@@ -27,8 +28,8 @@ from qvc.types import Checkpoint, CheckpointConfig
 SORTABLE = frozenset(SESSION_COLUMNS) | {"session_name"}
 
 
-class RefusedError(Exception):
-    """An upsert of a session another user owns (agno's databases refuse it and return ``None``)."""
+class SessionOwnedError(QvcError):
+    """An upsert of a session another user owns (agno's SQL databases refuse it and return ``None``)."""
 
 
 class AgnoSessionStore:
@@ -51,11 +52,12 @@ class AgnoSessionStore:
         state = tup.checkpoint.state_data
         return {k: state.get(k) for k in SESSION_COLUMNS}
 
-    def write(self, session: Any) -> Dict[str, Any]:
+    def write(self, session: Any, *, preserve_updated_at: bool = False) -> Dict[str, Any]:
         """Upsert ``session`` (an agno ``Session``): one checkpoint if any column but ``updated_at`` changed.
 
         Returns the stored row. ``created_at`` is kept from the first write and ``updated_at`` is
-        the time of the write, as in agno's SQL databases. Raises :class:`RefusedError` when the
+        the time of the write (the session's own with ``preserve_updated_at``), as in agno's SQL
+        databases. Raises :class:`SessionOwnedError` when the
         stored row belongs to another user, and what :meth:`GitCheckpointStore.put` raises.
         """
         from agno.db.base import SessionType
@@ -74,7 +76,7 @@ class AgnoSessionStore:
             now = int(time.time())
             if old is not None:
                 if old.get("user_id") is not None and old["user_id"] != row.get("user_id"):
-                    raise RefusedError(f"session {session_id!r} belongs to user {old['user_id']!r}, not "
+                    raise SessionOwnedError(f"session {session_id!r} belongs to user {old['user_id']!r}, not "
                                        f"{row.get('user_id')!r}")
                 row["created_at"] = old.get("created_at")
             else:
@@ -83,7 +85,8 @@ class AgnoSessionStore:
             if old is not None and {k: v for k, v in new.items() if k != "updated_at"} == \
                     {k: v for k, v in old.items() if k != "updated_at"}:
                 return old
-            new["updated_at"] = now if old is not None else row["created_at"]
+            new["updated_at"] = row.get("updated_at") if preserve_updated_at and row.get("updated_at") is not None \
+                else now if old is not None else row["created_at"]
             metadata = {"source": "agno-session", "session_id": session_id, "time": time.time(),
                         "agno_session": session_summary(new)}
             checkpoint = Checkpoint(id=new_id(), thread_id=thread, step=head[1] + 1 if head else 0, state_data=new)
