@@ -185,11 +185,31 @@ def kb(n: float) -> str:
     return f"{n / 1e6:.2f} MB" if n >= 1e6 else f"{n / 1e3:.1f} KB"
 
 
+def index_report(tmp: str, n: int) -> dict:
+    """Build n runs, measure the index in a new process, print and return the figures."""
+    repo = os.path.join(tmp, "index.qvc")
+    t0 = time.perf_counter()
+    child(["--child", "build", repo, str(n)])
+    built = time.perf_counter() - t0
+    index = child(["--child", "index", repo, str(n)])
+    index["build_s"] = built
+    print(f"\nIndexes: {index['runs']:,} runs in {index['sessions']:,} sessions (built in {built:.0f} s)")
+    print(f"  first get_run (scans the branch names once): {index['first_get_run_ms']:.1f} ms")
+    print(f"  get_run, median of 200 random ids:    {index['get_run_ms']:.2f} ms")
+    print(f"  get_sessions page of 20, no runs:     {index['get_sessions_page_ms']:.2f} ms")
+    print(f"  get_sessions page of 20, with runs:   {index['get_sessions_page_with_runs_ms']:.2f} ms")
+    print(f"  get_run right after this process wrote (no scan: the run is known): "
+          f"{index['get_run_after_own_write_ms']:.1f} ms")
+    print(f"  scans of the branch names in all: {index['name_scans']}")
+    return index
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="1 round, 1,000 runs for the indexes")
     parser.add_argument("--rounds", type=int, default=None)
-    parser.add_argument("--runs", type=int, default=None, help="runs for the index measurement")
+    parser.add_argument("--runs", type=int, default=None, help="runs for the index measurement (0: skip it)")
+    parser.add_argument("--ks", type=int, nargs="+", default=list(KS), help="tool batches per run (default 4 16 64)")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -204,12 +224,13 @@ def main() -> None:
             print(json.dumps(measure_index(args.child[1], int(args.child[2]))))
         return
     rounds = args.rounds or (1 if args.quick else 3)
-    n = args.runs or (1000 if args.quick else 10_000)
+    n = args.runs if args.runs is not None else (1000 if args.quick else 10_000)
     tmp = tempfile.mkdtemp(prefix="qvc-bench-agno-")
     results: dict = {"batches": [], "index": None}
     try:
+        ks = args.ks
         for r in range(rounds):
-            for k in KS:
+            for k in ks:
                 for kind in (("sqlite", "qvc") if r % 2 == 0 else ("qvc", "sqlite")):
                     where = os.path.join(tmp, f"{kind}-{k}-{r}")
                     os.makedirs(where)
@@ -219,11 +240,11 @@ def main() -> None:
         print(f"{'K':>3} {'ckpts':>5} | {'SqliteDb write()':>16} {'qvc write()':>12} {'ratio':>6} | "
               f"{'SqliteDb disk':>13} {'qvc disk':>9} | {'SqliteDb wall':>13} {'qvc wall':>9} {'ratio':>6} | final run")
         summary = []
-        for k in KS:
+        for k in ks:
             def med(kind: str, key: str, k: int = k) -> float:
                 return statistics.median(b[key] for b in results["batches"] if b["kind"] == kind and b["k"] == k)
             row = {"k": k, **{f"{kind}_{key}": med(kind, key) for kind in ("sqlite", "qvc")
-                              for key in ("write_bytes", "disk_bytes", "wall_s", "final_json_bytes")}}
+                              for key in ("write_bytes", "disk_bytes", "wall_s", "cpu_s", "final_json_bytes")}}
             summary.append(row)
             print(f"{k:>3} {k + 1:>5} | {kb(row['sqlite_write_bytes']):>16} {kb(row['qvc_write_bytes']):>12} "
                   f"{row['qvc_write_bytes'] / row['sqlite_write_bytes']:>6.3f} | {kb(row['sqlite_disk_bytes']):>13} "
@@ -234,24 +255,11 @@ def main() -> None:
         last = summary[-1]
         bytes_ok = last["qvc_write_bytes"] <= last["sqlite_write_bytes"] / 10
         wall_ok = last["qvc_wall_s"] <= last["sqlite_wall_s"]
-        print(f"K=64 targets: bytes written <= 1/10 of SqliteDb: {'PASS' if bytes_ok else 'MISS'}; "
-              f"wall time <= SqliteDb: {'PASS' if wall_ok else 'MISS'}")
-
-        repo = os.path.join(tmp, "index.qvc")
-        t0 = time.perf_counter()
-        child(["--child", "build", repo, str(n)])
-        built = time.perf_counter() - t0
-        index = child(["--child", "index", repo, str(n)])
-        index["build_s"] = built
-        results["index"] = index
-        print(f"\nIndexes: {index['runs']:,} runs in {index['sessions']:,} sessions (built in {built:.0f} s)")
-        print(f"  first get_run (scans the branch names once): {index['first_get_run_ms']:.1f} ms")
-        print(f"  get_run, median of 200 random ids:    {index['get_run_ms']:.2f} ms")
-        print(f"  get_sessions page of 20, no runs:     {index['get_sessions_page_ms']:.2f} ms")
-        print(f"  get_sessions page of 20, with runs:   {index['get_sessions_page_with_runs_ms']:.2f} ms")
-        print(f"  get_run right after this process wrote (scans the names again): "
-              f"{index['get_run_after_own_write_ms']:.1f} ms")
-        print(f"  scans of the branch names in all: {index['name_scans']}")
+        print(f"K={last['k']} targets: bytes written <= 1/10 of SqliteDb: {'PASS' if bytes_ok else 'MISS'}; "
+              f"wall time <= SqliteDb: {'PASS' if wall_ok else 'MISS'} (CPU {last['sqlite_cpu_s'] * 1e3:.0f} ms "
+              f"vs {last['qvc_cpu_s'] * 1e3:.0f} ms)")
+        if n:
+            results["index"] = index_report(tmp, n)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
