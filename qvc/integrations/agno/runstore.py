@@ -108,8 +108,8 @@ class AgnoRunStore:
         with self._lock:
             head = self._head(thread)
             if head is not None:
-                row = head.state.get("agno", {}).get("row", {}) if isinstance(head.state.get("agno"), Mapping) \
-                    else {}
+                extra = head.state.get("agno")
+                row = extra.get("row") or {} if isinstance(extra, Mapping) else {}
                 if row.get("run_index") is not None:  # kept from the first write, as agno's SQL databases do
                     run_index = row["run_index"]
                 basis, base, reason = self._basis_in_place(thread, head, new)
