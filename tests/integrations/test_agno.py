@@ -460,3 +460,29 @@ def test_durability_and_a_refused_session_write(tmp_path):
     assert db.get_session("owned").user_id == "alice"
     failure = recorded_failures(db.path)[-1]
     assert failure["operation"] == "upsert_session" and "alice" in failure["cause"]  # not silent (agno #7986)
+
+
+def test_a_paused_run_resolved_and_continued_reads_back_as_sqlitedb_returns_it(tmp_path):
+    from agno.agent import Agent
+    from agno.tools import tool
+
+    from qvc.integrations.agno.scripted import ScriptedModel
+
+    @tool(requires_confirmation=True)
+    def wire(amount: int) -> str:
+        """Wire money (needs a human's confirmation)."""
+        return f"wired {amount}"
+
+    db = MirrorDb(tmp_path / "r.qvc", SqliteDb(db_file=str(tmp_path / "a.db")))
+    agent = Agent(model=ScriptedModel(script=[[("wire", {"amount": 5})], "sent"]), db=db, tools=[wire],
+                  checkpoint="tool-batch", session_id="hitl", telemetry=False)
+    paused = agent.run("pay", run_id="p1")
+    assert paused.status is RunStatus.paused and db.get_run("p1").tools[0].requires_confirmation
+    for requirement in paused.active_requirements:
+        requirement.confirm()
+    done = agent.continue_run(run_id="p1", requirements=paused.requirements, session_id="hitl")
+    assert done.status is RunStatus.completed and db.get_run("p1").tools[0].result == "wired 5"
+    assert db.compared == 3  # every write compared with SqliteDb's answer, the changed tool execution included
+    assert [(e.status.value, e.reason) for e in timeline(tmp_path / "r.qvc", "p1")] == \
+           [("RUNNING", "tool-batch"), ("PAUSED", "paused"), ("COMPLETED", "end")]
+    fsck(tmp_path / "r.qvc")
