@@ -25,8 +25,9 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from agno.db.utils import json_serializer
 
-from qvc.runs.codec import LoadedRun
+from qvc.runs.codec import segments_of
 from qvc.runs.segments import Segment, layout
+from qvc.types import CheckpointTuple
 
 #: The ``RunOutput`` keys stored outside the ``agno`` field.
 PULLED = ("messages", "tools", "content", "session_state", "metrics", "status")
@@ -213,18 +214,19 @@ def run_metadata(run: Dict[str, Any], session_id: str, reason: str) -> Dict[str,
             "time": time.time(), "role": last.get("role") if last else None, "preview": preview, "framework": "agno"}
 
 
-def agno_run(loaded: LoadedRun) -> Optional[Tuple[Dict[str, Any], Dict[str, Any]]]:
+def agno_run(tup: CheckpointTuple) -> Optional[Tuple[Dict[str, Any], Dict[str, Any]]]:
     """``(run dict, row info)`` of an agno run checkpoint, or ``None`` for a run qvc.runs recorded itself."""
-    state = loaded.tuple.checkpoint.state_data
+    state = tup.checkpoint.state_data
     extra = state.get("agno")
     if not isinstance(extra, Mapping):
         return None
+    segments = segments_of(state, f"run checkpoint {tup.checkpoint.id}")
     row = dict(extra.get("row") or {})
     run = dict(extra.get("run") or {})
     present = set(row.get("present") or PULLED)
-    pool = tool_pool(loaded.segments)
+    pool = tool_pool(segments)
     values = {
-        "messages": [agno_message(m) for m in segment_messages(loaded.segments)],
+        "messages": [agno_message(m) for m in segment_messages(segments)],
         "tools": [pool.get(t) if isinstance(t, str) else t.get("inline") for t in row.get("tool_order") or []],
         "content": state.get("content"), "session_state": state.get("session_state"),
         "metrics": state.get("metrics"), "status": state.get("status"),

@@ -34,12 +34,12 @@ from qvc.integrations.agno.codec import (
     trim,
 )
 from qvc.integrations.agno.index import ThreadIndex
-from qvc.runs.codec import LoadedRun, decode
+from qvc.runs.codec import segments_of
 from qvc.runs.ids import check_id, check_run_id, new_id, thread_of
 from qvc.runs.queries import run_line
 from qvc.runs.segments import Segment
 from qvc.store.git_store import GitCheckpointStore
-from qvc.types import Checkpoint, CheckpointConfig
+from qvc.types import Checkpoint, CheckpointConfig, CheckpointTuple
 
 _REASONS = {"COMPLETED": "end", "ERROR": "error", "PAUSED": "paused", "CANCELLED": "cancelled",
             "REGENERATED": "regenerated", "PENDING": "pending"}
@@ -59,9 +59,7 @@ class AgnoRunStore:
     def load(self, thread: str) -> Optional[Tuple[Dict[str, Any], Dict[str, Any]]]:
         """``(run dict, row info)`` of the run on ``thread`` (its head), or ``None``."""
         tup = self.store.get_tuple(CheckpointConfig(thread))
-        if tup is None:
-            return None
-        return agno_run(decode(tup))
+        return agno_run(tup) if tup is not None else None
 
     def get(self, run_id: str) -> Optional[Tuple[Dict[str, Any], Dict[str, Any]]]:
         """``(run dict, row info)`` of ``run_id``, or ``None`` if there is no such agno run."""
@@ -143,7 +141,7 @@ class AgnoRunStore:
         if cached is not None and self.store.commit(sha).checkpoint_id == cached.id:
             return cached
         tup = self.store.get_tuple(CheckpointConfig(thread))
-        return _Point.of(decode(tup)) if tup is not None else None
+        return _Point.of(tup) if tup is not None else None
 
     def _next_index(self, session_id: str) -> int:
         indexes = [row.get("run_index") for _, row in self.session_runs(session_id)]
@@ -155,12 +153,12 @@ class AgnoRunStore:
             return head, head.segments, None
         line = run_line(self.store, thread)  # agno cut the run: back to the last checkpoint it still extends
         for tup in reversed(line[:-1]):
-            loaded = decode(tup)
-            msgs = segment_messages(loaded.segments)
+            point = _Point.of(tup)
+            msgs = segment_messages(point.segments)
             if common_prefix(msgs, new) == len(msgs):
-                return _Point.of(loaded), loaded.segments, "rewind"
-        first = decode(line[0])
-        return _Point.of(first), trim(first.segments, common_prefix(segment_messages(first.segments), new)), "rewind"
+                return point, point.segments, "rewind"
+        first = _Point.of(line[0])
+        return first, trim(first.segments, common_prefix(segment_messages(first.segments), new)), "rewind"
 
     def _basis_of_fork(self, data: Dict[str, Any], new: List[Dict[str, Any]]) -> Tuple[Any, list, Any]:
         source = data.get("forked_from_run_id") or data.get("regenerated_from")
@@ -169,10 +167,10 @@ class AgnoRunStore:
             return None, [], None
         reason = "regenerate" if data.get("regenerated_from") else "fork"
         for tup in reversed(run_line(self.store, thread)):
-            loaded = decode(tup)
-            msgs = segment_messages(loaded.segments)
+            point = _Point.of(tup)
+            msgs = segment_messages(point.segments)
             if msgs and common_prefix(msgs, new) == len(msgs):
-                return _Point.of(loaded), loaded.segments, reason
+                return point, point.segments, reason
         return None, [], reason
 
     def delete(self, run_id: str) -> bool:
@@ -194,8 +192,9 @@ class _Point:
         self.id, self.step, self.segments, self.state = id, step, segments, state
 
     @classmethod
-    def of(cls, loaded: LoadedRun) -> _Point:
-        return cls(loaded.id, loaded.step, loaded.segments, loaded.tuple.checkpoint.state_data)
+    def of(cls, tup: CheckpointTuple) -> _Point:
+        cp = tup.checkpoint
+        return cls(cp.id, cp.step, segments_of(cp.state_data, f"run checkpoint {cp.id}"), cp.state_data)
 
 
 def _count(segments: list) -> int:
