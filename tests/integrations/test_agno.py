@@ -334,6 +334,13 @@ def test_a_failed_checkpoint_is_logged_and_recorded_for_qvc_status(tmp_path, cap
     assert report["failures"] == len(failures) and report["last_failures"][-1]["run_id"] == "bad@id"
     text = qvc_cli("--repo", str(path), "status")
     assert "checkpoint failure" in text.stdout and "bad@id" in text.stdout
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from qvc.server.app import create_app
+
+    served = TestClient(create_app(path, read_only=True), base_url="http://127.0.0.1").get("/api/repository").json()
+    assert served["failures"] == len(failures) and served["last_failures"][-1]["run_id"] == "bad@id"
 
 
 def test_sessions_filter_sort_and_page_as_sqlitedb(tmp_path):
