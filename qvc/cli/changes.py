@@ -23,6 +23,7 @@ def diff(a: str, b: str | None, stat: bool, full: bool, as_json: bool) -> None:
     Example:
       qvc diff run-7            # the head against its parent
       qvc diff run-7~5 run-7 --stat
+      qvc diff RUN@3 RUN@5      # a run between two of its checkpoints (message indexes)
     """
     # deferred: start-up speed
     from qvc.inspect.statediff import format_diff, format_stat, to_json

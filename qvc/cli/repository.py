@@ -74,6 +74,12 @@ def status(as_json: bool) -> None:
         out(style(f"recovered on open: {st.recovery}", fg="yellow"))
     if st.maintenance_due:
         out(style(f"maintenance due ({st.maintenance_due}): run `qvc gc`", fg="yellow"))
+    if st.failures:
+        out(style(f"{st.failures} checkpoint failure(s) recorded (qvc/failures.log); the last:", fg="red"))
+        for f in st.last_failures:
+            what = f"run {f['run_id']}" if f.get("run_id") else f"session {f.get('session_id')}"
+            out(style(f"  {ago(float(f.get('time') or 0))}  {f.get('operation')} of {what}: "
+                      f"{f.get('cause')}", fg="red"))
     for r in st.replication:
         age = r["oldest_unreplicated_age"]
         lag = "up to date" if not r["threads_behind"] else f"{r['threads_behind']} thread(s) behind" + (

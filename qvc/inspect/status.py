@@ -28,6 +28,8 @@ class RepoStatus:
     maintenance_due: str | None  # why `qvc gc` is due, if it is
     replication: list[dict[str, Any]] = field(default_factory=list)  # lag per replicated remote
     damaged: str | None = None  # why HEAD's commit does not read, if it does not (see `qvc fsck`)
+    failures: int = 0  # checkpoint writes that failed where the caller may not see it (qvc.runs.failures)
+    last_failures: list[dict[str, Any]] = field(default_factory=list)  # the last 5 of them, oldest first
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -37,6 +39,7 @@ def status(store: GitCheckpointStore) -> RepoStatus:
     """The status of the repository ``store`` has open (reads only; never blocks writers)."""
     from qvc.plumbing.maintenance import due
     from qvc.remotes.replication import replication_status
+    from qvc.runs.failures import recorded_failures
 
     head = store.current()
     damaged = store.damage(head.commit) if head.commit else None  # a broken head: the rest still reads
@@ -46,10 +49,12 @@ def status(store: GitCheckpointStore) -> RepoStatus:
         for prefix in counts:
             if name.startswith(prefix):
                 counts[prefix] += 1
+    failures = recorded_failures(store.path)
     return RepoStatus(
         path=store.path, thread=head.thread, head=head.commit, head_id=info.checkpoint_id if info else None,
         head_step=info.step if info else None, durability=store.durability.value, threads=counts[HEADS],
         superseded_lines=counts[SUPERSEDED], pending_writes=counts[WRITES],
         recovery=store.recovery.summary() if store.recovery else None, maintenance_due=due(store.repository),
         replication=[r.to_json() for r in replication_status(store)], damaged=damaged,
+        failures=len(failures), last_failures=failures[-5:],
     )

@@ -160,6 +160,31 @@ class RefReader:
                 out.setdefault(name, target)
         return iter(sorted(out.items()))
 
+    def names(self, prefix: str) -> set[str]:
+        """The names of every ref under ``prefix``, loose and packed, without reading their targets.
+
+        For indexes that need only which refs exist: one directory scan (plus ``packed-refs`` when
+        it changed), where :meth:`refs` also opens every loose file. Loose names are listed
+        before ``packed-refs`` is read, as in :meth:`refs`.
+        """
+        out: set[str] = set()
+        dirs = ["refs"]
+        while dirs:
+            rel = dirs.pop()
+            try:
+                entries = list(os.scandir(os.path.join(self.path, rel)))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for entry in entries:
+                name = f"{rel}/{entry.name}"
+                if entry.is_dir(follow_symlinks=False):
+                    if name.startswith(prefix) or prefix.startswith(name + "/"):
+                        dirs.append(name)
+                elif name.startswith(prefix) and not name.endswith(".lock"):
+                    out.add(name)
+        out.update(name for name in self._packed() if name.startswith(prefix))
+        return out
+
     def head(self) -> tuple[str | None, str | None]:
         """``(ref name, commit)`` of HEAD, as :meth:`qvc.plumbing.repository.Repository.head_ref`."""
         try:

@@ -49,8 +49,9 @@ run model and its JSON form), :mod:`~qvc.runs.boundaries` (pair-safe cuts),
 :mod:`~qvc.runs.segments` (the conversation's checkpoint fields), :mod:`~qvc.runs.codec` (runs
 to checkpoint state and back), :mod:`~qvc.runs.ownership` (run locks, owner liveness),
 :mod:`~qvc.runs.queries` (reading runs: lists, history, timelines, snapshots),
-:mod:`~qvc.runs.recorder` (:class:`RunRecorder`) and :mod:`~qvc.runs.lifecycle` (:class:`Runs`:
-start, continue, fork, regenerate, copy). Each imports only the store layer and below
+:mod:`~qvc.runs.recorder` (:class:`RunRecorder`), :mod:`~qvc.runs.lifecycle` (:class:`Runs`:
+start, continue, fork, regenerate, copy) and :mod:`~qvc.runs.failures` (checkpoint failures an
+adapter records for ``qvc status``, where its framework only logs them). Each imports only the store layer and below
 (``qvc.store``, ``qvc.plumbing``, ``qvc.errors``, ``qvc.types``) and the modules listed before it.
 """
 

@@ -34,6 +34,17 @@ class LoadedRun:
         return self.tuple.checkpoint.step
 
 
+def segments_of(state: Mapping[str, Any], what: str) -> List[Segment]:
+    """The segments of a run checkpoint's ``state``, in order (sealed groups, then ``log.<n>``), without
+    decoding the messages; :class:`InvalidInputError` names ``what`` for a field that is no segment."""
+    segments: List[Segment] = []
+    for name in sorted(k for k in state if k.startswith("sealed.")):
+        segments.extend(Segment.load(s, f"{what} field {name}") for s in state[name])
+    for name in sorted(k for k in state if k.startswith("log.")):
+        segments.append(Segment.load(state[name], f"{what} field {name}"))
+    return segments
+
+
 def decode(tup: CheckpointTuple) -> LoadedRun:
     """The run a checkpoint holds (owner heartbeats folded in); :class:`InvalidInputError` if it holds none."""
     state = tup.checkpoint.state_data
@@ -41,11 +52,7 @@ def decode(tup: CheckpointTuple) -> LoadedRun:
     ident = state.get("run")
     if not isinstance(ident, Mapping) or "run_id" not in ident:
         raise InvalidInputError(f"{what} on thread {tup.checkpoint.thread_id!r} is not a run checkpoint")
-    segments: List[Segment] = []
-    for name in sorted(k for k in state if k.startswith("sealed.")):
-        segments.extend(Segment.load(s, f"{what} field {name}") for s in state[name])
-    for name in sorted(k for k in state if k.startswith("log.")):
-        segments.append(Segment.load(state[name], f"{what} field {name}"))
+    segments = segments_of(state, what)
     owner = Owner.from_dict(state.get("owner"))
     if owner is not None:  # heartbeats are pending writes on the checkpoint
         for w in tup.pending_writes or []:

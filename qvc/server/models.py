@@ -37,6 +37,8 @@ class Repository(BaseModel):
     pending_writes: int
     recovery: Optional[str]
     maintenance_due: Optional[str]
+    failures: int = Field(0, description="Checkpoint writes that failed where the caller may not see it")
+    last_failures: List[Dict[str, Any]] = Field(default_factory=list, description="The last 5 of them")
     version: str
     read_only: bool
     live: str = Field(description="How /api/events learns of changes: 'poll' (ref polling) or 'watch'")

@@ -1,0 +1,208 @@
+"""agno runs as qvc runs: each ``upsert_run`` is one checkpoint (commit) of the run's thread storing what
+it added; reading a run back gives the ``RunOutput`` dict agno wrote.
+
+How an upsert finds its parent, so agno's operations become git's:
+
+- the run's stored messages are a prefix of the new ones (a tool batch, the terminal write, a
+  resume): the parent is the head, and the new segment holds only the messages after it;
+- they are not (agno cut the run in place: ``continue_from`` on a RUNNING, ERROR or PAUSED
+  run): the parent is the latest checkpoint of the run's line whose messages are a prefix, so
+  the head moves back there and the old tail stays reachable as a superseded line;
+- a new run with ``forked_from_run_id`` (a fork, ``continue_from`` on a COMPLETED run,
+  ``regenerate``): the parent is the source's checkpoint at the fork point, so the two runs
+  share those commits and blobs.
+
+Imports :mod:`qvc.store`, :mod:`qvc.types`, :mod:`qvc.runs` and the adapter's ``codec`` and ``index``.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from agno.db.utils import get_run_type
+
+from qvc.integrations.agno.codec import (
+    agno_run,
+    common_prefix,
+    next_segments,
+    normalize,
+    run_metadata,
+    run_state,
+    segment_messages,
+    stored_message,
+    trim,
+)
+from qvc.integrations.agno.index import ThreadIndex
+from qvc.runs.codec import segments_of
+from qvc.runs.ids import check_id, check_run_id, new_id, thread_of
+from qvc.runs.queries import run_line
+from qvc.runs.segments import Segment
+from qvc.store.git_store import GitCheckpointStore
+from qvc.types import Checkpoint, CheckpointConfig, CheckpointTuple
+
+_REASONS = {"COMPLETED": "end", "ERROR": "error", "PAUSED": "paused", "CANCELLED": "cancelled",
+            "REGENERATED": "regenerated", "PENDING": "pending"}
+
+
+class AgnoRunStore:
+    """The runs of an agno database kept as qvc runs in ``store`` (``index`` finds their threads)."""
+
+    def __init__(self, store: GitCheckpointStore, index: ThreadIndex):
+        self.store = store
+        self.index = index
+        self._lock = threading.RLock()
+        self._last: Dict[str, _Point] = {}  # thread -> the checkpoint this process last wrote there
+
+    # -- reading ------------------------------------------------------------------------
+
+    def load(self, thread: str) -> Optional[Tuple[Dict[str, Any], Dict[str, Any]]]:
+        """``(run dict, row info)`` of the run on ``thread`` (its head), or ``None``."""
+        tup = self.store.get_tuple(CheckpointConfig(thread))
+        return agno_run(tup) if tup is not None else None
+
+    def get(self, run_id: str) -> Optional[Tuple[Dict[str, Any], Dict[str, Any]]]:
+        """``(run dict, row info)`` of ``run_id``, or ``None`` if there is no such agno run."""
+        if not isinstance(run_id, str) or not run_id:
+            return None
+        thread = self.index.run_thread(run_id)
+        return self.load(thread) if thread is not None else None
+
+    def session_runs(self, session_id: str) -> List[Tuple[Dict[str, Any], Dict[str, Any]]]:
+        """The agno runs of a session in insertion order (``run_index``, then ``created_at``, ``run_id``)."""
+        out = []
+        for run_id in self.index.session_run_ids(session_id):
+            found = self.load(thread_of(session_id, run_id))
+            if found is not None:
+                out.append(found)
+        return sorted(out, key=_order)
+
+    def all_runs(self) -> List[Tuple[Dict[str, Any], Dict[str, Any]]]:
+        """Every agno run of the repository, in insertion order within each session."""
+        out = []
+        for _, thread in self.index.all_run_ids():
+            found = self.load(thread)
+            if found is not None:
+                out.append(found)
+        return sorted(out, key=lambda r: (r[0].get("session_id") or "",) + _order(r))
+
+    # -- writing ------------------------------------------------------------------------
+
+    def upsert(self, run: Any, session_id: str, user_id: Optional[str] = None,
+               run_index: Optional[int] = None) -> Optional[str]:
+        """Store ``run`` (a ``RunOutput``, ``TeamRunOutput``, ``WorkflowRunOutput`` or its dict) as the next
+        checkpoint of its run; returns the checkpoint id, or ``None`` when nothing changed.
+
+        Durable on return in the store's SYNC mode. Raises :class:`InvalidInputError` for a run
+        without a valid ``run_id`` and what :meth:`GitCheckpointStore.put` raises.
+        """
+        run_type = get_run_type(run)
+        data = normalize(run if isinstance(run, Mapping) else run.to_dict())
+        run_id = check_run_id(data.get("run_id"))
+        session_id = check_id(session_id, "session id")
+        thread = thread_of(session_id, run_id)
+        messages = data.get("messages") or []
+        new = [stored_message(m) for m in messages]
+        with self._lock:
+            head = self._head(thread)
+            if head is not None:
+                extra = head.state.get("agno")
+                row = extra.get("row") or {} if isinstance(extra, Mapping) else {}
+                if row.get("run_index") is not None:  # kept from the first write, as agno's SQL databases do
+                    run_index = row["run_index"]
+                basis, base, reason = self._basis_in_place(thread, head, new)
+                step = head.step + 1
+            else:
+                if run_index is None:
+                    run_index = self._next_index(session_id)
+                basis, base, reason = self._basis_of_fork(data, new)
+                step = basis.step + 1 if basis is not None else 0
+            segments, order = next_segments(base, messages, data.get("tools") or [])
+            state = run_state(data, segments, order, run_type=run_type, run_index=run_index, user_id=user_id,
+                              session_id=session_id)
+            if head is not None and basis is head and state == head.state:
+                return None
+            status = data.get("status") or "RUNNING"
+            if reason is None:
+                reason = _REASONS.get(status) or ("tool-batch" if len(messages) > _count(base) else "resume")
+            checkpoint = Checkpoint(id=new_id(), thread_id=thread, step=step, state_data=state,
+                                    parent_id=basis.id if basis is not None else None)
+            self.store.put(CheckpointConfig(thread), checkpoint, run_metadata(data, session_id, reason))
+            self._last[thread] = _Point(checkpoint.id, step, segments, state)
+            return checkpoint.id
+
+    def _head(self, thread: str) -> Optional[_Point]:
+        """The head of ``thread`` (from this process's last write to it when that is still the head)."""
+        sha = self.store.head(thread)
+        if sha is None:
+            self._last.pop(thread, None)
+            return None
+        cached = self._last.get(thread)
+        if cached is not None and self.store.commit(sha).checkpoint_id == cached.id:
+            return cached
+        tup = self.store.get_tuple(CheckpointConfig(thread))
+        return _Point.of(tup) if tup is not None else None
+
+    def _next_index(self, session_id: str) -> int:
+        indexes = [row.get("run_index") for _, row in self.session_runs(session_id)]
+        return max((i for i in indexes if isinstance(i, int)), default=-1) + 1
+
+    def _basis_in_place(self, thread: str, head: _Point, new: List[Dict[str, Any]]) -> Tuple[Any, list, Any]:
+        old = segment_messages(head.segments)
+        if common_prefix(old, new) == len(old):
+            return head, head.segments, None
+        line = run_line(self.store, thread)  # agno cut the run: back to the last checkpoint it still extends
+        for tup in reversed(line[:-1]):
+            point = _Point.of(tup)
+            msgs = segment_messages(point.segments)
+            if common_prefix(msgs, new) == len(msgs):
+                return point, point.segments, "rewind"
+        first = _Point.of(line[0])
+        return first, trim(first.segments, common_prefix(segment_messages(first.segments), new)), "rewind"
+
+    def _basis_of_fork(self, data: Dict[str, Any], new: List[Dict[str, Any]]) -> Tuple[Any, list, Any]:
+        source = data.get("forked_from_run_id") or data.get("regenerated_from")
+        thread = self.index.run_thread(source) if isinstance(source, str) and source else None
+        if thread is None:
+            return None, [], None
+        reason = "regenerate" if data.get("regenerated_from") else "fork"
+        for tup in reversed(run_line(self.store, thread)):
+            point = _Point.of(tup)
+            msgs = segment_messages(point.segments)
+            if msgs and common_prefix(msgs, new) == len(msgs):
+                return point, point.segments, reason
+        return None, [], reason
+
+    def delete(self, run_id: str) -> bool:
+        """Delete the run's thread (its checkpoints shared with forks stay); False if there is no such run."""
+        with self._lock:
+            thread = self.index.run_thread(run_id) if isinstance(run_id, str) and run_id else None
+            if thread is None:
+                return False
+            self.store.delete_thread(thread)
+            return True
+
+
+class _Point:
+    """A run checkpoint as the writer needs it: id, step, segments and state."""
+
+    __slots__ = ("id", "step", "segments", "state")
+
+    def __init__(self, id: str, step: int, segments: List[Segment], state: Dict[str, Any]):
+        self.id, self.step, self.segments, self.state = id, step, segments, state
+
+    @classmethod
+    def of(cls, tup: CheckpointTuple) -> _Point:
+        cp = tup.checkpoint
+        return cls(cp.id, cp.step, segments_of(cp.state_data, f"run checkpoint {cp.id}"), cp.state_data)
+
+
+def _count(segments: list) -> int:
+    return sum(len(s.messages) for s in segments)
+
+
+def _order(found: Tuple[Dict[str, Any], Dict[str, Any]]) -> tuple:
+    run, row = found
+    index = row.get("run_index")
+    return (index is None, index if isinstance(index, int) else 0, run.get("created_at") or 0, run.get("run_id") or "")
+
