@@ -15,6 +15,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from qvc import GitCheckpointStore  # noqa: E402
+from qvc.plumbing.repository import publish_open  # noqa: E402
 
 
 def _git_env() -> dict:
@@ -40,7 +41,9 @@ def git_env(path) -> dict:
 
 
 def fsck(path) -> None:
-    """Assert that ``git fsck --strict`` accepts the repository at ``path``."""
+    """Assert that ``git fsck --strict`` accepts the repository at ``path`` (once this process's
+    open stores there have published their writes, as a program does before it runs git)."""
+    publish_open(path)
     proc = subprocess.run([shutil.which("git") or "git", "fsck", "--strict", "--no-progress"],
                           env=git_env(path), capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
     assert proc.returncode == 0, f"git fsck --strict failed:\n{proc.stdout}\n{proc.stderr}"
@@ -48,7 +51,10 @@ def fsck(path) -> None:
 
 def run_git(git_dir, *args: str, check: bool = True, input: bytes | None = None,
             text: bool = True) -> subprocess.CompletedProcess:
-    """Run the real ``git`` binary against ``git_dir`` (a bare repository; ``None``: no --git-dir)."""
+    """Run the real ``git`` binary against ``git_dir`` (a bare repository; ``None``: no --git-dir),
+    once this process's open stores there have published their writes (see ``fsck``)."""
+    if git_dir is not None:
+        publish_open(git_dir)
     exe = shutil.which("git")
     assert exe is not None, "git must be installed for these tests"
     prefix = [] if git_dir is None else [f"--git-dir={os.fspath(git_dir)}"]

@@ -21,7 +21,6 @@ from __future__ import annotations
 import enum
 import os
 import threading
-import time
 from typing import Callable
 
 
@@ -76,6 +75,7 @@ class Worker:
         self._task = task
         self._max_lag = max_lag
         self._wake = threading.Event()
+        self._halt = threading.Event()  # cuts the wait for company short when stopping
         self._stop = False
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -92,7 +92,7 @@ class Worker:
                 return
             # Let pokes that arrive meanwhile share this run, but never wait past max_lag.
             if self._max_lag:
-                time.sleep(self._max_lag / 2)
+                self._halt.wait(self._max_lag / 2)
             try:
                 self._task()
             except BaseException as exc:  # surfaced to the caller by the store
@@ -100,5 +100,6 @@ class Worker:
 
     def stop(self) -> None:
         self._stop = True
+        self._halt.set()
         self._wake.set()
         self._thread.join()

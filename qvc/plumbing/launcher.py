@@ -27,7 +27,7 @@ import re
 import shutil
 import subprocess
 import threading
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from qvc.errors import QvcError
 
@@ -193,12 +193,24 @@ def command(repo_path: str | None, args: Sequence[str], *, user_config: bool = T
     return [git_exe(), *_ALWAYS, *neutralizing(repo_path, user_config=user_config), *where, *args]
 
 
+#: Called with the repository's path before ``git`` runs on one: the repository plumbing
+#: registers the publishing of this process's writes there, so ``git`` sees all of them.
+BEFORE_GIT: list[Callable[[str], None]] = []
+
+
+def _before(repo_path: str | None) -> None:
+    if repo_path:
+        for hook in BEFORE_GIT:
+            hook(repo_path)
+
+
 def run(repo_path: str | None, args: Sequence[str], *, user_config: bool = True, interactive: bool = False,
         **options: Any) -> subprocess.CompletedProcess:
     """Run ``git args`` (see :func:`command`) to completion, with standard input closed unless
     ``options`` say otherwise; other ``options`` go to :func:`subprocess.run`."""
     if "input" not in options:
         options.setdefault("stdin", subprocess.DEVNULL)
+    _before(repo_path)
     return subprocess.run(command(repo_path, args, user_config=user_config),
                           env=environment(interactive=interactive, user_config=user_config), **options)
 
@@ -207,6 +219,7 @@ def popen(repo_path: str | None, args: Sequence[str], *, user_config: bool = Tru
           **options: Any) -> subprocess.Popen:
     """Start ``git args`` (see :func:`command`); ``options`` go to :class:`subprocess.Popen`."""
     options.setdefault("stdin", subprocess.DEVNULL)
+    _before(repo_path)
     return subprocess.Popen(command(repo_path, args, user_config=user_config),
                             env=environment(interactive=interactive, user_config=user_config), **options)
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
 from qvc.errors import CorruptionError
-from qvc.plumbing import pack
+from qvc.plumbing import leases, pack
 from qvc.plumbing.durability import harden
 from qvc.plumbing.journal import claim_orphans, fsync_dir, read_records
 from qvc.plumbing.libgit2 import pygit2
@@ -122,10 +122,88 @@ def needed(repo: Repository) -> bool:
             finally:
                 os.close(fd)
     for top in ("refs", "objects"):
-        for _, _, files in os.walk(os.path.join(repo.path, top)):
-            if any(n.endswith(".lock") or n.startswith("tmp_") or ".tmp-" in n for n in files):
-                return True
+        for dirpath, _, files in os.walk(os.path.join(repo.path, top)):
+            for n in files:
+                if n.startswith("tmp_") or ".tmp-" in n:
+                    return True
+                if n.endswith(".lock"):
+                    name = os.path.relpath(os.path.join(dirpath, n[:-5]), repo.path).replace(os.sep, "/")
+                    holder = leases.holder(repo.path, name)
+                    if holder is None or not journal_alive(repo, holder):
+                        return True  # a live store's lease is no leftover
     return any(os.path.exists(os.path.join(repo.path, n)) for n in ("packed-refs.lock", "config.lock", "HEAD.lock"))
+
+
+def journal_alive(repo: Repository, name: str) -> bool:
+    """Whether journal file ``name`` (of ``<repo>/qvc/journal``) belongs to an open store: it
+    exists and someone holds its ``flock`` (this process included)."""
+    path = os.path.join(repo.qvc_dir, "journal", os.path.basename(name))
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def adopt_lease(repo: Repository, name: str, holder: str) -> bool:
+    """Finish a dead store's lease on ref ``name`` (see :mod:`qvc.plumbing.leases`) while other
+    stores run: roll the ref forward to the last value the dead store's journal moved it to
+    (its objects rewritten first if git's files lack them), append those moves to the reflog,
+    and release the lock. Returns whether it did; ``False`` if the holder turns out to be alive
+    or another process is adopting it. The journal stays for the next open's full recovery,
+    which then finds the ref where the journal left it.
+    """
+    path = os.path.join(repo.qvc_dir, "journal", os.path.basename(holder))
+    lock = leases.lock_path(repo.path, name)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        fd = -1  # its journal is gone: nothing of the lease was acknowledged
+    try:
+        if fd >= 0:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+        if leases.holder(repo.path, name) != holder:
+            return False  # released or adopted meanwhile
+        moves: list[tuple[str | None, str | None, list | None]] = []
+        missing: list[tuple[str, bytes]] = []
+        for record in read_records(path) if fd >= 0 else ():
+            if record.base:
+                continue
+            for kind, data in record.objects:
+                if not repo.has(repo.hash(kind, data)):
+                    missing.append((kind, data))
+            moves += [(old, new, record.seen.get(n)) for n, old, new in record.refs if n == name]
+        disk = repo.ref(name)
+        identity = repo.file_identity(name)
+        start = next((i for i, (old, _, seen) in enumerate(moves)
+                      if old == disk and seen and seen[0] == identity), None)
+        if start is None or moves[-1][1] is None:
+            os.unlink(lock)  # the lease's moves never reached the journal: nothing to roll forward
+            return True
+        if missing:
+            pack.write(os.path.join(repo.path, "objects", "pack"), missing)
+        value = moves[-1][1]
+        if not _history_reads(repo, value, {disk} if disk else set()):
+            os.unlink(lock)
+            return True
+        why, when = "recovery: a crashed writer's move", time.time()
+        with open(lock, "r+b") as f:
+            lease = leases.Lease(os.dup(f.fileno()), disk, value, identity,
+                                 [(old, new, why, when) for old, new, _ in moves[start:]])
+        leases.publish(repo.path, name, lease, "qvc <qvc@localhost>", log=True, head_too=False)
+        return True
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 def recover(repo: Repository) -> RecoveryReport:
@@ -135,7 +213,8 @@ def recover(repo: Repository) -> RecoveryReport:
     try:
         live = [n for n in os.listdir(journal_dir) if n.endswith(".wal")]
         alone = len(live) == len(orphans)
-        remove_stale_files(repo, 0.0 if alone else STALE_SECONDS, report)
+        remove_stale_files(repo, 0.0 if alone else STALE_SECONDS, report,
+                           dead={os.path.basename(path) for path, _ in orphans})
         if orphans:
             _remove_empty_objects(repo, report)
             _remove_damaged_packs(repo, report)
@@ -167,9 +246,12 @@ def _mtime(path: str, default: float) -> float:
         return default
 
 
-def remove_stale_files(repo: Repository, older_than: float, report: RecoveryReport) -> None:
+def remove_stale_files(repo: Repository, older_than: float, report: RecoveryReport,
+                       dead: set[str] | frozenset[str] = frozenset()) -> None:
     """Remove lock and temporary files at least ``older_than`` seconds old. Under the exclusive
-    lock (no qvc writer is mid-write) every lock file is stale: pass 0."""
+    lock (no qvc writer is mid-write) every lock file but a live store's lease is stale: pass 0.
+    A lease (:mod:`qvc.plumbing.leases`) goes, whatever its age, once its store is gone (its
+    journal unlocked, or among ``dead``: the journals this recovery claimed)."""
     now = time.time()
 
     def stale(path: str) -> bool:
@@ -181,10 +263,18 @@ def remove_stale_files(repo: Repository, older_than: float, report: RecoveryRepo
     for top in ("refs",):
         for dirpath, _, files in os.walk(os.path.join(repo.path, top)):
             for name in files:
+                if not name.endswith(".lock"):
+                    continue
                 path = os.path.join(dirpath, name)
-                if name.endswith(".lock") and stale(path):
-                    os.unlink(path)
-                    report.locks_removed.append(os.path.relpath(path, repo.path))
+                ref = os.path.relpath(path[:-5], repo.path).replace(os.sep, "/")
+                holder = leases.holder(repo.path, ref)
+                if holder is not None:  # a store's lease: kept while that store lives, whatever its age
+                    if holder not in dead and journal_alive(repo, holder):
+                        continue
+                elif not stale(path):
+                    continue
+                os.unlink(path)
+                report.locks_removed.append(os.path.relpath(path, repo.path))
     journal_dir = os.path.join(repo.qvc_dir, "journal")
     for name in os.listdir(journal_dir):  # a store killed while creating its journal
         path = os.path.join(journal_dir, name)

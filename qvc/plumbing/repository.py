@@ -34,9 +34,10 @@ from qvc.errors import (
     StoreClosedError,
     errno_in,
 )
-from qvc.plumbing import pack, recovery
+from qvc.plumbing import launcher, leases, pack, recovery
 from qvc.plumbing.durability import DurabilityMode, Worker, harden
 from qvc.plumbing.journal import Journal, Record, fsync_dir
+from qvc.plumbing.leases import Lease
 from qvc.plumbing.libgit2 import configured, pygit2
 from qvc.plumbing.objects import TYPE_NAMES, TYPES, parse_tree
 from qvc.plumbing.reflog import ZERO, ReflogEntry, read_reflog
@@ -56,6 +57,9 @@ CONSOLIDATE_AT = 32  # small packs this store wrote before they are merged into 
 LOCK_WAIT = 10.0
 T = TypeVar("T")
 MISS_RETRIES = 8  # lookups of an object while other stores keep merging packs
+#: how soon the publisher writes applied moves to git's files after a write (other processes
+#: and plain git see a write within about this long; see :meth:`Repository.publish`)
+PUBLISH_LAG = 0.01
 
 _open_repos: weakref.WeakSet[Repository] = weakref.WeakSet()
 
@@ -65,6 +69,19 @@ def _flush_at_exit() -> None:  # EXIT mode's promise; harmless for the others
     for repo in list(_open_repos):
         with contextlib.suppress(Exception):
             repo.close()
+
+
+def publish_open(path: str | os.PathLike) -> None:
+    """Publish (:meth:`Repository.publish`) the writes of every repository this process has
+    open at ``path``: what a program does before it hands the repository to plain ``git``.
+    Every ``git`` qvc runs (:mod:`qvc.plumbing.launcher`) is preceded by this."""
+    path = os.path.abspath(os.fspath(path))
+    for repo in list(_open_repos):
+        if repo.path == path and not repo.readonly:
+            repo.publish()
+
+
+launcher.BEFORE_GIT.append(publish_open)
 
 
 def _create(path: str) -> None:
@@ -110,6 +127,8 @@ class Repository:
         if not isinstance(max_lag, (int, float)) or max_lag < 0:
             raise InvalidInputError(f"max_lag must be a non-negative number of seconds, not {max_lag!r}")
         self.durability = durability
+        #: ASYNC and EXIT writes reach git's files in batches (see :meth:`publish`); SYNC ones at once
+        self.deferred = durability is not DurabilityMode.SYNC
         self.fsync = fsync
         self._journal_limit = journal_limit
         self._closed = True
@@ -146,6 +165,14 @@ class Repository:
         self._merged: list[str] = []  # packs this store merged
         self._packs_lock = threading.Lock()
         self._consolidate_lock = threading.Lock()
+        # Applied but not yet in git's files (see publish): objects by raw id, and leased refs.
+        self._pending: dict[bytes, tuple[str, bytes]] = {}
+        self._leases: dict[str, Lease] = {}
+        self._state = threading.RLock()  # guards both; held while publishing
+        self._publish_mutex = threading.Lock()
+        self._publisher: Worker | None = None  # started by the first deferred move
+        self._who: str | None = None  # the reflog identity (git's: user.name <user.email>)
+        self._log_all: bool | None = None  # core.logAllRefUpdates
         # Recovery takes the exclusive lock (pausing writers) only when a quick look finds work.
         self.recovery = recovery.RecoveryReport()
         if recovery.needed(self):
@@ -211,7 +238,10 @@ class Repository:
 
     def read(self, raw: bytes, kind: str | None = None) -> bytes:
         """An object's data; :class:`CorruptionError` if it is missing, unreadable or not ``kind``."""
-        if self._reader is not None:
+        pending = self._pending.get(raw)
+        if pending is not None:
+            otype, data = TYPES[pending[0]], pending[1]
+        elif self._reader is not None:
             try:
                 otype, data = self._reader.read(raw)
             except KeyError:
@@ -273,16 +303,35 @@ class Repository:
 
     hash = staticmethod(pack.object_id)
 
+    def has(self, raw: bytes) -> bool:
+        """Whether the repository has object ``raw`` whole (in git's files, or written by this
+        process and not yet published)."""
+        if raw in self._pending:
+            return True
+        try:
+            self.read(raw)
+            return True
+        except CorruptionError:
+            return False
+
     def _store_objects(self, record: Record) -> None:
-        """Write the record's objects not yet stored as one pack (not yet durable)."""
+        """Make the record's objects not yet stored readable: this process reads them at once,
+        git's files get them at the next :meth:`publish` (not yet durable: that is the record's job)."""
         todo = record.objects[record.stored:]
         if not todo:
             return
-        _ = self.journal  # created (its name made durable) before the first git file changes
-        base = pack.write(self.pack_dir, todo, record.oids[record.stored:])
+        _ = self.journal  # created (its name made durable) before any of its moves reaches git's files
+        if not self.deferred:
+            base = pack.write(self.pack_dir, todo, record.oids[record.stored:])
+            record.stored = len(record.objects)
+            with self._packs_lock:
+                self._small_packs.append(base)
+            self._consolidate_soon()
+            return
+        with self._state:
+            for oid, obj in zip(record.oids[record.stored:], todo, strict=True):
+                self._pending.setdefault(oid, obj)
         record.stored = len(record.objects)
-        with self._packs_lock:
-            self._small_packs.append(base)
 
     def consolidate(self) -> None:
         """Merge the small packs this store wrote into one; merge those in turn.
@@ -320,7 +369,14 @@ class Repository:
     # -- refs -------------------------------------------------------------------------
 
     def ref(self, name: str) -> str | None:
-        """The hex target of ``name``, or ``None`` when it does not exist."""
+        """The hex target of ``name``, or ``None`` when it does not exist (this process's
+        unpublished moves included)."""
+        lease = self._leases.get(name)
+        if lease is not None:
+            return lease.value
+        return self._disk_ref(name)
+
+    def _disk_ref(self, name: str) -> str | None:
         if self._reader is not None:
             return self._reader.ref(name)
         try:
@@ -335,22 +391,29 @@ class Repository:
             raise CorruptionError(f"ref {name} is unreadable: {exc}") from None
 
     def refs(self, prefix: str) -> Iterator[tuple[str, str]]:
-        """``(name, hex target)`` of every ref under ``prefix``."""
+        """``(name, hex target)`` of every ref under ``prefix`` (this process's unpublished moves included)."""
+        mine: dict[str, str | None] = {}
+        if self._leases:  # looked at before git's files: a lease published meanwhile is on disk by then
+            with self._state:
+                mine = {n: lease.value for n, lease in self._leases.items() if n.startswith(prefix)}
         if self._reader is not None:
-            yield from self._reader.refs(prefix)
-            return
-        direct = pygit2.enums.ReferenceType.DIRECT
-        try:  # read them all first: callers read objects meanwhile, which may reopen self.git
-            found = [(ref.name, str(ref.target)) for ref in self.git.references.iterator()
-                     if ref.name.startswith(prefix) and ref.type == direct]
-        except pygit2.GitError as exc:
-            raise CorruptionError(f"{self.path}: refs are unreadable: {exc}") from None
+            found = list(self._reader.refs(prefix))
+        else:
+            direct = pygit2.enums.ReferenceType.DIRECT
+            try:  # read them all first: callers read objects meanwhile, which may reopen self.git
+                found = [(ref.name, str(ref.target)) for ref in self.git.references.iterator()
+                         if ref.name.startswith(prefix) and ref.type == direct]
+            except pygit2.GitError as exc:
+                raise CorruptionError(f"{self.path}: refs are unreadable: {exc}") from None
+        if mine:
+            found = [(n, mine.pop(n) if n in mine else v) for n, v in found]
+            found += [(n, v) for n, v in sorted(mine.items()) if v is not None]
         yield from found
 
     def _move_ref(self, record: Record, name: str, old: str | None, new: str | None,
                   message: str | None = None) -> None:
         self._store_objects(record)
-        _ = self.journal  # created (its name made durable) before the first git file changes
+        _ = self.journal  # created (its name made durable) before any of its moves reaches git's files
         if old is not None and name not in self._touched:
             # Power-loss safety: before this process first moves an existing ref, make its
             # current value durable in the journal so recovery can always roll back to it.
@@ -360,6 +423,64 @@ class Repository:
         # The record is journaled after the refs move: its space is taken now, so a full disk
         # fails the write here, before any ref moved, and never between the move and the journal.
         self.journal.reserve(record.size_hint(more_refs=1))
+        if new is None or not self.deferred:
+            self.publish()  # deletes are never deferred: git's files first catch up with this process
+            self._move_now(record, name, old, new, message)
+        else:
+            self._lease_move(record, name, old, new, message)
+        with self._touched_lock:
+            self._touched.add(name)
+        record.refs.append((name, old, new))
+
+    def _lease_move(self, record: Record, name: str, old: str | None, new: str, message: str | None) -> None:
+        """Move ``name`` under this process's lease on it (see :mod:`qvc.plumbing.leases`), taking
+        the lease first if needed; git's files get the move at the next :meth:`publish`."""
+        why = message or "qvc"
+        deadline = time.monotonic() + LOCK_WAIT
+        delay = 0.0005
+        while True:
+            with self._state:
+                lease = self._leases.get(name)
+                if lease is not None:
+                    if lease.value != old:
+                        raise self._moved(name, old, lease.value)
+                    record.seen[name] = [lease.identity, self.generation()]
+                    lease.value = new
+                    lease.moves.append((old, new, why, time.time()))
+                    break
+                identity, generation = self.file_identity(name), self.generation()
+                fd = leases.take(self.path, name, os.path.basename(self.journal.path))
+                if fd is not None:
+                    try:
+                        current = self._disk_ref(name)
+                    except BaseException:
+                        leases.drop(self.path, name, fd)
+                        raise
+                    if current != old:
+                        leases.drop(self.path, name, fd)
+                        raise self._moved(name, old, current)
+                    self._leases[name] = Lease(fd, current, new, identity, [(old, new, why, time.time())])
+                    record.seen[name] = [identity, generation]
+                    break
+            self._clear_stale_lock(name)  # another writer holds it: wait, unless it is a stale or dead one's
+            if time.monotonic() > deadline:
+                raise CheckpointConflictError(f"{name}: locked by another writer for over {LOCK_WAIT:.0f} s")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+        if self._publisher is None:
+            with self._state:
+                if self._publisher is None:
+                    self._publisher = Worker(self._publish_quietly, PUBLISH_LAG, name="qvc-publisher")
+
+    @staticmethod
+    def _moved(name: str, old: str | None, current: str | None) -> CheckpointConflictError:
+        if old is None:
+            return CheckpointConflictError(f"{name}: created by another writer meanwhile")
+        found = (current or "nothing")[:12]
+        return CheckpointConflictError(f"{name}: moved by another writer (expected {old[:12]}, found {found})")
+
+    def _move_now(self, record: Record, name: str, old: str | None, new: str | None, message: str | None) -> None:
+        """Move ``name`` in git's files at once, by compare-and-swap under git's ref lock."""
         deadline = time.monotonic() + LOCK_WAIT
         delay = 0.0005
         while True:
@@ -376,9 +497,82 @@ class Repository:
                         f"{name}: locked by another writer for over {LOCK_WAIT:.0f} s") from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.05)
-        with self._touched_lock:
-            self._touched.add(name)
-        record.refs.append((name, old, new))
+
+    # -- publishing ---------------------------------------------------------------------
+
+    def publish(self) -> None:
+        """Write what this process has applied but git's files lack: every pending object, as one
+        pack, then every leased ref (its reflog lines, then its value), releasing the leases.
+
+        Until then the writing process reads its writes at once and other processes (and plain
+        git) see the refs' previous values; the publisher thread does this about
+        :data:`PUBLISH_LAG` after each write, and :meth:`flush`, :meth:`close`, maintenance and
+        every ``git`` run on the repository (:mod:`qvc.plumbing.launcher`) do it first.
+        Durability is the journal's, not this. Raises ``OSError`` if a file cannot be written
+        (a full disk, say); what was not written stays pending and the next call retries.
+        """
+        if not (self._pending or self._leases) or self._released:
+            return
+        with contextlib.ExitStack() as held:
+            if not getattr(self._local, "exclusive", False):  # else maintenance already excludes writers
+                held.enter_context(self._shared_lock())
+            with self._publish_mutex, self._state:
+                if self._pending:
+                    objects = list(self._pending.items())
+                    base = pack.write(self.pack_dir, [obj for _, obj in objects], [oid for oid, _ in objects])
+                    with self._packs_lock:
+                        self._small_packs.append(base)
+                    self._pending.clear()
+                if self._leases:
+                    head = self._head_target()
+                    who = self._identity()
+                    for name in list(self._leases):
+                        leases.publish(self.path, name, self._leases[name], who, log=self._logged(name),
+                                       head_too=name == head)
+                        del self._leases[name]
+        self._consolidate_soon()
+
+    def _consolidate_soon(self) -> None:
+        if len(self._small_packs) >= CONSOLIDATE_AT:
+            if self._packer is None:
+                self._packer = Worker(self._consolidate_quietly, 0.0, name="qvc-packer")
+            self._packer.poke()
+
+    def _publish_quietly(self) -> None:
+        try:
+            self.publish()
+        except Exception as exc:  # kept pending: the next write, flush or close retries, and close reports it
+            _warn("qvc: writing %s's git files failed (retried later): %s", self.path, exc)
+
+    def _head_target(self) -> str | None:
+        """The ref HEAD names (read from its file), or ``None``."""
+        try:
+            with open(os.path.join(self.path, "HEAD"), "rb") as f:
+                data = f.read(4096)
+        except OSError:
+            return None
+        return data[5:].strip().decode("utf-8", "replace") if data.startswith(b"ref: ") else None
+
+    def _identity(self) -> str:
+        """Who reflog lines name, as git and libgit2 do: ``user.name <user.email>``, else ``unknown``."""
+        if self._who is None:
+            try:
+                sig = self.git.default_signature
+                self._who = f"{sig.name} <{sig.email}>"
+            except (pygit2.GitError, KeyError, ValueError):
+                self._who = "unknown <unknown>"
+        return self._who
+
+    def _logged(self, name: str) -> bool:
+        """Whether git would keep a reflog for ``name`` (``core.logAllRefUpdates``, or an existing log)."""
+        if self._log_all is None:
+            try:
+                self._log_all = bool(self.git.config.get_bool("core.logAllRefUpdates"))
+            except (KeyError, pygit2.GitError, ValueError):
+                self._log_all = False
+        if self._log_all and (name.startswith(leases.LOGGED) or name == "HEAD"):
+            return True
+        return os.path.exists(os.path.join(self.path, "logs", name))
 
     def _cas(self, name: str, old: str | None, new: str | None, message: str | None) -> None:
         git = self.git
@@ -431,9 +625,19 @@ class Repository:
     def reflog(self, name: str) -> list[ReflogEntry]:
         """The reflog of ``name`` (e.g. a thread's branch), newest first; ``[]`` if it has none.
 
-        Parsed leniently: a line torn by a crash is skipped, not an error.
+        Parsed leniently: a line torn by a crash is skipped, not an error. Includes this
+        process's moves not yet published.
         """
-        return read_reflog(self.path, name)
+        if name not in self._leases:
+            return read_reflog(self.path, name)
+        with self._state:  # not while a publish moves the lines from memory to the file
+            entries = read_reflog(self.path, name)
+            lease = self._leases.get(name)
+            if lease is not None and lease.moves and self._logged(name):
+                who = self._identity()
+                entries[:0] = [ReflogEntry(old, new, int(when), who, why)
+                               for old, new, why, when in reversed(lease.moves)]
+        return entries
 
     def file_identity(self, name: str) -> list | None:
         """``[inode, mtime ns]`` of the file holding ref ``name`` (its loose file, else packed-refs)
@@ -455,6 +659,14 @@ class Repository:
             return None
 
     def _clear_stale_lock(self, name: str, older_than: float = LOCK_WAIT / 2) -> None:
+        """Remove ``name``'s lock when its writer is gone: a lease of a dead store is rolled
+        forward (:func:`qvc.plumbing.recovery.adopt_lease`), git's own lock goes once it is
+        ``older_than`` seconds old; a live store's lease is never touched."""
+        holder = leases.holder(self.path, name)
+        if holder is not None:
+            if not recovery.journal_alive(self, holder):
+                recovery.adopt_lease(self, name, holder)
+            return
         lock = os.path.join(self.path, name + ".lock")
         with contextlib.suppress(OSError):
             if time.time() - os.stat(lock).st_mtime > older_than:
@@ -478,10 +690,8 @@ class Repository:
             listener(record)
         if self.journal.size > self._journal_limit:
             self.harden()
-        if len(self._small_packs) >= CONSOLIDATE_AT:
-            if self._packer is None:
-                self._packer = Worker(self._consolidate_quietly, 0.0, name="qvc-packer")
-            self._packer.poke()
+        elif self._publisher is not None and (self._pending or self._leases):
+            self._publisher.poke()
 
     def _consolidate_quietly(self) -> None:
         try:
@@ -490,8 +700,9 @@ class Repository:
             _warn("qvc: merging small packs in %s failed: %s", self.path, exc)
 
     def harden(self) -> None:
-        """Flush the git files themselves and restart the journal (the journal is then redundant)."""
-        with self._harden_lock:
+        """Publish, flush the git files themselves and restart the journal (it is then redundant)."""
+        with self._harden_lock, self._state:  # no move may slip between the publish and the restart
+            self.publish()
             harden(self.path, fsync=self.fsync)
             with self._touched_lock:
                 names = sorted(self._touched)
@@ -511,11 +722,13 @@ class Repository:
             raise DurabilityError(f"{self.path}: a flush failed ({exc}); reopen the store") from exc
 
     def flush(self) -> None:
-        """Make every write so far durable (a no-op in SYNC mode beyond error reporting)."""
+        """Make every write so far durable (already so in SYNC mode) and visible to other
+        processes and to plain git (:meth:`publish`). Raises :class:`DurabilityError` if either fails."""
         self._ensure_open()
         self.raise_if_failed()
         try:
             self._sync_journal()
+            self.publish()
         except OSError as exc:
             raise DurabilityError(f"{self.path}: flush failed ({exc}); reopen the store") from exc
 
@@ -580,11 +793,15 @@ class Repository:
         even if this process dies (``git repack``) inherits it, and the lock then lasts
         until the subprocess exits too.
         """
+        if not self._closed and not self.readonly:
+            self.publish()  # this process's own writes first: they must not wait for the lock
         fd = os.open(self._lock_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
+            self._local.exclusive = True
             yield fd
         finally:
+            self._local.exclusive = False
             os.close(fd)
 
     def _ensure_open(self) -> None:
@@ -605,6 +822,12 @@ class Repository:
         if self._flusher is not None:
             self._flusher.stop()
             error = self._flusher.error
+        if self._publisher is not None:
+            self._publisher.stop()
+        try:
+            self.publish()
+        except OSError as exc:  # the journal has it all: kept, the next open replays it
+            error = error or exc
         journal = self._journal
         if journal is not None:  # else this store never wrote: nothing to flush
             error = error or journal.failed
@@ -639,11 +862,15 @@ class Transaction:
     Made by :meth:`Repository.transaction`, never directly. Every writer of qvc goes through
     one, so this class is the whole write path: what it does on disk is decided here.
 
-    * :meth:`write` adds an object and returns its id. The objects reach the object store
-      together, as one pack, before the transaction's first ref move (or at :meth:`store`, or
-      at the end), so no ref ever points at an object that is not there.
-    * :meth:`move_ref` moves a ref by compare-and-swap; it takes effect at once (readers see
-      it) and raises :class:`~qvc.errors.CheckpointConflictError` if the ref is not at ``old``.
+    * :meth:`write` adds an object and returns its id. This process can read the objects from
+      the transaction's first ref move (or :meth:`store`) on; git's files get them, as one pack
+      shared with other writes, when the repository publishes (:meth:`Repository.publish`), always
+      before any ref that needs them, so no ref on disk ever points at an object that is not there.
+    * :meth:`move_ref` moves a ref by compare-and-swap; it takes effect at once for this process
+      (readers see it) and raises :class:`~qvc.errors.CheckpointConflictError` if the ref is
+      not at ``old``. The move holds a lease on the ref (its git lock) until it is published,
+      about :data:`PUBLISH_LAG` later, so no other process or git moves it meanwhile; other
+      processes see it once published. A delete (``new=None``) is published at once.
     * At the end of the ``with`` block, also when it raises, a transaction that moved a ref
       (or called :meth:`rewrite_history`) is appended to the journal as one record and the
       repository's durability mode applies: in SYNC mode the change is on stable storage when
@@ -672,8 +899,9 @@ class Transaction:
         return oid
 
     def store(self) -> None:
-        """Write the objects added so far to the object store now, so they can be read back
-        before any ref moves (not yet durable: that comes with the record)."""
+        """Make the objects added so far readable by this process now, before any ref moves
+        (not yet in git's files: see :meth:`Repository.publish`; not yet durable: that comes
+        with the record)."""
         self.repo._store_objects(self.record)
 
     def ref(self, name: str) -> str | None:
@@ -706,6 +934,7 @@ class Transaction:
     def prepend_reflog(self, name: str, entries: list[ReflogEntry]) -> None:
         """Put ``entries`` (newest first, as :meth:`Repository.reflog` gives them) before the
         reflog of ``name``, which this transaction must have moved: a renamed ref keeps its past."""
+        self.repo.publish()
         path = os.path.join(self.repo.path, "logs", name)
         with open(path, "rb") as f:
             tail = f.read()

@@ -58,7 +58,6 @@ from qvc.errors import (
 )
 from qvc.plumbing import launcher
 from qvc.plumbing.durability import harden
-from qvc.plumbing.libgit2 import pygit2
 from qvc.remotes.transfer import (
     ProgressCallback,
     TransferProgress,
@@ -322,8 +321,8 @@ def _descends(store: GitCheckpointStore, commit: str, ancestor: str) -> bool:
 
 def _known(store: GitCheckpointStore, sha: str) -> bool:
     try:
-        return pygit2.Oid(hex=sha) in store.repository.git.odb
-    except (ValueError, pygit2.GitError):
+        return store.repository.has(bytes.fromhex(sha))
+    except ValueError:
         return False
 
 

@@ -591,6 +591,7 @@ class GitCheckpointStore(CheckpointStore):
         if commit == ancestor:
             return True
         repo = self._repo
+        repo.publish()  # libgit2 walks git's files: they first get this process's writes
         try:
             return repo.retry_on_miss(lambda: repo.git.descendant_of(pygit2.Oid(hex=commit), pygit2.Oid(hex=ancestor)))
         except (pygit2.GitError, KeyError) as exc:

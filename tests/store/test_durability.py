@@ -94,6 +94,7 @@ for thread in plan.split(","):
     cid = f"{thread}-{step:04d}"
     put(store, thread, cid, step)
     print("ACK", thread, cid, step, flush=True)
+store.repository.publish()  # the damage below is to git's files: they first get every put (see leases)
 print("IDLE", flush=True)
 if "--exit" in sys.argv:
     sys.exit(0)  # a normal interpreter exit without close()

@@ -1,0 +1,142 @@
+"""Ref leases: how a process moves a ref now and writes it to git later.
+
+A put must not wait for git's files (a pack, a ref lock, a rename, a reflog line): on the
+machines qvc runs on, creating files costs more than the one flush a durable put needs. So a
+ref move takes a **lease** on the ref instead of rewriting it: the writer creates git's own
+lock file, ``<ref>.lock``, with ``O_EXCL`` (exactly as git and libgit2 lock a ref before they
+change it), checks under the lock that the ref still holds the value it expects, and keeps the
+lock. Until the lease is released, no other writer (qvc, git, libgit2) can move the ref, so the
+lease holder's later moves of it are compare-and-swap against its own view. The holder's
+journal makes each move durable; its publisher (:meth:`Repository.publish
+<qvc.plumbing.repository.Repository.publish>`) later writes the objects as one pack, appends
+the ref's reflog lines, writes the newest value into the lock file and renames it over the ref,
+which releases the lease.
+
+A lease's lock file names its holder: ``qvc lease <journal file name>``. A lock whose holder
+is gone (that journal's ``flock`` is free) is a dead writer's lease; recovery replays that
+journal, rolling the ref forward to what the dead writer acknowledged, and removes the lock.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+from qvc.errors import CheckpointConflictError
+from qvc.plumbing.reflog import ZERO
+
+TAG = b"qvc lease "
+#: refs git logs when ``core.logAllRefUpdates`` is true (others only if their log exists)
+LOGGED = ("refs/heads/", "refs/remotes/", "refs/notes/")
+
+
+@dataclass
+class Lease:
+    """A ref this process holds locked: its value on disk, the value to publish, and the moves between."""
+
+    fd: int  # the open ``<ref>.lock``
+    disk: str | None  # the ref's value on disk (under the lock)
+    value: str | None  # the newest value moved to (what publication writes)
+    identity: list | None  # ``[inode, mtime ns]`` of the ref's file when the lease was taken
+    moves: list[tuple[str | None, str | None, str, float]] = field(default_factory=list)  # old, new, why, when
+
+
+def lock_path(repo_path: str, name: str) -> str:
+    return os.path.join(repo_path, name + ".lock")
+
+
+def take(repo_path: str, name: str, holder: str) -> int | None:
+    """Create ``<ref>.lock`` exclusively and write the holder's tag in it; return its fd.
+
+    ``None`` when the lock exists (another writer holds the ref). Raises
+    :class:`CheckpointConflictError` when the name cannot be a ref here (a ref is in the way
+    of its directory, or it is a directory).
+    """
+    path = lock_path(repo_path, name)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o644)
+    except FileExistsError:
+        return None
+    except FileNotFoundError:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, flags, 0o644)
+        except FileExistsError:
+            return None
+        except (NotADirectoryError, IsADirectoryError) as exc:
+            raise CheckpointConflictError(f"{name}: cannot be created here ({exc.strerror})") from None
+    except (NotADirectoryError, IsADirectoryError) as exc:
+        raise CheckpointConflictError(f"{name}: cannot be created here ({exc.strerror})") from None
+    try:
+        os.write(fd, TAG + holder.encode() + b"\n")
+    except OSError:
+        os.close(fd)
+        os.unlink(path)
+        raise
+    return fd
+
+
+def drop(repo_path: str, name: str, fd: int) -> None:
+    """Give a lease up without writing anything (the ref keeps its value on disk)."""
+    os.close(fd)
+    try:
+        os.unlink(lock_path(repo_path, name))
+    except FileNotFoundError:
+        pass
+
+
+def holder(repo_path: str, name: str) -> str | None:
+    """The journal file name a lease lock of ``name`` names, or ``None`` (no lock, or git's own)."""
+    try:
+        with open(lock_path(repo_path, name), "rb") as f:
+            data = f.read(200)
+    except OSError:
+        return None
+    if not data.startswith(TAG):
+        return None
+    return data[len(TAG):].strip().decode("utf-8", "replace") or None
+
+
+def reflog_line(old: str | None, new: str | None, who: str, when: float, message: str) -> bytes:
+    """One reflog line as git writes it (``message`` on one line)."""
+    offset = time.localtime(when).tm_gmtoff // 60
+    sign = "-" if offset < 0 else "+"
+    tz = f"{sign}{abs(offset) // 60:02d}{abs(offset) % 60:02d}"
+    text = " ".join(message.split("\n"))
+    return f"{old or ZERO} {new or ZERO} {who} {int(when)} {tz}\t{text}\n".encode("utf-8", "surrogateescape")
+
+
+def append_reflog(repo_path: str, name: str, lines: bytes) -> None:
+    """Append reflog lines to ``logs/<name>`` (created, with its directories, if needed)."""
+    path = os.path.join(repo_path, "logs", name)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o644)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, flags, 0o644)
+    try:
+        os.write(fd, lines)
+    finally:
+        os.close(fd)
+
+
+def publish(repo_path: str, name: str, lease: Lease, who: str, *, log: bool, head_too: bool) -> None:
+    """Release ``lease`` by writing its value: its moves' reflog lines (``log``; also to HEAD's
+    reflog when ``head_too``, as git does for the branch HEAD names), then the lock renamed
+    over the ref. On an error the lease is kept whole, with the lines already written dropped
+    from it, so a later call finishes the job. The value must not be ``None`` (deletes are not
+    deferred)."""
+    if lease.moves and log:
+        lines = b"".join(reflog_line(old, new, who, when, why) for old, new, why, when in lease.moves)
+        append_reflog(repo_path, name, lines)
+        if head_too:
+            append_reflog(repo_path, "HEAD", lines)
+    lease.moves.clear()
+    os.ftruncate(lease.fd, 0)
+    os.pwrite(lease.fd, (lease.value or ZERO).encode() + b"\n", 0)
+    os.rename(lock_path(repo_path, name), os.path.join(repo_path, name))
+    os.close(lease.fd)
+    lease.fd = -1

@@ -1,0 +1,144 @@
+"""Deferred publication (ASYNC and EXIT stores) and ref leases, with real processes and real git.
+
+An ASYNC or EXIT store applies a put at once for itself, holds the thread's git lock (a lease)
+and writes git's files in batches (``qvc.plumbing.leases``). These tests check the promises
+that rest on it: other processes and plain git see a put without a flush, nobody (qvc or git)
+moves a leased ref, two processes never fork a thread silently, and a writer killed while
+holding a lease loses nothing it acknowledged, also when another writer is running.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from qvc import Checkpoint, CheckpointConfig, CheckpointConflictError, GitCheckpointStore
+from qvc.plumbing import repository
+from tests.conftest import child_env, fsck, git_env
+
+HOLDER = """
+import sys, time
+import qvc.plumbing.repository as repository
+repository.PUBLISH_LAG = float(sys.argv[3])  # how long this writer keeps its puts to itself
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+store = GitCheckpointStore(sys.argv[1], durability=sys.argv[2])
+parent = None
+for i in range(3):
+    cid = f"held-{i}"
+    store.put(CheckpointConfig("t"), Checkpoint(id=cid, thread_id="t", step=i, state_data={"i": i}), {})
+    print("ACK", cid, flush=True)
+print("IDLE", flush=True)
+time.sleep(600)
+"""
+
+
+def _put(store, thread, cid, step, parent=None):
+    store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step, parent_id=parent,
+                                                   state_data={"cid": cid}), {})
+
+
+def _holder(path, mode="async", lag=600.0) -> tuple[subprocess.Popen, list[str]]:
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, os.fspath(path), mode, str(lag)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=child_env())
+    acked = []
+    for line in proc.stdout:
+        if line.startswith("ACK"):
+            acked.append(line.split()[1])
+        elif line.startswith("IDLE"):
+            return proc, acked
+    raise AssertionError(f"the writer failed: {proc.stderr.read()[-3000:]}")
+
+
+def _git(path, *args) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], env=git_env(path), capture_output=True, text=True, timeout=60)
+
+
+def test_another_process_and_git_see_an_async_put_without_a_flush(tmp_path):
+    path = tmp_path / "r.qvc"
+    GitCheckpointStore(path).close()
+    proc, acked = _holder(path, lag=repository.PUBLISH_LAG)
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # published by the writer's own thread, about PUBLISH_LAG after the put
+            with GitCheckpointStore(path, readonly=True) as reader:
+                head = reader.get_tuple(CheckpointConfig("t"))
+            if head is not None and head.checkpoint.id == acked[-1]:
+                break
+            assert time.monotonic() < deadline, "the writer's puts never reached git's files"
+            time.sleep(0.01)
+        shown = _git(path, "log", "--format=%s", "refs/heads/t")
+        assert shown.returncode == 0 and len(shown.stdout.splitlines()) == 3, shown
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_leased_ref_is_locked_for_git_until_published(tmp_path, monkeypatch):
+    monkeypatch.setattr(repository, "PUBLISH_LAG", 600.0)
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path, durability="exit") as store:
+        _put(store, "t", "a", 0)
+        first = store.head("t")
+        _put(store, "t", "b", 1)
+        assert _git(path, "rev-parse", "-q", "--verify", "refs/heads/t").returncode != 0  # not in git's files yet
+        moved = _git(path, "update-ref", "refs/heads/t", first)
+        assert moved.returncode != 0 and ".lock" in moved.stderr  # git's own compare-and-swap lock
+        store.flush()
+        assert _git(path, "rev-parse", "refs/heads/t").stdout.strip() == store.head("t")
+        log = _git(path, "reflog", "show", "--format=%gs", "refs/heads/t").stdout.splitlines()
+        assert [entry.split(":")[0] for entry in log] == ["put", "put"]
+        assert [e.message for e in store.reflog("t")] == log
+    fsck(path)
+
+
+def test_a_writer_meeting_a_dead_writers_lease_rolls_it_forward(tmp_path):
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path) as mine:  # open before the other writer dies: its open recovers nothing
+        _put(mine, "t", "base", 0)
+        base = mine.head("t")
+        proc, acked = _holder(path)  # builds on "base" and keeps its three puts to itself
+        proc.kill()
+        proc.wait()
+        assert mine.head("t") == base  # not published: a running reader does not see them yet
+        with pytest.raises(CheckpointConflictError):  # the thread moved: the dead writer's puts are there
+            _put(mine, "t", "mine", 1, parent="base")
+        assert [t.checkpoint.id for t in mine.list(CheckpointConfig("t"))] == ["held-2", "held-1", "held-0", "base"]
+        _put(mine, "t", "after", 4)
+        assert [t.checkpoint.id for t in mine.list(CheckpointConfig("t"))][:2] == ["after", "held-2"]
+    with GitCheckpointStore(path) as reopened:  # the dead writer's journal is replayed: nothing changes
+        assert reopened.recovery.journals_replayed == 1
+        assert [t.checkpoint.id for t in reopened.list(CheckpointConfig("t"))][:2] == ["after", "held-2"]
+    fsck(path)
+
+
+def test_two_live_processes_on_one_thread_never_fork_it_silently(tmp_path):
+    path = tmp_path / "r.qvc"
+    GitCheckpointStore(path).close()
+    proc, acked = _holder(path, lag=1.0)  # publishes about half a second after its puts
+    try:
+        with GitCheckpointStore(path) as mine:
+            with pytest.raises(CheckpointConflictError):  # waits for the lease, then finds the thread moved
+                _put(mine, "t", "mine", 9)
+            _put(mine, "t", "mine", 9)  # a retry builds on what the other writer published
+            assert [t.checkpoint.id for t in mine.list(CheckpointConfig("t"))] == ["mine", *reversed(acked)]
+    finally:
+        proc.kill()
+        proc.wait()
+    fsck(path)
+
+
+@pytest.mark.parametrize("mode", ["async", "exit"])
+def test_a_writer_killed_holding_its_lease_loses_nothing(tmp_path, mode):
+    path = tmp_path / "r.qvc"
+    proc, acked = _holder(path, mode=mode)
+    proc.kill()
+    proc.wait()
+    with GitCheckpointStore(path) as store:
+        assert store.recovery.journals_replayed == 1
+        assert [t.checkpoint.id for t in store.list(CheckpointConfig("t"))] == list(reversed(acked))
+        assert [e.message.split(":")[0] for e in store.reflog("t")][0] == "recovery"
+    fsck(path)
