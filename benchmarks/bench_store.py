@@ -1331,13 +1331,15 @@ class Bench:
         store.close()
         small, big = (out[s]["after"] - out[s]["base"] for s in sizes)
         growth = big / small if small > 0 else float("nan")
-        v = verdict(growth, 1.5)
+        # Bounded, not linear: 5x the checkpoints may cost at most 2x the growth (a per-checkpoint cost gives 5x;
+        # the growth is a few MiB, so a few hundred KiB of allocator noise moves the ratio by 0.1-0.3).
+        v = verdict(growth, 2.0)
         print(f"    store's resident growth at {sizes[1]:,} / at {sizes[0]:,} checkpoints: {growth:.2f} "
-              f"({sizes[1] // sizes[0]}x the checkpoints)   bounded: <= 1.5   {v}")
+              f"(memory per checkpoint would give {sizes[1] / sizes[0]:.0f})   bounded: <= 2   {v}")
         out["growth"], out["verdict"] = growth, v
         self.summary.append((f"memory after reads, {sizes[0]:,} -> {sizes[1]:,} checkpoints",
                              f"+{mb(small)} -> +{mb(big)} (RSS {mb(out[sizes[1]]['after'])})", "", f"{growth:.2f}",
-                             "<= 1.5 (bounded)", v))
+                             "<= 2 (bounded)", v))
         self.results["memory"] = out
 
     # -- 5. qvc-only transcript scaling ---------------------------------------------------------
