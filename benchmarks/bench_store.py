@@ -3,9 +3,16 @@
 
 Run by hand from the repository root::
 
-    .venv/bin/python benchmarks/bench_store.py            # full run (a few minutes)
+    .venv/bin/python benchmarks/bench_store.py            # full run (about 2 minutes)
     .venv/bin/python benchmarks/bench_store.py --quick    # smoke run (< 1 min)
     .venv/bin/python benchmarks/bench_store.py --transcript 10000 --json out.json
+    .venv/bin/python benchmarks/bench_store.py --only langgraph --only threads
+
+Sections: put, reads (get latest; list of a 150- and a 1,000-checkpoint thread), transcript (300
+and 1,000 turns), langgraph (a 3-node graph on QvcSaver and SqliteSaver), threads (8 Python
+threads putting at once), open (open + first put; how soon another process sees a put),
+memory (2,000 vs 10,000 checkpoints), scaling (``--transcript N``). Each figure is printed with
+the target of issue 13 and PASS/MISS, and a table of them all closes the run.
 
 Method (see benchmarks/README.md): every measured call is timed with ``time.perf_counter_ns``.
 Each store runs its calls in its own block; blocks alternate between the stores for several
