@@ -42,7 +42,7 @@ from qvc.cli.app import (
     main,
     run,
 )
-from qvc.cli.output import ago
+from qvc.inspect.dates import ago
 
 __all__ = ["EXIT_CODES", "EXIT_CONFLICT", "EXIT_CORRUPT", "EXIT_DURABILITY", "EXIT_ERROR", "EXIT_NOT_A_REPO",
            "EXIT_NOT_FOUND", "EXIT_USAGE", "ago", "cli", "exit_code", "main", "run"]

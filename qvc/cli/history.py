@@ -8,9 +8,10 @@ import click
 
 from qvc.cli.app import cli, complete_names, revision, run_names, session
 from qvc.cli.following import follow_log
-from qvc.cli.output import ago, emit_json, page, short, style, value_width
+from qvc.cli.output import emit_json, page, short, style, value_width
 from qvc.cli.runs import show_run
 from qvc.errors import CorruptionError, InvalidInputError, NotFoundError
+from qvc.inspect.dates import ago
 from qvc.inspect.views import iso
 
 

@@ -7,7 +7,6 @@ import json
 import os
 import re
 import sys
-import time
 from typing import Any
 
 import click
@@ -91,19 +90,6 @@ def terminal_size(fallback: tuple[int, int]) -> os.terminal_size:
 def value_width() -> int:
     """How wide a shortened value may be: the terminal's width less an indent (at least 40)."""
     return max(40, terminal_size((100, 24)).columns - 4)
-
-
-def ago(ts: int | float, now: float | None = None) -> str:
-    """``3 minutes ago``: the relative form people read fastest."""
-    delta = int((time.time() if now is None else now) - ts)
-    if delta < 0:
-        return "in the future"
-    for unit, size in (("year", 365 * 86400), ("month", 30 * 86400), ("week", 7 * 86400), ("day", 86400),
-                       ("hour", 3600), ("minute", 60), ("second", 1)):
-        if delta >= size:
-            n = delta // size
-            return f"{n} {unit}{'s' if n != 1 else ''} ago"
-    return "just now"
 
 
 def short(checkpoint_id: str) -> str:

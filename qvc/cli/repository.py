@@ -8,8 +8,9 @@ import time
 import click
 
 from qvc.cli.app import cli, session
-from qvc.cli.output import ago, emit_json, out, qname, short, style, warn
+from qvc.cli.output import emit_json, out, qname, short, style, warn
 from qvc.errors import InvalidInputError
+from qvc.inspect.dates import ago
 
 
 @cli.command()

@@ -6,8 +6,9 @@ from __future__ import annotations
 import click
 
 from qvc.cli.app import cli, session
-from qvc.cli.output import ago, emit_json, page, short, style, value_width
+from qvc.cli.output import emit_json, page, short, style, value_width
 from qvc.errors import InvalidInputError
+from qvc.inspect.dates import ago
 
 
 def show_run(store, ref: str, full: bool, as_json: bool) -> bool:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import click
 
 from qvc.cli.app import cli, complete_names, revision, session
-from qvc.cli.output import ago, emit_json, out, page, qname, short, style, warn
+from qvc.cli.output import emit_json, out, page, qname, short, style, warn
 from qvc.cli.workdir import checkout_to
 from qvc.errors import CorruptionError, InvalidInputError, InvalidThreadIdError, UnknownThreadError
+from qvc.inspect.dates import ago
 from qvc.inspect.views import iso
 
 

@@ -1,4 +1,5 @@
-"""Dates as ``git log --since/--until`` reads them: :func:`parse_date`.
+"""Dates as ``git log --since/--until`` reads them (:func:`parse_date`), and as it writes them
+relative to now (:func:`ago`).
 
 Accepted forms (case-insensitive), each giving a Unix time:
 
@@ -94,3 +95,17 @@ def _absolute(text: str) -> float | None:
     if when.tzinfo is None:
         when = when.astimezone()  # local time, as git reads a date without a zone
     return when.timestamp()
+
+
+def ago(ts: float, now: float | None = None) -> str:
+    """``3 minutes ago``: ``ts`` relative to ``now`` (default: the current time), as
+    ``git log --date=relative`` writes it."""
+    delta = int((time.time() if now is None else now) - ts)
+    if delta < 0:
+        return "in the future"
+    for unit, size in (("year", 365 * 86400), ("month", 30 * 86400), ("week", 7 * 86400), ("day", 86400),
+                       ("hour", 3600), ("minute", 60), ("second", 1)):
+        if delta >= size:
+            n = delta // size
+            return f"{n} {unit}{'s' if n != 1 else ''} ago"
+    return "just now"

@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from qvc.errors import CorruptionError, InvalidInputError
+from qvc.inspect.dates import ago
 from qvc.plumbing.objects import MODE_BLOB
 from qvc.store import serde
 from qvc.store.format import HEADER
@@ -281,19 +282,6 @@ PLACEHOLDERS: dict[str, str] = {
 }
 
 _PLACEHOLDER = re.compile(r"%(?:\((\w+)\)|x([0-9a-fA-F]{2})|([ac][tiIdr])|([HhPpsbBdDn%]))")
-
-
-def ago(ts: float, now: float) -> str:
-    """``3 minutes ago``: a time relative to ``now``, as ``git log --date=relative`` writes it."""
-    delta = int(now - ts)
-    if delta < 0:
-        return "in the future"
-    for unit, size in (("year", 365 * 86400), ("month", 30 * 86400), ("week", 7 * 86400), ("day", 86400),
-                       ("hour", 3600), ("minute", 60), ("second", 1)):
-        if delta >= size:
-            n = delta // size
-            return f"{n} {unit}{'s' if n != 1 else ''} ago"
-    return "just now"
 
 
 def check_format(fmt: str) -> str:

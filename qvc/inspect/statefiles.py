@@ -499,23 +499,12 @@ def _write_temp(dfd: int, data: bytes) -> str:
 
 
 def _write_atomic(dfd: int, name: str, data: bytes) -> None:
-    tmp = f".qvc-tmp-{secrets.token_hex(8)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o666,
-                 dir_fd=dfd)
+    tmp = _write_temp(dfd, data)
     try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
         os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)  # replaces a symlink itself, never its target
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp, dir_fd=dfd)
-        except OSError:
-            pass
         raise
 
 

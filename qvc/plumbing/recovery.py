@@ -85,15 +85,21 @@ def _abandoned(path: str) -> bool:
         pass
     except (PermissionError, OverflowError):
         return False
+    return _held(path) is False
+
+
+def _held(path: str) -> bool | None:
+    """Whether some process holds a ``flock`` on ``path`` (this one included); ``None`` if there
+    is no such file."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
+    except OSError:
+        return None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         return False
+    except BlockingIOError:
+        return True
     finally:
         os.close(fd)
 
@@ -137,18 +143,7 @@ def needed(repo: Repository) -> bool:
 def journal_alive(repo: Repository, name: str) -> bool:
     """Whether journal file ``name`` (of ``<repo>/qvc/journal``) belongs to an open store: it
     exists and someone holds its ``flock`` (this process included)."""
-    path = os.path.join(repo.qvc_dir, "journal", os.path.basename(name))
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
+    return bool(_held(os.path.join(repo.qvc_dir, "journal", os.path.basename(name))))
 
 
 def adopt_lease(repo: Repository, name: str, holder: str) -> bool:
