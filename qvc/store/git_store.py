@@ -208,14 +208,15 @@ class GitCheckpointStore(CheckpointStore):
         tip = self._repo.ref(writes_ref(sha))
         return None if tip is None else self.pending_writes_in(tip)
 
-    def thread_of_ref(self, name: str) -> str | None:
-        """The thread a ``refs/heads/...`` name stands for (``None`` for other refs)."""
+    def thread_of_ref(self, name: str, tip: str | None = None) -> str | None:
+        """The thread a ``refs/heads/...`` name stands for (``None`` for other refs); ``tip``, the
+        ref's target when the caller has it, saves reading the ref for a hashed long id."""
         if not name.startswith(HEADS):
             return None
         component = name[len(HEADS):]
         thread = decode_thread(component)
         if thread is None:  # a hashed long id: the full id is in its commits
-            tip = self._repo.ref(name)
+            tip = tip or self._repo.ref(name)
             try:
                 thread = (self._history.commit(tip).thread_id if tip else None) or component
             except CorruptionError:  # not a checkpoint commit (a ref another tool wrote): its name is all there is
@@ -390,7 +391,12 @@ class GitCheckpointStore(CheckpointStore):
 
     def threads(self) -> list[str]:
         """Every thread id, sorted."""
-        return sorted(self.thread_of_ref(name) for name, _ in self._repo.refs(HEADS))
+        return [thread for thread, _ in self.thread_heads()]
+
+    def thread_heads(self) -> list[tuple[str, str]]:
+        """``(thread id, head commit SHA)`` of every thread, sorted by id: one read of the refs
+        (``packed-refs`` and the loose ones), not one lookup per thread."""
+        return sorted((self.thread_of_ref(name, tip), tip) for name, tip in self._repo.refs(HEADS))
 
     # -- writing --------------------------------------------------------------------------
 
