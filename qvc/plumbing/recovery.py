@@ -51,6 +51,8 @@ class RecoveryReport:
     empty_objects_removed: int = 0
     damaged_packs_removed: list[str] = field(default_factory=list)
     reflogs_repaired: list[str] = field(default_factory=list)
+    #: commits the replayed journals hold (their writers may have died before indexing them)
+    commits: list[str] = field(default_factory=list, repr=False)
 
     def __bool__(self) -> bool:
         return any(getattr(self, f.name) for f in fields(self))
@@ -251,6 +253,8 @@ def _replay(repo: Repository, path: str, report: RecoveryReport) -> tuple[dict[s
                       and isinstance(v[1], str))
         for kind, data in record.objects:
             raw = repo.hash(kind, data)
+            if kind == "commit":
+                report.commits.append(raw.hex())
             try:
                 repo.read(raw, kind)
                 continue

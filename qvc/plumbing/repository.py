@@ -32,7 +32,7 @@ from qvc.errors import (
     NotARepositoryError,
     StoreClosedError,
 )
-from qvc.plumbing import pack, recovery
+from qvc.plumbing import pack, recovery, refpack
 from qvc.plumbing.durability import DurabilityMode, Worker, harden
 from qvc.plumbing.journal import Journal, Record, fsync_dir
 from qvc.plumbing.libgit2 import configured, pygit2
@@ -154,6 +154,8 @@ class Repository:
         self._packer: Worker | None = None  # started on first need
         #: called with each record after it is journaled (and, in SYNC mode, durable); must not block
         self.listeners: list[Callable[[Record], None]] = []
+        self._created = 0  # refs this store created: a hint for packing refs (qvc.plumbing.refpack)
+        self.listeners.append(self._count_created)
         self._closed = False
         _open_repos.add(self)
 
@@ -475,6 +477,19 @@ class Repository:
                 self._packer = Worker(self._consolidate_quietly, 0.0, name="qvc-packer")
             self._packer.poke()
 
+    def _count_created(self, record: Record) -> None:
+        self._created += sum(1 for _, old, new in record.refs if old is None and new is not None)
+
+    def _pack_refs_quietly(self) -> None:
+        """Add this store's created refs to the shared count; pack the refs once it is due."""
+        try:
+            if refpack.note_created(self.path, self._created) >= refpack.PACK_REFS_AT:
+                with self._shared_lock():
+                    refpack.pack_refs(self.path, fsync=self.fsync)
+        except Exception as exc:  # harmless: loose refs stay readable, a later store packs them
+            _warn("qvc: packing refs in %s failed: %s", self.path, exc)
+        self._created = 0
+
     def _consolidate_quietly(self) -> None:
         try:
             self.consolidate()
@@ -592,6 +607,7 @@ class Repository:
             if self._packer is not None:
                 self._packer.stop()
             self._consolidate_quietly()
+            self._pack_refs_quietly()
             try:
                 journal.sync()
                 harden(self.path, fsync=self.fsync)

@@ -2,6 +2,28 @@
 
 Everything here is derived from git objects and refs, so it is right for any history,
 including one written by another process or tool; the caches only make it fast.
+
+The checkpoint-id index is kept on disk, so that no process has to read every commit of the
+repository before its first put (which checks that the id is new) or its first lookup of a
+checkpoint by id. ``qvc/ids/<generation>/`` holds 256 append-only files of ``<commit sha>
+<checkpoint id>`` lines, the file chosen by the id's CRC-32; a lookup reads one of them.
+
+* Every store appends the checkpoint commits it writes (it is one of the repository's
+  listeners), and the tips of refs its transactions moved without writing their commits
+  (``qvc fetch``), walked down to the ref's previous value. A store that recovered a crashed
+  writer's journal appends the commits the journal holds.
+* The index is trusted once its ``complete`` marker exists. The first store to find none (a new
+  generation, or the directory lost) rebuilds it: it creates the directory first, then walks
+  every ref's history and appends what it finds, then writes the marker. Writers running
+  meanwhile append to the same directory, so nothing moved after the walk read the refs is
+  missed. ``delete`` and other history rewrites start a new generation (the token in
+  ``qvc/generation``), so an index never names a deleted checkpoint; old generations' indexes
+  are removed by the rebuild.
+* Each answer is checked against the commit itself (its ``Checkpoint-Id`` trailer); a line torn
+  by a crash is skipped. Deleting ``qvc/ids`` is always safe: it is rebuilt on first use.
+* Commits that reach the repository without qvc (``git push`` into it) are not appended; a
+  lookup by id that misses the index walks every ref as before (and finds them), while a put's
+  check that its id is new trusts the index, as it trusted the in-memory index before.
 """
 
 from __future__ import annotations
@@ -9,6 +31,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
@@ -22,6 +45,11 @@ from qvc.store.refnames import WRITES, decode_name
 if TYPE_CHECKING:
     from qvc.plumbing.journal import Record
     from qvc.plumbing.repository import Repository
+
+IDS = "qvc/ids"  # the durable checkpoint-id index (see the module docstring)
+_COMPLETE = "complete"
+_TOKEN = re.compile(r"[0-9A-Za-z]{1,64}")
+_LINE = re.compile(rb"^([0-9a-f]{40}) ", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -124,7 +152,11 @@ class History:
         self._indexed: set[str] = set()
         self._tips: dict[str, str] = {}
         self._generation: tuple | None = None
+        self._complete: str | None = None  # the index directory whose marker was seen
         repo.listeners.append(self.observe)
+        replayed = getattr(repo.recovery, "commits", None)
+        if replayed and not repo.readonly:
+            self._append_ids(self._checkpoints(replayed))
 
     # -- commits ------------------------------------------------------------------------
 
@@ -160,6 +192,8 @@ class History:
         Reading them back through libgit2 would first have to discover the fresh pack (a
         rescan of the pack directory on every put).
         """
+        ids: list[tuple[str, str]] = []
+        written: set[str] = set()
         for (kind, data), oid in zip(record.objects, record.oids, strict=True):
             if kind == "blob":
                 self._blobs.put(oid, data)
@@ -168,11 +202,136 @@ class History:
             elif kind == "commit":
                 info = parse_commit(oid.hex(), data)
                 self._commits.put(info.hex, info)
+                written.add(info.hex)
                 if info.checkpoint_id != info.hex:  # a checkpoint (not pending writes)
+                    ids.append((info.checkpoint_id, info.hex))
                     with self._lock:
                         if self._tips or self._by_id:
                             self._by_id[info.checkpoint_id] = info.hex
                             self._indexed.add(info.hex)
+        for name, old, new in record.refs:  # refs git moved (a fetch): their commits are new here
+            if new is not None and new not in written and not name.startswith(WRITES):
+                ids += self._checkpoints(self._walk_new(new, old))
+        if ids and not self.repo.readonly:
+            self._append_ids(ids)
+
+    def _walk_new(self, tip: str, old: str | None) -> list[str]:
+        """Commits reachable from ``tip`` down to (not including) ``old`` and its ancestors' walk."""
+        out, stack, seen = [], [tip], {old}
+        while stack:
+            hexid = stack.pop()
+            if hexid in seen:
+                continue
+            seen.add(hexid)
+            try:
+                info = self.commit(hexid)
+            except CorruptionError:
+                continue
+            out.append(hexid)
+            stack.extend(info.parents)
+        return out
+
+    def _checkpoints(self, commits: list[str]) -> list[tuple[str, str]]:
+        """``(checkpoint id, sha)`` of those of ``commits`` that are checkpoints and read back."""
+        out = []
+        for hexid in commits:
+            try:
+                info = self.commit(hexid)
+            except CorruptionError:
+                continue
+            if info.checkpoint_id != info.hex:
+                out.append((info.checkpoint_id, hexid))
+        return out
+
+    # -- the durable checkpoint-id index ---------------------------------------------------
+
+    def _ids_dir(self) -> str:
+        token = self.repo.generation() or "0"
+        if not _TOKEN.fullmatch(token):  # not written by qvc: a name derived from it
+            token = f"x{zlib.crc32(token.encode('utf-8', 'surrogateescape')):08x}"
+        return os.path.join(self.repo.path, IDS, token)
+
+    @staticmethod
+    def _shard(checkpoint_id: str) -> str:
+        return f"{zlib.crc32(checkpoint_id.encode('utf-8', 'surrogateescape')) & 0xFF:02x}"
+
+    def _append_ids(self, pairs: list[tuple[str, str]], where: str | None = None) -> None:
+        """Append ``(checkpoint id, sha)`` lines to the index (one write per file touched)."""
+        where = where or self._ids_dir()
+        lines: dict[str, list[bytes]] = {}
+        for cid, hexid in pairs:
+            if "\n" in cid:
+                continue  # trailers never hold one; a line must not be forged
+            lines.setdefault(self._shard(cid), []).append(f"{hexid} {cid}\n".encode("utf-8", "surrogateescape"))
+        for shard, chunk in lines.items():
+            path = os.path.join(where, shard)
+            try:
+                try:
+                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+                except FileNotFoundError:
+                    os.makedirs(where, exist_ok=True)
+                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+                try:
+                    os.write(fd, b"".join(chunk))
+                finally:
+                    os.close(fd)
+            except OSError:
+                return  # a cache: lookups that miss it walk the refs
+
+    def _indexed_id(self, checkpoint_id: str) -> str | None | bool:
+        """The commit the durable index gives ``checkpoint_id`` (checked against the commit),
+        ``None`` if it has none, ``False`` if there is no complete index to ask."""
+        where = self._ids_dir()
+        if self._complete != where:
+            if not os.path.exists(os.path.join(where, _COMPLETE)):
+                if self.repo.readonly or not self._build(where):
+                    return False
+            self._complete = where
+        try:
+            with open(os.path.join(where, self._shard(checkpoint_id)), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return None
+        except OSError:
+            return False
+        needle = b" " + checkpoint_id.encode("utf-8", "surrogateescape") + b"\n"
+        end = len(data)
+        while True:  # the last line naming the id wins
+            at = data.rfind(needle, 0, end)
+            if at < 0:
+                return None
+            start = data.rfind(b"\n", 0, at) + 1
+            end = at
+            if at - start == 40 and _LINE.match(data, start):
+                hexid = data[start:at].decode()
+                try:
+                    if self.commit(hexid).checkpoint_id == checkpoint_id:
+                        return hexid
+                except CorruptionError:
+                    pass
+
+    def _build(self, where: str) -> bool:
+        """Rebuild the durable index in ``where`` from every ref (see the module docstring)."""
+        try:
+            os.makedirs(where, exist_ok=True)  # first: writers from now on append here
+        except OSError:
+            return False
+        self.refresh()
+        with self._lock:
+            pairs = list(self._by_id.items())
+        self._append_ids(pairs, where)
+        try:
+            with open(os.path.join(where, _COMPLETE), "w") as f:
+                f.write(f"{len(pairs)}\n")
+        except OSError:
+            return False
+        import shutil
+
+        parent = os.path.dirname(where)
+        for name in os.listdir(parent):  # indexes of earlier generations
+            if os.path.join(parent, name) != where:
+                shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+        return True
 
     def known_blob(self, raw: bytes) -> bytes | None:
         """A blob's bytes if they are cached (written or read by this process), else ``None``;
@@ -231,9 +390,17 @@ class History:
                 self._tips[name] = tip
 
     def lookup(self, checkpoint_id: str, *, refresh: bool = True) -> str | None:
-        """The commit holding ``checkpoint_id`` (exact id), refreshing the index on a miss."""
+        """The commit holding ``checkpoint_id`` (exact id): from what this process wrote or read,
+        else the durable index (one file read), else, with ``refresh``, a walk of every ref whose
+        tip moved. Without ``refresh`` a miss means the id is new to every qvc writer."""
         self._check_generation()
-        if not self._tips:
+        hexid = self._by_id.get(checkpoint_id)
+        if hexid is not None:
+            return hexid
+        found = self._indexed_id(checkpoint_id)
+        if found:
+            return found
+        if found is False and not self._tips:
             self.refresh()
         hexid = self._by_id.get(checkpoint_id)
         if hexid is None and refresh:
