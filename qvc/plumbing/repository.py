@@ -51,6 +51,9 @@ FORMAT_KEY = "qvc.format"
 JOURNAL_LIMIT = 64 * 2**20
 GENERATION = "qvc/generation"  # replaced whenever history is deleted or rewritten
 CONSOLIDATE_AT = 32  # small packs this store wrote before they are merged into one
+MERGE_PACKS_AT = 16  # small packs in the directory (any writer's, dead or alive) before they are merged
+SMALL_PACK = 4 * 2**20
+PACK_LOCK = "qvc/pack.lock"  # flock: one merger of packs at a time, across processes
 LOCK_WAIT = 10.0
 T = TypeVar("T")
 MISS_RETRIES = 8  # lookups of an object while other stores keep merging packs
@@ -288,7 +291,7 @@ class Repository:
         CONSOLIDATE_AT merged packs become one, so a long run keeps few packs. Each merged pack
         is flushed to stable storage before the packs it replaces are removed.
         """
-        with self._consolidate_lock, self._shared_lock():
+        with self._consolidate_lock, self._shared_lock(), self._pack_lock():
             with self._packs_lock:
                 small, self._small_packs = self._small_packs, []
             # git maintenance (qvc purge, git gc) may have repacked some of them already
@@ -302,6 +305,48 @@ class Repository:
                 self._merged.append(self._merge(small))
             if len(self._merged) >= CONSOLIDATE_AT:
                 self._merged = [self._merge(self._merged)]
+
+    def merge_small_packs(self) -> int:
+        """Merge the directory's small packs into one once it holds ``MERGE_PACKS_AT`` of them;
+        return how many were merged.
+
+        Whoever wrote them: a store that closed (each leaves its last pack), a writer killed
+        before it merged its own, a replayed journal. Safe with readers and writers running:
+        mergers take ``qvc/pack.lock`` (so two never race for the same packs, and this store's
+        own merging waits), the merged pack is on stable storage before the packs it replaces
+        are removed, and readers that miss an object look again once the directory holds still
+        (:meth:`retry_on_miss`). Packs with deltas (``git repack``, fetches) and torn ones are
+        left alone (``qvc gc`` repacks everything; recovery removes torn packs).
+        """
+        with self._consolidate_lock, self._shared_lock(), self._pack_lock():
+            small = []
+            for name in os.listdir(self.pack_dir):
+                base = os.path.join(self.pack_dir, name[:-4])
+                if not name.endswith(".idx") or os.path.exists(base + ".keep"):
+                    continue
+                with contextlib.suppress(OSError):
+                    if os.path.getsize(base + ".pack") < SMALL_PACK:
+                        small.append(base)
+            if len(small) < MERGE_PACKS_AT:
+                return 0
+            small = [b for b in sorted(small) if pack.mergeable(b)]
+            if len(small) < 2:
+                return 0
+            merged = self._merge(small)
+            gone = set(small) - {merged}
+            with self._packs_lock:
+                self._small_packs = [b for b in self._small_packs if b not in gone]
+            self._merged = [b for b in self._merged if b not in gone and b != merged] + [merged]
+            return len(small)
+
+    @contextlib.contextmanager
+    def _pack_lock(self) -> Iterator[None]:
+        fd = os.open(os.path.join(self.path, PACK_LOCK), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     def _merge(self, bases: list[str]) -> str:
         merged = pack.merge(self.pack_dir, bases, fsync=self.fsync)
@@ -493,6 +538,7 @@ class Repository:
     def _consolidate_quietly(self) -> None:
         try:
             self.consolidate()
+            self.merge_small_packs()
         except Exception as exc:  # harmless: the small packs stay and are merged later
             _warn("qvc: merging small packs in %s failed: %s", self.path, exc)
 
