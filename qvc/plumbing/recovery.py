@@ -51,8 +51,9 @@ class RecoveryReport:
     empty_objects_removed: int = 0
     damaged_packs_removed: list[str] = field(default_factory=list)
     reflogs_repaired: list[str] = field(default_factory=list)
-    #: commits the replayed journals hold (their writers may have died before indexing them)
-    commits: list[str] = field(default_factory=list, repr=False)
+    #: refs the replayed journals moved, as ``{name: (value before the first move, last value)}``
+    #: (their writers may have died before indexing what they wrote)
+    moved: dict[str, tuple[str | None, str | None]] = field(default_factory=dict, repr=False)
 
     def __bool__(self) -> bool:
         return any(getattr(self, f.name) for f in fields(self))
@@ -253,8 +254,6 @@ def _replay(repo: Repository, path: str, report: RecoveryReport) -> tuple[dict[s
                       and isinstance(v[1], str))
         for kind, data in record.objects:
             raw = repo.hash(kind, data)
-            if kind == "commit":
-                report.commits.append(raw.hex())
             try:
                 repo.read(raw, kind)
                 continue
@@ -268,6 +267,8 @@ def _replay(repo: Repository, path: str, report: RecoveryReport) -> tuple[dict[s
             report.objects_restored += 1
         for name, old, new in record.refs:
             moves.setdefault(name, []).append((new if record.base else old, new, record.seen.get(name)))
+            first = report.moved.get(name, (new if record.base else old, None))[0]
+            report.moved[name] = (first, new)
     return moves, tokens
 
 

@@ -14,12 +14,18 @@ the value it packed; a writer that meanwhile takes a ref's lock simply keeps its
 Readers read loose refs before ``packed-refs`` and so never miss a ref moving between the two.
 The count is a hint: a store killed before it closes adds nothing, and two stores packing at
 once are harmless (the second waits for or skips the first one's lock).
+
+Right after, :func:`compact_reflogs` moves the one-line reflogs of threads into
+``qvc/reflogs`` (see :mod:`qvc.plumbing.reflog`), each under its ref's lock, as git takes it
+to append to a reflog, so no entry a writer appends meanwhile is lost.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+
+from qvc.plumbing.reflog import PACKED, ReflogEntry, shard_of
 
 CREATED = "qvc/refs-created"
 PACK_REFS_AT = 256
@@ -61,3 +67,82 @@ def pack_refs(repo_path: str, *, fsync: bool = True) -> bool:
     with contextlib.suppress(FileNotFoundError):
         os.truncate(os.path.join(repo_path, CREATED), 0)
     return True
+
+
+ONE_LINE = 512  # bytes: a reflog file at most this long may hold a single entry
+BATCH = 256  # ref locks held at once while compacting
+
+
+def compact_reflogs(repo_path: str, *, fsync: bool = True) -> int:
+    """Move the reflog file of every thread that holds a single entry into ``qvc/reflogs``;
+    return how many were moved.
+
+    Each file is read under its ref's lock (``refs/heads/<thread>.lock``, taken as git and
+    libgit2 take it; a ref locked by a writer is skipped), its line appended to its shard, the
+    shards flushed, and only then the file removed and the lock released; a crash in between
+    leaves the entry in both places, which readers take once. Locks a crash leaves behind are
+    removed by recovery.
+    """
+    logs = os.path.join(repo_path, "logs", "refs", "heads")
+    try:
+        entries = list(os.scandir(logs))
+    except FileNotFoundError:
+        return 0
+    os.makedirs(os.path.join(repo_path, PACKED), exist_ok=True)
+    batch: list[tuple[str, bytes, str, str]] = []
+    moved = 0
+    for entry in entries:
+        if entry.name.endswith(".lock") or not entry.is_file(follow_symlinks=False):
+            continue
+        with contextlib.suppress(OSError):
+            if entry.stat(follow_symlinks=False).st_size > ONE_LINE:
+                continue
+        name = "refs/heads/" + entry.name
+        lock = os.path.join(repo_path, name + ".lock")
+        try:
+            os.close(os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
+        except OSError:
+            continue  # a writer holds it (or the ref is gone): next time
+        try:
+            with open(entry.path, "rb") as f:
+                data = f.read()
+        except OSError:
+            data = b""
+        lines = data.split(b"\n")
+        if len(lines) == 2 and lines[1] == b"" and ReflogEntry.parse(lines[0]) is not None:
+            batch.append((name, lines[0], entry.path, lock))
+        else:
+            os.unlink(lock)
+        if len(batch) >= BATCH:
+            moved += _move(repo_path, batch, fsync)
+            batch = []
+    if batch:
+        moved += _move(repo_path, batch, fsync)
+    return moved
+
+
+def _move(repo_path: str, batch: list[tuple[str, bytes, str, str]], fsync: bool) -> int:
+    shards: dict[str, list[bytes]] = {}
+    for name, line, _, _ in batch:
+        shards.setdefault(shard_of(name), []).append(name.encode("utf-8", "surrogateescape") + b"\t" + line + b"\n")
+    try:
+        for shard, lines in shards.items():
+            fd = os.open(os.path.join(repo_path, PACKED, shard), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+                         0o644)
+            try:
+                os.write(fd, b"".join(lines))
+                if fsync:
+                    os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        if fsync:
+            from qvc.plumbing.journal import fsync_dir
+
+            fsync_dir(os.path.join(repo_path, PACKED))
+        for _, _, log, _ in batch:
+            os.unlink(log)
+        return len(batch)
+    finally:
+        for _, _, _, lock in batch:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(lock)

@@ -470,9 +470,13 @@ class Repository:
     def reflog(self, name: str) -> list[ReflogEntry]:
         """The reflog of ``name`` (e.g. a thread's branch), newest first; ``[]`` if it has none.
 
-        Parsed leniently: a line torn by a crash is skipped, not an error.
+        Parsed leniently: a line torn by a crash is skipped, not an error. Includes entries
+        compacted into ``qvc/reflogs`` (:mod:`qvc.plumbing.reflog`), as long as the ref exists.
         """
-        return read_reflog(self.path, name)
+        entries = read_reflog(self.path, name)
+        if entries and not os.path.exists(os.path.join(self.path, "logs", name)) and self.ref(name) is None:
+            return []  # compacted entries of a ref deleted since
+        return entries
 
     def file_identity(self, name: str) -> list | None:
         """``[inode, mtime ns]`` of the file holding ref ``name`` (its loose file, else packed-refs)
@@ -526,11 +530,13 @@ class Repository:
         self._created += sum(1 for _, old, new in record.refs if old is None and new is not None)
 
     def _pack_refs_quietly(self) -> None:
-        """Add this store's created refs to the shared count; pack the refs once it is due."""
+        """Add this store's created refs to the shared count; once it is due, pack the refs and
+        compact the one-line reflogs of threads (:mod:`qvc.plumbing.refpack`)."""
         try:
             if refpack.note_created(self.path, self._created) >= refpack.PACK_REFS_AT:
                 with self._shared_lock():
-                    refpack.pack_refs(self.path, fsync=self.fsync)
+                    if refpack.pack_refs(self.path, fsync=self.fsync):
+                        refpack.compact_reflogs(self.path, fsync=self.fsync)
         except Exception as exc:  # harmless: loose refs stay readable, a later store packs them
             _warn("qvc: packing refs in %s failed: %s", self.path, exc)
         self._created = 0

@@ -11,7 +11,8 @@ checkpoint by id. ``qvc/ids/<generation>/`` holds 256 append-only files of ``<co
 * Every store appends the checkpoint commits it writes (it is one of the repository's
   listeners), and the tips of refs its transactions moved without writing their commits
   (``qvc fetch``), walked down to the ref's previous value. A store that recovered a crashed
-  writer's journal appends the commits the journal holds.
+  writer's journal appends the history of each ref the journal moved that still points where
+  the journal left it (walked down to where the journal found it).
 * The index is trusted once its ``complete`` marker exists. The first store to find none (a new
   generation, or the directory lost) rebuilds it: it creates the directory first, then walks
   every ref's history and appends what it finds, then writes the marker. Writers running
@@ -28,6 +29,7 @@ checkpoint by id. ``qvc/ids/<generation>/`` holds 256 append-only files of ``<co
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
@@ -154,9 +156,8 @@ class History:
         self._generation: tuple | None = None
         self._complete: str | None = None  # the index directory whose marker was seen
         repo.listeners.append(self.observe)
-        replayed = getattr(repo.recovery, "commits", None)
-        if replayed and not repo.readonly:
-            self._append_ids(self._checkpoints(replayed))
+        if not repo.readonly:
+            self._index_replayed(getattr(repo.recovery, "moved", None) or {})
 
     # -- commits ------------------------------------------------------------------------
 
@@ -213,6 +214,33 @@ class History:
             if new is not None and new not in written and not name.startswith(WRITES):
                 ids += self._checkpoints(self._walk_new(new, old))
         if ids and not self.repo.readonly:
+            seen = {v[1] or "0" for n, v in record.seen.items() if n != GENERATION and isinstance(v, list)
+                    and len(v) == 2 and (v[1] is None or isinstance(v[1], str))}
+            current = self._ids_dir()
+            if {os.path.join(os.path.dirname(current), self._token(g)) for g in seen} <= {current}:
+                self._append_ids(ids, current)
+            else:
+                # A delete started a new generation while this write moved its refs: whether this
+                # write's commits survived it is for a walk of the refs to say. Make the next
+                # lookup rebuild the index (appending them here could resurrect a deleted one).
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(self._ids_dir(), _COMPLETE))
+                self._complete = None
+
+    def _index_replayed(self, moved: dict[str, tuple[str | None, str | None]]) -> None:
+        """Index what crashed writers' replayed journals moved refs to, where the refs still are
+        (a writer killed between its ref move and its append to the index)."""
+        ids: list[tuple[str, str]] = []
+        for name, (first, last) in moved.items():
+            if last is None or name.startswith(WRITES):
+                continue
+            try:
+                if self.repo.ref(name) != last:
+                    continue  # moved or deleted since: its own writer indexed what it holds now
+            except CorruptionError:
+                continue
+            ids += self._checkpoints(self._walk_new(last, first))
+        if ids:
             self._append_ids(ids)
 
     def _walk_new(self, tip: str, old: str | None) -> list[str]:
@@ -246,10 +274,13 @@ class History:
     # -- the durable checkpoint-id index ---------------------------------------------------
 
     def _ids_dir(self) -> str:
-        token = self.repo.generation() or "0"
-        if not _TOKEN.fullmatch(token):  # not written by qvc: a name derived from it
-            token = f"x{zlib.crc32(token.encode('utf-8', 'surrogateescape')):08x}"
-        return os.path.join(self.repo.path, IDS, token)
+        return os.path.join(self.repo.path, IDS, self._token(self.repo.generation() or "0"))
+
+    @staticmethod
+    def _token(generation: str) -> str:
+        if _TOKEN.fullmatch(generation):
+            return generation
+        return f"x{zlib.crc32(generation.encode('utf-8', 'surrogateescape')):08x}"  # not written by qvc
 
     @staticmethod
     def _shard(checkpoint_id: str) -> str:
