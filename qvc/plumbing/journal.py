@@ -24,6 +24,7 @@ from typing import Iterator
 import msgpack
 
 MAGIC = b"QVCJ1\n"
+GENERATION = "qvc/generation"  # replaced whenever history is deleted or rewritten (see Repository)
 _FRAME = struct.Struct("<II")
 SUFFIX = ".wal"
 

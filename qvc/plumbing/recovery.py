@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from qvc.errors import CorruptionError
 from qvc.plumbing import pack
 from qvc.plumbing.durability import harden
-from qvc.plumbing.journal import claim_orphans, fsync_dir, read_records
+from qvc.plumbing.journal import GENERATION, claim_orphans, fsync_dir, read_records
 from qvc.plumbing.libgit2 import pygit2
 from qvc.plumbing.objects import MODE_TREE
 from qvc.plumbing.reflog import ReflogEntry
@@ -151,6 +151,15 @@ def recover(repo: Repository) -> RecoveryReport:
                 _restore_ref(repo, name, history, tokens, report)
         if orphans:
             _repair_unjournalled_refs(repo, {name for m in moves for name in m}, report)
+            for path, _ in orphans:
+                _finish_generation(repo, path)
+        if orphans:  # the dead writers' small packs, while no writer runs
+            try:
+                repo.merge_small_packs(locked=True)
+            except (OSError, ValueError) as exc:
+                import logging
+
+                logging.getLogger("qvc").warning("qvc: merging packs in %s failed: %s", repo.path, exc)
         if report:
             harden(repo.path, fsync=repo.fsync)
         for path, _ in orphans:
@@ -241,6 +250,33 @@ def _remove_empty_objects(repo: Repository, report: RecoveryReport) -> None:
 def _loose_path(repo: Repository, raw: bytes) -> str:
     hexid = raw.hex()
     return os.path.join(repo.path, "objects", hexid[:2], hexid[2:])
+
+
+def _finish_generation(repo: Repository, path: str) -> None:
+    """Write the generation token a dead writer's journal says it was about to write.
+
+    A delete journals its record (naming a new token) and only then writes ``qvc/generation``;
+    a writer killed in between applied the delete but left the old token, so caches derived
+    from history (every process's checkpoint-id index) would not know it changed. When the
+    current token is one the dead writer saw (nobody rewrote history since), recovery writes
+    its token for it.
+    """
+    written, seen = None, set()
+    for record in read_records(path):
+        for name, value in record.seen.items():
+            if not (isinstance(value, list) and len(value) > 1 and isinstance(value[1], str)):
+                continue
+            if name == GENERATION:
+                written = value[1]
+            else:
+                seen.add(value[1])
+    current = repo.generation()
+    if written is None or current == written or (current is not None and current not in seen):
+        return
+    target = os.path.join(repo.path, GENERATION)
+    with open(target + ".recovery", "w") as f:
+        f.write(written)
+    os.replace(target + ".recovery", target)
 
 
 def _replay(repo: Repository, path: str, report: RecoveryReport) -> tuple[dict[str, list], set[str]]:

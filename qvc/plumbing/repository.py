@@ -34,7 +34,7 @@ from qvc.errors import (
 )
 from qvc.plumbing import pack, recovery, refpack
 from qvc.plumbing.durability import DurabilityMode, Worker, harden
-from qvc.plumbing.journal import Journal, Record, fsync_dir
+from qvc.plumbing.journal import GENERATION, Journal, Record, fsync_dir
 from qvc.plumbing.libgit2 import configured, pygit2
 from qvc.plumbing.objects import TYPE_NAMES, TYPES, parse_tree
 from qvc.plumbing.reflog import ZERO, ReflogEntry, read_reflog
@@ -49,11 +49,10 @@ def _warn(message: str, *args: object) -> None:
 QVC_DIR = "qvc"
 FORMAT_KEY = "qvc.format"
 JOURNAL_LIMIT = 64 * 2**20
-GENERATION = "qvc/generation"  # replaced whenever history is deleted or rewritten
 CONSOLIDATE_AT = 32  # small packs this store wrote before they are merged into one
 MERGE_PACKS_AT = 16  # small packs in the directory (any writer's, dead or alive) before they are merged
 SMALL_PACK = 4 * 2**20
-PACK_LOCK = "qvc/pack.lock"  # flock: one merger of packs at a time, across processes
+PACK_LOCK = "qvc/pack.lock"  # flock: a merge of the directory's packs excludes stores merging their own
 LOCK_WAIT = 10.0
 T = TypeVar("T")
 MISS_RETRIES = 8  # lookups of an object while other stores keep merging packs
@@ -306,19 +305,30 @@ class Repository:
             if len(self._merged) >= CONSOLIDATE_AT:
                 self._merged = [self._merge(self._merged)]
 
-    def merge_small_packs(self) -> int:
+    def merge_small_packs(self, *, locked: bool = False) -> int:
         """Merge the directory's small packs into one once it holds ``MERGE_PACKS_AT`` of them;
         return how many were merged.
 
-        Whoever wrote them: a store that closed (each leaves its last pack), a writer killed
-        before it merged its own, a replayed journal. Safe with readers and writers running:
-        mergers take ``qvc/pack.lock`` (so two never race for the same packs, and this store's
-        own merging waits), the merged pack is on stable storage before the packs it replaces
-        are removed, and readers that miss an object look again once the directory holds still
+        Whoever wrote them: stores that closed (each leaves its last pack), writers killed
+        before they merged their own, and so on. Runs under the exclusive maintenance lock, so
+        no qvc writer is mid-write (``locked``: the caller, recovery, holds it; otherwise it is
+        tried without waiting, and a busy repository is merged by a later close). Readers may
+        run: the merged pack is on stable storage before the packs it replaces are removed,
+        and a reader that misses an object looks again once the directory holds still
         (:meth:`retry_on_miss`). Packs with deltas (``git repack``, fetches) and torn ones are
         left alone (``qvc gc`` repacks everything; recovery removes torn packs).
         """
-        with self._consolidate_lock, self._shared_lock(), self._pack_lock():
+        if not locked:
+            fd = os.open(self._lock_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return 0
+                return self.merge_small_packs(locked=True)
+            finally:
+                os.close(fd)
+        with self._consolidate_lock, self._pack_lock():
             small = []
             for name in os.listdir(self.pack_dir):
                 base = os.path.join(self.pack_dir, name[:-4])
@@ -544,7 +554,6 @@ class Repository:
     def _consolidate_quietly(self) -> None:
         try:
             self.consolidate()
-            self.merge_small_packs()
         except Exception as exc:  # harmless: the small packs stay and are merged later
             _warn("qvc: merging small packs in %s failed: %s", self.path, exc)
 
@@ -659,6 +668,10 @@ class Repository:
             if self._packer is not None:
                 self._packer.stop()
             self._consolidate_quietly()
+            try:
+                self.merge_small_packs()
+            except Exception as exc:  # harmless: they stay, and a later close merges them
+                _warn("qvc: merging packs in %s failed: %s", self.path, exc)
             self._pack_refs_quietly()
             try:
                 journal.sync()

@@ -693,6 +693,7 @@ class GitCheckpointStore(CheckpointStore):
                     rekeyed.append((writes_ref(new), None, wtip))
                 dropped.append((writes_ref(old), wtip, None))
             cause = f"delete: checkpoint {info.checkpoint_id}"
+            self._history.forget_index()
             for name, old, new in rekeyed + moves + dropped:
                 tx.move_ref(name, old, new, cause)
 
@@ -731,6 +732,7 @@ class GitCheckpointStore(CheckpointStore):
                     if wtip is not None:
                         writes[writes_ref(info.hex)] = wtip
             tx.rewrite_history()
+            self._history.forget_index()
             # the thread's refs first: a crash part-way leaves only unreachable pending writes
             for name, tip in refs + list(writes.items()):
                 tx.move_ref(name, tip, None)
@@ -771,6 +773,7 @@ class GitCheckpointStore(CheckpointStore):
             moves += [(name, tip, None) for name, tip in tips]
             reflog = self._repo.reflog(head_ref(old))
             tx.rewrite_history()
+            self._history.forget_index()
             for name, was, now in moves:
                 tx.move_ref(name, was, now, f"branch: renamed {old} to {new}")
             if reflog:  # carry the old reflog over, under the new name

@@ -19,7 +19,8 @@ checkpoint by id. ``qvc/ids/<generation>/`` holds 256 append-only files of ``<co
   meanwhile append to the same directory, so nothing moved after the walk read the refs is
   missed. ``delete`` and other history rewrites start a new generation (the token in
   ``qvc/generation``), so an index never names a deleted checkpoint; old generations' indexes
-  are removed by the rebuild.
+  are removed by the rebuild. Before a delete moves a ref it removes the current index's marker,
+  so a deleter killed before it wrote its new token leaves an index that is rebuilt, not trusted.
 * Each answer is checked against the commit itself (its ``Checkpoint-Id`` trailer); a line torn
   by a crash is skipped. Deleting ``qvc/ids`` is always safe: it is rebuilt on first use.
 * Commits that reach the repository without qvc (``git push`` into it) are not appended; a
@@ -39,6 +40,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
 from qvc.errors import CorruptionError
+from qvc.plumbing.journal import fsync_dir
 from qvc.plumbing.objects import parse_tree
 from qvc.plumbing.repository import GENERATION
 from qvc.store.format import HEADER, decode_header, parse_trailers
@@ -154,7 +156,6 @@ class History:
         self._indexed: set[str] = set()
         self._tips: dict[str, str] = {}
         self._generation: tuple | None = None
-        self._complete: str | None = None  # the index directory whose marker was seen
         repo.listeners.append(self.observe)
         if not repo.readonly:
             self._index_replayed(getattr(repo.recovery, "moved", None) or {})
@@ -223,9 +224,7 @@ class History:
                 # A delete started a new generation while this write moved its refs: whether this
                 # write's commits survived it is for a walk of the refs to say. Make the next
                 # lookup rebuild the index (appending them here could resurrect a deleted one).
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(self._ids_dir(), _COMPLETE))
-                self._complete = None
+                self.forget_index()
 
     def _index_replayed(self, moved: dict[str, tuple[str | None, str | None]]) -> None:
         """Index what crashed writers' replayed journals moved refs to, where the refs still are
@@ -309,15 +308,22 @@ class History:
             except OSError:
                 return  # a cache: lookups that miss it walk the refs
 
+    def forget_index(self) -> None:
+        """Make the next lookup (in any process) rebuild the durable index from the refs: called
+        before a delete or rewrite moves refs, so that a writer killed before it starts the new
+        generation leaves no index naming what it deleted."""
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(self._ids_dir(), _COMPLETE))
+            if self.repo.fsync:
+                fsync_dir(self._ids_dir())
+
     def _indexed_id(self, checkpoint_id: str) -> str | None | bool:
         """The commit the durable index gives ``checkpoint_id`` (checked against the commit),
         ``None`` if it has none, ``False`` if there is no complete index to ask."""
         where = self._ids_dir()
-        if self._complete != where:
-            if not os.path.exists(os.path.join(where, _COMPLETE)):
-                if self.repo.readonly or not self._build(where):
-                    return False
-            self._complete = where
+        if not os.path.exists(os.path.join(where, _COMPLETE)):  # one stat: another process may have reset it
+            if self.repo.readonly or not self._build(where):
+                return False
         try:
             with open(os.path.join(where, self._shard(checkpoint_id)), "rb") as f:
                 data = f.read()
@@ -342,27 +348,48 @@ class History:
                     pass
 
     def _build(self, where: str) -> bool:
-        """Rebuild the durable index in ``where`` from every ref (see the module docstring)."""
-        try:
-            os.makedirs(where, exist_ok=True)  # first: writers from now on append here
-        except OSError:
-            return False
-        self.refresh()
-        with self._lock:
-            pairs = list(self._by_id.items())
-        self._append_ids(pairs, where)
-        try:
-            with open(os.path.join(where, _COMPLETE), "w") as f:
-                f.write(f"{len(pairs)}\n")
-        except OSError:
-            return False
+        """Rebuild the durable index in ``where`` from every ref (see the module docstring).
+
+        One builder at a time (``qvc/ids/build.lock``). What ``where`` held is moved aside
+        first (it may name checkpoints a killed delete removed), then the directory is made
+        anew, and only then are the refs read: a writer appends either to the old directory,
+        before the refs are read (so the walk finds its commits), or to the new one.
+        """
+        import fcntl
         import shutil
 
         parent = os.path.dirname(where)
-        for name in os.listdir(parent):  # indexes of earlier generations
-            if os.path.join(parent, name) != where:
-                shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
-        return True
+        try:
+            os.makedirs(parent, exist_ok=True)
+            lock = os.open(os.path.join(parent, "build.lock"), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if os.path.exists(os.path.join(where, _COMPLETE)):
+                return True  # another builder finished meanwhile
+            aside = f"{where}.old-{os.getpid()}-{os.urandom(4).hex()}"
+            with contextlib.suppress(FileNotFoundError):
+                os.rename(where, aside)
+            os.makedirs(where, exist_ok=True)  # before the walk: writers from now on append here
+            with self._lock:
+                self._tips.clear()  # walk every ref again, not only those that moved
+                self._indexed.clear()
+                self._by_id.clear()
+            self.refresh()
+            with self._lock:
+                pairs = list(self._by_id.items())
+            self._append_ids(pairs, where)
+            with open(os.path.join(where, _COMPLETE), "w") as f:
+                f.write(f"{len(pairs)}\n")
+            for name in os.listdir(parent):  # set aside, and earlier generations' indexes
+                if name != os.path.basename(where) and name != "build.lock":
+                    shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(lock)
 
     def known_blob(self, raw: bytes) -> bytes | None:
         """A blob's bytes if they are cached (written or read by this process), else ``None``;
