@@ -368,7 +368,9 @@ def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str 
             return
         if current is None:
             generation = repo.generation()
-            if generation is not None and generation not in tokens:
+            # A token torn by a power cut (it is written without a flush) is a prefix of the one
+            # its writer journaled: the dead writer's own, when one of its tokens starts with it.
+            if generation is not None and not any(t.startswith(generation) for t in tokens):
                 return  # another writer deleted history since: do not resurrect
         else:
             # Several of the writer's renames of this ref may be lost: the file may hold the value
@@ -417,12 +419,13 @@ def _repair_unjournalled_refs(repo: Repository, journalled: set[str], report: Re
             current = None
             try:
                 current = repo.ref(name)
-                if current is not None and _history_reads(repo, current, {current}):
+                # the whole line, not just the tip: a power cut may keep a new tip whose parents' packs it tore
+                if current is not None and _history_reads(repo, current, set()):
                     continue
             except CorruptionError:
                 pass
             candidates = [e.new for e in repo.reflog(name) if e.new] + _first_parents(repo, current)
-            fallback = next((c for c in candidates if _history_reads(repo, c, {c})), None)
+            fallback = next((c for c in candidates if _history_reads(repo, c, set())), None)
             os.unlink(os.path.join(dirpath, fname))
             if fallback is not None:
                 repo.git.create_reference_direct(name, pygit2.Oid(hex=fallback), True,

@@ -350,10 +350,10 @@ class History:
     def _build(self, where: str) -> bool:
         """Rebuild the durable index in ``where`` from every ref (see the module docstring).
 
-        One builder at a time (``qvc/ids/build.lock``). What ``where`` held is moved aside
-        first (it may name checkpoints a killed delete removed), then the directory is made
-        anew, and only then are the refs read: a writer appends either to the old directory,
-        before the refs are read (so the walk finds its commits), or to the new one.
+        One builder at a time (``qvc/ids/build.lock``). The files ``where`` held are removed
+        first (they may name checkpoints a killed delete removed), and only then are the refs
+        read: a writer appends either to a removed file, before the refs are read (so the walk
+        finds its commits), or to a new one.
         """
         import fcntl
         import shutil
@@ -368,10 +368,10 @@ class History:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if os.path.exists(os.path.join(where, _COMPLETE)):
                 return True  # another builder finished meanwhile
-            aside = f"{where}.old-{os.getpid()}-{os.urandom(4).hex()}"
-            with contextlib.suppress(FileNotFoundError):
-                os.rename(where, aside)
-            os.makedirs(where, exist_ok=True)  # before the walk: writers from now on append here
+            os.makedirs(where, exist_ok=True)
+            for name in os.listdir(where):  # before the walk: writers from now on append to new files
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(where, name))
             with self._lock:
                 self._tips.clear()  # walk every ref again, not only those that moved
                 self._indexed.clear()
@@ -382,7 +382,7 @@ class History:
             self._append_ids(pairs, where)
             with open(os.path.join(where, _COMPLETE), "w") as f:
                 f.write(f"{len(pairs)}\n")
-            for name in os.listdir(parent):  # set aside, and earlier generations' indexes
+            for name in os.listdir(parent):  # earlier generations' indexes
                 if name != os.path.basename(where) and name != "build.lock":
                     shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
             return True
