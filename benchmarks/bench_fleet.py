@@ -7,6 +7,8 @@ Run by hand from the repository root::
     python benchmarks/bench_fleet.py --quick              # 2,000 threads + 300, 3 rounds
     python benchmarks/bench_fleet.py --threads 100000 --long 100000 --rounds 3
     python benchmarks/bench_fleet.py --keep               # keep (and reuse) the built repositories
+    python benchmarks/bench_fleet.py --remotes            # + a few runs cloned / fetched against a full clone
+    python benchmarks/bench_fleet.py --replicate 1000     # + 8 machines x 1,000 threads pushing to one server
 
 The big repository is built with ASYNC puts (``fsync=False``: the build is not what is measured;
 put latency of the first and last 1,000 threads is). A 10-thread repository with the same long
@@ -86,6 +88,110 @@ def disk(repo: str) -> dict[str, int]:
             if os.path.exists(os.path.join(repo, part))}
 
 
+MACHINE = r"""
+import sys, time
+import qvc
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+from qvc.remotes.remote import add_remote
+path, url, me, per = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+with GitCheckpointStore(path, durability="async", fsync=False) as store:
+    for n in range(per):
+        t = f"{me}/run-{n}"
+        store.put(CheckpointConfig(t), Checkpoint(id=f"{me}-{n}", thread_id=t, step=0, state_data={"n": n}), {})
+    add_remote(store, "hub", url)
+    t0 = time.perf_counter()
+    result = qvc.push(store, "hub")
+    assert not result.rejected, result.rejected
+    print(time.perf_counter() - t0)
+"""
+
+
+def git_daemon(base: str, port: int) -> subprocess.Popen:
+    proc = subprocess.Popen(["git", "daemon", "--reuseaddr", f"--base-path={base}", "--export-all",
+                             "--enable=receive-pack", "--listen=127.0.0.1", f"--port={port}", base],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    time.sleep(0.5)
+    return proc
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def remotes(work: str, big: str, qvc: list[str], env: dict) -> None:
+    """A few runs of the big repository, cloned and fetched over git daemon, against a full clone."""
+    import signal
+
+    base = os.path.dirname(big)
+    port = free_port()
+    daemon = git_daemon(base, port)
+    url = f"git://127.0.0.1:{port}/{os.path.basename(big)}"
+    try:
+        rows = []
+        for label, extra in (("full clone", []), ("clone --thread 'run-00001*' (10 runs)", ["--thread", "run-00001*"])):
+            dest = os.path.join(work, f"clone-{len(rows)}.qvc")
+            shutil.rmtree(dest, ignore_errors=True)
+            t0 = time.perf_counter()
+            subprocess.run([*qvc, "clone", "-q", *extra, url, dest], env=env, check=True, capture_output=True)
+            rows.append((label, time.perf_counter() - t0, du(os.path.join(dest, "objects"))))
+        dest = os.path.join(work, "fetch.qvc")
+        shutil.rmtree(dest, ignore_errors=True)
+        subprocess.run([*qvc, "init", dest], env=env, check=True, capture_output=True)
+        subprocess.run([*qvc, "--repo", dest, "remote", "add", "origin", url], env=env, check=True, capture_output=True)
+        t0 = time.perf_counter()
+        subprocess.run([*qvc, "--repo", dest, "fetch", "-q", "origin", "run-000001", "run-000002", "big"], env=env,
+                       check=True, capture_output=True)
+        rows.append(("fetch origin run-000001 run-000002 big", time.perf_counter() - t0,
+                     du(os.path.join(dest, "objects"))))
+        print("\n== a few runs from the big repository over git daemon ==")
+        for label, took, size in rows:
+            print(f"{label:40} {took * 1000:9.0f} ms {size / 2**20:9.2f} MB of objects")
+    finally:
+        os.killpg(daemon.pid, signal.SIGKILL)
+        daemon.wait()
+
+
+def replicate(work: str, per: int, env: dict) -> None:
+    """8 processes on 8 repositories pushing to one bare repository over git daemon, against plain
+    ``git push`` of the same refs (8 at once) to another."""
+    import signal
+
+    srv = os.path.join(work, "srv")
+    shutil.rmtree(srv, ignore_errors=True)
+    os.makedirs(srv)
+    for name in ("hub.git", "plain.git"):
+        GitCheckpointStore(os.path.join(srv, name)).close()
+    port = free_port()
+    daemon = git_daemon(srv, port)
+    try:
+        t0 = time.perf_counter()
+        procs = [subprocess.Popen([sys.executable, "-c", MACHINE, os.path.join(work, f"m{i}.qvc"),
+                                   f"git://127.0.0.1:{port}/hub.git", f"m{i}", str(per)], env=env,
+                                  stdout=subprocess.PIPE, text=True) for i in range(8)]
+        pushes = [float(p.communicate()[0].split()[-1]) for p in procs]
+        wall = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        plain = [subprocess.Popen(["git", "--git-dir", os.path.join(work, f"m{i}.qvc"), "push", "-q",
+                                   f"git://127.0.0.1:{port}/plain.git", "refs/heads/*:refs/heads/*"], env=env)
+                 for i in range(8)]
+        for p in plain:
+            assert p.wait() == 0
+        git_push = time.perf_counter() - t0
+        with GitCheckpointStore(os.path.join(srv, "hub.git"), readonly=True) as hub:
+            arrived = len(hub.threads())
+        print(f"\n== 8 machines x {per} threads pushing to one server (git daemon) ==")
+        print(f"every thread arrived: {arrived} of {8 * per}; qvc push (8 at once, slowest) {max(pushes):.2f} s "
+              f"(whole run with the puts {wall:.1f} s); plain git push of the same refs {git_push:.2f} s; "
+              f"ratio {max(pushes) / git_push:.2f}")
+    finally:
+        os.killpg(daemon.pid, signal.SIGKILL)
+        daemon.wait()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=20000)
@@ -96,6 +202,10 @@ def main() -> int:
     ap.add_argument("--gc", action="store_true", help="also measure after `qvc gc` (packs refs)")
     ap.add_argument("--keep", action="store_true", help="keep the repositories in --dir and reuse them next time")
     ap.add_argument("--dir", default=os.path.join(ROOT, "benchmarks", "out"))
+    ap.add_argument("--remotes", action="store_true", help="also clone / fetch a few runs over git daemon")
+    ap.add_argument("--replicate", type=int, default=0, metavar="N",
+                    help="also 8 processes x N threads pushing to one server")
+    ap.add_argument("--skip-commands", action="store_true", help="skip the command timings")
     args = ap.parse_args()
     if args.quick:
         args.threads, args.long, args.rounds = 2000, 300, 3
@@ -131,7 +241,7 @@ def main() -> int:
                 "git log --all -n 20": ["git", "--git-dir", repo, "log", "--all", "-n", "20", "--oneline"],
             }
 
-        phases = ["loose refs"] + (["after qvc gc"] if args.gc else [])
+        phases = [] if args.skip_commands else ["as built"] + (["after qvc gc"] if args.gc else [])
         for phase in phases:
             if phase == "after qvc gc":
                 for repo in repos.values():
@@ -162,6 +272,10 @@ def main() -> int:
         print(f"  {'total':12} {total / 2**20:8.1f} MB; {total / (args.threads + 1):,.0f} bytes per thread")
         packs = len([n for n in os.listdir(os.path.join(repos['big'], "objects", "pack")) if n.endswith(".pack")])
         print(f"  packs: {packs}")
+        if args.remotes:
+            remotes(work, repos["big"], qvc, env)
+        if args.replicate:
+            replicate(work, args.replicate, env)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -102,8 +102,10 @@ def list_threads(store, verbose: bool, as_json: bool) -> None:
     from qvc.inspect.views import thread_json  # deferred: start-up speed
 
     current = store.current().thread
-    rows = [thread_json(store, thread, thread == current, verbose=verbose, tip=tip)
-            for thread, tip in store.thread_heads()]
+    if verbose:
+        rows = [thread_json(store, thread, thread == current, tip=tip) for thread, tip in store.thread_heads()]
+    else:  # names only: nothing to read per thread
+        rows = [{"thread": thread, "current": thread == current, "head": tip} for thread, tip in store.thread_heads()]
     if as_json:
         emit_json(rows)
         return

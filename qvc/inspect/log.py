@@ -122,13 +122,18 @@ def log(store: GitCheckpointStore, start: str | None = None, *, limit: int | Non
             count += 1
             yield entry(store, info.hex, heads)
         return
-    heads = head_map(store)
-    tips = list(heads) + [tip for _, tip in store.repository.refs(SUPERSEDED)]
     ordered = _git_order(store, limit)
     if ordered is not None:
+        shown = {commit for commit, _ in ordered}
+        names: dict[str, list[str]] = {}
+        for name, tip in store.repository.refs(HEADS):  # decode only the heads shown
+            if tip in shown:
+                names.setdefault(tip, []).append(store.thread_of_ref(name, tip))
         for commit, superseded in ordered:
-            yield entry(store, commit, heads, superseded=superseded)
+            yield entry(store, commit, names, superseded=superseded)
         return
+    heads = head_map(store)
+    tips = list(heads) + [tip for _, tip in store.repository.refs(SUPERSEDED)]
     on_live = _reachable_from(store, set(heads))
     everything = _reachable_from(store, set(tips))
     # Newest first, but never a parent before any of its children (git log --date-order).
