@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from conftest import child_env, fsck, run_git
@@ -113,6 +114,11 @@ def test_merging_the_directorys_packs_while_others_read_and_write(tmp_path):
         for n in range(40):
             merger.put(CheckpointConfig("m"), Checkpoint(id=f"m-{n}", thread_id="m", step=n, state_data={"n": n}), {})
             merged += merger.repository.merge_small_packs()
+        for _ in range(2000):  # a merge needs a moment with no write in flight (it never waits for one)
+            if merged:
+                break
+            merged += merger.repository.merge_small_packs()
+            time.sleep(0.001)
         stop.set()
         t.join()
         assert not failures, failures[0]
