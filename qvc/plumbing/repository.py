@@ -546,6 +546,7 @@ class Repository:
             if refpack.note_created(self.path, self._created) >= refpack.PACK_REFS_AT:
                 with self._shared_lock():
                     if refpack.pack_refs(self.path, fsync=self.fsync):
+                        refpack.commit_graph(self.path, fsync=self.fsync)
                         refpack.compact_reflogs(self.path, fsync=self.fsync)
         except Exception as exc:  # harmless: loose refs stay readable, a later store packs them
             _warn("qvc: packing refs in %s failed: %s", self.path, exc)

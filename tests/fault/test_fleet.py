@@ -143,6 +143,7 @@ def test_refs_are_packed_once_enough_threads_were_created(tmp_path):
     loose = [n for _, _, files in os.walk(path / "refs" / "heads") for n in files]
     assert loose == []
     assert refpack.created(str(path)) == 0
+    assert (path / "objects" / "info" / "commit-graphs").is_dir()  # generation numbers for `qvc log --all`
     packed = (path / "packed-refs").read_text()
     assert packed.count("refs/heads/t") == count
     with GitCheckpointStore(path) as store:
