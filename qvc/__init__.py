@@ -75,11 +75,12 @@ def push(store: GitCheckpointStore, remote: str = "origin", threads=None, **opti
     return _push(store, remote, threads, **options)
 
 
-def fetch(store: GitCheckpointStore, remote: str = "origin", **options):
-    """Fetch a remote's threads into ``store`` as ``REMOTE/THREAD``; see :func:`qvc.remotes.remote.fetch`."""
+def fetch(store: GitCheckpointStore, remote: str = "origin", threads=None, **options):
+    """Fetch a remote's threads (default: all) into ``store`` as ``REMOTE/THREAD``; see
+    :func:`qvc.remotes.remote.fetch`."""
     from qvc.remotes.remote import fetch as _fetch
 
-    return _fetch(store, remote, **options)
+    return _fetch(store, remote, threads, **options)
 
 
 def watch(store: GitCheckpointStore, threads=None, **options):

@@ -179,22 +179,27 @@ def report_push(result, quiet: bool, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("remote_name", metavar="[REMOTE]", required=False, default="origin")
+@click.argument("threads", nargs=-1)
 @click.option("-q", "--quiet", is_flag=True, help="No progress and no per-ref lines.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def fetch(remote_name: str, quiet: bool, as_json: bool) -> None:
-    """Fetch REMOTE's threads (default: origin) as REMOTE/THREAD, with their lines and writes.
+def fetch(remote_name: str, threads: tuple[str, ...], quiet: bool, as_json: bool) -> None:
+    """Fetch REMOTE's threads (default: origin; or only THREAD...) as REMOTE/THREAD, with their lines and writes.
 
     Read them with `qvc log origin/THREAD`, fork one with `qvc checkout -b NEW origin/THREAD`.
+    Naming threads fetches only those (and the pending writes of their checkpoints), however
+    many the remote holds.
 
     \b
     Example:
       qvc fetch && qvc log origin/run-7
+      qvc fetch origin run-7 run-9
     """
     # deferred: start-up speed
     from qvc.remotes import fetch as fetch_threads
     from qvc.store.refnames import decode_thread
 
-    result = fetch_threads(session().store(write=True), remote_name, **transfer_options(quiet or as_json))
+    result = fetch_threads(session().store(write=True), remote_name, list(threads) if threads else None,
+                           **transfer_options(quiet or as_json))
     if as_json:
         emit_json(result.to_json())
         return
@@ -217,15 +222,19 @@ def fetch(remote_name: str, quiet: bool, as_json: bool) -> None:
 @click.argument("url")
 @click.argument("directory", required=False, type=click.Path(file_okay=False))
 @click.option("-o", "--origin", "origin", default="origin", show_default=True, help="Name of the remote.")
+@click.option("--thread", "patterns", multiple=True, metavar="PATTERN",
+              help="Only threads matching PATTERN (one '*' allowed); repeatable.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def clone(url: str, directory: str | None, origin: str, quiet: bool, as_json: bool) -> None:
+def clone(url: str, directory: str | None, origin: str, patterns: tuple[str, ...], quiet: bool,
+          as_json: bool) -> None:
     """Clone the repository at URL into DIRECTORY (default: the URL's last part + .qvc).
 
     \b
     Example:
       qvc clone https://git.example.com/team/runs.git
       qvc clone /mnt/backup/runs.git local.qvc && qvc -C local.qvc log --all
+      qvc clone --thread 'run-7*' git://ci.example.com/fleet.git
     """
     from qvc.remotes.remote import clone as clone_repository  # deferred: start-up speed
 
@@ -234,7 +243,8 @@ def clone(url: str, directory: str | None, origin: str, quiet: bool, as_json: bo
         for suffix in (".git", ".qvc"):
             base = base[: -len(suffix)] if base.endswith(suffix) else base
         directory = (base or "clone") + ".qvc"
-    with clone_repository(url, directory, remote=origin, **transfer_options(quiet or as_json)) as store:
+    with clone_repository(url, directory, remote=origin, threads=list(patterns) if patterns else None,
+                          **transfer_options(quiet or as_json)) as store:
         threads = store.threads()
         path = store.path
     if as_json:

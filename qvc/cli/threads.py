@@ -125,12 +125,15 @@ def list_threads(store, verbose: bool, as_json: bool) -> None:
     from qvc.inspect.views import thread_json  # deferred: start-up speed
 
     current = store.current().thread
-    rows = []
-    for thread in store.threads():
-        try:
-            rows.append(thread_json(store, thread, thread == current, verbose=verbose))
-        except CorruptionError as exc:  # one damaged thread: the others are listed all the same
-            warn(f"thread {thread!r} is damaged: {exc} (see `qvc fsck`; `qvc branch -D` removes it)")
+    if not verbose:  # names only: nothing to read per thread
+        rows = [{"thread": thread, "current": thread == current, "head": tip} for thread, tip in store.thread_heads()]
+    else:
+        rows = []
+        for thread, tip in store.thread_heads():
+            try:
+                rows.append(thread_json(store, thread, thread == current, tip=tip))
+            except CorruptionError as exc:  # one damaged thread: the others are listed all the same
+                warn(f"thread {thread!r} is damaged: {exc} (see `qvc fsck`; `qvc branch -D` removes it)")
     if as_json:
         emit_json(rows)
         return

@@ -99,14 +99,15 @@ def diff_commits(store: GitCheckpointStore, a: Optional[str], b: str,
 
 
 def thread_json(store: GitCheckpointStore, thread: str, current: bool = False, *, verbose: bool = True,
-                count: bool = True) -> dict[str, Any]:
+                count: bool = True, tip: str | None = None) -> dict[str, Any]:
     """One row of ``qvc branch -v --json``: head, head id, step, status, last update, checkpoint count.
 
     ``count=False`` leaves out the count (``None``), which walks the thread's whole line.
+    ``tip``: the thread's head when the caller read it already (``store.thread_heads()``).
     """
     from qvc.inspect.log import entry
 
-    tip = store.head(thread)
+    tip = tip or store.head(thread)
     row: dict[str, Any] = {"thread": thread, "current": current, "head": tip}
     if verbose and tip is not None:
         e = entry(store, tip)

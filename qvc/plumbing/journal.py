@@ -26,6 +26,7 @@ from typing import Iterator
 import msgpack
 
 MAGIC = b"QVCJ1\n"
+GENERATION = "qvc/generation"  # replaced whenever history is deleted or rewritten (see Repository)
 _FALLOC_FL_KEEP_SIZE = 1
 
 

@@ -204,3 +204,16 @@ def is_intact(base: str) -> bool:
                 and tail == idx[-40:-20])
     except (OSError, struct.error):
         return False
+
+
+def mergeable(base: str) -> bool:
+    """Whether :func:`merge` can take this pack: whole (:func:`is_intact`) and holding no deltas
+    (qvc's own packs, or merged ones; not those ``git repack`` or a fetch wrote)."""
+    if not is_intact(base):
+        return False
+    try:
+        with open(base + ".pack", "rb") as f:
+            data = f.read()
+        return all((data[off] >> 4) & 7 in (1, 2, 3, 4) for _, off in read_index(base + ".idx"))
+    except (OSError, ValueError, IndexError):
+        return False

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from qvc.errors import CorruptionError
 from qvc.plumbing import leases, pack
 from qvc.plumbing.durability import harden
-from qvc.plumbing.journal import claim_orphans, fsync_dir, read_records
+from qvc.plumbing.journal import GENERATION, claim_orphans, fsync_dir, read_records
 from qvc.plumbing.libgit2 import pygit2
 from qvc.plumbing.objects import MODE_TREE
 from qvc.plumbing.reflog import ReflogEntry
@@ -51,6 +51,9 @@ class RecoveryReport:
     empty_objects_removed: int = 0
     damaged_packs_removed: list[str] = field(default_factory=list)
     reflogs_repaired: list[str] = field(default_factory=list)
+    #: refs the replayed journals moved, as ``{name: (value before the first move, last value)}``
+    #: (their writers may have died before indexing what they wrote)
+    moved: dict[str, tuple[str | None, str | None]] = field(default_factory=dict, repr=False)
 
     def __bool__(self) -> bool:
         return any(getattr(self, f.name) for f in fields(self))
@@ -222,6 +225,15 @@ def recover(repo: Repository) -> RecoveryReport:
                 _restore_ref(repo, name, history, tokens, report)
         if orphans:
             _repair_unjournalled_refs(repo, {name for m in moves for name in m}, report)
+            for path, _ in orphans:
+                _finish_generation(repo, path)
+        if orphans:  # the dead writers' small packs, while no writer runs
+            try:
+                repo.merge_small_packs(locked=True)
+            except (OSError, ValueError) as exc:
+                import logging
+
+                logging.getLogger("qvc").warning("qvc: merging packs in %s failed: %s", repo.path, exc)
         if report:
             harden(repo.path, fsync=repo.fsync)
         for path, _ in orphans:
@@ -325,6 +337,33 @@ def _loose_path(repo: Repository, raw: bytes) -> str:
     return os.path.join(repo.path, "objects", hexid[:2], hexid[2:])
 
 
+def _finish_generation(repo: Repository, path: str) -> None:
+    """Write the generation token a dead writer's journal says it was about to write.
+
+    A delete journals its record (naming a new token) and only then writes ``qvc/generation``;
+    a writer killed in between applied the delete but left the old token, so caches derived
+    from history (every process's checkpoint-id index) would not know it changed. When the
+    current token is one the dead writer saw (nobody rewrote history since), recovery writes
+    its token for it.
+    """
+    written, seen = None, set()
+    for record in read_records(path):
+        for name, value in record.seen.items():
+            if not (isinstance(value, list) and len(value) > 1 and isinstance(value[1], str)):
+                continue
+            if name == GENERATION:
+                written = value[1]
+            else:
+                seen.add(value[1])
+    current = repo.generation()
+    if written is None or current == written or (current is not None and current not in seen):
+        return
+    target = os.path.join(repo.path, GENERATION)
+    with open(target + ".recovery", "w") as f:
+        f.write(written)
+    os.replace(target + ".recovery", target)
+
+
 def _replay(repo: Repository, path: str, report: RecoveryReport) -> tuple[dict[str, list], set[str]]:
     """Restore the journal's missing objects; return its ref moves (``{ref: [(old, new, seen)]}``)
     and the generation tokens the writer saw or wrote."""
@@ -349,6 +388,8 @@ def _replay(repo: Repository, path: str, report: RecoveryReport) -> tuple[dict[s
             report.objects_restored += 1
         for name, old, new in record.refs:
             moves.setdefault(name, []).append((new if record.base else old, new, record.seen.get(name)))
+            first = report.moved.get(name, (new if record.base else old, None))[0]
+            report.moved[name] = (first, new)
     return moves, tokens
 
 
@@ -412,7 +453,9 @@ def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str 
             return
         if current is None:
             generation = repo.generation()
-            if generation is not None and generation not in tokens:
+            # A token torn by a power cut (it is written without a flush) is a prefix of the one
+            # its writer journaled: the dead writer's own, when one of its tokens starts with it.
+            if generation is not None and not any(t.startswith(generation) for t in tokens):
                 return  # another writer deleted history since: do not resurrect
         else:
             # Several of the writer's renames of this ref may be lost: the file may hold the value
@@ -461,12 +504,13 @@ def _repair_unjournalled_refs(repo: Repository, journalled: set[str], report: Re
             current = None
             try:
                 current = repo.ref(name)
-                if current is not None and _history_reads(repo, current, {current}):
+                # the whole line, not just the tip: a power cut may keep a new tip whose parents' packs it tore
+                if current is not None and _history_reads(repo, current, set()):
                     continue
             except CorruptionError:
                 pass
             candidates = [e.new for e in repo.reflog(name) if e.new] + _first_parents(repo, current)
-            fallback = next((c for c in candidates if _history_reads(repo, c, {c})), None)
+            fallback = next((c for c in candidates if _history_reads(repo, c, set())), None)
             os.unlink(os.path.join(dirpath, fname))
             if fallback is not None:
                 repo.git.create_reference_direct(name, pygit2.Oid(hex=fallback), True,

@@ -34,9 +34,9 @@ from qvc.errors import (
     StoreClosedError,
     errno_in,
 )
-from qvc.plumbing import launcher, leases, pack, recovery
+from qvc.plumbing import launcher, leases, pack, recovery, refpack
 from qvc.plumbing.durability import DurabilityMode, Worker, harden
-from qvc.plumbing.journal import Journal, Record, fsync_dir
+from qvc.plumbing.journal import GENERATION, Journal, Record, fsync_dir
 from qvc.plumbing.leases import Lease
 from qvc.plumbing.libgit2 import configured, pygit2
 from qvc.plumbing.objects import TYPE_NAMES, TYPES, parse_tree
@@ -52,8 +52,10 @@ def _warn(message: str, *args: object) -> None:
 QVC_DIR = "qvc"
 FORMAT_KEY = "qvc.format"
 JOURNAL_LIMIT = 64 * 2**20
-GENERATION = "qvc/generation"  # replaced whenever history is deleted or rewritten
 CONSOLIDATE_AT = 32  # small packs this store wrote before they are merged into one
+MERGE_PACKS_AT = 16  # small packs in the directory (any writer's, dead or alive) before they are merged
+SMALL_PACK = 4 * 2**20
+PACK_LOCK = "qvc/pack.lock"  # flock: a merge of the directory's packs excludes stores merging their own
 LOCK_WAIT = 10.0
 T = TypeVar("T")
 MISS_RETRIES = 8  # lookups of an object while other stores keep merging packs
@@ -186,6 +188,8 @@ class Repository:
         self._packer: Worker | None = None  # started on first need
         #: called with each record after it is journaled (and, in SYNC mode, durable); must not block
         self.listeners: list[Callable[[Record], None]] = []
+        self._created = 0  # refs this store created: a hint for packing refs (qvc.plumbing.refpack)
+        self.listeners.append(self._count_created)
         self._closed = False
         _open_repos.add(self)
 
@@ -340,7 +344,7 @@ class Repository:
         CONSOLIDATE_AT merged packs become one, so a long run keeps few packs. Each merged pack
         is flushed to stable storage before the packs it replaces are removed.
         """
-        with self._consolidate_lock, self._shared_lock():
+        with self._consolidate_lock, self._shared_lock(), self._pack_lock():
             with self._packs_lock:
                 small, self._small_packs = self._small_packs, []
             # git maintenance (qvc purge, git gc) may have repacked some of them already
@@ -354,6 +358,59 @@ class Repository:
                 self._merged.append(self._merge(small))
             if len(self._merged) >= CONSOLIDATE_AT:
                 self._merged = [self._merge(self._merged)]
+
+    def merge_small_packs(self, *, locked: bool = False) -> int:
+        """Merge the directory's small packs into one once it holds ``MERGE_PACKS_AT`` of them;
+        return how many were merged.
+
+        Whoever wrote them: stores that closed (each leaves its last pack), writers killed
+        before they merged their own, and so on. Runs under the exclusive maintenance lock, so
+        no qvc writer is mid-write (``locked``: the caller, recovery, holds it; otherwise it is
+        tried without waiting, and a busy repository is merged by a later close). Readers may
+        run: the merged pack is on stable storage before the packs it replaces are removed,
+        and a reader that misses an object looks again once the directory holds still
+        (:meth:`retry_on_miss`). Packs with deltas (``git repack``, fetches) and torn ones are
+        left alone (``qvc gc`` repacks everything; recovery removes torn packs).
+        """
+        if not locked:
+            fd = os.open(self._lock_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return 0
+                return self.merge_small_packs(locked=True)
+            finally:
+                os.close(fd)
+        with self._consolidate_lock, self._pack_lock():
+            small = []
+            for name in os.listdir(self.pack_dir):
+                base = os.path.join(self.pack_dir, name[:-4])
+                if not name.endswith(".idx") or os.path.exists(base + ".keep"):
+                    continue
+                with contextlib.suppress(OSError):
+                    if os.path.getsize(base + ".pack") < SMALL_PACK:
+                        small.append(base)
+            if len(small) < MERGE_PACKS_AT:
+                return 0
+            small = [b for b in sorted(small) if pack.mergeable(b)]
+            if len(small) < 2:
+                return 0
+            merged = self._merge(small)
+            gone = set(small) - {merged}
+            with self._packs_lock:
+                self._small_packs = [b for b in self._small_packs if b not in gone]
+            self._merged = [b for b in self._merged if b not in gone and b != merged] + [merged]
+            return len(small)
+
+    @contextlib.contextmanager
+    def _pack_lock(self) -> Iterator[None]:
+        fd = os.open(os.path.join(self.path, PACK_LOCK), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     def _merge(self, bases: list[str]) -> str:
         merged = pack.merge(self.pack_dir, bases, fsync=self.fsync)
@@ -625,11 +682,15 @@ class Repository:
     def reflog(self, name: str) -> list[ReflogEntry]:
         """The reflog of ``name`` (e.g. a thread's branch), newest first; ``[]`` if it has none.
 
-        Parsed leniently: a line torn by a crash is skipped, not an error. Includes this
-        process's moves not yet published.
+        Parsed leniently: a line torn by a crash is skipped, not an error. Includes entries
+        compacted into ``qvc/reflogs`` (:mod:`qvc.plumbing.reflog`), as long as the ref exists,
+        and this process's moves not yet published.
         """
         if name not in self._leases:
-            return read_reflog(self.path, name)
+            entries = read_reflog(self.path, name)
+            if entries and not os.path.exists(os.path.join(self.path, "logs", name)) and self.ref(name) is None:
+                return []  # compacted entries of a ref deleted since
+            return entries
         with self._state:  # not while a publish moves the lines from memory to the file
             entries = read_reflog(self.path, name)
             lease = self._leases.get(name)
@@ -692,6 +753,22 @@ class Repository:
             self.harden()
         elif self._publisher is not None and (self._pending or self._leases):
             self._publisher.poke()
+
+    def _count_created(self, record: Record) -> None:
+        self._created += sum(1 for _, old, new in record.refs if old is None and new is not None)
+
+    def _pack_refs_quietly(self) -> None:
+        """Add this store's created refs to the shared count; once it is due, pack the refs and
+        compact the one-line reflogs of threads (:mod:`qvc.plumbing.refpack`)."""
+        try:
+            if refpack.note_created(self.path, self._created) >= refpack.PACK_REFS_AT:
+                with self._shared_lock():
+                    if refpack.pack_refs(self.path, fsync=self.fsync):
+                        refpack.commit_graph(self.path, fsync=self.fsync)
+                        refpack.compact_reflogs(self.path, fsync=self.fsync)
+        except Exception as exc:  # harmless: loose refs stay readable, a later store packs them
+            _warn("qvc: packing refs in %s failed: %s", self.path, exc)
+        self._created = 0
 
     def _consolidate_quietly(self) -> None:
         try:
@@ -834,6 +911,11 @@ class Repository:
             if self._packer is not None:
                 self._packer.stop()
             self._consolidate_quietly()
+            try:
+                self.merge_small_packs()
+            except Exception as exc:  # harmless: they stay, and a later close merges them
+                _warn("qvc: merging packs in %s failed: %s", self.path, exc)
+            self._pack_refs_quietly()
             try:
                 journal.sync()
                 harden(self.path, fsync=self.fsync)

@@ -76,6 +76,8 @@ from qvc.store.refnames import (
     SUPERSEDED,
     WRITES,
     decode_thread,
+    encode_pattern,
+    encode_thread,
     head_ref,
     superseded_prefix,
 )
@@ -500,26 +502,95 @@ def remote_threads(store: GitCheckpointStore, name: str) -> list[str]:
     return sorted(out)
 
 
-def fetch(store: GitCheckpointStore, remote: str = "origin", *, progress: Optional[ProgressCallback] = None,
-          interactive: bool = False, timeout: Optional[float] = None) -> FetchResult:
-    """Fetch every thread, superseded line, pending write and note of remote ``remote`` (a name).
+def _writes_of(repo_path: str, url: str, tips: list[str], *, interactive: bool = False,
+               timeout: Optional[float] = None) -> list[str]:
+    """The ``refs/qvc/writes/<sha>`` the remote holds for commits reachable from ``tips`` (here)."""
+    if not tips:
+        return []
+    run = run_git(repo_path, ["rev-list", *sorted(set(tips)), "--"], timeout=timeout)
+    if run.returncode != 0:
+        raise RemoteError(f"cannot walk the fetched lines: {run.failure()}")
+    shas = run.stdout.split()
+    found: list[str] = []
+    for i in range(0, len(shas), CHUNK):
+        ls = run_git(repo_path, ["ls-remote", "--", url, *(WRITES + sha for sha in shas[i:i + CHUNK])],
+                     interactive=interactive, timeout=timeout)
+        if ls.returncode != 0:
+            raise RemoteError(f"cannot read remote {url}: {ls.failure()}")
+        found += [line.partition("\t")[2] for line in ls.stdout.splitlines() if "\t" in line]
+    return sorted(set(found))
 
-    Remote-tracking refs follow the remote exactly (refs it deleted are dropped); pending
-    writes are merged into the local ones (see :class:`FetchResult`). The fetched objects and
-    refs are durable on return. Raises :class:`UnknownRemoteError` and :class:`RemoteError`.
+
+def _superseded_of(repo_path: str, url: str, components: set[str], *, interactive: bool = False,
+                   timeout: Optional[float] = None) -> list[str]:
+    """The remote's superseded lines (``refs/qvc/superseded/<component>/<sha>``) of those threads."""
+    ls = run_git(repo_path, ["ls-remote", "--", url, f"{SUPERSEDED}*"], interactive=interactive, timeout=timeout)
+    if ls.returncode != 0:
+        raise RemoteError(f"cannot read remote {url}: {ls.failure()}")
+    refs = [line.partition("\t")[2] for line in ls.stdout.splitlines() if "\t" in line]
+    return sorted(r for r in refs if r[len(SUPERSEDED):].rsplit("/", 1)[0] in components)
+
+
+def _fetch_chunks(repo_path: str, url: str, refspecs: list[str], **options) -> tuple[int, int]:
+    """Run ``git fetch`` of explicit refspecs, ``CHUNK`` at a time; (objects, bytes) received."""
+    objects = size = 0
+    for i in range(0, len(refspecs), CHUNK):
+        run = run_git(repo_path, ["fetch", "--no-tags", "--progress", "--no-write-fetch-head", "--", url,
+                                  *refspecs[i:i + CHUNK]], **options)
+        if run.returncode != 0:
+            raise RemoteError(f"fetch from {url} failed: {run.failure()}")
+        objects, size = objects + run.objects, size + run.bytes
+    return objects, size
+
+
+def fetch(store: GitCheckpointStore, remote: str = "origin", threads: Optional[Iterable[str]] = None, *,
+          progress: Optional[ProgressCallback] = None, interactive: bool = False,
+          timeout: Optional[float] = None) -> FetchResult:
+    """Fetch every thread, superseded line, pending write and note of remote ``remote`` (a name);
+    with ``threads``, only those threads, their superseded lines and the pending writes of the
+    checkpoints their lines hold (a few runs from a server holding many: the rest is not sent).
+
+    Remote-tracking refs follow the remote exactly (refs it deleted are dropped; with
+    ``threads``, only among those threads'); pending writes are merged into the local ones
+    (see :class:`FetchResult`). The fetched objects and refs are durable on return. Raises
+    :class:`UnknownRemoteError`, :class:`UnknownThreadError` (a thread the remote does not
+    have) and :class:`RemoteError`.
     """
     name, url, named = _resolve(store, remote)
     if not named:
         raise InvalidInputError(f"fetch needs a configured remote (`qvc remote add NAME {url}`), not a URL")
     repo = store.repository
     state = TransferProgress("fetch", name)
+    components = None if threads is None else [encode_thread(t) for t in dict.fromkeys(threads)]
+    if components is not None:
+        refspecs = [f"+{HEADS}{c}:{REMOTES}{name}/{c}" for c in components]
+        refspecs += [f"+{SUPERSEDED}{c}/*:{REMOTE_QVC}{name}/superseded/{c}/*" for c in components]
+        if components:
+            ls = run_git(store.path, ["ls-remote", "--heads", "--", url, *(HEADS + c for c in components)],
+                         interactive=interactive, timeout=timeout)
+            if ls.returncode != 0:
+                raise RemoteError(f"cannot read remote {url}: {ls.failure()}")
+            there = {line.partition("\t")[2][len(HEADS):] for line in ls.stdout.splitlines()}
+            missing = [c for c in components if c not in there]
+            if missing:
+                raise UnknownThreadError(f"remote {name} has no thread {decode_thread(missing[0]) or missing[0]!r}")
+    else:
+        refspecs = fetch_refspecs(name)
     try:
         with repo.transaction() as tx:  # no gc or recovery while git adds objects and refs
             before = _tracking(store, name)
             try:
                 run = run_git(store.path, ["fetch", "--prune", "--no-tags", "--progress", "--no-write-fetch-head",
-                                           "--", url, *fetch_refspecs(name)],
+                                           "--", url, *refspecs],
                               interactive=interactive, progress=progress, state=state, timeout=timeout)
+                if components and run.returncode == 0:  # then the pending writes of what arrived
+                    tips = [tip for ref, tip in repo.refs(f"{REMOTES}{name}/") if ref[len(REMOTES) + len(name) + 1:]
+                            in set(components)]
+                    tips += [tip for c in components for _, tip in repo.refs(f"{REMOTE_QVC}{name}/superseded/{c}/")]
+                    writes = _writes_of(store.path, url, tips, interactive=interactive, timeout=timeout)
+                    more = _fetch_chunks(store.path, url, [f"+{w}:{REMOTE_QVC}{name}/writes/{w[len(WRITES):]}"
+                                                           for w in writes], interactive=interactive, timeout=timeout)
+                    run.objects, run.bytes = run.objects + more[0], run.bytes + more[1]
             finally:  # what git moved, journaled as this transaction's (also when it failed part-way)
                 after = _tracking(store, name)
                 moves = [(ref, before.get(ref), after.get(ref)) for ref in sorted(set(before) | set(after))
@@ -579,8 +650,12 @@ def _unreadable_writes(store: GitCheckpointStore, key: str, tip: str) -> str | N
 
 
 def clone(url: str, path: str | os.PathLike, *, remote: str = "origin", progress: Optional[ProgressCallback] = None,
-          interactive: bool = False, durability: str = "sync") -> GitCheckpointStore:
-    """Make a new repository at ``path`` holding everything the remote at ``url`` holds.
+          interactive: bool = False, durability: str = "sync", threads: Optional[Iterable[str]] = None
+          ) -> GitCheckpointStore:
+    """Make a new repository at ``path`` holding everything the remote at ``url`` holds; with
+    ``threads`` (patterns: thread ids with at most one ``*``, see
+    :func:`~qvc.store.refnames.encode_pattern`), only the matching threads, their superseded
+    lines and the pending writes of their checkpoints (notes and other refs stay behind).
 
     Its threads, superseded lines, pending writes and notes are local refs, the remote is
     configured as ``remote`` (with remote-tracking refs), and HEAD is the remote's HEAD
@@ -608,12 +683,30 @@ def clone(url: str, path: str | os.PathLike, *, remote: str = "origin", progress
     try:
         with GitCheckpointStore(work, fsync=False) as store:
             add_remote(store, remote, url)
-        local = [f"+{HEADS}*:{HEADS}*", "+refs/qvc/*:refs/qvc/*", f"+{NOTES}*:{NOTES}*"]
-        run = run_git(work, ["fetch", "--no-tags", "--progress", "--no-write-fetch-head", "--", url,
-                             *local, *fetch_refspecs(remote)],
+        if threads is None:
+            local = [f"+{HEADS}*:{HEADS}*", "+refs/qvc/*:refs/qvc/*", f"+{NOTES}*:{NOTES}*"]
+            refspecs = [*local, *fetch_refspecs(remote)]
+        else:
+            globs = [encode_pattern(p) for p in dict.fromkeys(threads)]
+            refspecs = [f"+{HEADS}{g}:{HEADS}{g}" for g in globs]
+            refspecs += [f"+{HEADS}{g}:{REMOTES}{remote}/{g}" for g in globs]
+        run = run_git(work, ["fetch", "--no-tags", "--progress", "--no-write-fetch-head", "--", url, *refspecs],
                       interactive=interactive, progress=progress, state=state)
         if run.returncode != 0:
             raise RemoteError(f"clone from {url} failed: {run.failure()}")
+        if threads is not None:  # then the lines time travel kept and the pending writes of what arrived
+            with GitCheckpointStore(work, fsync=False) as store:
+                heads = dict(store.repository.refs(HEADS))
+            lines = _superseded_of(work, url, {ref[len(HEADS):] for ref in heads}, interactive=interactive)
+            more = [f"+{ref}:{ref}" for ref in lines]
+            more += [f"+{ref}:{REMOTE_QVC}{remote}/superseded/{ref[len(SUPERSEDED):]}" for ref in lines]
+            _fetch_chunks(work, url, more, interactive=interactive)
+            with GitCheckpointStore(work, fsync=False) as store:
+                tips = list(heads.values()) + [tip for _, tip in store.repository.refs(SUPERSEDED)]
+            writes = _writes_of(work, url, tips, interactive=interactive)
+            _fetch_chunks(work, url, [f"+{w}:{w}" for w in writes]
+                          + [f"+{w}:{REMOTE_QVC}{remote}/writes/{w[len(WRITES):]}" for w in writes],
+                          interactive=interactive)
         with GitCheckpointStore(work, fsync=False) as store:
             repo = store.repository
             strays = [(ref, tip) for ref, tip in repo.refs(REMOTE_QVC)  # the remote's own tracking refs are not ours

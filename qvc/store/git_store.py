@@ -239,14 +239,15 @@ class GitCheckpointStore(CheckpointStore):
         tip = self._repo.ref(writes_ref(sha))
         return None if tip is None else self.pending_writes_in(tip)
 
-    def thread_of_ref(self, name: str) -> str | None:
-        """The thread a ``refs/heads/...`` name stands for (``None`` for other refs)."""
+    def thread_of_ref(self, name: str, tip: str | None = None) -> str | None:
+        """The thread a ``refs/heads/...`` name stands for (``None`` for other refs); ``tip``, the
+        ref's target when the caller has it, saves reading the ref for a hashed long id."""
         if not name.startswith(HEADS):
             return None
         component = name[len(HEADS):]
         thread = decode_thread(component)
         if thread is None:  # a hashed long id: the full id is in its commits
-            tip = self._repo.ref(name)
+            tip = tip or self._repo.ref(name)
             try:
                 thread = (self._history.commit(tip).thread_id if tip else None) or component
             except CorruptionError:  # not a checkpoint commit (a ref another tool wrote): its name is all there is
@@ -444,7 +445,12 @@ class GitCheckpointStore(CheckpointStore):
 
     def threads(self) -> list[str]:
         """Every thread id, sorted."""
-        return sorted(self.thread_of_ref(name) for name, _ in self._repo.refs(HEADS))
+        return [thread for thread, _ in self.thread_heads()]
+
+    def thread_heads(self) -> list[tuple[str, str]]:
+        """``(thread id, head commit SHA)`` of every thread, sorted by id: one read of the refs
+        (``packed-refs`` and the loose ones), not one lookup per thread."""
+        return sorted((self.thread_of_ref(name, tip), tip) for name, tip in self._repo.refs(HEADS))
 
     # -- writing --------------------------------------------------------------------------
 
@@ -757,6 +763,7 @@ class GitCheckpointStore(CheckpointStore):
                     rekeyed.append((writes_ref(new), None, wtip))
                 dropped.append((writes_ref(old), wtip, None))
             cause = f"delete: checkpoint {info.checkpoint_id}"
+            self._history.forget_index()
             for name, old, new in rekeyed + moves + dropped:
                 tx.move_ref(name, old, new, cause)
 
@@ -800,6 +807,7 @@ class GitCheckpointStore(CheckpointStore):
                 except CorruptionError:  # a damaged line: its refs go all the same
                     continue
             tx.rewrite_history()
+            self._history.forget_index()
             # the thread's refs first: a crash part-way leaves only unreachable pending writes
             for name, tip in refs + list(writes.items()):
                 tx.move_ref(name, tip, None)
@@ -840,6 +848,7 @@ class GitCheckpointStore(CheckpointStore):
             moves += [(name, tip, None) for name, tip in tips]
             reflog = self._repo.reflog(head_ref(old))
             tx.rewrite_history()
+            self._history.forget_index()
             for name, was, now in moves:
                 tx.move_ref(name, was, now, f"branch: renamed {old} to {new}")
             if reflog:  # carry the old reflog over, under the new name

@@ -2,18 +2,45 @@
 
 Everything here is derived from git objects and refs, so it is right for any history,
 including one written by another process or tool; the caches only make it fast.
+
+The checkpoint-id index is kept on disk, so that no process has to read every commit of the
+repository before its first put (which checks that the id is new) or its first lookup of a
+checkpoint by id. ``qvc/ids/<generation>/`` holds 256 append-only files of ``<commit sha>
+<checkpoint id>`` lines, the file chosen by the id's CRC-32; a lookup reads one of them.
+
+* Every store appends the checkpoint commits it writes (it is one of the repository's
+  listeners), and the tips of refs its transactions moved without writing their commits
+  (``qvc fetch``), walked down to the ref's previous value. A store that recovered a crashed
+  writer's journal appends the history of each ref the journal moved that still points where
+  the journal left it (walked down to where the journal found it).
+* The index is trusted once its ``complete`` marker exists. The first store to find none (a new
+  generation, or the directory lost) rebuilds it: it creates the directory first, then walks
+  every ref's history and appends what it finds, then writes the marker. Writers running
+  meanwhile append to the same directory, so nothing moved after the walk read the refs is
+  missed. ``delete`` and other history rewrites start a new generation (the token in
+  ``qvc/generation``), so an index never names a deleted checkpoint; old generations' indexes
+  are removed by the rebuild. Before a delete moves a ref it removes the current index's marker,
+  so a deleter killed before it wrote its new token leaves an index that is rebuilt, not trusted.
+* Each answer is checked against the commit itself (its ``Checkpoint-Id`` trailer); a line torn
+  by a crash is skipped. Deleting ``qvc/ids`` is always safe: it is rebuilt on first use.
+* Commits that reach the repository without qvc (``git push`` into it) are not appended; a
+  lookup by id that misses the index walks every ref as before (and finds them), while a put's
+  check that its id is new trusts the index, as it trusted the in-memory index before.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
+import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
 from qvc.errors import CorruptionError
+from qvc.plumbing.journal import fsync_dir
 from qvc.plumbing.objects import parse_tree
 from qvc.plumbing.repository import GENERATION
 from qvc.store.format import HEADER, decode_header, parse_trailers
@@ -22,6 +49,11 @@ from qvc.store.refnames import WRITES, decode_name
 if TYPE_CHECKING:
     from qvc.plumbing.journal import Record
     from qvc.plumbing.repository import Repository
+
+IDS = "qvc/ids"  # the durable checkpoint-id index (see the module docstring)
+_COMPLETE = "complete"
+_TOKEN = re.compile(r"[0-9A-Za-z]{1,64}")
+_LINE = re.compile(rb"^([0-9a-f]{40}) ", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -125,6 +157,8 @@ class History:
         self._tips: dict[str, str] = {}
         self._generation: tuple | None = None
         repo.listeners.append(self.observe)
+        if not repo.readonly:
+            self._index_replayed(getattr(repo.recovery, "moved", None) or {})
 
     # -- commits ------------------------------------------------------------------------
 
@@ -160,6 +194,8 @@ class History:
         Reading them back through libgit2 would first have to discover the fresh pack (a
         rescan of the pack directory on every put).
         """
+        ids: list[tuple[str, str]] = []
+        written: set[str] = set()
         for (kind, data), oid in zip(record.objects, record.oids, strict=True):
             if kind == "blob":
                 self._blobs.put(oid, data)
@@ -168,11 +204,192 @@ class History:
             elif kind == "commit":
                 info = parse_commit(oid.hex(), data)
                 self._commits.put(info.hex, info)
+                written.add(info.hex)
                 if info.checkpoint_id != info.hex:  # a checkpoint (not pending writes)
+                    ids.append((info.checkpoint_id, info.hex))
                     with self._lock:
                         if self._tips or self._by_id:
                             self._by_id[info.checkpoint_id] = info.hex
                             self._indexed.add(info.hex)
+        for name, old, new in record.refs:  # refs git moved (a fetch): their commits are new here
+            if new is not None and new not in written and not name.startswith(WRITES):
+                ids += self._checkpoints(self._walk_new(new, old))
+        if ids and not self.repo.readonly:
+            seen = {v[1] or "0" for n, v in record.seen.items() if n != GENERATION and isinstance(v, list)
+                    and len(v) == 2 and (v[1] is None or isinstance(v[1], str))}
+            current = self._ids_dir()
+            if {os.path.join(os.path.dirname(current), self._token(g)) for g in seen} <= {current}:
+                self._append_ids(ids, current)
+            else:
+                # A delete started a new generation while this write moved its refs: whether this
+                # write's commits survived it is for a walk of the refs to say. Make the next
+                # lookup rebuild the index (appending them here could resurrect a deleted one).
+                self.forget_index()
+
+    def _index_replayed(self, moved: dict[str, tuple[str | None, str | None]]) -> None:
+        """Index what crashed writers' replayed journals moved refs to, where the refs still are
+        (a writer killed between its ref move and its append to the index)."""
+        ids: list[tuple[str, str]] = []
+        for name, (first, last) in moved.items():
+            if last is None or name.startswith(WRITES):
+                continue
+            try:
+                if self.repo.ref(name) != last:
+                    continue  # moved or deleted since: its own writer indexed what it holds now
+            except CorruptionError:
+                continue
+            ids += self._checkpoints(self._walk_new(last, first))
+        if ids:
+            self._append_ids(ids)
+
+    def _walk_new(self, tip: str, old: str | None) -> list[str]:
+        """Commits reachable from ``tip`` down to (not including) ``old`` and its ancestors' walk."""
+        out, stack, seen = [], [tip], {old}
+        while stack:
+            hexid = stack.pop()
+            if hexid in seen:
+                continue
+            seen.add(hexid)
+            try:
+                info = self.commit(hexid)
+            except CorruptionError:
+                continue
+            out.append(hexid)
+            stack.extend(info.parents)
+        return out
+
+    def _checkpoints(self, commits: list[str]) -> list[tuple[str, str]]:
+        """``(checkpoint id, sha)`` of those of ``commits`` that are checkpoints and read back."""
+        out = []
+        for hexid in commits:
+            try:
+                info = self.commit(hexid)
+            except CorruptionError:
+                continue
+            if info.checkpoint_id != info.hex:
+                out.append((info.checkpoint_id, hexid))
+        return out
+
+    # -- the durable checkpoint-id index ---------------------------------------------------
+
+    def _ids_dir(self) -> str:
+        return os.path.join(self.repo.path, IDS, self._token(self.repo.generation() or "0"))
+
+    @staticmethod
+    def _token(generation: str) -> str:
+        if _TOKEN.fullmatch(generation):
+            return generation
+        return f"x{zlib.crc32(generation.encode('utf-8', 'surrogateescape')):08x}"  # not written by qvc
+
+    @staticmethod
+    def _shard(checkpoint_id: str) -> str:
+        return f"{zlib.crc32(checkpoint_id.encode('utf-8', 'surrogateescape')) & 0xFF:02x}"
+
+    def _append_ids(self, pairs: list[tuple[str, str]], where: str | None = None) -> None:
+        """Append ``(checkpoint id, sha)`` lines to the index (one write per file touched)."""
+        where = where or self._ids_dir()
+        lines: dict[str, list[bytes]] = {}
+        for cid, hexid in pairs:
+            if "\n" in cid:
+                continue  # trailers never hold one; a line must not be forged
+            lines.setdefault(self._shard(cid), []).append(f"{hexid} {cid}\n".encode("utf-8", "surrogateescape"))
+        for shard, chunk in lines.items():
+            path = os.path.join(where, shard)
+            try:
+                try:
+                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+                except FileNotFoundError:
+                    os.makedirs(where, exist_ok=True)
+                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+                try:
+                    os.write(fd, b"".join(chunk))
+                finally:
+                    os.close(fd)
+            except OSError:
+                return  # a cache: lookups that miss it walk the refs
+
+    def forget_index(self) -> None:
+        """Make the next lookup (in any process) rebuild the durable index from the refs: called
+        before a delete or rewrite moves refs, so that a writer killed before it starts the new
+        generation leaves no index naming what it deleted."""
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(self._ids_dir(), _COMPLETE))
+            if self.repo.fsync:
+                fsync_dir(self._ids_dir())
+
+    def _indexed_id(self, checkpoint_id: str) -> str | None | bool:
+        """The commit the durable index gives ``checkpoint_id`` (checked against the commit),
+        ``None`` if it has none, ``False`` if there is no complete index to ask."""
+        where = self._ids_dir()
+        if not os.path.exists(os.path.join(where, _COMPLETE)):  # one stat: another process may have reset it
+            if self.repo.readonly or not self._build(where):
+                return False
+        try:
+            with open(os.path.join(where, self._shard(checkpoint_id)), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return None
+        except OSError:
+            return False
+        needle = b" " + checkpoint_id.encode("utf-8", "surrogateescape") + b"\n"
+        end = len(data)
+        while True:  # the last line naming the id wins
+            at = data.rfind(needle, 0, end)
+            if at < 0:
+                return None
+            start = data.rfind(b"\n", 0, at) + 1
+            end = at
+            if at - start == 40 and _LINE.match(data, start):
+                hexid = data[start:at].decode()
+                try:
+                    if self.commit(hexid).checkpoint_id == checkpoint_id:
+                        return hexid
+                except CorruptionError:
+                    pass
+
+    def _build(self, where: str) -> bool:
+        """Rebuild the durable index in ``where`` from every ref (see the module docstring).
+
+        One builder at a time (``qvc/ids/build.lock``). The files ``where`` held are removed
+        first (they may name checkpoints a killed delete removed), and only then are the refs
+        read: a writer appends either to a removed file, before the refs are read (so the walk
+        finds its commits), or to a new one.
+        """
+        import fcntl
+        import shutil
+
+        parent = os.path.dirname(where)
+        try:
+            os.makedirs(parent, exist_ok=True)
+            lock = os.open(os.path.join(parent, "build.lock"), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if os.path.exists(os.path.join(where, _COMPLETE)):
+                return True  # another builder finished meanwhile
+            os.makedirs(where, exist_ok=True)
+            for name in os.listdir(where):  # before the walk: writers from now on append to new files
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(where, name))
+            with self._lock:
+                self._tips.clear()  # walk every ref again, not only those that moved
+                self._indexed.clear()
+                self._by_id.clear()
+            self.refresh()
+            with self._lock:
+                pairs = list(self._by_id.items())
+            self._append_ids(pairs, where)
+            with open(os.path.join(where, _COMPLETE), "w") as f:
+                f.write(f"{len(pairs)}\n")
+            for name in os.listdir(parent):  # earlier generations' indexes
+                if name != os.path.basename(where) and name != "build.lock":
+                    shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(lock)
 
     def known_blob(self, raw: bytes) -> bytes | None:
         """A blob's bytes if they are cached (written or read by this process), else ``None``;
@@ -231,9 +448,17 @@ class History:
                 self._tips[name] = tip
 
     def lookup(self, checkpoint_id: str, *, refresh: bool = True) -> str | None:
-        """The commit holding ``checkpoint_id`` (exact id), refreshing the index on a miss."""
+        """The commit holding ``checkpoint_id`` (exact id): from what this process wrote or read,
+        else the durable index (one file read), else, with ``refresh``, a walk of every ref whose
+        tip moved. Without ``refresh`` a miss means the id is new to every qvc writer."""
         self._check_generation()
-        if not self._tips:
+        hexid = self._by_id.get(checkpoint_id)
+        if hexid is not None:
+            return hexid
+        found = self._indexed_id(checkpoint_id)
+        if found:
+            return found
+        if found is False and not self._tips:
             self.refresh()
         hexid = self._by_id.get(checkpoint_id)
         if hexid is None and refresh:

@@ -103,6 +103,18 @@ def encode_thread(thread_id: str) -> str:
     return f"{out}{_LONG_MARK}{digest}"
 
 
+def encode_pattern(pattern: str) -> str:
+    """A ref-name glob for the threads ``pattern`` names: thread-id text with at most one ``*``
+    (any run of characters), each side encoded as :func:`encode_thread` encodes ids. Raises
+    :class:`InvalidThreadIdError` for an empty pattern or one with two ``*``. (A hashed long id,
+    over ``MAX_ENCODED`` bytes encoded, is matched by its readable prefix only.)"""
+    if not isinstance(pattern, str) or not pattern:
+        raise InvalidThreadIdError("a thread pattern must be a non-empty string")
+    if pattern.count("*") > 1:
+        raise InvalidThreadIdError(f"thread pattern {pattern!r}: git refspecs allow one '*'")
+    return "*".join(_encode(part) for part in pattern.split("*"))
+
+
 def decode_thread(component: str) -> str | None:
     """The thread id a component encodes, or ``None`` for a hashed long id or a component that is
     no encoding of ours (undecodable escapes, e.g. written by another tool): read it from the commit."""
