@@ -8,7 +8,9 @@ ASYNC      ``put`` returns once the change is in the OS (it survives the process
            killed). A background flusher makes it durable within ``max_lag`` seconds,
            in order. A failed flush is raised by the next call, ``flush()`` or ``close()``.
 EXIT       Like ASYNC without the flusher: durable at ``flush()``, ``close()`` or
-           interpreter exit.
+           interpreter exit (and, in practice, when the store publishes a batch to git's
+           files, which flushes the journal first: see :meth:`Repository.publish
+           <qvc.plumbing.repository.Repository.publish>`).
 =========  ==========================================================================
 
 ``fsync=False`` turns every flush into a no-op (for throwaway repositories and tmpfs); the

@@ -574,6 +574,10 @@ class Repository:
             if not getattr(self._local, "exclusive", False):  # else maintenance already excludes writers
                 held.enter_context(self._shared_lock())
             with self._publish_mutex, self._state:
+                # The journal first: git's files are written without a flush and a batch holds
+                # several writes, whose renames a power cut may keep in any subset; recovery
+                # rolls such a mix forward to the journal's end, so that end must be on disk.
+                self._sync_journal()
                 if self._pending:
                     objects = list(self._pending.items())
                     base = pack.write(self.pack_dir, [obj for _, obj in objects], [oid for oid, _ in objects])
