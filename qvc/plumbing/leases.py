@@ -33,10 +33,9 @@ LOGGED = ("refs/heads/", "refs/remotes/", "refs/notes/")
 
 @dataclass
 class Lease:
-    """A ref this process holds locked: its value on disk, the value to publish, and the moves between."""
+    """A ref this process holds locked: the value to publish, and the moves that led to it."""
 
     fd: int  # the open ``<ref>.lock``
-    disk: str | None  # the ref's value on disk (under the lock)
     value: str | None  # the newest value moved to (what publication writes)
     identity: list | None  # ``[inode, mtime ns]`` of the ref's file when the lease was taken
     moves: list[tuple[str | None, str | None, str, float]] = field(default_factory=list)  # old, new, why, when

@@ -139,22 +139,10 @@ class RefReader:
         meanwhile is found in one or the other, never missed.
         """
         out: dict[str, str] = {}
-        dirs = ["refs"]
-        while dirs:  # only the directories that can hold names under prefix
-            rel = dirs.pop()
-            try:
-                entries = list(os.scandir(os.path.join(self.path, rel)))
-            except (FileNotFoundError, NotADirectoryError):
-                continue  # removed meanwhile (pack-refs prunes empty directories)
-            for entry in entries:
-                name = f"{rel}/{entry.name}"
-                if entry.is_dir(follow_symlinks=False):
-                    if name.startswith(prefix) or prefix.startswith(name + "/"):
-                        dirs.append(name)
-                elif name.startswith(prefix) and not name.endswith(".lock"):
-                    target = self._loose(name)
-                    if target is not None:
-                        out[name] = target
+        for name in self._loose_names(prefix):
+            target = self._loose(name)
+            if target is not None:
+                out[name] = target
         for name, target in self._packed().items():
             if name.startswith(prefix):
                 out.setdefault(name, target)
@@ -167,23 +155,27 @@ class RefReader:
         it changed), where :meth:`refs` also opens every loose file. Loose names are listed
         before ``packed-refs`` is read, as in :meth:`refs`.
         """
-        out: set[str] = set()
+        out = set(self._loose_names(prefix))
+        out.update(name for name in self._packed() if name.startswith(prefix))
+        return out
+
+    def _loose_names(self, prefix: str) -> Iterator[str]:
+        """The loose ref files under ``prefix`` (not lock files), walking only the directories
+        that can hold such names."""
         dirs = ["refs"]
         while dirs:
             rel = dirs.pop()
             try:
                 entries = list(os.scandir(os.path.join(self.path, rel)))
             except (FileNotFoundError, NotADirectoryError):
-                continue
+                continue  # removed meanwhile (pack-refs prunes empty directories)
             for entry in entries:
                 name = f"{rel}/{entry.name}"
                 if entry.is_dir(follow_symlinks=False):
                     if name.startswith(prefix) or prefix.startswith(name + "/"):
                         dirs.append(name)
                 elif name.startswith(prefix) and not name.endswith(".lock"):
-                    out.add(name)
-        out.update(name for name in self._packed() if name.startswith(prefix))
-        return out
+                    yield name
 
     def head(self) -> tuple[str | None, str | None]:
         """``(ref name, commit)`` of HEAD, as :meth:`qvc.plumbing.repository.Repository.head_ref`."""

@@ -195,7 +195,7 @@ def adopt_lease(repo: Repository, name: str, holder: str) -> bool:
             return True
         why, when = "recovery: a crashed writer's move", time.time()
         with open(lock, "r+b") as f:
-            lease = leases.Lease(os.dup(f.fileno()), disk, value, identity,
+            lease = leases.Lease(os.dup(f.fileno()), value, identity,
                                  [(old, new, why, when) for old, new, _ in moves[start:]])
         leases.publish(repo.path, name, lease, "qvc <qvc@localhost>", log=True, head_too=False)
         return True

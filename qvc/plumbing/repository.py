@@ -516,7 +516,7 @@ class Repository:
                     if current != old:
                         leases.drop(self.path, name, fd)
                         raise self._moved(name, old, current)
-                    self._leases[name] = Lease(fd, current, new, identity, [(old, new, why, time.time())])
+                    self._leases[name] = Lease(fd, new, identity, [(old, new, why, time.time())])
                     record.seen[name] = [identity, generation]
                     break
             self._clear_stale_lock(name)  # another writer holds it: wait, unless it is a stale or dead one's
@@ -647,14 +647,13 @@ class Repository:
             with git.transaction() as tx:
                 tx.lock_ref(name)
                 if refs.get(name) is not None:
-                    raise CheckpointConflictError(f"{name}: created by another writer meanwhile")
+                    raise self._moved(name, None, None)
                 tx.set_target(name, pygit2.Oid(hex=new), message=message or "qvc")
             return
         ref = refs.get(name)
         current = None if ref is None else str(ref.target)
         if current != old:
-            found = (current or "nothing")[:12]
-            raise CheckpointConflictError(f"{name}: moved by another writer (expected {old[:12]}, found {found})")
+            raise self._moved(name, old, current)
         try:
             if new is None:
                 ref.delete()
