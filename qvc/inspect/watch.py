@@ -24,8 +24,12 @@ Guarantees, for every change of the refs a read observes:
   upserted twice) are coalesced into what the second read sees. Events are derived from the
   refs, so nothing is reported twice and a watcher started later never sees earlier changes.
 
-Reading takes no lock and writes nothing, so a watcher never slows writers down; objects are
-read through the store, which for ``readonly=True`` stores needs no libgit2.
+Other processes' writes are seen once their writer publishes them to git's files (within
+about its publish lag, see :mod:`qvc.plumbing.leases`); a read first publishes the writes of
+this process's own stores on the repository, so a watcher in the writing process sees them at
+once. Reading takes no other lock and writes nothing, so a watcher never slows writers of
+other processes down; objects are read through the store, which for ``readonly=True`` stores
+needs no libgit2.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 from qvc.errors import CorruptionError, InvalidInputError, StoreClosedError
 from qvc.plumbing.odb import RefReader
 from qvc.plumbing.reflog import ReflogEntry
+from qvc.plumbing.repository import publish_open
 from qvc.store.refnames import (
     HEADS,
     SUPERSEDED,
@@ -218,6 +223,7 @@ class Watcher:
     # -- reading ------------------------------------------------------------------------------
 
     def _read(self) -> _Snapshot:
+        publish_open(self._path)  # this process's own writes first: the files then hold them too
         refs = dict(self._reader.refs("refs/"))
         try:
             head = self._reader.head()

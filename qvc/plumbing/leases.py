@@ -1,4 +1,4 @@
-"""Ref leases: how a process moves a ref now and writes it to git later.
+r"""Ref leases: how a process moves a ref now and writes it to git later.
 
 A put must not wait for git's files (a pack, a ref lock, a rename, a reflog line): on the
 machines qvc runs on, creating files costs more than the one flush a durable put needs. So a
@@ -15,18 +15,32 @@ which releases the lease.
 A lease's lock file names its holder: ``qvc lease <journal file name>``. A lock whose holder
 is gone (that journal's ``flock`` is free) is a dead writer's lease; recovery replays that
 journal, rolling the ref forward to what the dead writer acknowledged, and removes the lock.
+
+Readers in other processes see a leased ref's move once it is published. So that a read which
+starts after a put returned sees that put (as a SQLite reader sees every committed
+transaction), a reader first :func:`settle`\ s the refs it reads: for each one a live store of
+another process holds a lease on, it waits until that lease is released (published) or
+replaced by a later one, at most :data:`SETTLE_WAIT`; the writer publishes within about its
+publish lag. A ref without a lock costs the reader one ``stat``.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from qvc.errors import CheckpointConflictError
 from qvc.plumbing.reflog import ZERO
 
 TAG = b"qvc lease "
+#: the longest a reader waits for another store to publish the refs it reads (see :func:`settle`)
+SETTLE_WAIT = 2.0
+#: journal file names of this process's open stores: their leases a reader never waits for
+#: (a reader publishes its own process's writes instead; see Repository.catch_up)
+OWN: set[str] = set()
 #: refs git logs when ``core.logAllRefUpdates`` is true (others only if their log exists)
 LOGGED = ("refs/heads/", "refs/remotes/", "refs/notes/")
 
@@ -96,6 +110,67 @@ def holder(repo_path: str, name: str) -> str | None:
     if not data.startswith(TAG):
         return None
     return data[len(TAG):].strip().decode("utf-8", "replace") or None
+
+
+def flocked(path: str) -> bool | None:
+    """Whether some process holds a ``flock`` on ``path`` (this one included); ``None`` if
+    there is no such file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def _foreign(repo_path: str, names: Iterable[str]) -> dict[str, tuple[int, int]]:
+    """Lock path → identity of each of ``names`` leased by a live store of another process."""
+    found: dict[str, tuple[int, int]] = {}
+    for name in names:
+        path = f"{repo_path}/{name}.lock"  # (not os.path.join: this runs on every read of a ref)
+        try:
+            st = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        who = holder(repo_path, name)
+        if who is None or who in OWN or not flocked(os.path.join(repo_path, "qvc", "journal", os.path.basename(who))):
+            continue
+        found[path] = (st.st_ino, st.st_ctime_ns)
+    return found
+
+
+def foreign(repo_path: str, names: Iterable[str]) -> list[str]:
+    """Those of ``names`` (refs) a live store of another process holds a lease on now."""
+    return [path[len(repo_path) + 1:-5] for path in _foreign(repo_path, names)]
+
+
+def settle(repo_path: str, names: Iterable[str]) -> None:
+    """Wait until every ref in ``names`` that a live store of another process holds a lease on
+    has been published: its lock is gone or is a later lease's. A read that follows sees every
+    move that store acknowledged before this call. git's own locks, dead stores' leases (the
+    next recovery rolls them forward) and this process's (:data:`OWN`) are not waited for.
+    Returns after :data:`SETTLE_WAIT` at most, whatever is still leased."""
+    waiting = _foreign(repo_path, names)
+    if not waiting:
+        return
+    deadline = time.monotonic() + SETTLE_WAIT
+    delay = 0.0002
+    while waiting and time.monotonic() < deadline:
+        time.sleep(delay)
+        delay = min(delay * 2, 0.005)
+        for path, identity in list(waiting.items()):
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                del waiting[path]
+                continue
+            if (st.st_ino, st.st_ctime_ns) != identity:
+                del waiting[path]
 
 
 def reflog_line(old: str | None, new: str | None, who: str, when: float, message: str) -> bytes:

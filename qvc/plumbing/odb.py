@@ -19,6 +19,7 @@ from collections import OrderedDict
 from typing import Iterator
 
 from qvc.errors import CorruptionError
+from qvc.plumbing import leases
 
 TYPE_NAMES = {1: "commit", 2: "tree", 3: "blob", 4: "tag"}
 _OFS_DELTA, _REF_DELTA = 6, 7
@@ -126,8 +127,13 @@ class RefReader:
             raise CorruptionError(f"ref {name} is unreadable: {text[:60]!r}")
         return text
 
-    def ref(self, name: str) -> str | None:
-        """The hex target of ``name`` (loose, else packed), ``None`` when it does not exist."""
+    def ref(self, name: str, *, settle: bool = True) -> str | None:
+        """The hex target of ``name`` (loose, else packed), ``None`` when it does not exist;
+        with ``settle``, another store's lease on it is waited for first
+        (:func:`qvc.plumbing.leases.settle`). Raises :class:`CorruptionError` for a ref file
+        that is no ref."""
+        if settle:
+            leases.settle(self.path, (name,))
         found = self._loose(name)
         return found if found is not None else self._packed().get(name)
 
@@ -139,7 +145,7 @@ class RefReader:
         meanwhile is found in one or the other, never missed.
         """
         out: dict[str, str] = {}
-        for name in self._loose_names(prefix):
+        for name in self.loose_names(prefix):
             target = self._loose(name)
             if target is not None:
                 out[name] = target
@@ -155,13 +161,26 @@ class RefReader:
         it changed), where :meth:`refs` also opens every loose file. Loose names are listed
         before ``packed-refs`` is read, as in :meth:`refs`.
         """
-        out = set(self._loose_names(prefix))
+        out = set(self.loose_names(prefix))
         out.update(name for name in self._packed() if name.startswith(prefix))
         return out
 
-    def _loose_names(self, prefix: str) -> Iterator[str]:
+    def loose_names(self, prefix: str) -> list[str]:
         """The loose ref files under ``prefix`` (not lock files), walking only the directories
-        that can hold such names."""
+        that can hold such names; first waits for other stores' leases on refs under ``prefix``
+        to be published (:func:`qvc.plumbing.leases.settle`), so what is read next is as new
+        as anything another store acknowledged before this call."""
+        names, locks = [], []
+        for name in self.walk(prefix):
+            (locks if name.endswith(".lock") else names).append(name)
+        if locks:
+            leases.settle(self.path, [name[:-5] for name in locks])
+            names = [name for name in self.walk(prefix) if not name.endswith(".lock")]
+        return names
+
+    def walk(self, prefix: str) -> Iterator[str]:
+        """Every file under ``refs/`` whose name starts with ``prefix``, lock files included
+        (nothing waited for, nothing read)."""
         dirs = ["refs"]
         while dirs:
             rel = dirs.pop()
@@ -174,7 +193,7 @@ class RefReader:
                 if entry.is_dir(follow_symlinks=False):
                     if name.startswith(prefix) or prefix.startswith(name + "/"):
                         dirs.append(name)
-                elif name.startswith(prefix) and not name.endswith(".lock"):
+                elif name.startswith(prefix):
                     yield name
 
     def head(self) -> tuple[str | None, str | None]:

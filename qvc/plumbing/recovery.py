@@ -88,23 +88,7 @@ def _abandoned(path: str) -> bool:
         pass
     except (PermissionError, OverflowError):
         return False
-    return _held(path) is False
-
-
-def _held(path: str) -> bool | None:
-    """Whether some process holds a ``flock`` on ``path`` (this one included); ``None`` if there
-    is no such file."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
+    return leases.flocked(path) is False
 
 
 def needed(repo: Repository) -> bool:
@@ -146,7 +130,7 @@ def needed(repo: Repository) -> bool:
 def journal_alive(repo: Repository, name: str) -> bool:
     """Whether journal file ``name`` (of ``<repo>/qvc/journal``) belongs to an open store: it
     exists and someone holds its ``flock`` (this process included)."""
-    return bool(_held(os.path.join(repo.qvc_dir, "journal", os.path.basename(name))))
+    return bool(leases.flocked(os.path.join(repo.qvc_dir, "journal", os.path.basename(name))))
 
 
 def adopt_lease(repo: Repository, name: str, holder: str) -> bool:
@@ -211,8 +195,9 @@ def recover(repo: Repository) -> RecoveryReport:
     try:
         live = [n for n in os.listdir(journal_dir) if n.endswith(".wal")]
         alone = len(live) == len(orphans)
+        leased: dict[str, str] = {}  # refs the dead writers held leased: no one else moved them since
         remove_stale_files(repo, 0.0 if alone else STALE_SECONDS, report,
-                           dead={os.path.basename(path) for path, _ in orphans})
+                           dead={os.path.basename(path) for path, _ in orphans}, leased=leased)
         if orphans:
             _remove_empty_objects(repo, report)
             _remove_damaged_packs(repo, report)
@@ -220,9 +205,10 @@ def recover(repo: Repository) -> RecoveryReport:
         moves = [m for m, _ in replayed]
         if orphans:
             _repair_reflogs(repo, report)  # before restoring refs appends to the reflogs
-        for journal_moves, tokens in replayed:
+        for (journal_moves, tokens), (path, _) in zip(replayed, orphans, strict=True):
             for name, history in journal_moves.items():
-                _restore_ref(repo, name, history, tokens, report)
+                _restore_ref(repo, name, history, tokens, report,
+                             leased=leased.get(name) == os.path.basename(path))
         if orphans:
             _repair_unjournalled_refs(repo, {name for m in moves for name in m}, report)
             for path, _ in orphans:
@@ -254,11 +240,13 @@ def _mtime(path: str, default: float) -> float:
 
 
 def remove_stale_files(repo: Repository, older_than: float, report: RecoveryReport,
-                       dead: set[str] | frozenset[str] = frozenset()) -> None:
+                       dead: set[str] | frozenset[str] = frozenset(),
+                       leased: dict[str, str] | None = None) -> None:
     """Remove lock and temporary files at least ``older_than`` seconds old. Under the exclusive
     lock (no qvc writer is mid-write) every lock file but a live store's lease is stale: pass 0.
-    A lease (:mod:`qvc.plumbing.leases`) goes, whatever its age, once its store is gone (its
-    journal unlocked, or among ``dead``: the journals this recovery claimed)."""
+    A lease (:mod:`qvc.plumbing.leases`) goes, whatever its age, once its store is gone: one
+    held by a journal in ``dead`` (those this recovery claimed and replays) is removed and noted
+    in ``leased`` (ref → journal), any other dead store's is rolled forward (:func:`adopt_lease`)."""
     now = time.time()
 
     def stale(path: str) -> bool:
@@ -276,8 +264,12 @@ def remove_stale_files(repo: Repository, older_than: float, report: RecoveryRepo
                 ref = os.path.relpath(path[:-5], repo.path).replace(os.sep, "/")
                 holder = leases.holder(repo.path, ref)
                 if holder is not None:  # a store's lease: kept while that store lives, whatever its age
-                    if holder not in dead and journal_alive(repo, holder):
+                    if holder not in dead:
+                        if not journal_alive(repo, holder) and adopt_lease(repo, ref, holder):
+                            report.locks_removed.append(os.path.relpath(path, repo.path))
                         continue
+                    if leased is not None:
+                        leased[ref] = holder
                 elif not stale(path):
                     continue
                 os.unlink(path)
@@ -428,7 +420,7 @@ def _repair_reflogs(repo: Repository, report: RecoveryReport) -> None:
 
 
 def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str | None, list | None]],
-                 tokens: set[str], report: RecoveryReport) -> None:
+                 tokens: set[str], report: RecoveryReport, *, leased: bool = False) -> None:
     """Bring a ref the dead writer moved back to what its durable journal records say.
 
     ``moves`` are the writer's (old, new, seen) moves of the ref, oldest first, where ``seen``
@@ -439,7 +431,11 @@ def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str 
     when it is missing and no other writer deleted history since (each delete writes a new token
     to ``qvc/generation``; ``tokens`` are those the dead writer saw or wrote). A ref anyone else
     wrote since is left alone. File times come from the kernel's coarse clock: two writes of one
-    ref within one tick (a few ms) plus a power loss cannot be told apart.
+    ref within one tick (a few ms) plus a power loss cannot be told apart. ``leased``: the dead
+    writer died holding the ref's lease (its unpublished moves), so no one else can have
+    deleted the ref since: a missing ref is restored whatever deletes happened elsewhere.
+    (Not proof against one case: the writer created the ref, another deleted it, and the
+    writer died re-creating it before journaling that; the deleted thread then comes back.)
     """
     try:
         current = repo.ref(name)
@@ -455,7 +451,7 @@ def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str 
             generation = repo.generation()
             # A token torn by a power cut (it is written without a flush) is a prefix of the one
             # its writer journaled: the dead writer's own, when one of its tokens starts with it.
-            if generation is not None and not any(t.startswith(generation) for t in tokens):
+            if generation is not None and not any(t.startswith(generation) for t in tokens) and not leased:
                 return  # another writer deleted history since: do not resurrect
         else:
             # Several of the writer's renames of this ref may be lost: the file may hold the value

@@ -1,4 +1,4 @@
-"""The repository plumbing: a bare git repository, qvc's journal, objects and CAS refs.
+r"""The repository plumbing: a bare git repository, qvc's journal, objects and CAS refs.
 
 This layer knows nothing about checkpoints. Every change goes through one
 :class:`Transaction` (``with repo.transaction() as tx:``): it writes git objects and moves
@@ -8,9 +8,10 @@ a ref moved by someone else since it was read raises
 :class:`~qvc.errors.CheckpointConflictError`, never a lost update.
 
 Concurrency: any number of Python threads and processes may write at once. Each Python
-thread gets its own ``pygit2.Repository`` (libgit2 objects are not thread-safe); writers hold
-a shared ``flock`` on ``qvc/lock`` while they write, and maintenance (recovery, gc, purge)
-takes it exclusively.
+thread gets its own ``pygit2.Repository`` (libgit2 objects are not thread-safe); writers pass
+a shared ``flock`` on ``qvc/gate`` and hold one on ``qvc/lock`` while they write (their
+publishers only the latter), and maintenance (recovery, gc, purge) takes both exclusively
+(:meth:`Repository.exclusive`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from qvc.plumbing.journal import GENERATION, Journal, Record, fsync_dir
 from qvc.plumbing.leases import Lease
 from qvc.plumbing.libgit2 import configured, pygit2
 from qvc.plumbing.objects import TYPE_NAMES, TYPES, parse_tree
+from qvc.plumbing.odb import ObjectReader, RefReader
 from qvc.plumbing.reflog import ZERO, ReflogEntry, read_reflog
 
 
@@ -57,6 +59,7 @@ MERGE_PACKS_AT = 16  # small packs in the directory (any writer's, dead or alive
 SMALL_PACK = 4 * 2**20
 PACK_LOCK = "qvc/pack.lock"  # flock: a merge of the directory's packs excludes stores merging their own
 LOCK_WAIT = 10.0
+EXCLUSIVE_TRIES = 8  # rounds of waiting for other stores' leases to be published under the gate
 T = TypeVar("T")
 MISS_RETRIES = 8  # lookups of an object while other stores keep merging packs
 #: how soon the publisher writes applied moves to git's files after a write (other processes
@@ -64,6 +67,8 @@ MISS_RETRIES = 8  # lookups of an object while other stores keep merging packs
 PUBLISH_LAG = 0.01
 
 _open_repos: weakref.WeakSet[Repository] = weakref.WeakSet()
+_writers: dict[str, int] = {}  # open writable repositories per path: how a reader knows it has peers
+_excluding = threading.local()  # .depth: this thread holds a repository's exclusive lock
 
 
 @atexit.register
@@ -79,7 +84,7 @@ def publish_open(path: str | os.PathLike) -> None:
     Every ``git`` qvc runs (:mod:`qvc.plumbing.launcher`) is preceded by this."""
     path = os.path.abspath(os.fspath(path))
     for repo in list(_open_repos):
-        if repo.path == path and not repo.readonly:
+        if repo.path == path and not repo.readonly and not repo.closed:
             repo.publish()
 
 
@@ -114,6 +119,37 @@ def _create(path: str) -> None:
         raise StorageError.of(exc, path, "cannot create repository") from None
 
 
+class _SharedFlock:
+    """A shared ``flock`` on one file, held while any thread of this process needs it."""
+
+    def __init__(self, path: str):
+        self.fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+        self._count = 0
+        self._mutex = threading.Lock()
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        with self._mutex:
+            if self._count == 0:
+                fcntl.flock(self.fd, fcntl.LOCK_SH)
+            self._count += 1
+        try:
+            yield
+        finally:
+            with self._mutex:
+                self._count -= 1
+                if self._count == 0:
+                    fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    def pass_through(self) -> None:
+        """Take the lock shared and give it back: wait while someone holds it exclusively."""
+        fcntl.flock(self.fd, fcntl.LOCK_SH)
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 class Repository:
     """A qvc repository on disk. Use one instance per process (or per store)."""
 
@@ -129,8 +165,6 @@ class Repository:
         if not isinstance(max_lag, (int, float)) or max_lag < 0:
             raise InvalidInputError(f"max_lag must be a non-negative number of seconds, not {max_lag!r}")
         self.durability = durability
-        #: ASYNC and EXIT writes reach git's files in batches (see :meth:`publish`); SYNC ones at once
-        self.deferred = durability is not DurabilityMode.SYNC
         self.fsync = fsync
         self._journal_limit = journal_limit
         self._closed = True
@@ -148,17 +182,16 @@ class Repository:
             os.makedirs(os.path.join(self.qvc_dir, "journal"), exist_ok=True)
         self._reader = None
         if readonly:
-            from qvc.plumbing.odb import ObjectReader
-
             self._reader = ObjectReader(self.path)
+        self._refs = self._reader or RefReader(self.path)
         self._local = threading.local()
         self._gits: list[pygit2.Repository] = []
         self._gits_lock = threading.Lock()
         self._lock_path = os.path.join(self.qvc_dir, "lock")
+        self._gate_path = os.path.join(self.qvc_dir, "gate")
         # read-only stores never write, so they need no lock (and work on a repository they cannot write)
-        self._shared_fd = -1 if readonly else os.open(self._lock_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
-        self._shared_count = 0
-        self._shared_mutex = threading.Lock()
+        self._lock = None if readonly else _SharedFlock(self._lock_path)
+        self._gate = None if readonly else _SharedFlock(self._gate_path)
         self._touched: set[str] = set()
         self._touched_lock = threading.Lock()
         self._harden_lock = threading.Lock()
@@ -192,6 +225,8 @@ class Repository:
         self.listeners.append(self._count_created)
         self._closed = False
         _open_repos.add(self)
+        if not readonly:
+            _writers[self.path] = _writers.get(self.path, 0) + 1
 
     @property
     def journal(self) -> Journal:
@@ -201,6 +236,7 @@ class Repository:
             with self._journal_mutex:
                 if self._journal is None:
                     self._journal = Journal(os.path.join(self.qvc_dir, "journal"), fsync=self.fsync)
+                    leases.OWN.add(os.path.basename(self._journal.path))
                 journal = self._journal
         return journal
 
@@ -325,13 +361,6 @@ class Repository:
         if not todo:
             return
         _ = self.journal  # created (its name made durable) before any of its moves reaches git's files
-        if not self.deferred:
-            base = pack.write(self.pack_dir, todo, record.oids[record.stored:])
-            record.stored = len(record.objects)
-            with self._packs_lock:
-                self._small_packs.append(base)
-            self._consolidate_soon()
-            return
         with self._state:
             for oid, obj in zip(record.oids[record.stored:], todo, strict=True):
                 self._pending.setdefault(oid, obj)
@@ -344,7 +373,7 @@ class Repository:
         CONSOLIDATE_AT merged packs become one, so a long run keeps few packs. Each merged pack
         is flushed to stable storage before the packs it replaces are removed.
         """
-        with self._consolidate_lock, self._shared_lock(), self._pack_lock():
+        with self._consolidate_lock, self._lock.held(), self._pack_lock():
             with self._packs_lock:
                 small, self._small_packs = self._small_packs, []
             # git maintenance (qvc purge, git gc) may have repacked some of them already
@@ -431,31 +460,28 @@ class Repository:
         lease = self._leases.get(name)
         if lease is not None:
             return lease.value
-        return self._disk_ref(name)
+        self._ensure_usable()
+        self.catch_up()
+        return self._refs.ref(name)  # after other stores' leases on it are published (leases.settle)
 
-    def _disk_ref(self, name: str) -> str | None:
-        if self._reader is not None:
-            return self._reader.ref(name)
-        try:
-            ref = self.git.references.get(name)
-        except (pygit2.GitError, ValueError) as exc:
-            raise CorruptionError(f"ref {name} is unreadable: {exc}") from None
-        if ref is None:
-            return None
-        try:
-            return str(ref.resolve().target)
-        except (pygit2.GitError, KeyError) as exc:
-            raise CorruptionError(f"ref {name} is unreadable: {exc}") from None
+    def catch_up(self) -> None:
+        """Publish what this process's other repositories open at this path have not yet
+        written to git's files, so that this one reads their writes at once (as their own
+        readers do). A no-op without such peers, and while this thread holds an exclusive
+        lock (:meth:`exclusive` published them before taking it, and they cannot write meanwhile)."""
+        if _writers.get(self.path, 0) > (0 if self.readonly else 1) and not getattr(_excluding, "depth", 0):
+            for repo in list(_open_repos):
+                if repo is not self and repo.path == self.path and (repo._pending or repo._leases):
+                    repo.publish()
 
     def refs(self, prefix: str) -> Iterator[tuple[str, str]]:
         """``(name, hex target)`` of every ref under ``prefix`` (this process's unpublished moves included)."""
-        mine: dict[str, str | None] = {}
-        if self._leases:  # looked at before git's files: a lease published meanwhile is on disk by then
-            with self._state:
-                mine = {n: lease.value for n, lease in self._leases.items() if n.startswith(prefix)}
+        self._ensure_usable()
+        mine = self.unpublished(prefix)  # before git's files: a lease published meanwhile is on disk by then
         if self._reader is not None:
             found = list(self._reader.refs(prefix))
         else:
+            self._refs.loose_names(prefix)  # waits for other stores' leases under prefix (see leases.settle)
             direct = pygit2.enums.ReferenceType.DIRECT
             try:  # read them all first: callers read objects meanwhile, which may reopen self.git
                 found = [(ref.name, str(ref.target)) for ref in self.git.references.iterator()
@@ -466,6 +492,16 @@ class Repository:
             found = [(n, mine.pop(n) if n in mine else v) for n, v in found]
             found += [(n, v) for n, v in sorted(mine.items()) if v is not None]
         yield from found
+
+    def unpublished(self, prefix: str) -> dict[str, str | None]:
+        """Name → value of this process's ref moves under ``prefix`` that git's files lack yet
+        (other repositories open at this path are published first, see :meth:`catch_up`): what
+        a reader of ref files (:class:`qvc.plumbing.odb.RefReader`) must add to see them."""
+        self.catch_up()
+        if not self._leases:
+            return {}
+        with self._state:
+            return {n: lease.value for n, lease in self._leases.items() if n.startswith(prefix)}
 
     def _move_ref(self, record: Record, name: str, old: str | None, new: str | None,
                   message: str | None = None) -> None:
@@ -480,7 +516,7 @@ class Repository:
         # The record is journaled after the refs move: its space is taken now, so a full disk
         # fails the write here, before any ref moved, and never between the move and the journal.
         self.journal.reserve(record.size_hint(more_refs=1))
-        if new is None or not self.deferred:
+        if new is None:
             self.publish()  # deletes are never deferred: git's files first catch up with this process
             self._move_now(record, name, old, new, message)
         else:
@@ -509,7 +545,7 @@ class Repository:
                 fd = leases.take(self.path, name, os.path.basename(self.journal.path))
                 if fd is not None:
                     try:
-                        current = self._disk_ref(name)
+                        current = self._refs.ref(name, settle=False)  # under our lease: no one else moves it
                     except BaseException:
                         leases.drop(self.path, name, fd)
                         raise
@@ -572,7 +608,7 @@ class Repository:
             return
         with contextlib.ExitStack() as held:
             if not getattr(self._local, "exclusive", False):  # else maintenance already excludes writers
-                held.enter_context(self._shared_lock())
+                held.enter_context(self._lock.held())
             with self._publish_mutex, self._state:
                 # The journal first: git's files are written without a flush and a batch holds
                 # several writes, whose renames a power cut may keep in any subset; recovery
@@ -669,6 +705,7 @@ class Repository:
     def head_ref(self) -> tuple[str | None, str | None]:
         """``(ref name, commit)`` HEAD stands for: ``(name, None)`` on an unborn branch,
         ``(None, commit)`` when detached."""
+        self.catch_up()
         if self._reader is not None:
             return self._reader.head()
         try:
@@ -690,6 +727,8 @@ class Repository:
         and this process's moves not yet published.
         """
         if name not in self._leases:
+            self.catch_up()
+            leases.settle(self.path, (name,))
             entries = read_reflog(self.path, name)
             if entries and not os.path.exists(os.path.join(self.path, "logs", name)) and self.ref(name) is None:
                 return []  # compacted entries of a ref deleted since
@@ -698,6 +737,8 @@ class Repository:
             entries = read_reflog(self.path, name)
             lease = self._leases.get(name)
             if lease is not None and lease.moves and self._logged(name):
+                if lease.moves[0][0] is None:  # created under this lease: what the files hold is an earlier life's
+                    entries = []
                 who = self._identity()
                 entries[:0] = [ReflogEntry(old, new, int(when), who, why)
                                for old, new, why, when in reversed(lease.moves)]
@@ -765,7 +806,7 @@ class Repository:
         compact the one-line reflogs of threads (:mod:`qvc.plumbing.refpack`)."""
         try:
             if refpack.note_created(self.path, self._created) >= refpack.PACK_REFS_AT:
-                with self._shared_lock():
+                with self._lock.held():
                     if refpack.pack_refs(self.path, fsync=self.fsync):
                         refpack.commit_graph(self.path, fsync=self.fsync)
                         refpack.compact_reflogs(self.path, fsync=self.fsync)
@@ -848,41 +889,56 @@ class Repository:
         if self.readonly:
             raise InvalidInputError(f"{self.path}: opened read-only")
         self.raise_if_failed()
-        with self._shared_lock():
+        self._gate.pass_through()
+        with self._lock.held():
             yield
-
-    @contextlib.contextmanager
-    def _shared_lock(self) -> Iterator[None]:
-        with self._shared_mutex:
-            if self._shared_count == 0:
-                fcntl.flock(self._shared_fd, fcntl.LOCK_SH)
-            self._shared_count += 1
-        try:
-            yield
-        finally:
-            with self._shared_mutex:
-                self._shared_count -= 1
-                if self._shared_count == 0:
-                    fcntl.flock(self._shared_fd, fcntl.LOCK_UN)
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[int]:
         """Exclude every writer of every process (for recovery and maintenance).
 
-        Yields the lock's file descriptor: a subprocess that must stay covered by the lock
-        even if this process dies (``git repack``) inherits it, and the lock then lasts
-        until the subprocess exits too.
+        Publishes this process's writes first; then closes the gate (``qvc/gate``: no new
+        transaction starts) and lets other processes' stores publish their leases, since git
+        refuses to touch a locked ref; then takes the lock (``qvc/lock``). Yields the lock's
+        file descriptor: a subprocess that must stay covered by the lock even if this process
+        dies (``git repack``) inherits it, and the lock then lasts until the subprocess exits.
         """
-        if not self._closed and not self.readonly:
-            self.publish()  # this process's own writes first: they must not wait for the lock
+        if not getattr(_excluding, "depth", 0):
+            publish_open(self.path)  # this process's own writes first: they must not wait for the lock
+        gate = os.open(self._gate_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644) if not self.readonly else -1
         fd = os.open(self._lock_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+        locked = False
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            self._local.exclusive = True
+            if gate >= 0:
+                # Writers pass the gate on their way in, so it is soon ours, and then no new
+                # transaction (only they take leases) begins. The leases other processes'
+                # stores still hold are published before we go on (publishing needs only the
+                # shared lock), since git refuses to touch a locked ref.
+                fcntl.flock(gate, fcntl.LOCK_EX)
+            for _ in range(EXCLUSIVE_TRIES):
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                locks = [n[:-5] for n in self._refs.walk("refs/") if n.endswith(".lock")]
+                held = leases.foreign(self.path, locks) if locks and gate >= 0 else []
+                if not held:
+                    break
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                leases.settle(self.path, held)
+            else:
+                fcntl.flock(fd, fcntl.LOCK_EX)  # leases of a store that does not publish: git may refuse them
+            locked = self._local.exclusive = True
+            _excluding.depth = getattr(_excluding, "depth", 0) + 1
             yield fd
         finally:
+            if locked:
+                _excluding.depth -= 1
             self._local.exclusive = False
             os.close(fd)
+            if gate >= 0:
+                os.close(gate)
+
+    def _ensure_usable(self) -> None:  # reads work during recovery in __init__, not after close
+        if self._released:
+            raise StoreClosedError(f"{self.path}: the store is closed")
 
     def _ensure_open(self) -> None:
         if self._closed:
@@ -898,6 +954,8 @@ class Repository:
             return
         self._closed = True
         _open_repos.discard(self)
+        if not self.readonly:
+            _writers[self.path] -= 1
         error = None
         if self._flusher is not None:
             self._flusher.stop()
@@ -907,7 +965,10 @@ class Repository:
         try:
             self.publish()
         except OSError as exc:  # the journal has it all: kept, the next open replays it
-            error = error or exc
+            if self._leases:
+                error = error or exc
+            else:  # only objects of transactions that failed before moving a ref: nothing needs them
+                self._pending.clear()
         journal = self._journal
         if journal is not None:  # else this store never wrote: nothing to flush
             error = error or journal.failed
@@ -927,8 +988,11 @@ class Repository:
             except OSError as exc:
                 error = error or exc
                 journal.close(remove=False)  # keep it: the next open replays it
-        if self._shared_fd >= 0:
-            os.close(self._shared_fd)
+        if journal is not None:
+            leases.OWN.discard(os.path.basename(journal.path))
+        for flock in (self._lock, self._gate):
+            if flock is not None:
+                flock.close()
         if self._reader is not None:
             self._reader.close()
         with self._gits_lock:
@@ -955,17 +1019,18 @@ class Transaction:
       (readers see it) and raises :class:`~qvc.errors.CheckpointConflictError` if the ref is
       not at ``old``. The move holds a lease on the ref (its git lock) until it is published,
       about :data:`PUBLISH_LAG` later, so no other process or git moves it meanwhile; other
-      processes see it once published. A delete (``new=None``) is published at once.
+      processes' readers of the ref wait for that (:func:`qvc.plumbing.leases.settle`), so they
+      see it once the transaction returned. A delete (``new=None``) is published at once.
     * At the end of the ``with`` block, also when it raises, a transaction that moved a ref
-      (or called :meth:`rewrite_history`) is appended to the journal as one record and the
+      is appended to the journal as one record and the
       repository's durability mode applies: in SYNC mode the change is on stable storage when
       the block exits, in ASYNC within the repository's ``max_lag``, in EXIT at flush or close.
       Then each of :attr:`Repository.listeners` is called with the record (caches follow
       writes this way). A transaction that moved no ref leaves no trace but unreferenced
       objects (removed by ``qvc purge``).
     * :meth:`rewrite_history` marks a change that deletes or rewrites history: at the end the
-      record is flushed in every mode, then ``qvc/generation`` gets a new token, which tells
-      every process to rebuild what it derived from history.
+      record (if it moved a ref) is flushed in every mode, then ``qvc/generation`` gets a new
+      token, which tells every process to rebuild what it derived from history.
 
     A transaction is used by one Python thread. Ref moves are not undone when the block raises:
     what was applied is journaled, so recovery can always roll a crash forward or back.
@@ -1058,7 +1123,7 @@ class Transaction:
             fsync_dir(repo.path)
 
     def _finish(self) -> None:
-        if not (self.record.refs or self._token):
+        if not self.record.refs:  # nothing moved (a rewrite that failed first included): no trace
             return
         self.repo._commit(self.record)
         if self._token is not None:

@@ -150,7 +150,7 @@ def workload(tmp_path: Path, n: int, seed: int) -> dict:
 
 
 def test_eight_workers_with_gc_running(tmp_path):
-    stats = workload(tmp_path, 80, seed=7)
+    stats = workload(tmp_path, 200, seed=7)
     print(f"\nconcurrency with gc: {stats}")
     assert stats["gc_runs"] >= 2
 

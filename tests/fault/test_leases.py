@@ -17,7 +17,7 @@ import time
 import pytest
 
 from qvc import Checkpoint, CheckpointConfig, CheckpointConflictError, GitCheckpointStore
-from qvc.plumbing import repository
+from qvc.plumbing import leases, repository
 from tests.conftest import child_env, fsck, git_env
 
 HOLDER = """
@@ -115,10 +115,27 @@ def test_a_writer_meeting_a_dead_writers_lease_rolls_it_forward(tmp_path):
     fsck(path)
 
 
-def test_two_live_processes_on_one_thread_never_fork_it_silently(tmp_path):
+def test_a_reader_waits_for_another_process_to_publish_what_it_acknowledged(tmp_path):
     path = tmp_path / "r.qvc"
     GitCheckpointStore(path).close()
-    proc, acked = _holder(path, lag=1.0)  # publishes about half a second after its puts
+    proc, acked = _holder(path, lag=0.5)  # publishes about half a second after its puts
+    try:
+        with GitCheckpointStore(path, readonly=True) as reader:  # reads as git's files are
+            assert [t.checkpoint.id for t in reader.list(CheckpointConfig("t"))] == list(reversed(acked))
+        with GitCheckpointStore(path) as mine:  # a put reads the head the same way: no conflict
+            _put(mine, "t", "mine", 9)
+            assert [t.checkpoint.id for t in mine.list(CheckpointConfig("t"))] == ["mine", *reversed(acked)]
+    finally:
+        proc.kill()
+        proc.wait()
+    fsck(path)
+
+
+def test_two_live_processes_on_one_thread_never_fork_it_silently(tmp_path, monkeypatch):
+    path = tmp_path / "r.qvc"
+    GitCheckpointStore(path).close()
+    proc, acked = _holder(path, lag=1.0)  # publishes about a second after its puts
+    monkeypatch.setattr(leases, "SETTLE_WAIT", 0.05)  # this reader gives up waiting and reads the old head
     try:
         with GitCheckpointStore(path) as mine:
             with pytest.raises(CheckpointConflictError):  # waits for the lease, then finds the thread moved

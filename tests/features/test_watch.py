@@ -161,6 +161,7 @@ def test_packing_refs_is_not_a_deletion(repo_path, writer):
         for r in range(4):  # packing while a burst writes loose refs on top of packed ones
             run_git(repo_path, "pack-refs", "--all")
             done = writer("burst", threads=threads, n=3, prefix=f"r{r}-")
+            writer("flush")  # the burst's refs are in git's files (else published after the packing)
             run_git(repo_path, "pack-refs", "--all")
             got.until(lambda ev, d=done: {e.checkpoint_id for e in ev} >= set(d), "the burst")
         time.sleep(0.3)

@@ -93,6 +93,8 @@ for thread in plan.split(","):
     steps[thread] = step + 1
     cid = f"{thread}-{step:04d}"
     put(store, thread, cid, step)
+    if "--publish-each" in sys.argv:
+        store.repository.publish()  # each put's value reaches git's files, for damage to roll back
     print("ACK", thread, cid, step, flush=True)
 store.repository.publish()  # the damage below is to git's files: they first get every put (see leases)
 print("IDLE", flush=True)
@@ -103,15 +105,19 @@ time.sleep(600)
 
 
 def run_writer(path, mode: str, plan: list[str], *, exit_normally: bool = False, max_lag: float = 0.05,
-               flushes: list | None = None) -> list[tuple[str, str, int]]:
+               flushes: list | None = None, publish_each: bool = False) -> list[tuple[str, str, int]]:
     """Run a writer subprocess; SIGKILL it once idle (store still open). Return its acknowledged puts.
 
     ``"!"`` in ``plan`` calls ``flush()``; ``flushes`` then receives (puts acknowledged before it,
-    journal size after it).
+    journal size after it). ``publish_each``: every put is published to git's files before the
+    next (else puts in a publish lag share one rename of each ref, and no file ever holds the
+    values between).
     """
     args = [sys.executable, "-c", WRITER, os.fspath(path), mode, ",".join(plan), str(max_lag)]
     if exit_normally:
         args.append("--exit")
+    if publish_each:
+        args.append("--publish-each")
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
     acked = []
     try:
@@ -530,7 +536,7 @@ def test_power_loss_ref_back_at_previous_value_rolls_forward(tmp_path):
     A SYNC put returned, so its checkpoint must be the head again after recovery.
     """
     path = tmp_path / "repo.qvc"
-    acked = run_writer(path, "sync", PLAN)
+    acked = run_writer(path, "sync", PLAN, publish_each=True)
     _power_loss(path, acked, {"t": "previous", "u": "previous"})
     _check_all_back(path, acked)
     fsck(path)
@@ -539,7 +545,7 @@ def test_power_loss_ref_back_at_previous_value_rolls_forward(tmp_path):
 def test_power_loss_only_refs_lost(tmp_path):
     """Objects survived; only the newest ref update of each thread was lost (ref back at its previous value)."""
     path = tmp_path / "repo.qvc"
-    acked = run_writer(path, "sync", PLAN)
+    acked = run_writer(path, "sync", PLAN, publish_each=True)
     git = pygit2.Repository(os.fspath(path))
     for thread in ("t", "u"):
         cids = _commits_by_cid(git, f"refs/heads/{thread}")

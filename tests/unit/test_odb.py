@@ -90,6 +90,7 @@ def test_reader_head_symbolic_and_detached(tmp_path):
     path = tmp_path / "r.qvc"
     with GitCheckpointStore(path) as store:
         store.put(CheckpointConfig("t"), Checkpoint(id="x", thread_id="t", step=0, state_data={"a": 1}), {})
+        store.flush()  # a file reader of the writing process itself sees what is published
         assert ObjectReader(os.fspath(path)).head() == ("refs/heads/main", None)
         store.checkout("t")
         assert ObjectReader(os.fspath(path)).head() == ("refs/heads/t", store.head("t"))

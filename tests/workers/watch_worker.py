@@ -15,6 +15,7 @@ unexpected). Commands (checkpoint ids are the caller's, so events can be matched
 - ``{"op": "burst", "threads": [T...], "n": N, "prefix": P}``: N puts on each thread, one Python
   thread per thread, all at once (ids ``P<thread>-<i>``); the result maps each checkpoint id to
   the Unix time right after its ``put`` returned (what the latency benchmark measures from).
+- ``{"op": "flush"}``: ``store.flush()`` (every put so far is then in git's files)
 - ``{"op": "exit"}``
 """
 
@@ -81,6 +82,8 @@ def main() -> int:
             result = store.checkout(cmd["thread"]).commit
         elif op == "burst":
             result = burst(cmd["threads"], cmd["n"], cmd.get("prefix", ""))
+        elif op == "flush":
+            result = store.flush()
         else:
             print(f"ERROR unknown op {op!r}", flush=True)
             return 1

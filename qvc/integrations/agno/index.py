@@ -51,7 +51,7 @@ def _stat(path: str) -> Optional[Tuple[int, int, int]]:
 def _trusted(signature: Any) -> bool:
     """Whether nothing can change under ``signature`` without changing it (no stat is racily recent)."""
     now = time.time_ns()
-    return all(st is None or now - st[1] > RACY_NS for st in signature)
+    return all(st is None or now - st[1] > RACY_NS for st in signature[:2])
 
 
 class ThreadIndex:
@@ -71,7 +71,8 @@ class ThreadIndex:
 
     def _current_signature(self) -> Any:
         path = self._store.path
-        return _stat(os.path.join(path, "refs", "heads")), _stat(os.path.join(path, "packed-refs"))
+        return (_stat(os.path.join(path, "refs", "heads")), _stat(os.path.join(path, "packed-refs")),
+                frozenset(self._store.repository.unpublished(HEADS).items()))
 
     def _thread(self, name: str) -> Optional[str]:
         if name not in self._threads:
@@ -85,7 +86,7 @@ class ThreadIndex:
             signature = self._current_signature()
             if signature == self._signature and not force:
                 return
-            names = self._reader.names(HEADS)
+            names = self._reader.names(HEADS) | {name for name, _ in signature[2]}  # and this process's unpublished
             runs: Dict[str, str] = {}
             session_runs: Dict[str, Set[str]] = {}
             sessions: Set[str] = set()

@@ -131,9 +131,10 @@ def deleter(path: str, thread: str, n: int) -> int:
 def slowput(path: str, thread: str, cid: str) -> int:
     """One put that is descheduled between moving the ref and journaling it, then held open.
 
-    Simulates the scheduler pausing the process right after the ref's rename: prints
-    ``MOVED`` and waits for a stdin line before the journal append; prints ``ACK`` when put
-    returns, then waits for another line (the test SIGKILLs it meanwhile).
+    Simulates the scheduler pausing the process right after its publisher wrote the move to
+    git's files (the publisher writes what is leased, also a transaction's moves not yet
+    journaled): prints ``MOVED`` and waits for a stdin line before the journal append; prints
+    ``ACK`` when put returns, then waits for another line (the test SIGKILLs it meanwhile).
     """
     from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
 
@@ -143,6 +144,7 @@ def slowput(path: str, thread: str, cid: str) -> int:
 
     def paused_commit(record):
         if record.refs:
+            repo.publish()
             print("MOVED", flush=True)
             sys.stdin.readline()
         return real_commit(record)
