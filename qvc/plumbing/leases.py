@@ -37,7 +37,10 @@ from qvc.plumbing.reflog import ZERO
 
 TAG = b"qvc lease "
 #: the longest a reader waits for another store to publish the refs it reads (see :func:`settle`)
-SETTLE_WAIT = 2.0
+SETTLE_WAIT = 0.5
+#: leases a reader of this process waited for in vain (a stopped or stuck writer's): lock path
+#: and identity; not waited for again, so such a writer costs each reader one wait, not one a read
+_UNPUBLISHED: set[tuple[str, int, int]] = set()
 #: journal file names of this process's open stores: their leases a reader never waits for
 #: (a reader publishes its own process's writes instead; see Repository.catch_up)
 OWN: set[str] = set()
@@ -137,6 +140,8 @@ def _foreign(repo_path: str, names: Iterable[str]) -> dict[str, tuple[int, int]]
             st = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
             continue
+        if (path, st.st_ino, st.st_ctime_ns) in _UNPUBLISHED:
+            continue
         who = holder(repo_path, name)
         if who is None or who in OWN or not flocked(os.path.join(repo_path, "qvc", "journal", os.path.basename(who))):
             continue
@@ -154,7 +159,8 @@ def settle(repo_path: str, names: Iterable[str]) -> None:
     has been published: its lock is gone or is a later lease's. A read that follows sees every
     move that store acknowledged before this call. git's own locks, dead stores' leases (the
     next recovery rolls them forward) and this process's (:data:`OWN`) are not waited for.
-    Returns after :data:`SETTLE_WAIT` at most, whatever is still leased."""
+    Returns after :data:`SETTLE_WAIT` at most, whatever is still leased; a lease still held
+    then (its writer stopped or stuck) is not waited for again by this process."""
     waiting = _foreign(repo_path, names)
     if not waiting:
         return
@@ -171,6 +177,9 @@ def settle(repo_path: str, names: Iterable[str]) -> None:
                 continue
             if (st.st_ino, st.st_ctime_ns) != identity:
                 del waiting[path]
+    if len(_UNPUBLISHED) > 10_000:
+        _UNPUBLISHED.clear()
+    _UNPUBLISHED.update((path, *identity) for path, identity in waiting.items())
 
 
 def reflog_line(old: str | None, new: str | None, who: str, when: float, message: str) -> bytes:
