@@ -204,7 +204,7 @@ class Repository:
         self._pending: dict[bytes, tuple[str, bytes]] = {}
         self._leases: dict[str, Lease] = {}
         self._state = threading.RLock()  # guards both; held while publishing
-        self._publish_mutex = threading.RLock()  # taken before _state, never after
+        self._publish_mutex = threading.Lock()
         self._publisher: Worker | None = None  # started by the first deferred move
         self._who: str | None = None  # the reflog identity (git's: user.name <user.email>)
         self._log_all: bool | None = None  # core.logAllRefUpdates
@@ -609,42 +609,25 @@ class Repository:
         with contextlib.ExitStack() as held:
             if not getattr(self._local, "exclusive", False):  # else maintenance already excludes writers
                 held.enter_context(self._lock.held())
-            with self._publish_mutex:
-                # The objects first, without holding up writers (a pack costs ~35 us an object):
-                # a reader finds them pending until they are in git's files.
-                with self._state:
+            with self._publish_mutex, self._state:
+                # The journal first: git's files are written without a flush and a batch holds
+                # several writes, whose renames a power cut may keep in any subset; recovery
+                # rolls such a mix forward to the journal's end, so that end must be on disk.
+                self._sync_journal()
+                if self._pending:
                     objects = list(self._pending.items())
-                if objects:
-                    self._write_pack(objects)
-                with self._state:
-                    for oid, _ in objects:
-                        self._pending.pop(oid, None)
-                    if self._pending:  # written meanwhile: the refs about to move may need them
-                        self._write_pack(list(self._pending.items()))
-                        self._pending.clear()
-                    # The journal before the refs: git's files are written without a flush and a
-                    # batch holds several writes, whose renames a power cut may keep in any
-                    # subset; recovery rolls such a mix forward to the journal's end, so that
-                    # end must be on disk.
-                    self._sync_journal()
-                    self._publish_leases()
+                    base = pack.write(self.pack_dir, [obj for _, obj in objects], [oid for oid, _ in objects])
+                    with self._packs_lock:
+                        self._small_packs.append(base)
+                    self._pending.clear()
+                if self._leases:
+                    head = self._head_target()
+                    who = self._identity()
+                    for name in list(self._leases):
+                        leases.publish(self.path, name, self._leases[name], who, log=self._logged(name),
+                                       head_too=name == head)
+                        del self._leases[name]
         self._consolidate_soon()
-
-    def _write_pack(self, objects: list[tuple[bytes, tuple[str, bytes]]]) -> None:
-        base = pack.write(self.pack_dir, [obj for _, obj in objects], [oid for oid, _ in objects])
-        with self._packs_lock:
-            self._small_packs.append(base)
-
-    def _publish_leases(self) -> None:
-        """Release every lease by writing its ref (under ``_state``, after its objects)."""
-        if not self._leases:
-            return
-        head = self._head_target()
-        who = self._identity()
-        for name in list(self._leases):
-            leases.publish(self.path, name, self._leases[name], who, log=self._logged(name),
-                           head_too=name == head)
-            del self._leases[name]
 
     def _consolidate_soon(self) -> None:
         if len(self._small_packs) >= CONSOLIDATE_AT:
@@ -839,8 +822,7 @@ class Repository:
 
     def harden(self) -> None:
         """Publish, flush the git files themselves and restart the journal (it is then redundant)."""
-        # no move may slip between the publish and the restart (the mutex first, as publish takes them)
-        with self._harden_lock, self._publish_mutex, self._state:
+        with self._harden_lock, self._state:  # no move may slip between the publish and the restart
             self.publish()
             harden(self.path, fsync=self.fsync)
             with self._touched_lock:
