@@ -204,7 +204,7 @@ class Repository:
         self._pending: dict[bytes, tuple[str, bytes]] = {}
         self._leases: dict[str, Lease] = {}
         self._state = threading.RLock()  # guards both; held while publishing
-        self._publish_mutex = threading.Lock()
+        self._publish_mutex = threading.RLock()  # taken before _state, never after
         self._publisher: Worker | None = None  # started by the first deferred move
         self._who: str | None = None  # the reflog identity (git's: user.name <user.email>)
         self._log_all: bool | None = None  # core.logAllRefUpdates
@@ -822,7 +822,8 @@ class Repository:
 
     def harden(self) -> None:
         """Publish, flush the git files themselves and restart the journal (it is then redundant)."""
-        with self._harden_lock, self._state:  # no move may slip between the publish and the restart
+        # no move may slip between the publish and the restart (the mutex first, as publish takes them)
+        with self._harden_lock, self._publish_mutex, self._state:
             self.publish()
             harden(self.path, fsync=self.fsync)
             with self._touched_lock:
