@@ -246,7 +246,8 @@ def remove_stale_files(repo: Repository, older_than: float, report: RecoveryRepo
     lock (no qvc writer is mid-write) every lock file but a live store's lease is stale: pass 0.
     A lease (:mod:`qvc.plumbing.leases`) goes, whatever its age, once its store is gone: one
     held by a journal in ``dead`` (those this recovery claimed and replays) is removed and noted
-    in ``leased`` (ref → journal), any other dead store's is rolled forward (:func:`adopt_lease`)."""
+    in ``leased`` (ref → journal), any other dead store's is rolled forward (:func:`adopt_lease`),
+    or removed when its ref is unreadable (recovery repairs the ref after)."""
     now = time.time()
 
     def stale(path: str) -> bool:
@@ -265,9 +266,16 @@ def remove_stale_files(repo: Repository, older_than: float, report: RecoveryRepo
                 holder = leases.holder(repo.path, ref)
                 if holder is not None:  # a store's lease: kept while that store lives, whatever its age
                     if holder not in dead:
-                        if not journal_alive(repo, holder) and adopt_lease(repo, ref, holder):
+                        if journal_alive(repo, holder):
+                            continue
+                        try:
+                            if not adopt_lease(repo, ref, holder):
+                                continue  # alive after all, or adopted by another process
                             report.locks_removed.append(os.path.relpath(path, repo.path))
-                        continue
+                            continue
+                        except CorruptionError:
+                            pass  # the ref is torn (a power cut): the lock goes, recovery repairs the ref
+
                     if leased is not None:
                         leased[ref] = holder
                 elif not stale(path):
