@@ -11,8 +11,6 @@ from __future__ import annotations
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from qvc.errors import InvalidInputError
-from qvc.runs.boundaries import referenced_tool_call_ids
-from qvc.runs.model import Message
 
 #: Segments per sealed group; a line seals its oldest group once it has 2 * GROUP segments.
 GROUP = 64
@@ -71,7 +69,10 @@ def layout(segments: Sequence[Segment]) -> Dict[str, Any]:
 
 
 def cut(segments: Sequence[Segment], k: int) -> List[Segment]:
-    """The segments holding ``messages[:k]``, tools pruned to the tool calls still referenced."""
+    """The segments holding ``messages[:k]``, tools pruned to the tool calls still referenced.
+
+    Reads the stored message dicts as they are (a ``tool_call_id``, ``tool_calls`` with ``id``
+    keys), so it serves any message format that names calls that way: qvc's and agno's."""
     out: List[Segment] = []
     n = 0
     for seg in segments:
@@ -82,8 +83,9 @@ def cut(segments: Sequence[Segment], k: int) -> List[Segment]:
         if k > n:
             out.append(Segment(seg.messages[:k - n], seg.tools))
         break
-    kept = [Message.from_dict(m) for s in out for m in s.messages]
-    refs = referenced_tool_call_ids(kept)
+    refs = {m.get("tool_call_id") for s in out for m in s.messages}
+    refs |= {c.get("id") for s in out for m in s.messages for c in m.get("tool_calls") or () if isinstance(c, Mapping)}
+    refs.discard(None)
     for i, seg in enumerate(out):
         tools = [t for t in seg.tools if t.get("tool_call_id") in refs]
         if len(tools) != len(seg.tools):

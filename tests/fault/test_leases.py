@@ -31,6 +31,9 @@ for i in range(3):
     cid = f"held-{i}"
     store.put(CheckpointConfig("t"), Checkpoint(id=cid, thread_id="t", step=i, state_data={"i": i}), {})
     print("ACK", cid, flush=True)
+if "--writes" in sys.argv:  # pending writes of the last checkpoint: a new ref, leased too
+    store.put_writes(CheckpointConfig("t", cid), [("ch", "v")], "task")
+    print("ACK writes", flush=True)
 print("IDLE", flush=True)
 time.sleep(600)
 """
@@ -41,11 +44,13 @@ def _put(store, thread, cid, step, parent=None):
                                                    state_data={"cid": cid}), {})
 
 
-def _holder(path, mode="async", lag=600.0) -> tuple[subprocess.Popen, list[str]]:
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, os.fspath(path), mode, str(lag)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=child_env())
+def _holder(path, mode="async", lag=600.0, writes=False) -> tuple[subprocess.Popen, list[str]]:
+    args = [sys.executable, "-c", HOLDER, os.fspath(path), mode, str(lag)] + (["--writes"] if writes else [])
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
     acked = []
     for line in proc.stdout:
+        if line.startswith("ACK writes"):
+            continue
         if line.startswith("ACK"):
             acked.append(line.split()[1])
         elif line.startswith("IDLE"):
@@ -159,3 +164,62 @@ def test_a_writer_killed_holding_its_lease_loses_nothing(tmp_path, mode):
         assert [t.checkpoint.id for t in store.list(CheckpointConfig("t"))] == list(reversed(acked))
         assert [e.message.split(":")[0] for e in store.reflog("t")][0] == "recovery"
     fsck(path)
+
+
+def test_a_dead_writers_leased_new_ref_comes_back_whatever_was_deleted_elsewhere(tmp_path):
+    """A SYNC writer dies holding the lease of a ref it created (pending writes), after another
+    process deleted something else (a new generation token): recovery still restores the ref,
+    since no one else can have deleted a ref leased to the dead writer."""
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path) as store:
+        _put(store, "other", "o-0", 0)
+    proc, acked = _holder(path, mode="sync", writes=True)  # acknowledged durable, never published
+    try:
+        with GitCheckpointStore(path) as other:
+            other.delete_thread("other")
+    finally:
+        proc.kill()
+        proc.wait()
+    with GitCheckpointStore(path) as store:
+        assert store.recovery.journals_replayed == 1
+        head = store.get_tuple(CheckpointConfig("t"))
+        assert head is not None and head.checkpoint.id == acked[-1]
+        assert [(w.channel, w.value) for w in head.pending_writes or []] == [("ch", "v")], store.recovery.summary()
+        assert store.threads() == ["t"]
+    fsck(path)
+
+
+def test_a_stuck_writer_costs_a_reader_one_wait(tmp_path, monkeypatch):
+    """A live writer that never publishes (stopped, stuck, or a long lag): the reader waits for
+    its lease once, then reads what git's files hold without waiting again."""
+    path = tmp_path / "r.qvc"
+    GitCheckpointStore(path).close()
+    proc, _ = _holder(path)  # holds its lease on t for 600 s
+    sleeps = []
+    real_sleep = time.sleep
+    monkeypatch.setattr(leases, "SETTLE_WAIT", 0.2)
+    monkeypatch.setattr(leases.time, "sleep", lambda s: (sleeps.append(s), real_sleep(s)))
+    try:
+        with GitCheckpointStore(path, readonly=True) as reader:
+            assert reader.get_tuple(CheckpointConfig("t")) is None  # waited, then read the files
+            waited = len(sleeps)
+            assert waited > 0
+            assert reader.get_tuple(CheckpointConfig("t")) is None
+            assert list(reader.list(CheckpointConfig("t"))) == []
+            assert len(sleeps) == waited  # the same lease is not waited for again
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_dead_lease_over_a_torn_ref_does_not_stop_the_open(tmp_path):
+    """A power cut kept a ref's rename but not its content, next to a dead store's lease lock:
+    opening removes the lock (nothing to roll forward from) instead of failing on the ref."""
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path) as store:
+        _put(store, "t", "a", 0)
+    (path / "refs" / "heads" / "t").write_bytes(b"qvc lease 1-deadbeef.wal")  # torn: no sha
+    (path / "refs" / "heads" / "t.lock").write_bytes(leases.TAG + b"1-0123456789ab.wal\n")
+    with GitCheckpointStore(path) as store:
+        assert "refs/heads/t.lock" in store.recovery.locks_removed
+    assert not (path / "refs" / "heads" / "t.lock").exists()

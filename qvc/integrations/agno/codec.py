@@ -123,23 +123,6 @@ def common_prefix(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, A
     return n
 
 
-def trim(segments: Sequence[Segment], k: int) -> List[Segment]:
-    """The segments holding the first ``k`` messages (the one cut short keeps the tools its messages name)."""
-    out: List[Segment] = []
-    n = 0
-    for seg in segments:
-        if n + len(seg.messages) <= k:
-            out.append(seg)
-            n += len(seg.messages)
-            continue
-        if k > n:
-            kept = seg.messages[:k - n]
-            ids = {m.get("tool_call_id") for m in kept} | {c.get("id") for m in kept for c in m.get("tool_calls", [])}
-            out.append(Segment(kept, [t for t in seg.tools if t.get("tool_call_id") in ids]))
-        break
-    return out
-
-
 def next_segments(base: Sequence[Segment], messages: Sequence[Dict[str, Any]],
                   tools: Sequence[Dict[str, Any]]) -> Tuple[List[Segment], List[Any]]:
     """``(segments, tool_order)`` for a run whose messages and tools are ``messages`` / ``tools`` (agno

@@ -31,13 +31,12 @@ from qvc.integrations.agno.codec import (
     run_state,
     segment_messages,
     stored_message,
-    trim,
 )
 from qvc.integrations.agno.index import ThreadIndex
 from qvc.runs.codec import segments_of
 from qvc.runs.ids import check_id, check_run_id, new_id, thread_of
 from qvc.runs.queries import run_line
-from qvc.runs.segments import Segment
+from qvc.runs.segments import Segment, cut
 from qvc.store.git_store import GitCheckpointStore
 from qvc.types import Checkpoint, CheckpointConfig, CheckpointTuple
 
@@ -158,7 +157,7 @@ class AgnoRunStore:
             if common_prefix(msgs, new) == len(msgs):
                 return point, point.segments, "rewind"
         first = _Point.of(line[0])
-        return first, trim(first.segments, common_prefix(segment_messages(first.segments), new)), "rewind"
+        return first, cut(first.segments, common_prefix(segment_messages(first.segments), new)), "rewind"
 
     def _basis_of_fork(self, data: Dict[str, Any], new: List[Dict[str, Any]]) -> Tuple[Any, list, Any]:
         source = data.get("forked_from_run_id") or data.get("regenerated_from")
