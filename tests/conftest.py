@@ -26,7 +26,11 @@ def _git_env() -> dict:
 
 
 def child_env() -> dict:
-    """The environment for a Python subprocess that imports qvc from this checkout."""
+    """The environment for a Python subprocess that imports qvc from this checkout.
+
+    Output is unbuffered, so each argument of ``print`` is its own write: a child that may be
+    killed prints a line's fields as one string, so a kill cannot leave half a line.
+    """
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"

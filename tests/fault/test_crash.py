@@ -681,7 +681,7 @@ def move_ref(tx, name, old, new, message=None):  # SIGKILL this process at its k
     return real(tx, name, old, new, message)
 Transaction.move_ref = move_ref
 s.delete(CheckpointConfig("t", "D"))
-print("DELETED", n[0], flush=True)
+print(f"DELETED {n[0]}", flush=True)
 """
 
 

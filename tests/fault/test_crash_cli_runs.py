@@ -117,7 +117,7 @@ while True:
     rec.add_message(Message("assistant", tool_calls=[ToolCall(f"c{i}", "tool", {"i": i})]))
     rec.tool_result(f"c{i}", f"result {i}")
     rec.after_tool_batch()
-    print("ACK", i, flush=True)
+    print(f"ACK {i}", flush=True)
     i += 1
 """
 

@@ -31,7 +31,7 @@ store = GitCheckpointStore(path)
 for i in range(puts):
     store.put(CheckpointConfig(thread), Checkpoint(id=f"{thread}-{i}", thread_id=thread, step=i,
                                                    state_data={"thread": thread, "i": i, "pad": "x" * i}), {})
-    print("ACK", i, flush=True)
+    print(f"ACK {i}", flush=True)
 time.sleep(600)
 """
 

@@ -30,7 +30,7 @@ parent = None
 for i in range(3):
     cid = f"held-{i}"
     store.put(CheckpointConfig("t"), Checkpoint(id=cid, thread_id="t", step=i, state_data={"i": i}), {})
-    print("ACK", cid, flush=True)
+    print(f"ACK {cid}", flush=True)
 if "--writes" in sys.argv:  # pending writes of the last checkpoint: a new ref, leased too
     store.put_writes(CheckpointConfig("t", cid), [("ch", "v")], "task")
     print("ACK writes", flush=True)

@@ -525,7 +525,7 @@ while True:
     thread = f"w-{i % 40}"
     store.put(CheckpointConfig(thread), Checkpoint(id=f"{sys.argv[2]}-{i}", thread_id=thread, step=i,
                                                    state_data={"noise": os.urandom(131072)}), {})
-    print("ACK", i, flush=True)
+    print(f"ACK {i}", flush=True)
     i += 1
 """
 

@@ -213,9 +213,9 @@ import qvc
 from qvc import GitCheckpointStore
 store = GitCheckpointStore(sys.argv[1], readonly=True)
 watcher = qvc.watch(store, poll_interval=0.02)
-print("HINTS", watcher.hints, watcher.fallback_reason, flush=True)
+print(f"HINTS {watcher.hints} {watcher.fallback_reason}", flush=True)
 for event in watcher.events(timeout=30):
-    print("EVENT", event.kind, event.checkpoint_id, flush=True)
+    print(f"EVENT {event.kind} {event.checkpoint_id}", flush=True)
     break
 """
 UNSHARE = shutil.which("unshare")

@@ -87,7 +87,7 @@ steps = {}
 for thread in plan.split(","):
     if thread == "!":
         store.flush()
-        print("FLUSHED", store.repository.journal.size, flush=True)
+        print(f"FLUSHED {store.repository.journal.size}", flush=True)
         continue
     step = steps.get(thread, 0)
     steps[thread] = step + 1
@@ -95,7 +95,7 @@ for thread in plan.split(","):
     put(store, thread, cid, step)
     if "--publish-each" in sys.argv:
         store.repository.publish()  # each put's value reaches git's files, for damage to roll back
-    print("ACK", thread, cid, step, flush=True)
+    print(f"ACK {thread} {cid} {step}", flush=True)
 store.repository.publish()  # the damage below is to git's files: they first get every put (see leases)
 print("IDLE", flush=True)
 if "--exit" in sys.argv:

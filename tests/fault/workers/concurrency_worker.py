@@ -76,10 +76,10 @@ def writer(path: str, mode: str, thread: str, n: int, tag: str, hold: bool = Fal
             store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=i, state_data=state),
                       {"source": "loop", "step": i, "tag": tag})
         except CheckpointConflictError:
-            print("CONFLICT", cid, flush=True)
+            print(f"CONFLICT {cid}", flush=True)
         else:
-            print("OK", cid, flush=True)
-    print("DONE", f"{time.monotonic() - t0:.3f}", flush=True)
+            print(f"OK {cid}", flush=True)
+    print(f"DONE {time.monotonic() - t0:.3f}", flush=True)
     if hold:  # stay open (to be killed) until told to finish
         sys.stdin.readline()
     store.close()
@@ -95,7 +95,7 @@ def writes(path: str, thread: str, cid: str, n: int, tag: str) -> int:
     sys.stdin.readline()
     for i in range(n):
         store.put_writes(CheckpointConfig(thread, cid), [("chan", {"tag": tag, "i": i})], f"{tag}-{i:04d}")
-        print("OK", f"{tag}-{i:04d}", flush=True)
+        print(f"OK {tag}-{i:04d}", flush=True)
     print("DONE", flush=True)
     store.close()
     return 0
@@ -118,9 +118,9 @@ def deleter(path: str, thread: str, n: int) -> int:
         try:
             store.delete(CheckpointConfig(thread, cid))
         except CheckpointConflictError:
-            print("DELCONFLICT", cid, flush=True)
+            print(f"DELCONFLICT {cid}", flush=True)
         else:
-            print("DEL", cid, flush=True)
+            print(f"DEL {cid}", flush=True)
         done += 1
         time.sleep(0.003)
     print("DONE", flush=True)
@@ -155,7 +155,7 @@ def slowput(path: str, thread: str, cid: str) -> int:
     state = make_state("S", cid, 1)
     store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=1, state_data=state),
               {"source": "loop", "step": 1, "tag": "S"})
-    print("ACK", cid, flush=True)
+    print(f"ACK {cid}", flush=True)
     sys.stdin.readline()
     store.close()
     return 0
@@ -200,5 +200,5 @@ if __name__ == "__main__":
             sys.exit(writes(args[0], args[1], args[2], int(args[3]), args[4]))
         sys.exit(reader(*args))
     except Exception:  # noqa: BLE001
-        print("ERROR", traceback.format_exc().replace("\n", " | "), flush=True)
+        print("ERROR " + traceback.format_exc().replace("\n", " | "), flush=True)
         sys.exit(1)
