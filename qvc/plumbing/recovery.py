@@ -343,20 +343,19 @@ def _finish_generation(repo: Repository, path: str) -> None:
     A delete journals its record (naming a new token) and only then writes ``qvc/generation``;
     a writer killed in between applied the delete but left the old token, so caches derived
     from history (every process's checkpoint-id index) would not know it changed. When the
-    current token is one the dead writer saw (nobody rewrote history since), recovery writes
-    its token for it.
+    current token is still the one that delete replaced (the token its own record's moves saw),
+    recovery writes the new token for it. Any other current token is left alone: the dead
+    writer's, or a later writer's (putting an older token back would revive an index that may
+    name what that later delete removed).
     """
-    written, seen = None, set()
+    written, replaced = None, set()
     for record in read_records(path):
-        for name, value in record.seen.items():
-            if not (isinstance(value, list) and len(value) > 1 and isinstance(value[1], str)):
-                continue
-            if name == GENERATION:
-                written = value[1]
-            else:
-                seen.add(value[1])
-    current = repo.generation()
-    if written is None or current == written or (current is not None and current not in seen):
+        token = record.seen.get(GENERATION)
+        if isinstance(token, list) and len(token) > 1 and isinstance(token[1], str):
+            written = token[1]
+            replaced = {v[1] for n, v in record.seen.items() if n != GENERATION and isinstance(v, list)
+                        and len(v) > 1 and (v[1] is None or isinstance(v[1], str))}
+    if written is None or repo.generation() not in replaced:
         return
     target = os.path.join(repo.path, GENERATION)
     with open(target + ".recovery", "w") as f:

@@ -20,7 +20,9 @@ checkpoint by id. ``qvc/ids/<generation>/`` holds 256 append-only files of ``<co
   missed. ``delete`` and other history rewrites start a new generation (the token in
   ``qvc/generation``), so an index never names a deleted checkpoint; old generations' indexes
   are removed by the rebuild. Before a delete moves a ref it removes the current index's marker,
-  so a deleter killed before it wrote its new token leaves an index that is rebuilt, not trusted.
+  so a deleter killed before it wrote its new token leaves an index that is rebuilt, not trusted,
+  and a running build's ``building`` file (the marker-to-be), so a build that read the refs
+  before the delete moved them is not trusted either.
 * Each answer is checked against the commit itself (its ``Checkpoint-Id`` trailer); a line torn
   by a crash is skipped. Deleting ``qvc/ids`` is always safe: it is rebuilt on first use.
 * Commits that reach the repository without qvc (``git push`` into it) are not appended; a
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
 
 IDS = "qvc/ids"  # the durable checkpoint-id index (see the module docstring)
 _COMPLETE = "complete"
+_BUILDING = "building"  # a build in progress; a delete removes it, so that build is not trusted
 _TOKEN = re.compile(r"[0-9A-Za-z]{1,64}")
 _LINE = re.compile(rb"^([0-9a-f]{40}) ", re.MULTILINE)
 
@@ -311,11 +314,15 @@ class History:
     def forget_index(self) -> None:
         """Make the next lookup (in any process) rebuild the durable index from the refs: called
         before a delete or rewrite moves refs, so that a writer killed before it starts the new
-        generation leaves no index naming what it deleted."""
+        generation leaves no index naming what it deleted. A build running meanwhile (it may have
+        read the refs before this delete moves them) then does not mark its index complete."""
+        where = self._ids_dir()
+        for name in (_COMPLETE, _BUILDING):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(where, name))
         with contextlib.suppress(OSError):
-            os.unlink(os.path.join(self._ids_dir(), _COMPLETE))
             if self.repo.fsync:
-                fsync_dir(self._ids_dir())
+                fsync_dir(where)
 
     def _indexed_id(self, checkpoint_id: str) -> str | None | bool:
         """The commit the durable index gives ``checkpoint_id`` (checked against the commit),
@@ -353,7 +360,9 @@ class History:
         One builder at a time (``qvc/ids/build.lock``). The files ``where`` held are removed
         first (they may name checkpoints a killed delete removed), and only then are the refs
         read: a writer appends either to a removed file, before the refs are read (so the walk
-        finds its commits), or to a new one.
+        finds its commits), or to a new one. The marker is the build's ``building`` file renamed:
+        a delete that removed that file meanwhile (:meth:`forget_index`) leaves no marker, so an
+        index whose walk read the refs before the delete moved them is never trusted.
         """
         import fcntl
         import shutil
@@ -372,6 +381,7 @@ class History:
             for name in os.listdir(where):  # before the walk: writers from now on append to new files
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(os.path.join(where, name))
+            os.close(os.open(os.path.join(where, _BUILDING), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
             with self._lock:
                 self._tips.clear()  # walk every ref again, not only those that moved
                 self._indexed.clear()
@@ -380,8 +390,15 @@ class History:
             with self._lock:
                 pairs = list(self._by_id.items())
             self._append_ids(pairs, where)
-            with open(os.path.join(where, _COMPLETE), "w") as f:
-                f.write(f"{len(pairs)}\n")
+            try:
+                fd = os.open(os.path.join(where, _BUILDING), os.O_WRONLY | os.O_CLOEXEC)  # never re-created here
+            except FileNotFoundError:
+                return False  # a delete forgot this index meanwhile: lookups walk the refs
+            try:
+                os.write(fd, f"{len(pairs)}\n".encode())
+            finally:
+                os.close(fd)
+            os.rename(os.path.join(where, _BUILDING), os.path.join(where, _COMPLETE))
             for name in os.listdir(parent):  # earlier generations' indexes
                 if name != os.path.basename(where) and name != "build.lock":
                     shutil.rmtree(os.path.join(parent, name), ignore_errors=True)

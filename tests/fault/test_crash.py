@@ -34,6 +34,7 @@ if str(ROOT) not in sys.path:
 from conftest import child_env, fsck  # noqa: E402
 
 from qvc import Checkpoint, CheckpointConfig, DurabilityMode, GitCheckpointStore  # noqa: E402
+from qvc.plumbing.journal import GENERATION  # noqa: E402
 
 WRITER = HERE / "workers" / "crash_writer.py"
 _spec = importlib.util.spec_from_file_location("qvc_tests_crash_writer", WRITER)
@@ -721,6 +722,54 @@ def test_kill_at_every_ref_move_of_a_delete(tmp_path):
                 assert d is None and head == "A" and f.parent_config.checkpoint_id == "A", where
         k += 1
     assert moves is not None and moves >= 3, "the delete should move the fork's head and its writes ref"
+
+
+OLD_DELETER = """
+import sys
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+s = GitCheckpointStore(sys.argv[1])
+for i, cid in enumerate(["a1", "a2"]):
+    s.put(CheckpointConfig("t"), Checkpoint(id=cid, thread_id="t", step=i, state_data={"i": i}), {})
+s.delete(CheckpointConfig("t"))  # a2 goes: this journal names the generation token it wrote
+print("DELETED", flush=True)
+sys.stdin.readline()
+s.put_writes(CheckpointConfig("t", "a1"), [("ch", 1)], "task")  # a move made after another's delete
+print("WROTE", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_recovery_keeps_a_later_writers_generation(tmp_path):
+    """A dead writer's journal names the generation token of its own (finished) delete; another
+    process deleted since. Recovery must keep that later token: putting the older one back would
+    trust an index of the older generation, which may name what the later delete removed."""
+    path = tmp_path / "r.qvc"
+    proc = subprocess.Popen([sys.executable, "-c", OLD_DELETER, os.fspath(path)], env=child_env(), text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline().strip() == "DELETED", proc.stderr.read()[-3000:]
+        theirs = (path / GENERATION).read_text()
+        with GitCheckpointStore(path) as store:
+            for i, cid in enumerate(["x1", "x2"]):
+                store.put(CheckpointConfig("u"), Checkpoint(id=cid, thread_id="u", step=i, state_data={"i": i}), {})
+            store.delete(CheckpointConfig("u"))
+        ours = (path / GENERATION).read_text()
+        assert ours != theirs
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "WROTE", proc.stderr.read()[-3000:]
+    finally:
+        proc.kill()
+        proc.communicate(timeout=60)
+    fsck(path)
+    with GitCheckpointStore(path) as store:
+        assert store.recovery.journals_replayed == 1
+        assert (path / GENERATION).read_text() == ours, "recovery put an older generation token back"
+        assert store.get_tuple(CheckpointConfig("any", "x2")) is None
+        assert store.get_tuple(CheckpointConfig("any", "a2")) is None
+        t = store.get_tuple(CheckpointConfig("t"))
+        assert t.checkpoint.id == "a1" and [(w.channel, w.value) for w in t.pending_writes] == [("ch", 1)]
+        assert store.get_tuple(CheckpointConfig("u")).checkpoint.id == "x1"
 
 
 PURGER = """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 
@@ -303,6 +304,31 @@ def test_lookup_finds_ids_another_process_wrote_after_the_index_was_built(built)
         assert history.commit(c5).parent == shas["c4"]
         assert history.versions(c5) == _reference(path, c5)[0]
         assert history.changed(c5) == ["n"]  # and the other fields are removed
+
+
+def test_an_index_built_across_a_delete_is_not_trusted(tmp_path):
+    """A build reads the refs, then a delete moves them before the build marks its index
+    complete: that index names the deleted checkpoint, so it must not be marked complete."""
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path, fsync=False) as store:
+        for i in range(3):
+            _put(store, "t", f"d{i}", i, {"n": i})
+
+        class DeleteAfterTheWalk(History):
+            def refresh(self) -> None:
+                super().refresh()
+                if not hasattr(self, "deleted"):
+                    self.deleted = True
+                    store.delete(CheckpointConfig("t"))  # d2 goes, after this build read the refs
+
+        ids = path / "qvc" / "ids"
+        shutil.rmtree(ids, ignore_errors=True)  # always safe: the next lookup rebuilds it
+        DeleteAfterTheWalk(store.repository).lookup("d0")
+        assert not list(ids.glob("*/complete"))  # the build that read the refs before the delete is not trusted
+        assert History(store.repository).lookup("d2") is None
+        assert store.get_tuple(CheckpointConfig("any", "d2")) is None
+        assert History(store.repository).lookup("d1") == store.head("t")
+        assert list(ids.glob("*/complete"))  # the next build, after the delete, is
 
 
 def _shas_starting(repo, prefix: str) -> set[str]:
