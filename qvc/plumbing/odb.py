@@ -19,7 +19,7 @@ from collections import OrderedDict
 from typing import Iterator
 
 from qvc.errors import CorruptionError
-from qvc.plumbing import leases
+from qvc.plumbing import delta, leases
 
 TYPE_NAMES = {1: "commit", 2: "tree", 3: "blob", 4: "tag"}
 _OFS_DELTA, _REF_DELTA = 6, 7
@@ -314,10 +314,10 @@ class ObjectReader(RefReader):
                 pos += 1
                 back = ((back + 1) << 7) | (c & 0x7F)
             base_type, base = self._unpack(pack, offset - back)
-            result = base_type, _apply_delta(base, _inflate(data, pos, size))
+            result = base_type, delta.apply(base, _inflate(data, pos, size))
         elif kind == _REF_DELTA:
             base_type, base = self.read(bytes(data[pos:pos + 20]))
-            result = base_type, _apply_delta(base, _inflate(data, pos + 20, size))
+            result = base_type, delta.apply(base, _inflate(data, pos + 20, size))
         elif kind in TYPE_NAMES:
             result = kind, _inflate(data, pos, size)
         else:
@@ -351,45 +351,3 @@ def _inflate(data: mmap.mmap, pos: int, size: int) -> bytes:
     if len(out) != size:
         raise ValueError(f"pack entry inflates to {len(out)} bytes, expected {size}")
     return out
-
-
-def _varint(delta: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        c = delta[pos]
-        pos += 1
-        value |= (c & 0x7F) << shift
-        shift += 7
-        if not c & 0x80:
-            return value, pos
-
-
-def _apply_delta(base: bytes, delta: bytes) -> bytes:
-    src_size, pos = _varint(delta, 0)
-    dst_size, pos = _varint(delta, pos)
-    if src_size != len(base):
-        raise ValueError("delta base size mismatch")
-    out = bytearray()
-    n = len(delta)
-    while pos < n:
-        op = delta[pos]
-        pos += 1
-        if op & 0x80:
-            off = size = 0
-            for i in range(4):
-                if op & (1 << i):
-                    off |= delta[pos] << (8 * i)
-                    pos += 1
-            for i in range(3):
-                if op & (0x10 << i):
-                    size |= delta[pos] << (8 * i)
-                    pos += 1
-            out += base[off:off + (size or 0x10000)]
-        elif op:
-            out += delta[pos:pos + op]
-            pos += op
-        else:
-            raise ValueError("delta opcode 0")
-    if len(out) != dst_size:
-        raise ValueError("delta result size mismatch")
-    return bytes(out)

@@ -16,6 +16,10 @@ import struct
 import zlib
 from typing import Sequence
 
+from qvc.errors import CorruptionError
+from qvc.plumbing import delta
+from qvc.plumbing.objects import MODE_TREE, parse_tree
+
 TYPE_CODES = {"commit": 1, "tree": 2, "blob": 3}
 _IDX_MAGIC = b"\xfftOc" + struct.pack(">I", 2)
 
@@ -51,8 +55,24 @@ def _entry_header(code: int, size: int) -> bytes:
     return bytes(out)
 
 
-def _assemble(entries: Sequence[tuple[bytes, bytes]]) -> tuple[bytes, bytes, str]:
-    """``(pack, idx, name)`` from ``(raw oid, entry bytes)`` pairs (first of a duplicate wins)."""
+def _ofs(back: int) -> bytes:
+    """An ``OFS_DELTA`` entry's distance back to its base, in git's encoding."""
+    out = [back & 0x7F]
+    back >>= 7
+    while back:
+        back -= 1
+        out.append(0x80 | (back & 0x7F))
+        back >>= 7
+    return bytes(reversed(out))
+
+
+#: an ``OFS_DELTA`` entry still to be placed: (its type-and-size header, base oid, deflated delta)
+DeltaEntry = tuple[bytes, bytes, bytes]
+
+
+def _assemble(entries: Sequence[tuple[bytes, bytes | DeltaEntry]]) -> tuple[bytes, bytes, str]:
+    """``(pack, idx, name)`` from ``(raw oid, entry bytes)`` pairs (first of a duplicate wins);
+    an entry may be a :data:`DeltaEntry` whose base comes earlier in ``entries``."""
     import hashlib
 
     seen: dict[bytes, tuple[int, int]] = {}
@@ -61,6 +81,9 @@ def _assemble(entries: Sequence[tuple[bytes, bytes]]) -> tuple[bytes, bytes, str
     for oid, entry in entries:
         if oid in seen:
             continue
+        if isinstance(entry, tuple):
+            header, base_oid, payload = entry
+            entry = header + _ofs(offset - seen[base_oid][1]) + payload
         seen[oid] = (zlib.crc32(entry), offset)
         parts.append(entry)
         offset += len(entry)
@@ -88,7 +111,7 @@ def build(objects: Sequence[tuple[str, bytes]], oids: Sequence[bytes] | None = N
     """``(pack bytes, idx bytes, pack name)`` for the objects (duplicates are stored once).
 
     ``oids``, when given, are the objects' ids (saves hashing them again). Objects are stored
-    whole (never as deltas), which is what lets :func:`merge` copy them verbatim.
+    whole: a write stays cheap, and :func:`merge` finds the deltas later.
     """
     return _assemble([
         (oids[i] if oids is not None else object_id(kind, data),
@@ -156,23 +179,121 @@ def read_index(idx_path: str) -> list[tuple[bytes, int]]:
     return out
 
 
-def merge(pack_dir: str, bases: Sequence[str], *, fsync: bool = False) -> str:
-    """Merge packs written by :func:`write` (or merged before) into one, copying entries verbatim.
+def _entry(data: bytes, off: int) -> tuple[int, int, int]:
+    """``(type, size, where the entry's data starts)`` of the pack entry at ``off``."""
+    c = data[off]
+    kind, size, shift, pos = (c >> 4) & 7, c & 15, 4, off + 1
+    while c & 0x80:
+        c = data[pos]
+        pos += 1
+        size |= (c & 0x7F) << shift
+        shift += 7
+    return kind, size, pos
 
-    No recompression and no delta search, so merging costs about one read and one write of
-    the bytes. The new pack is on stable storage on return when ``fsync`` (then its directory
-    should be synced by the caller); the old packs are left for the caller to remove.
+
+def _ofs_base(data: bytes, pos: int) -> tuple[int, int]:
+    """``(distance back to the base, where the deflated delta starts)`` of an ``OFS_DELTA`` entry."""
+    c = data[pos]
+    pos += 1
+    back = c & 0x7F
+    while c & 0x80:
+        c = data[pos]
+        pos += 1
+        back = ((back + 1) << 7) | (c & 0x7F)
+    return back, pos
+
+
+def _tree_entries(deflated: bytes) -> list[tuple[str, tuple[int, bytes]]]:
+    """A packed tree's entries, or none if it does not inflate or parse (it is copied as it is)."""
+    try:
+        return list(parse_tree(zlib.decompress(deflated)).items())
+    except (zlib.error, CorruptionError):
+        return []
+
+
+_OFS_DELTA = 6
+DELTA_MAX = 4 << 20  # bytes: larger blobs are stored whole (a delta search's memory and time)
+DELTA_TRIES = 8  # bases a blob is tried against before it becomes a base itself
+OPENING = slice(8, 40)  # the bytes that group a blob with its likely bases (past any small header)
+
+
+def merge(pack_dir: str, bases: Sequence[str], *, fsync: bool = False) -> str:
+    """Merge packs (qvc's own, or any holding no ``REF_DELTA`` entries) into one; return its base path.
+
+    Entries are copied (a delta keeps its base, at its new distance), and blobs stored whole
+    are stored as deltas where one blob repeats most of another of the same name: the versions
+    of a growing state field (a transcript chunk), whose whole copies would otherwise cost
+    their full size each. Blobs are grouped by tree entry name and opening bytes; each is
+    tried against the largest of its group (the newest versions, kept whole, so reading the
+    latest is one inflate), and a delta is kept only if it is under half the blob. Deltas are
+    one level deep.
+
+    The new pack is on stable storage on return when ``fsync`` (then its directory should be
+    synced by the caller); the old packs are left for the caller to remove. Raises
+    ``ValueError`` for a pack with ``REF_DELTA`` entries.
     """
-    entries: list[tuple[bytes, bytes]] = []
+    whole: list[tuple[bytes, bytes]] = []  # (oid, entry bytes)
+    deltas: list[tuple[bytes, DeltaEntry]] = []  # copied, and found here
+    blobs: dict[bytes, tuple[bytes, int]] = {}  # oid -> (entry bytes, where its data starts in them)
+    names: dict[bytes, str] = {}  # blob oid -> a name a tree gives it
+    keep_whole: set[bytes] = set()  # bases of copied deltas
     for base in bases:
         with open(base + ".pack", "rb") as f:
             data = f.read()
         index = read_index(base + ".idx")
+        at = {off: oid for oid, off in index}
         ends = [off for _, off in index[1:]] + [len(data) - 20]
         for (oid, off), end in zip(index, ends, strict=True):
-            if (data[off] >> 4) & 7 not in (1, 2, 3, 4):
-                raise ValueError(f"{base}.pack holds deltas; only qvc's own packs can be merged verbatim")
-            entries.append((oid, data[off:end]))
+            kind, size, pos = _entry(data, off)
+            if kind == _OFS_DELTA:
+                back, start = _ofs_base(data, pos)
+                base_oid = at.get(off - back)
+                if base_oid is None:
+                    raise ValueError(f"{base}.pack: a delta at {off} has no base entry")
+                keep_whole.add(base_oid)
+                deltas.append((oid, (data[off:pos], base_oid, data[start:end])))
+            elif kind in (1, 2, 3, 4):
+                whole.append((oid, data[off:end]))
+                if kind == 3 and delta.MIN_SIZE <= size <= DELTA_MAX:
+                    blobs.setdefault(oid, (data[off:end], pos - off))
+                elif kind == 2:
+                    for name, (mode, raw) in _tree_entries(data[pos:end]):
+                        if mode != MODE_TREE:
+                            names.setdefault(raw, name)
+            else:
+                raise ValueError(f"{base}.pack holds REF_DELTA entries: only packs without them are merged")
+    by_name: dict[str, list[bytes]] = {}
+    for oid in blobs:
+        if oid in names and oid not in keep_whole:
+            by_name.setdefault(names[oid], []).append(oid)
+    contents: dict[bytes, bytes] = {}
+    groups: dict[tuple[str, bytes], list[bytes]] = {}
+    for name, oids in by_name.items():
+        for oid in oids if len(oids) > 1 else ():
+            entry, start = blobs[oid]
+            try:
+                contents[oid] = content = zlib.decompress(entry[start:])
+            except zlib.error:
+                continue  # copied as it is; whoever reads it reports the damage
+            # a version of one field keeps its name and its opening (a chunk's first message)
+            groups.setdefault((name, content[OPENING]), []).append(oid)
+    found: dict[bytes, DeltaEntry] = {}
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        group.sort(key=lambda oid: len(contents[oid]), reverse=True)
+        chosen: list[tuple[bytes, delta.Base]] = []
+        for oid in group:
+            target = contents[oid]
+            for base_oid, base in chosen[-DELTA_TRIES:]:
+                d = base.delta(target, len(target) // 2)
+                if d is not None:
+                    found[oid] = (_entry_header(_OFS_DELTA, len(d)), base_oid, deflate(d))
+                    break
+            else:
+                chosen.append((oid, delta.Base(target)))
+    entries: list[tuple[bytes, bytes | DeltaEntry]] = [(oid, e) for oid, e in whole if oid not in found]
+    entries += deltas + list(found.items())
     return _install(pack_dir, *_assemble(entries), fsync)
 
 
@@ -207,13 +328,14 @@ def is_intact(base: str) -> bool:
 
 
 def mergeable(base: str) -> bool:
-    """Whether :func:`merge` can take this pack: whole (:func:`is_intact`) and holding no deltas
-    (qvc's own packs, or merged ones; not those ``git repack`` or a fetch wrote)."""
+    """Whether :func:`merge` can take this pack: whole (:func:`is_intact`) and holding no
+    ``REF_DELTA`` entries (qvc's own packs, merged ones, and those ``git repack`` writes; not
+    a fetch's thin pack completed by git)."""
     if not is_intact(base):
         return False
     try:
         with open(base + ".pack", "rb") as f:
             data = f.read()
-        return all((data[off] >> 4) & 7 in (1, 2, 3, 4) for _, off in read_index(base + ".idx"))
+        return all((data[off] >> 4) & 7 in (1, 2, 3, 4, _OFS_DELTA) for _, off in read_index(base + ".idx"))
     except (OSError, ValueError, IndexError):
         return False

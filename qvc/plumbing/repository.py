@@ -398,8 +398,8 @@ class Repository:
         tried without waiting, and a busy repository is merged by a later close). Readers may
         run: the merged pack is on stable storage before the packs it replaces are removed,
         and a reader that misses an object looks again once the directory holds still
-        (:meth:`retry_on_miss`). Packs with deltas (``git repack``, fetches) and torn ones are
-        left alone (``qvc gc`` repacks everything; recovery removes torn packs).
+        (:meth:`retry_on_miss`). Packs with ``REF_DELTA`` entries (a fetch's completed thin
+        pack) and torn ones are left alone (``qvc gc`` repacks everything; recovery removes torn packs).
         """
         if not locked:
             fd = os.open(self._lock_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)

@@ -42,15 +42,20 @@ def _cat_batch(repo, shas: list[str]) -> dict[str, tuple[str, bytes]]:
 
 
 def _verify(repo, base: str) -> dict[str, tuple[str, int]]:
-    """``git verify-pack -v`` the pack; return ``{sha: (type, size)}`` of what it lists."""
+    """``git verify-pack -v`` the pack; return ``{sha: (type, size)}`` of what it lists (the
+    object's size, as ``git cat-file`` gives it: verify-pack gives a delta's own)."""
     out = run_git(repo, "verify-pack", "-v", base + ".idx").stdout
     listed = {}
     for line in out.splitlines():
         m = re.match(r"^([0-9a-f]{40}) (blob|tree|commit|tag)\s+(\d+) ", line)
         if m:
-            listed[m.group(1)] = (m.group(2), int(m.group(3)))
+            listed[m.group(1)] = m.group(2)
     assert f"{base}.pack: ok" in out
-    return listed
+    check = run_git(repo, "cat-file", "--batch-check", input="".join(s + "\n" for s in listed).encode(),
+                    text=False).stdout.decode().split("\n")
+    sizes = {sha: (kind, int(size)) for sha, kind, size in (line.split() for line in check if line)}
+    assert {sha: kind for sha, (kind, _) in sizes.items()} == listed
+    return sizes
 
 
 def _objects(seed: int = 0) -> list[tuple[str, bytes]]:
@@ -185,17 +190,92 @@ def test_merge_keeps_every_object_of_every_pack(bare):
     assert _verify(bare, again) == {sha: (k, len(d)) for sha, (k, d) in want.items()}
 
 
-def test_merge_refuses_a_pack_with_deltas(bare, tmp_path):
+def _versions(seed: int, n: int) -> list[bytes]:
+    """Versions of a growing msgpack list (a transcript chunk): each one more item than the last."""
+    rng = random.Random(seed)
+    items: list[bytes] = []
+    out = []
+    for _ in range(n):
+        items.append(rng.randbytes(300))
+        out.append(b"\xdc" + len(items).to_bytes(2, "big") + b"".join(b"\xc5" + len(i).to_bytes(2, "big") + i
+                                                                     for i in items))
+    return out
+
+
+def _chunk_packs(pack_dir: str, seed: int, n: int, name: str = "00000000") -> tuple[list[str], dict]:
+    """One small pack per version (as one put each writes), each with a tree naming its blob."""
+    bases, want = [], {}
+    for data in _versions(seed, n):
+        oid = pack.object_id("blob", data)
+        tree = b"100644 %s\x00%s" % (name.encode(), oid)
+        bases.append(pack.write(pack_dir, [("blob", data), ("tree", tree)]))
+        want[oid.hex()] = ("blob", data)
+        want[pack.object_id("tree", tree).hex()] = ("tree", tree)
+    return bases, want
+
+
+def _chains(repo, base: str) -> dict[int, int]:
+    """``{chain length: objects}`` as ``git verify-pack -v`` counts them (0: stored whole)."""
+    out = run_git(repo, "verify-pack", "-v", base + ".idx").stdout
+    counts = {int(n): int(k) for n, k in re.findall(r"^chain length = (\d+): (\d+) objects?$", out, re.MULTILINE)}
+    counts[0] = int(re.search(r"^non delta: (\d+) objects?$", out, re.MULTILINE).group(1))
+    return counts
+
+
+def test_merge_stores_versions_of_a_growing_blob_as_deltas_git_reads(bare):
+    pack_dir = str(bare / "objects" / "pack")
+    bases, want = _chunk_packs(pack_dir, 1, 24)
+    other, more = _chunk_packs(pack_dir, 2, 6, name="00000001")  # another field's chunk, interleaved by name
+    verbatim = sum(os.path.getsize(b + ".pack") for b in bases + other)
+    merged = pack.merge(pack_dir, bases + other)
+    want |= more
+    for base in bases + other:
+        os.unlink(base + ".idx")
+        os.unlink(base + ".pack")
+    assert _verify(bare, merged) == {sha: (k, len(d)) for sha, (k, d) in want.items()}
+    assert _chains(bare, merged) == {0: 30 + 2, 1: 23 + 5}  # trees, and each chunk's newest version, whole
+    assert os.path.getsize(merged + ".pack") < verbatim / 5
+    assert _cat_batch(bare, list(want)) == want
+    from qvc.plumbing.odb import ObjectReader
+
+    reader = ObjectReader(str(bare))
+    for sha, (kind, data) in want.items():
+        assert reader.read(bytes.fromhex(sha)) == ({"blob": 3, "tree": 2}[kind], data)
+    run_git(bare, "fsck", "--strict", "--no-dangling")
+
+    # a pack of deltas merges again: each delta keeps its base, at its new distance
+    extra, newest = _chunk_packs(pack_dir, 3, 3, name="00000002")
+    again = pack.merge(pack_dir, [*extra, merged])
+    want |= newest
+    for base in [*extra, merged]:
+        os.unlink(base + ".idx")
+        os.unlink(base + ".pack")
+    assert _verify(bare, again) == {sha: (k, len(d)) for sha, (k, d) in want.items()}
+    assert _chains(bare, again) == {0: 30 + 2 + 3 + 1, 1: 23 + 5 + 2}
+    assert _cat_batch(bare, list(want)) == want
+
+
+def test_merge_takes_a_pack_git_wrote_with_offset_deltas_and_refuses_ref_deltas(bare, tmp_path):
     rng = random.Random(5)
     base_data = rng.randbytes(20_000)
-    shas = [_blob_sha(bare, base_data + b"%d" % i) for i in range(4)]
-    prefix = str(tmp_path / "gitpack")
-    name = run_git(bare, "pack-objects", prefix, input="".join(s + "\n" for s in shas).encode(),
-                   text=False).stdout.decode().strip()
-    gitbase = f"{prefix}-{name}"
-    assert "chain length = 1" in run_git(bare, "verify-pack", "-v", gitbase + ".idx").stdout  # deltas indeed
-    with pytest.raises(ValueError, match="deltas"):
-        pack.merge(str(tmp_path), [gitbase])
+    contents = [base_data + b"%d" % i for i in range(4)]
+    shas = [_blob_sha(bare, data) for data in contents]
+    listing = "".join(s + "\n" for s in shas).encode()
+    bases = {}
+    for flag in ("--delta-base-offset", None):
+        prefix = str(tmp_path / f"git{flag is None}")
+        args = ["pack-objects", *([flag] if flag else []), prefix]
+        bases[flag] = f"{prefix}-{run_git(bare, *args, input=listing, text=False).stdout.decode().strip()}"
+        assert "chain length = 1" in run_git(bare, "verify-pack", "-v", bases[flag] + ".idx").stdout  # deltas indeed
+    assert pack.mergeable(bases["--delta-base-offset"]) and not pack.mergeable(bases[None])
+    with pytest.raises(ValueError, match="REF_DELTA"):
+        pack.merge(str(tmp_path), [bases[None]])
+    merged = pack.merge(str(tmp_path), [bases["--delta-base-offset"]])
+    mirror = tmp_path / "mirror.git"
+    run_git(None, "init", "-q", "--bare", str(mirror))
+    for ext in (".pack", ".idx"):
+        os.link(merged + ext, mirror / "objects" / "pack" / os.path.basename(merged + ext))
+    assert _cat_batch(mirror, shas) == {s: ("blob", d) for s, d in zip(shas, contents, strict=True)}
 
 
 # -- deflate -------------------------------------------------------------------------------------
