@@ -56,6 +56,8 @@ FORMAT_KEY = "qvc.format"
 JOURNAL_LIMIT = 64 * 2**20
 CONSOLIDATE_AT = 32  # small packs this store wrote before they are merged into one
 MERGE_PACKS_AT = 16  # small packs in the directory (any writer's, dead or alive) before they are merged
+#: packs git marks as not to be merged away: kept, a partial clone's, cruft (unreachable objects' times)
+_NOT_MERGED = (".keep", ".promisor", ".mtimes")
 SMALL_PACK = 4 * 2**20
 PACK_LOCK = "qvc/pack.lock"  # flock: a merge of the directory's packs excludes stores merging their own
 LOCK_WAIT = 10.0
@@ -415,7 +417,7 @@ class Repository:
             small = []
             for name in os.listdir(self.pack_dir):
                 base = os.path.join(self.pack_dir, name[:-4])
-                if not name.endswith(".idx") or os.path.exists(base + ".keep"):
+                if not name.endswith(".idx") or any(os.path.exists(base + ext) for ext in _NOT_MERGED):
                     continue
                 with contextlib.suppress(OSError):
                     if os.path.getsize(base + ".pack") < SMALL_PACK:
@@ -447,7 +449,9 @@ class Repository:
             fsync_dir(self.pack_dir)
         for base in bases:
             if base != merged:
-                for ext in (".idx", ".pack"):
+                # the index first (readers find packs by it), then the pack, then what git keeps
+                # next to packs it wrote (bitmap, reverse index)
+                for ext in (".idx", ".pack", ".bitmap", ".rev"):
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(base + ext)
         return merged

@@ -133,6 +133,37 @@ def test_merging_the_directorys_packs_while_others_read_and_write(tmp_path):
     fsck(path)
 
 
+def test_small_packs_git_wrote_merge_with_qvcs_and_kept_ones_stay(tmp_path):
+    """``git gc`` leaves a small pack with deltas, a bitmap and a reverse index; later writers
+    leave small packs of their own. The directory's merge takes git's pack too (its deltas
+    copied, its side files removed with it) and leaves a ``.keep`` pack alone."""
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path) as store:
+        for i in range(6):
+            store.put(CheckpointConfig("t"), Checkpoint(id=f"g-{i}", thread_id="t", step=i,
+                                                        state_data={"log": "line of text\n" * (200 + i)}), {})
+    run_git(path, "-c", "pack.writeReverseIndex=true", "gc", "-q")
+    pack_dir = path / "objects" / "pack"
+    gits = {p.stem for p in pack_dir.glob("*.pack")}
+    assert len(gits) == 1 and list(pack_dir.glob("*.bitmap")) and list(pack_dir.glob("*.rev"))
+    kept = None
+    for n in range(MERGE_PACKS_AT + 1):
+        with GitCheckpointStore(path) as store:  # each closes leaving its one small pack
+            store.put(CheckpointConfig("t"), Checkpoint(id=f"q-{n}", thread_id="t", step=6 + n,
+                                                        state_data={"log": "line of text\n" * (200 + n)}), {})
+        if kept is None:
+            kept = (set(p.stem for p in pack_dir.glob("*.pack")) - gits).pop()
+            (pack_dir / f"{kept}.keep").write_text("")
+    with GitCheckpointStore(path) as store:
+        store.repository.merge_small_packs()  # if no closing store merged them already
+        left = {p.stem for p in pack_dir.glob("*.pack")}
+        assert kept in left and not (gits & left) and len(left) <= 3
+        assert not list(pack_dir.glob("*.bitmap")) and not list(pack_dir.glob("*.rev"))
+        ids = [t.checkpoint.id for t in store.list(CheckpointConfig("t"))]
+        assert ids == [f"q-{n}" for n in reversed(range(MERGE_PACKS_AT + 1))] + [f"g-{i}" for i in reversed(range(6))]
+    fsck(path)
+
+
 def test_refs_are_packed_once_enough_threads_were_created(tmp_path):
     path = tmp_path / "r.qvc"
     count = refpack.PACK_REFS_AT + 4
