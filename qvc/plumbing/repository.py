@@ -368,12 +368,13 @@ class Repository:
                 self._pending.setdefault(oid, obj)
         record.stored = len(record.objects)
 
-    def consolidate(self) -> None:
+    def consolidate(self, *, final: bool = False) -> None:
         """Merge the small packs this store wrote into one; merge those in turn.
 
         Tiered like git's geometric repack: CONSOLIDATE_AT small packs become one, and
         CONSOLIDATE_AT merged packs become one, so a long run keeps few packs. Each merged pack
-        is flushed to stable storage before the packs it replaces are removed.
+        is flushed to stable storage before the packs it replaces are removed. ``final`` (the
+        store is closing): a lone small pack is rewritten too, compressed (small packs are not).
         """
         with self._consolidate_lock, self._lock.held(), self._pack_lock():
             with self._packs_lock:
@@ -381,7 +382,7 @@ class Repository:
             # git maintenance (qvc purge, git gc) may have repacked some of them already
             small = [b for b in small if os.path.exists(b + ".idx")]
             self._merged = [b for b in self._merged if os.path.exists(b + ".idx")]
-            if len(small) == 1:
+            if len(small) == 1 and not final:
                 with self._packs_lock:
                     self._small_packs[:0] = small
                 return
@@ -613,24 +614,28 @@ class Repository:
         with contextlib.ExitStack() as held:
             if not getattr(self._local, "exclusive", False):  # else maintenance already excludes writers
                 held.enter_context(self._lock.held())
-            with self._publish_mutex, self._state:
+            with self._publish_mutex:
                 # The journal first: git's files are written without a flush and a batch holds
                 # several writes, whose renames a power cut may keep in any subset; recovery
                 # rolls such a mix forward to the journal's end, so that end must be on disk.
+                # Flushed before the state lock is taken, so that puts go on meanwhile; under
+                # it, only what they appended since (usually nothing: a no-op) is flushed.
                 self._sync_journal()
-                if self._pending:
-                    objects = list(self._pending.items())
-                    base = pack.write(self.pack_dir, [obj for _, obj in objects], [oid for oid, _ in objects])
-                    with self._packs_lock:
-                        self._small_packs.append(base)
-                    self._pending.clear()
-                if self._leases:
-                    head = self._head_target()
-                    who = self._identity()
-                    for name in list(self._leases):
-                        leases.publish(self.path, name, self._leases[name], who, log=self._logged(name),
-                                       head_too=name == head)
-                        del self._leases[name]
+                with self._state:
+                    self._sync_journal()
+                    if self._pending:
+                        objects = list(self._pending.items())
+                        base = pack.write(self.pack_dir, [obj for _, obj in objects], [oid for oid, _ in objects])
+                        with self._packs_lock:
+                            self._small_packs.append(base)
+                        self._pending.clear()
+                    if self._leases:
+                        head = self._head_target()
+                        who = self._identity()
+                        for name in list(self._leases):
+                            leases.publish(self.path, name, self._leases[name], who, log=self._logged(name),
+                                           head_too=name == head)
+                            del self._leases[name]
         self._consolidate_soon()
 
     def _consolidate_soon(self) -> None:
@@ -818,9 +823,9 @@ class Repository:
             _warn("qvc: packing refs in %s failed: %s", self.path, exc)
         self._created = 0
 
-    def _consolidate_quietly(self) -> None:
+    def _consolidate_quietly(self, final: bool = False) -> None:
         try:
-            self.consolidate()
+            self.consolidate(final=final)
         except Exception as exc:  # harmless: the small packs stay and are merged later
             _warn("qvc: merging small packs in %s failed: %s", self.path, exc)
 
@@ -979,7 +984,7 @@ class Repository:
             error = error or journal.failed
             if self._packer is not None:
                 self._packer.stop()
-            self._consolidate_quietly()
+            self._consolidate_quietly(final=True)
             try:
                 self.merge_small_packs()
             except Exception as exc:  # harmless: they stay, and a later close merges them
