@@ -3,7 +3,9 @@
 Loose objects cost one new file each (a checkpoint is often 5–10 objects) and file creation,
 not bytes, dominates the cost of a put on a busy disk. A pack holds any number of objects
 in two files (``.pack`` and ``.idx``, format version 2), which git and libgit2 read natively.
-Small packs are merged later (see :meth:`qvc.plumbing.repository.Repository.consolidate`).
+A small pack's objects are uncompressed (zlib's stored blocks) so that writing one costs a
+copy; small packs are merged later (see :meth:`qvc.plumbing.repository.Repository.consolidate`),
+and a merge compresses them and stores the versions of a growing field as deltas.
 """
 
 from __future__ import annotations
