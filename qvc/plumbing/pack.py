@@ -3,9 +3,7 @@
 Loose objects cost one new file each (a checkpoint is often 5–10 objects) and file creation,
 not bytes, dominates the cost of a put on a busy disk. A pack holds any number of objects
 in two files (``.pack`` and ``.idx``, format version 2), which git and libgit2 read natively.
-A small pack's objects are uncompressed (zlib's stored blocks) so that writing one costs a
-copy; small packs are merged later (see :meth:`qvc.plumbing.repository.Repository.consolidate`),
-and a merge compresses them and stores the versions of a growing field as deltas.
+Small packs are merged later (see :meth:`qvc.plumbing.repository.Repository.consolidate`).
 """
 
 from __future__ import annotations
@@ -43,28 +41,6 @@ def deflate(data: bytes) -> bytes:
     """
     c = zlib.compressobj(1, zlib.DEFLATED, max(9, min(15, (len(data) + 262).bit_length())), 6)
     return c.compress(data) + c.flush()
-
-
-def store(data: bytes) -> bytes:
-    """A zlib stream holding ``data`` as it is (deflate's stored blocks), written at the speed
-    of a copy: what a write's small pack holds, so that a put's publication does not wait for
-    compression. :func:`merge` compresses such entries, in the background."""
-    parts = [b"\x78\x01"]  # deflate, 32 KiB window, no dictionary, "fastest" (a valid check)
-    pos, n = 0, len(data)
-    while True:
-        chunk = data[pos:pos + 0xFFFF]
-        pos += len(chunk)
-        parts.append(struct.pack("<BHH", pos >= n, len(chunk), len(chunk) ^ 0xFFFF))
-        parts.append(chunk)
-        if pos >= n:
-            break
-    parts.append(struct.pack(">I", zlib.adler32(data)))
-    return b"".join(parts)
-
-
-def _stored(data: bytes, pos: int) -> bool:
-    """Whether the zlib stream at ``pos`` begins with a stored block (as :func:`store` writes)."""
-    return data[pos:pos + 2] == b"\x78\x01" and not data[pos + 2] & 0x06
 
 
 def _entry_header(code: int, size: int) -> bytes:
@@ -135,12 +111,11 @@ def build(objects: Sequence[tuple[str, bytes]], oids: Sequence[bytes] | None = N
     """``(pack bytes, idx bytes, pack name)`` for the objects (duplicates are stored once).
 
     ``oids``, when given, are the objects' ids (saves hashing them again). Objects are stored
-    whole and uncompressed (:func:`store`): a write stays cheap, and :func:`merge` compresses
-    them and finds the deltas later.
+    whole: a write stays cheap, and :func:`merge` finds the deltas later.
     """
     return _assemble([
         (oids[i] if oids is not None else object_id(kind, data),
-         _entry_header(TYPE_CODES[kind], len(data)) + store(data))
+         _entry_header(TYPE_CODES[kind], len(data)) + deflate(data))
         for i, (kind, data) in enumerate(objects)
     ])
 
@@ -245,13 +220,13 @@ OPENING = slice(8, 40)  # the bytes that group a blob with its likely bases (pas
 def merge(pack_dir: str, bases: Sequence[str], *, fsync: bool = False) -> str:
     """Merge packs (qvc's own, or any holding no ``REF_DELTA`` entries) into one; return its base path.
 
-    Entries are copied (a delta keeps its base, at its new distance; uncompressed ones, as
-    :func:`build` writes them, are compressed), and blobs stored whole are stored as deltas
-    where one blob repeats most of another of the same name: the versions of a growing state
-    field (a transcript chunk), whose whole copies would otherwise cost their full size each.
-    Blobs are grouped by tree entry name and opening bytes; each is tried against the largest
-    of its group (the newest versions, kept whole, so reading the latest is one inflate), and
-    a delta is kept only if it is under half the blob. Deltas are one level deep.
+    Entries are copied (a delta keeps its base, at its new distance), and blobs stored whole
+    are stored as deltas where one blob repeats most of another of the same name: the versions
+    of a growing state field (a transcript chunk), whose whole copies would otherwise cost
+    their full size each. Blobs are grouped by tree entry name and opening bytes; each is
+    tried against the largest of its group (the newest versions, kept whole, so reading the
+    latest is one inflate), and a delta is kept only if it is under half the blob. Deltas are
+    one level deep.
 
     The new pack is on stable storage on return when ``fsync`` (then its directory should be
     synced by the caller); the old packs are left for the caller to remove. Raises
@@ -278,15 +253,11 @@ def merge(pack_dir: str, bases: Sequence[str], *, fsync: bool = False) -> str:
                 keep_whole.add(base_oid)
                 deltas.append((oid, (data[off:pos], base_oid, data[start:end])))
             elif kind in (1, 2, 3, 4):
-                entry = data[off:end]
-                if end - pos > 2 and _stored(data, pos):  # a small pack's: compress it now
-                    with contextlib.suppress(zlib.error):
-                        entry = data[off:pos] + deflate(zlib.decompress(data[pos:end]))
-                whole.append((oid, entry))
+                whole.append((oid, data[off:end]))
                 if kind == 3 and delta.MIN_SIZE <= size <= DELTA_MAX:
-                    blobs.setdefault(oid, (entry, pos - off))
+                    blobs.setdefault(oid, (data[off:end], pos - off))
                 elif kind == 2:
-                    for name, (mode, raw) in _tree_entries(entry[pos - off:]):
+                    for name, (mode, raw) in _tree_entries(data[pos:end]):
                         if mode != MODE_TREE:
                             names.setdefault(raw, name)
             else:

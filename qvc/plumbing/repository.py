@@ -368,13 +368,12 @@ class Repository:
                 self._pending.setdefault(oid, obj)
         record.stored = len(record.objects)
 
-    def consolidate(self, *, final: bool = False) -> None:
+    def consolidate(self) -> None:
         """Merge the small packs this store wrote into one; merge those in turn.
 
         Tiered like git's geometric repack: CONSOLIDATE_AT small packs become one, and
         CONSOLIDATE_AT merged packs become one, so a long run keeps few packs. Each merged pack
-        is flushed to stable storage before the packs it replaces are removed. ``final`` (the
-        store is closing): a lone small pack is rewritten too, compressed (small packs are not).
+        is flushed to stable storage before the packs it replaces are removed.
         """
         with self._consolidate_lock, self._lock.held(), self._pack_lock():
             with self._packs_lock:
@@ -382,7 +381,7 @@ class Repository:
             # git maintenance (qvc purge, git gc) may have repacked some of them already
             small = [b for b in small if os.path.exists(b + ".idx")]
             self._merged = [b for b in self._merged if os.path.exists(b + ".idx")]
-            if len(small) == 1 and not final:
+            if len(small) == 1:
                 with self._packs_lock:
                     self._small_packs[:0] = small
                 return
@@ -823,9 +822,9 @@ class Repository:
             _warn("qvc: packing refs in %s failed: %s", self.path, exc)
         self._created = 0
 
-    def _consolidate_quietly(self, final: bool = False) -> None:
+    def _consolidate_quietly(self) -> None:
         try:
-            self.consolidate(final=final)
+            self.consolidate()
         except Exception as exc:  # harmless: the small packs stay and are merged later
             _warn("qvc: merging small packs in %s failed: %s", self.path, exc)
 
@@ -984,7 +983,7 @@ class Repository:
             error = error or journal.failed
             if self._packer is not None:
                 self._packer.stop()
-            self._consolidate_quietly(final=True)
+            self._consolidate_quietly()
             try:
                 self.merge_small_packs()
             except Exception as exc:  # harmless: they stay, and a later close merges them

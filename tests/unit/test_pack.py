@@ -278,35 +278,6 @@ def test_merge_takes_a_pack_git_wrote_with_offset_deltas_and_refuses_ref_deltas(
     assert _cat_batch(mirror, shas) == {s: ("blob", d) for s, d in zip(shas, contents, strict=True)}
 
 
-@pytest.mark.parametrize("size", [0, 1, 0xFFFF - 1, 0xFFFF, 0xFFFF + 1, 3 * 0xFFFF + 5])
-def test_store_is_a_zlib_stream_of_the_data_as_it_is(size):
-    data = random.Random(size).randbytes(size)
-    out = pack.store(data)
-    assert zlib.decompress(out) == data
-    d = zlib.decompressobj()
-    assert d.decompress(out) + d.flush() == data and d.eof and d.unused_data == b""
-    assert len(out) == len(data) + 6 + 5 * max(1, -(-size // 0xFFFF))  # header, blocks, checksum
-
-
-def test_a_small_pack_is_uncompressed_and_its_merge_compressed(bare):
-    pack_dir = str(bare / "objects" / "pack")
-    text = b"the same line of a transcript, over and over\n" * 2000
-    objects = [("blob", text), ("blob", text + b"once more")]
-    bases = [pack.write(pack_dir, [obj]) for obj in objects]
-    assert all(os.path.getsize(b + ".pack") > len(text) for b in bases)  # a write does not wait for zlib
-    want = {pack.object_id(k, d).hex(): (k, d) for k, d in objects}
-    assert _cat_batch(bare, list(want)) == want
-    merged = pack.merge(pack_dir, bases)
-    for base in bases:
-        os.unlink(base + ".idx")
-        os.unlink(base + ".pack")
-    assert os.path.getsize(merged + ".pack") < len(text) / 20
-    assert _cat_batch(bare, list(want)) == want
-    lone = pack.merge(pack_dir, [pack.write(pack_dir, [("blob", b"x" * 10_000)])])  # a closing store's lone pack
-    assert os.path.getsize(lone + ".pack") < 1000
-    run_git(bare, "fsck", "--strict", "--no-dangling")
-
-
 # -- deflate -------------------------------------------------------------------------------------
 
 SIZES = [0, 1, 2, 249, 250, 251, 255, 256, 257, 511, 512, 513, 1023, 1024, 4096, 32_505, 32_506, 32_768,
