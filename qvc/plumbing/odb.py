@@ -20,6 +20,7 @@ from typing import Iterator
 
 from qvc.errors import CorruptionError
 from qvc.plumbing import delta, leases
+from qvc.plumbing import pack as packfile
 
 TYPE_NAMES = {1: "commit", 2: "tree", 3: "blob", 4: "tag"}
 _OFS_DELTA, _REF_DELTA = 6, 7
@@ -296,23 +297,9 @@ class ObjectReader(RefReader):
         if cached is not None:
             return cached
         data = pack.pack
-        pos = offset
-        c = data[pos]
-        pos += 1
-        kind, size, shift = (c >> 4) & 7, c & 15, 4
-        while c & 0x80:
-            c = data[pos]
-            pos += 1
-            size |= (c & 0x7F) << shift
-            shift += 7
+        kind, size, pos = packfile.entry_at(data, offset)
         if kind == _OFS_DELTA:
-            c = data[pos]
-            pos += 1
-            back = c & 0x7F
-            while c & 0x80:
-                c = data[pos]
-                pos += 1
-                back = ((back + 1) << 7) | (c & 0x7F)
+            back, pos = packfile.ofs_base(data, pos)
             base_type, base = self._unpack(pack, offset - back)
             result = base_type, delta.apply(base, _inflate(data, pos, size))
         elif kind == _REF_DELTA:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import itertools
+import mmap
 import os
 import struct
 import zlib
@@ -179,8 +180,9 @@ def read_index(idx_path: str) -> list[tuple[bytes, int]]:
     return out
 
 
-def _entry(data: bytes, off: int) -> tuple[int, int, int]:
-    """``(type, size, where the entry's data starts)`` of the pack entry at ``off``."""
+def entry_at(data: bytes | mmap.mmap, off: int) -> tuple[int, int, int]:
+    """``(type code, size, where its data starts)`` of the pack entry at ``off`` of a pack's
+    bytes; ``size`` is the object's (for a delta, the delta's) inflated size."""
     c = data[off]
     kind, size, shift, pos = (c >> 4) & 7, c & 15, 4, off + 1
     while c & 0x80:
@@ -191,8 +193,9 @@ def _entry(data: bytes, off: int) -> tuple[int, int, int]:
     return kind, size, pos
 
 
-def _ofs_base(data: bytes, pos: int) -> tuple[int, int]:
-    """``(distance back to the base, where the deflated delta starts)`` of an ``OFS_DELTA`` entry."""
+def ofs_base(data: bytes | mmap.mmap, pos: int) -> tuple[int, int]:
+    """``(distance back to its base entry, where the deflated delta starts)`` of an
+    ``OFS_DELTA`` entry whose data starts at ``pos`` (see :func:`entry_at`)."""
     c = data[pos]
     pos += 1
     back = c & 0x7F
@@ -244,9 +247,9 @@ def merge(pack_dir: str, bases: Sequence[str], *, fsync: bool = False) -> str:
         at = {off: oid for oid, off in index}
         ends = [off for _, off in index[1:]] + [len(data) - 20]
         for (oid, off), end in zip(index, ends, strict=True):
-            kind, size, pos = _entry(data, off)
+            kind, size, pos = entry_at(data, off)
             if kind == _OFS_DELTA:
-                back, start = _ofs_base(data, pos)
+                back, start = ofs_base(data, pos)
                 base_oid = at.get(off - back)
                 if base_oid is None:
                     raise ValueError(f"{base}.pack: a delta at {off} has no base entry")
