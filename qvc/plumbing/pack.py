@@ -228,8 +228,8 @@ def merge(pack_dir: str, bases: Sequence[str], *, fsync: bool = False) -> str:
     of a growing state field (a transcript chunk), whose whole copies would otherwise cost
     their full size each. Blobs are grouped by tree entry name and opening bytes; each is
     tried against the largest of its group (the newest versions, kept whole, so reading the
-    latest is one inflate), and a delta is kept only if it is under half the blob. Deltas are
-    one level deep.
+    latest is one inflate), and a delta is kept only if it is under half the blob. The deltas
+    a merge makes are one level deep.
 
     The new pack is on stable storage on return when ``fsync`` (then its directory should be
     synced by the caller); the old packs are left for the caller to remove. Raises
