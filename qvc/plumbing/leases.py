@@ -218,8 +218,9 @@ def publish(repo_path: str, name: str, lease: Lease, who: str, *, log: bool, hea
         if head_too:
             append_reflog(repo_path, "HEAD", lines)
     lease.moves.clear()
-    os.ftruncate(lease.fd, 0)
-    os.pwrite(lease.fd, (lease.value or ZERO).encode() + b"\n", 0)
+    value = (lease.value or ZERO).encode() + b"\n"
+    os.pwrite(lease.fd, value, 0)  # over the tag, then cut to it: the lock is never empty, so
+    os.ftruncate(lease.fd, len(value))  # recovery tells a publication cut short (the value) from git's lock
     os.rename(lock_path(repo_path, name), os.path.join(repo_path, name))
     os.close(lease.fd)
     lease.fd = -1

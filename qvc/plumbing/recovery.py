@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import time
 from dataclasses import dataclass, field, fields
@@ -217,8 +218,6 @@ def recover(repo: Repository) -> RecoveryReport:
             try:
                 repo.merge_small_packs(locked=True)
             except (OSError, ValueError) as exc:
-                import logging
-
                 logging.getLogger("qvc").warning("qvc: merging packs in %s failed: %s", repo.path, exc)
         if report:
             harden(repo.path, fsync=repo.fsync)
@@ -476,6 +475,8 @@ def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str 
         return  # nothing better to offer; fsck will name it
     if value == current and not broken:
         return
+    if not _unlocked(repo, name, {v for _, v, _ in moves if v}):
+        return
     loose = os.path.join(repo.path, name)
     if broken and os.path.exists(loose):
         os.unlink(loose)
@@ -487,6 +488,28 @@ def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str 
         repo.git.create_reference_direct(name, pygit2.Oid(hex=value), True,
                                          message="recovery: restored from the journal")
     report.refs_restored.append(name)
+
+
+def _unlocked(repo: Repository, name: str, values: set[str]) -> bool:
+    """Whether ``name`` may be written now: it has no lock, or its lock is the dead writer's
+    publication cut short (the lease's lock already holds one of the values the writer moved
+    the ref to, in place of its tag), which is removed. Another lock (git's own, a live
+    store's lease) is left, and so is the ref: a warning names it, and the next open retries."""
+    path = leases.lock_path(repo.path, name)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(64)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        data = b""
+    if data[:40].decode("ascii", "replace") in values and data[40:41] in (b"\n", b""):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        return True
+    logging.getLogger("qvc").warning("qvc: recovering %s: %s is locked by another writer; left as it is",
+                                     repo.path, name)
+    return False
 
 
 def _repair_unjournalled_refs(repo: Repository, journalled: set[str], report: RecoveryReport) -> None:

@@ -223,3 +223,40 @@ def test_a_dead_lease_over_a_torn_ref_does_not_stop_the_open(tmp_path):
     with GitCheckpointStore(path) as store:
         assert "refs/heads/t.lock" in store.recovery.locks_removed
     assert not (path / "refs" / "heads" / "t.lock").exists()
+
+
+MID_PUBLISH = """
+import os, signal, sys
+real = os.rename
+def rename(src, dst, *a, **k):  # SIGKILL this process as it renames a pending-writes lease over its ref
+    if str(src).endswith(".lock") and "/refs/qvc/writes/" in str(src):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(src, dst, *a, **k)
+os.rename = rename
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+s = GitCheckpointStore(sys.argv[1])
+s.put(CheckpointConfig("t"), Checkpoint(id="a", thread_id="t", step=0, state_data={"x": 1}), {})
+s.put_writes(CheckpointConfig("t", "a"), [("ch", 1)], "task")
+print("ACKED", flush=True)
+s.flush()
+"""
+
+
+def test_a_writer_killed_while_it_publishes_a_new_ref_loses_nothing(tmp_path):
+    """The lease's lock already holds the ref's value (no longer its tag) when the writer dies
+    before the rename; another store is open, so that lock is not simply old enough to go.
+    Opening restores the acknowledged pending write instead of failing on the lock."""
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path) as other:
+        _put(other, "u", "b", 0)
+        proc = subprocess.run([sys.executable, "-c", MID_PUBLISH, os.fspath(path)], env=child_env(),
+                              capture_output=True, text=True, timeout=60)
+        assert proc.stdout.split() == ["ACKED"] and proc.returncode == -9, proc.stderr[-3000:]
+        locks = list((path / "refs" / "qvc" / "writes").glob("*.lock"))
+        assert len(locks) == 1 and not locks[0].read_bytes().startswith(leases.TAG)
+        with GitCheckpointStore(path) as store:
+            assert store.recovery.journals_replayed == 1
+            t = store.get_tuple(CheckpointConfig("t"))
+            assert t.checkpoint.id == "a" and [(w.channel, w.value) for w in t.pending_writes] == [("ch", 1)]
+        assert not list((path / "refs" / "qvc" / "writes").glob("*.lock"))
+    fsck(path)
