@@ -27,7 +27,9 @@ def stream(watcher, show, first=()) -> None:
     def interrupt(signum, frame):
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    # SIGINT too: a shell starts a background job (`qvc watch &` in a script) with SIGINT
+    # ignored, and Python then leaves it ignored, so Ctrl-C or `kill -INT` would not end it
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         with watcher:
             for line in first:
@@ -40,7 +42,8 @@ def stream(watcher, show, first=()) -> None:
     except BrokenPipeError:  # `qvc watch | head -3` (click would turn it into exit 1)
         silence_stdout()
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def event_text(e) -> str:

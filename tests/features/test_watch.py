@@ -255,9 +255,9 @@ def test_falls_back_to_polling_when_inotify_is_exhausted(repo_path, writer, limi
 class Command:
     """A qvc command as a real process; its output lines are read in the background."""
 
-    def __init__(self, repo_path, *args: str):
+    def __init__(self, repo_path, *args: str, preexec=None):
         self.proc = subprocess.Popen([*QVC, "--repo", str(repo_path), *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=child_env())
+                                     stderr=subprocess.PIPE, text=True, env=child_env(), preexec_fn=preexec)
         self._lines: queue.Queue = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -342,6 +342,17 @@ def test_qvc_watch_json_streams_until_sigint(writer, command):
     [gone] = watch.json_lines(1)
     assert (gone["kind"], gone["thread"], gone["previous"]) == ("delete", "b", cp["commit"])
     assert watch.interrupt(signal.SIGINT) == ""
+
+
+def test_qvc_watch_ends_on_sigint_when_started_with_sigint_ignored(repo_path, writer):
+    """A shell starts a script's background job (`qvc watch &`) with SIGINT ignored; Ctrl-C
+    and `kill -INT` still end the watch, quietly."""
+    watch = Command(repo_path, "watch", preexec=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        watch.until_live(writer)
+        watch.interrupt(signal.SIGINT)  # exit status 0, nothing on stderr (later events may still print)
+    finally:
+        watch.close()
 
 
 def test_qvc_watch_piped_into_head_ends_quietly(repo_path, writer):
