@@ -450,6 +450,8 @@ def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str 
     except CorruptionError:
         current, broken = None, True
     new = moves[-1][1]
+    values = {v for _, v, _ in moves if v}
+    leased = leased or _cut_short(repo, name, values)  # it died publishing its lease
     if not broken:
         if current == new:
             return
@@ -475,7 +477,7 @@ def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str 
         return  # nothing better to offer; fsck will name it
     if value == current and not broken:
         return
-    if not _unlocked(repo, name, {v for _, v, _ in moves if v}):
+    if not _unlocked(repo, name, values):
         return
     loose = os.path.join(repo.path, name)
     if broken and os.path.exists(loose):
@@ -490,22 +492,28 @@ def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str 
     report.refs_restored.append(name)
 
 
+def _cut_short(repo: Repository, name: str, values: set[str]) -> bool:
+    """Whether ``name``'s lock is the dead writer's publication cut short: its lease's lock
+    already holds one of ``values`` (those the writer moved the ref to) in place of its tag."""
+    try:
+        with open(leases.lock_path(repo.path, name), "rb") as f:
+            data = f.read(64)
+    except OSError:
+        return False
+    return data[:40].decode("ascii", "replace") in values and data[40:41] in (b"\n", b"")
+
+
 def _unlocked(repo: Repository, name: str, values: set[str]) -> bool:
     """Whether ``name`` may be written now: it has no lock, or its lock is the dead writer's
-    publication cut short (the lease's lock already holds one of the values the writer moved
-    the ref to, in place of its tag), which is removed. Another lock (git's own, a live
-    store's lease) is left, and so is the ref: a warning names it, and the next open retries."""
+    publication cut short (:func:`_cut_short`), which is removed. Another lock (git's own, a
+    live store's lease) is left, and so is the ref: a warning names it, and the next open
+    retries."""
     path = leases.lock_path(repo.path, name)
-    try:
-        with open(path, "rb") as f:
-            data = f.read(64)
-    except FileNotFoundError:
-        return True
-    except OSError:
-        data = b""
-    if data[:40].decode("ascii", "replace") in values and data[40:41] in (b"\n", b""):
+    if _cut_short(repo, name, values):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
+        return True
+    if not os.path.lexists(path):
         return True
     logging.getLogger("qvc").warning("qvc: recovering %s: %s is locked by another writer; left as it is",
                                      repo.path, name)

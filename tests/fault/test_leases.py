@@ -244,8 +244,9 @@ s.flush()
 
 def test_a_writer_killed_while_it_publishes_a_new_ref_loses_nothing(tmp_path):
     """The lease's lock already holds the ref's value (no longer its tag) when the writer dies
-    before the rename; another store is open, so that lock is not simply old enough to go.
-    Opening restores the acknowledged pending write instead of failing on the lock."""
+    before the rename; another store is open, so that lock is not simply old enough to go, and
+    it deletes something meanwhile. Opening restores the acknowledged pending write (the lock
+    shows whose lease it was) instead of failing on the lock."""
     path = tmp_path / "r.qvc"
     with GitCheckpointStore(path) as other:
         _put(other, "u", "b", 0)
@@ -254,6 +255,8 @@ def test_a_writer_killed_while_it_publishes_a_new_ref_loses_nothing(tmp_path):
         assert proc.stdout.split() == ["ACKED"] and proc.returncode == -9, proc.stderr[-3000:]
         locks = list((path / "refs" / "qvc" / "writes").glob("*.lock"))
         assert len(locks) == 1 and not locks[0].read_bytes().startswith(leases.TAG)
+        _put(other, "u", "b2", 1)
+        other.delete(CheckpointConfig("u"))  # a delete since: the generation rule alone would not restore it
         with GitCheckpointStore(path) as store:
             assert store.recovery.journals_replayed == 1
             t = store.get_tuple(CheckpointConfig("t"))
