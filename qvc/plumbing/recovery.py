@@ -439,7 +439,8 @@ def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str 
     wrote since is left alone. File times come from the kernel's coarse clock: two writes of one
     ref within one tick (a few ms) plus a power loss cannot be told apart. ``leased``: the dead
     writer died holding the ref's lease (its unpublished moves), so no one else can have
-    deleted the ref since: a missing ref is restored whatever deletes happened elsewhere.
+    deleted the ref since: a missing ref is restored whatever deletes happened elsewhere. The
+    same holds when the ref's lock shows the writer died publishing that lease (:func:`_cut_short`).
     (Not proof against one case: the writer created the ref, another deleted it, and the
     writer died re-creating it before journaling that; the deleted thread then comes back.)
     """
