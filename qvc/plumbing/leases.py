@@ -112,7 +112,12 @@ def holder(repo_path: str, name: str) -> str | None:
         return None
     if not data.startswith(TAG):
         return None
-    return data[len(TAG):].strip().decode("utf-8", "replace") or None
+    # its first line: a power cut may keep a publication's truncation but not its write, which
+    # leaves the tag followed by NUL bytes
+    name = data[len(TAG):].split(b"\n", 1)[0].strip()
+    if not name or b"/" in name or any(c < 0x20 or c == 0x7F for c in name):
+        return None
+    return name.decode("utf-8", "replace")
 
 
 def flocked(path: str) -> bool | None:
