@@ -21,9 +21,8 @@ from typing import Iterator
 from qvc.errors import CorruptionError
 from qvc.plumbing import delta, leases
 from qvc.plumbing import pack as packfile
+from qvc.plumbing.objects import TYPE_NAMES
 
-TYPE_NAMES = {1: "commit", 2: "tree", 3: "blob", 4: "tag"}
-_OFS_DELTA, _REF_DELTA = 6, 7
 _IDX_MAGIC = b"\xfftOc\x00\x00\x00\x02"
 _MISS_RETRIES = 8
 _HEX40 = re.compile("[0-9a-f]{40}")
@@ -298,18 +297,18 @@ class ObjectReader(RefReader):
             return cached
         data = pack.pack
         kind, size, pos = packfile.entry_at(data, offset)
-        if kind == _OFS_DELTA:
+        if kind == packfile.OFS_DELTA:
             back, pos = packfile.ofs_base(data, pos)
             base_type, base = self._unpack(pack, offset - back)
             result = base_type, delta.apply(base, _inflate(data, pos, size))
-        elif kind == _REF_DELTA:
+        elif kind == packfile.REF_DELTA:
             base_type, base = self.read(bytes(data[pos:pos + 20]))
             result = base_type, delta.apply(base, _inflate(data, pos + 20, size))
         elif kind in TYPE_NAMES:
             result = kind, _inflate(data, pos, size)
         else:
             raise ValueError(f"unknown pack entry type {kind}")
-        if kind in (_OFS_DELTA, _REF_DELTA) or len(result[1]) < 65536:  # keep delta chains cheap
+        if kind in (packfile.OFS_DELTA, packfile.REF_DELTA) or len(result[1]) < 65536:  # keep delta chains cheap
             with self._lock:
                 self._bases[key] = result
                 while len(self._bases) > 256:

@@ -19,7 +19,7 @@ from typing import Sequence
 
 from qvc.errors import CorruptionError
 from qvc.plumbing import delta
-from qvc.plumbing.objects import MODE_TREE, parse_tree
+from qvc.plumbing.objects import MODE_TREE, TYPE_NAMES, parse_tree
 
 TYPE_CODES = {"commit": 1, "tree": 2, "blob": 3}
 _IDX_MAGIC = b"\xfftOc" + struct.pack(">I", 2)
@@ -214,7 +214,7 @@ def _tree_entries(deflated: bytes) -> list[tuple[str, tuple[int, bytes]]]:
         return []
 
 
-_OFS_DELTA = 6
+OFS_DELTA, REF_DELTA = 6, 7  # pack entry types of deltas (the whole objects' are objects.TYPE_NAMES)
 DELTA_MAX = 4 << 20  # bytes: larger blobs are stored whole (a delta search's memory and time)
 DELTA_TRIES = 8  # bases a blob is tried against before it becomes a base itself
 OPENING = slice(8, 40)  # the bytes that group a blob with its likely bases (past any small header)
@@ -248,14 +248,14 @@ def merge(pack_dir: str, bases: Sequence[str], *, fsync: bool = False) -> str:
         ends = [off for _, off in index[1:]] + [len(data) - 20]
         for (oid, off), end in zip(index, ends, strict=True):
             kind, size, pos = entry_at(data, off)
-            if kind == _OFS_DELTA:
+            if kind == OFS_DELTA:
                 back, start = ofs_base(data, pos)
                 base_oid = at.get(off - back)
                 if base_oid is None:
                     raise ValueError(f"{base}.pack: a delta at {off} has no base entry")
                 keep_whole.add(base_oid)
                 deltas.append((oid, (data[off:pos], base_oid, data[start:end])))
-            elif kind in (1, 2, 3, 4):
+            elif kind in TYPE_NAMES:
                 whole.append((oid, data[off:end]))
                 if kind == 3 and delta.MIN_SIZE <= size <= DELTA_MAX:
                     blobs.setdefault(oid, (data[off:end], pos - off))
@@ -291,7 +291,7 @@ def merge(pack_dir: str, bases: Sequence[str], *, fsync: bool = False) -> str:
             for base_oid, base in chosen[-DELTA_TRIES:]:
                 d = base.delta(target, len(target) // 2)
                 if d is not None:
-                    found[oid] = (_entry_header(_OFS_DELTA, len(d)), base_oid, deflate(d))
+                    found[oid] = (_entry_header(OFS_DELTA, len(d)), base_oid, deflate(d))
                     break
             else:
                 chosen.append((oid, delta.Base(target)))
@@ -339,6 +339,6 @@ def mergeable(base: str) -> bool:
     try:
         with open(base + ".pack", "rb") as f:
             data = f.read()
-        return all((data[off] >> 4) & 7 in (1, 2, 3, 4, _OFS_DELTA) for _, off in read_index(base + ".idx"))
+        return all((data[off] >> 4) & 7 in (*TYPE_NAMES, OFS_DELTA) for _, off in read_index(base + ".idx"))
     except (OSError, ValueError, IndexError):
         return False

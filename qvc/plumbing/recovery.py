@@ -451,8 +451,8 @@ def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str 
     except CorruptionError:
         current, broken = None, True
     new = moves[-1][1]
-    values = {v for _, v, _ in moves if v}
-    leased = leased or _cut_short(repo, name, values)  # it died publishing its lease
+    cut_short = _cut_short(repo, name, {v for _, v, _ in moves if v})
+    leased = leased or cut_short  # it died publishing its lease
     if not broken:
         if current == new:
             return
@@ -478,7 +478,7 @@ def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str 
         return  # nothing better to offer; fsck will name it
     if value == current and not broken:
         return
-    if not _unlocked(repo, name, values):
+    if not _unlocked(repo, name, cut_short):
         return
     loose = os.path.join(repo.path, name)
     if broken and os.path.exists(loose):
@@ -504,19 +504,19 @@ def _cut_short(repo: Repository, name: str, values: set[str]) -> bool:
     return data[:40].decode("ascii", "replace") in values and data[40:41] in (b"\n", b"")
 
 
-def _unlocked(repo: Repository, name: str, values: set[str]) -> bool:
+def _unlocked(repo: Repository, name: str, cut_short: bool) -> bool:
     """Whether ``name`` may be written now: it has no lock, or its lock is the dead writer's
-    publication cut short (:func:`_cut_short`), which is removed. Another lock (git's own, a
-    live store's lease) is left, and so is the ref: a warning names it, and the next open
-    retries."""
+    publication cut short (``cut_short``, see :func:`_cut_short`), which is removed. Another
+    lock (git's own, a live store's lease) is left, and so is the ref, for whoever holds the
+    lock to write; a warning names it."""
     path = leases.lock_path(repo.path, name)
-    if _cut_short(repo, name, values):
+    if cut_short:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         return True
     if not os.path.lexists(path):
         return True
-    logging.getLogger("qvc").warning("qvc: recovering %s: %s is locked by another writer; left as it is",
+    logging.getLogger("qvc").warning("qvc: recovering %s: %s is locked by another writer; left to it",
                                      repo.path, name)
     return False
 

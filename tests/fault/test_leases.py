@@ -263,3 +263,22 @@ def test_a_writer_killed_while_it_publishes_a_new_ref_loses_nothing(tmp_path):
             assert t.checkpoint.id == "a" and [(w.channel, w.value) for w in t.pending_writes] == [("ch", 1)]
         assert not list((path / "refs" / "qvc" / "writes").glob("*.lock"))
     fsck(path)
+
+
+def test_recovery_leaves_a_ref_locked_by_another_writer_and_opens(tmp_path, caplog):
+    """The dead writer's new ref is locked by someone else (git's own lock: no tag, no value of
+    the dead writer's) when the journal is replayed: the open goes on, names the ref in a
+    warning and leaves the ref to the lock's holder."""
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path) as other:
+        _put(other, "u", "b", 0)
+        proc = subprocess.run([sys.executable, "-c", MID_PUBLISH, os.fspath(path)], env=child_env(),
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == -9, proc.stderr[-3000:]
+        [lock] = (path / "refs" / "qvc" / "writes").glob("*.lock")
+        lock.write_bytes(b"")  # as git's lock is just after it creates it
+        with GitCheckpointStore(path) as store:
+            assert store.recovery.journals_replayed == 1
+            assert store.get_tuple(CheckpointConfig("t")).checkpoint.id == "a"
+        assert lock.exists()
+        assert any("is locked by another writer" in r.getMessage() for r in caplog.records)
