@@ -70,10 +70,12 @@ class Worker:
     """A daemon thread that runs ``task()`` within ``max_lag`` seconds after each ``poke()``.
 
     Pokes that arrive while it waits or runs are served by one more run. A failure is kept
-    in ``error`` for the owner to surface.
+    in ``error`` for the owner to surface. The owner stops it (:meth:`stop`); ``start=False``
+    makes one that never runs, a stand-in that keeps an owner from starting a real one.
     """
 
-    def __init__(self, task: Callable[[], None], max_lag: float, name: str = "qvc-flusher"):
+    def __init__(self, task: Callable[[], None], max_lag: float, name: str = "qvc-flusher", *,
+                 start: bool = True):
         self._task = task
         self._max_lag = max_lag
         self._wake = threading.Event()
@@ -81,7 +83,8 @@ class Worker:
         self._stop = False
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        if start:
+            self._thread.start()
 
     def poke(self) -> None:
         self._wake.set()
@@ -101,7 +104,9 @@ class Worker:
                 self.error = exc
 
     def stop(self) -> None:
+        """End the thread (after the run under way, if any) and wait for it. Idempotent."""
         self._stop = True
         self._halt.set()
         self._wake.set()
-        self._thread.join()
+        if self._thread.ident is not None:  # started
+            self._thread.join()

@@ -57,9 +57,11 @@ class Record:
     objects: list[tuple[str, bytes]] = field(default_factory=list)
     refs: list[tuple[str, str | None, str | None]] = field(default_factory=list)
     base: bool = False  # a snapshot of ref values taken right after hardening
-    #: ref name -> [identity (inode, mtime ns) of the ref's file, token in ``qvc/generation``] just
-    #: before the move; recovery uses it to tell a lost rename from a later writer's change. A
-    #: delete also notes the token it is about to write, under ``qvc/generation``.
+    #: ref name -> [identity (inode, mtime ns) of the ref's file, token in ``qvc/generation``,
+    #: lease serial] just before the move (the serial only for a move under a lease, see
+    #: :mod:`qvc.plumbing.leases`; records written before serials have two items); recovery
+    #: uses it to tell a lost rename from a later writer's change. A delete also notes the
+    #: token it is about to write, under ``qvc/generation``.
     seen: dict[str, list] = field(default_factory=dict)
     stored: int = field(default=0, compare=False)  # how many of ``objects`` are in the object store
     oids: list[bytes] = field(default_factory=list, compare=False)  # ids of ``objects``, when known

@@ -12,9 +12,14 @@ journal makes each move durable; its publisher (:meth:`Repository.publish
 the ref's reflog lines, writes the newest value into the lock file and renames it over the ref,
 which releases the lease.
 
-A lease's lock file names its holder: ``qvc lease <journal file name>``. A lock whose holder
-is gone (that journal's ``flock`` is free) is a dead writer's lease; recovery replays that
-journal, rolling the ref forward to what the dead writer acknowledged, and removes the lock.
+A lease's lock file names its holder and the lease: ``qvc lease <journal file name> <serial>``,
+the serial unique among that journal's leases. Every move made under the lease is journaled
+with its serial, so the moves a lease holds unpublished are exactly the journaled moves with
+that serial: whoever finishes a dead writer's lease (:func:`qvc.plumbing.recovery.adopt_lease`,
+recovery on open) rolls the ref forward to the last of them, and judges by nothing that
+another process can change (file identities, mtimes, ``packed-refs``). A lock whose holder is
+gone (that journal's ``flock`` is free) is a dead writer's lease. (Locks written before
+serials existed name the journal alone; recovery then falls back to the older rules.)
 
 Readers in other processes see a leased ref's move once it is published. So that a read which
 starts after a put returned sees that put (as a SQLite reader sees every committed
@@ -56,14 +61,16 @@ class Lease:
     value: str | None  # the newest value moved to (what publication writes)
     identity: list | None  # ``[inode, mtime ns]`` of the ref's file when the lease was taken
     moves: list[tuple[str | None, str | None, str, float]] = field(default_factory=list)  # old, new, why, when
+    serial: int | None = None  # the lease's number in its holder's journal (see the module docstring)
 
 
 def lock_path(repo_path: str, name: str) -> str:
     return os.path.join(repo_path, name + ".lock")
 
 
-def take(repo_path: str, name: str, holder: str) -> int | None:
-    """Create ``<ref>.lock`` exclusively and write the holder's tag in it; return its fd.
+def take(repo_path: str, name: str, holder: str, serial: int | None = None) -> int | None:
+    """Create ``<ref>.lock`` exclusively and write the holder's tag in it (``qvc lease <holder>
+    <serial>``); return its fd.
 
     ``None`` when the lock exists (another writer holds the ref). Raises
     :class:`CheckpointConflictError` when the name cannot be a ref here (a ref is in the way
@@ -86,7 +93,7 @@ def take(repo_path: str, name: str, holder: str) -> int | None:
     except (NotADirectoryError, IsADirectoryError) as exc:
         raise CheckpointConflictError(f"{name}: cannot be created here ({exc.strerror})") from None
     try:
-        os.write(fd, TAG + holder.encode() + b"\n")
+        os.write(fd, TAG + holder.encode() + (b"" if serial is None else b" %d" % serial) + b"\n")
     except OSError:
         os.close(fd)
         os.unlink(path)
@@ -103,8 +110,10 @@ def drop(repo_path: str, name: str, fd: int) -> None:
         pass
 
 
-def holder(repo_path: str, name: str) -> str | None:
-    """The journal file name a lease lock of ``name`` names, or ``None`` (no lock, or git's own)."""
+def tag(repo_path: str, name: str) -> tuple[str, int | None] | None:
+    """``(journal file name, serial)`` of the lease lock of ``name``; ``None`` if there is no
+    lock or it is not a lease (git's own). The serial is ``None`` in locks written before
+    leases were numbered."""
     try:
         with open(lock_path(repo_path, name), "rb") as f:
             data = f.read(200)
@@ -114,10 +123,23 @@ def holder(repo_path: str, name: str) -> str | None:
         return None
     # its first line: a power cut may keep a publication's truncation but not its write, which
     # leaves the tag followed by NUL bytes
-    name = data[len(TAG):].split(b"\n", 1)[0].strip()
-    if not name or b"/" in name or any(c < 0x20 or c == 0x7F for c in name):
+    line, whole, _ = data[len(TAG):].partition(b"\n")
+    words = line.strip().split(b" ")
+    who = words[0]
+    if not who or b"/" in who or any(c <= 0x20 or c == 0x7F for c in who) or len(words) > 2:
         return None
-    return name.decode("utf-8", "replace")
+    if len(words) == 2 and not words[1].isdigit():
+        return None
+    # The tag is written by one write, so only a power cut tears it, at any byte: a serial is
+    # trusted only when the line's end made it to the disk too (a torn "12" must not read "1").
+    serial = int(words[1]) if len(words) == 2 and whole else None
+    return who.decode("utf-8", "replace"), serial
+
+
+def holder(repo_path: str, name: str) -> str | None:
+    """The journal file name a lease lock of ``name`` names, or ``None`` (no lock, or git's own)."""
+    found = tag(repo_path, name)
+    return None if found is None else found[0]
 
 
 def flocked(path: str) -> bool | None:
@@ -148,10 +170,26 @@ def _foreign(repo_path: str, names: Iterable[str]) -> dict[str, tuple[int, int]]
         if (path, st.st_ino, st.st_ctime_ns) in _UNPUBLISHED:
             continue
         who = holder(repo_path, name)
-        if who is None or who in OWN or not flocked(os.path.join(repo_path, "qvc", "journal", os.path.basename(who))):
+        if who is None:
+            if publishing(path):  # a lease being published now: its rename follows at once
+                found[path] = (st.st_ino, st.st_ctime_ns)
+            continue
+        if who in OWN or not flocked(os.path.join(repo_path, "qvc", "journal", os.path.basename(who))):
             continue
         found[path] = (st.st_ino, st.st_ctime_ns)
     return found
+
+
+def publishing(lock: str) -> bool:
+    """Whether the lock file ``lock`` holds a ref value (``<40 hex>\n``): a lease whose value
+    is written over its tag, about to be renamed over the ref (or git's own lock, the same
+    moment of its update)."""
+    try:
+        with open(lock, "rb") as f:
+            data = f.read(64)
+    except OSError:
+        return False
+    return len(data) == 41 and data[40:] == b"\n" and all(c in b"0123456789abcdef" for c in data[:40])
 
 
 def foreign(repo_path: str, names: Iterable[str]) -> list[str]:
@@ -161,17 +199,25 @@ def foreign(repo_path: str, names: Iterable[str]) -> list[str]:
 
 def settle(repo_path: str, names: Iterable[str]) -> None:
     """Wait until every ref in ``names`` that a live store of another process holds a lease on
-    has been published: its lock is gone or is a later lease's. A read that follows sees every
+    (or is publishing) has been published: its lock is gone or is another file, a later
+    lease's. (Not a change of the lock's times: publishing writes the value into the lock
+    before it renames it, so the ref is written only once the lock is gone.) A read that follows sees every
     move that store acknowledged before this call. git's own locks, dead stores' leases (the
     next recovery rolls them forward) and this process's (:data:`OWN`) are not waited for.
     Returns after :data:`SETTLE_WAIT` at most, whatever is still leased; a lease still held
-    then (its writer stopped or stuck) is not waited for again by this process."""
+    then (its writer stopped or stuck) is not waited for again by this process, unless some
+    process (this one, say, recovering under it) held the maintenance lock ``qvc/lock``
+    exclusively meanwhile: no store can publish then (publishing holds it shared), so the
+    wait says nothing about the writer, and a later read waits for the lease again."""
     waiting = _foreign(repo_path, names)
     if not waiting:
         return
+    maintenance = f"{repo_path}/qvc/lock"
+    excluded = False  # whether the maintenance lock was seen held exclusively while we waited
     deadline = time.monotonic() + SETTLE_WAIT
     delay = 0.0002
     while waiting and time.monotonic() < deadline:
+        excluded = excluded or bool(flocked(maintenance))  # shared holders do not count: they publish
         time.sleep(delay)
         delay = min(delay * 2, 0.005)
         for path, identity in list(waiting.items()):
@@ -180,8 +226,10 @@ def settle(repo_path: str, names: Iterable[str]) -> None:
             except FileNotFoundError:
                 del waiting[path]
                 continue
-            if (st.st_ino, st.st_ctime_ns) != identity:
+            if st.st_ino != identity[0]:
                 del waiting[path]
+    if not waiting or excluded or flocked(maintenance):
+        return
     if len(_UNPUBLISHED) > 10_000:
         _UNPUBLISHED.clear()
     _UNPUBLISHED.update((path, *identity) for path, identity in waiting.items())

@@ -3,9 +3,9 @@
 Runs under the repository's exclusive maintenance lock, before the store accepts calls:
 
 1. Journals whose owner died (see :mod:`qvc.plumbing.journal`) are replayed: every object they
-   recorded is rewritten if it is missing, empty or truncated, and every ref they moved is
-   checked; a ref that is missing or whose recent history no longer reads back is set to the
-   newest value the journal made durable whose history does read back.
+   recorded is rewritten if it is missing, empty or truncated (all of them in one pack), and
+   every ref they moved is checked; a ref that is missing or whose recent history no longer
+   reads back is set to the newest value the journal made durable whose history does read back.
 2. Stale ``*.lock`` files under ``refs/`` and libgit2's temporary object files are removed
    (all of them when no other qvc store has the repository open, else those older than
    ``STALE_SECONDS``). After a crash, empty loose objects are removed too (``git fsck``
@@ -134,13 +134,80 @@ def journal_alive(repo: Repository, name: str) -> bool:
     return bool(leases.flocked(os.path.join(repo.qvc_dir, "journal", os.path.basename(name))))
 
 
+#: how long finishing a dead writer's lease waits for processes that only look at its journal
+#: (a shared ``flock`` held for a moment, as :func:`qvc.plumbing.leases.flocked` takes it)
+ADOPT_WAIT = 2.0
+
+
+def _claim(fd: int) -> bool:
+    """Take a dead store's journal exclusively; ``False`` if another process holds it so (its
+    live owner, or another process finishing its leases). Processes that only test it (a
+    shared lock for a moment) are waited for, up to :data:`ADOPT_WAIT`."""
+    deadline = time.monotonic() + ADOPT_WAIT
+    delay = 0.0005
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            pass
+        try:  # a shared lock we can take too: only lookers, no owner and no adopter
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 2, 0.02)
+
+
+def _serial(seen: object) -> int | None:
+    """The lease serial a journal record's ``seen`` entry for a ref names, if any."""
+    return seen[2] if isinstance(seen, list) and len(seen) > 2 and isinstance(seen[2], int) else None
+
+
+Move = tuple[str | None, str | None]
+
+
+def moves_under(moves: list[tuple[str | None, str | None, object]], serial: int) -> list[Move] | None:
+    """Of a journal's moves of one ref (``(old, new, seen)``, oldest first), those made under
+    lease ``serial`` when they are its last moves of the ref; ``None`` when a move without that
+    serial follows them (the lease was published and the ref moved again: only a power cut
+    that lost the publication's rename but kept the lock leaves such a lock behind)."""
+    start = next((i for i, m in enumerate(moves) if _serial(m[2]) == serial), None)
+    if start is None:
+        return []
+    tail = moves[start:]
+    if any(_serial(seen) != serial for _, _, seen in tail):
+        return None
+    return [(old, new) for old, new, _ in tail]
+
+
+def lease_moves(path: str, name: str, serial: int) -> tuple[list[tuple[str | None, str | None]] | None,
+                                                              list[tuple[str, bytes]]]:
+    """The moves of ref ``name`` the journal at ``path`` made under its lease ``serial``, oldest
+    first (see :func:`moves_under`), and every object the journal holds (what they may need)."""
+    moves: list[tuple[str | None, str | None, object]] = []
+    objects: list[tuple[str, bytes]] = []
+    for record in read_records(path):
+        if record.base:
+            continue
+        objects += record.objects
+        moves += [(old, new, record.seen.get(n)) for n, old, new in record.refs if n == name]
+    return moves_under(moves, serial), objects
+
+
 def adopt_lease(repo: Repository, name: str, holder: str) -> bool:
     """Finish a dead store's lease on ref ``name`` (see :mod:`qvc.plumbing.leases`) while other
     stores run: roll the ref forward to the last value the dead store's journal moved it to
-    (its objects rewritten first if git's files lack them), append those moves to the reflog,
-    and release the lock. Returns whether it did; ``False`` if the holder turns out to be alive
-    or another process is adopting it. The journal stays for the next open's full recovery,
-    which then finds the ref where the journal left it.
+    under that lease (its objects written first, as one pack, if git's files lack them),
+    append those moves to the reflog, and release the lock. Returns whether it did; ``False``
+    if the holder turns out to be alive or another process is adopting it. The journal stays
+    for the next open's full recovery, which then finds the ref where the journal left it.
+
+    Nothing but the lease's own journaled moves decides: no one else can have moved the ref
+    while the lock was in place, whatever happened to ``packed-refs`` or the ref's file.
     """
     path = os.path.join(repo.qvc_dir, "journal", os.path.basename(holder))
     lock = leases.lock_path(repo.path, name)
@@ -149,44 +216,106 @@ def adopt_lease(repo: Repository, name: str, holder: str) -> bool:
     except FileNotFoundError:
         fd = -1  # its journal is gone: nothing of the lease was acknowledged
     try:
-        if fd >= 0:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
-        if leases.holder(repo.path, name) != holder:
+        if fd >= 0 and not _claim(fd):
+            return False
+        found = leases.tag(repo.path, name)
+        if found is None or found[0] != holder:
             return False  # released or adopted meanwhile
-        moves: list[tuple[str | None, str | None, list | None]] = []
-        missing: list[tuple[str, bytes]] = []
-        for record in read_records(path) if fd >= 0 else ():
-            if record.base:
-                continue
-            for kind, data in record.objects:
-                if not repo.has(repo.hash(kind, data)):
-                    missing.append((kind, data))
-            moves += [(old, new, record.seen.get(n)) for n, old, new in record.refs if n == name]
-        disk = repo.ref(name)
-        identity = repo.file_identity(name)
-        start = next((i for i, (old, _, seen) in enumerate(moves)
-                      if old == disk and seen and seen[0] == identity), None)
-        if start is None or moves[-1][1] is None:
+        serial = found[1]
+        moves: list[tuple[str | None, str | None]] | None = []
+        objects: list[tuple[str, bytes]] = []
+        if fd >= 0:
+            if serial is not None:
+                moves, objects = lease_moves(path, name, serial)
+            if serial is None or moves is None:  # an old lock, or (after a power cut) one left behind
+                moves, objects = _unnumbered_lease_moves(repo, path, name)
+        if not moves or moves[-1][1] is None:
             os.unlink(lock)  # the lease's moves never reached the journal: nothing to roll forward
             return True
+        # not this process's unpublished objects: git's files must hold what the ref will name
+        missing = {repo.hash(kind, data): (kind, data) for kind, data in objects
+                   if not repo.has(repo.hash(kind, data), published=True)}
         if missing:
-            pack.write(os.path.join(repo.path, "objects", "pack"), missing)
+            pack.write(os.path.join(repo.path, "objects", "pack"), list(missing.values()), list(missing))
         value = moves[-1][1]
+        disk = repo.ref(name)
         if not _history_reads(repo, value, {disk} if disk else set()):
             os.unlink(lock)
             return True
         why, when = "recovery: a crashed writer's move", time.time()
         with open(lock, "r+b") as f:
-            lease = leases.Lease(os.dup(f.fileno()), value, identity,
-                                 [(old, new, why, when) for old, new, _ in moves[start:]])
+            lease = leases.Lease(os.dup(f.fileno()), value, repo.file_identity(name),
+                                 [(old, new, why, when) for old, new in moves], serial)
         leases.publish(repo.path, name, lease, "qvc <qvc@localhost>", log=True, head_too=False)
         return True
     finally:
         if fd >= 0:
             os.close(fd)
+
+
+#: how old a lock holding a value must be before a running store takes it for a dead writer's
+#: publication cut short (a live publisher holds that state for microseconds)
+CUT_SHORT_AGE = 1.0
+
+
+def finish_publication(repo: Repository, name: str, *, min_age: float = CUT_SHORT_AGE) -> bool:
+    """Complete a dead store's publication of ref ``name`` that a kill cut short, while other
+    stores run: the lease's lock already holds the value being published (its reflog lines
+    are written by then) and is renamed over the ref, as the dead store was about to. Only a
+    lock at least ``min_age`` old whose value a dead store's journal moved ``name`` to
+    qualifies (git's own lock, held for milliseconds, is younger; under the exclusive lock, where
+    no store publishes, any age will do). Returns whether it did."""
+    lock = leases.lock_path(repo.path, name)
+    try:
+        with open(lock, "rb") as f:
+            data = f.read(64)
+        age = time.time() - os.stat(lock).st_mtime
+    except OSError:
+        return False
+    value = data[:40].decode("ascii", "replace")
+    if age < min_age or not leases.publishing(lock):
+        return False
+    journal_dir = os.path.join(repo.qvc_dir, "journal")
+    for journal in sorted(os.listdir(journal_dir)):
+        path = os.path.join(journal_dir, journal)
+        if not journal.endswith(".wal") or journal_alive(repo, journal):
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        try:
+            if not _claim(fd):
+                continue
+            last = [new for record in read_records(path) for n, _, new in record.refs if n == name][-1:]
+            if last != [value]:  # not its last move of the ref: not the publication it died in
+                continue
+            with open(lock, "rb") as f:
+                if f.read(64) != data:
+                    return False
+            os.rename(lock, os.path.join(repo.path, name))
+            return True
+        except OSError:
+            return False
+        finally:
+            os.close(fd)
+    return False
+
+
+def _unnumbered_lease_moves(repo: Repository, path: str, name: str) -> tuple[
+        list[tuple[str | None, str | None]], list[tuple[str, bytes]]]:
+    """A lease lock written before leases were numbered: its moves are told from earlier ones
+    by the identity of the ref's file the writer saw (as qvc did then)."""
+    moves: list[tuple[str | None, str | None, list | None]] = []
+    objects: list[tuple[str, bytes]] = []
+    for record in read_records(path):
+        if not record.base:
+            objects += record.objects
+            moves += [(old, new, record.seen.get(n)) for n, old, new in record.refs if n == name]
+    disk, identity = repo.ref(name), repo.file_identity(name)
+    start = next((i for i, (old, _, seen) in enumerate(moves)
+                  if old == disk and seen and seen[0] == identity), None)
+    return ([] if start is None else [(old, new) for old, new, _ in moves[start:]]), objects
 
 
 def recover(repo: Repository) -> RecoveryReport:
@@ -196,20 +325,29 @@ def recover(repo: Repository) -> RecoveryReport:
     try:
         live = [n for n in os.listdir(journal_dir) if n.endswith(".wal")]
         alone = len(live) == len(orphans)
-        leased: dict[str, str] = {}  # refs the dead writers held leased: no one else moved them since
+        # refs the dead writers held leased (ref -> (journal, serial)): no one else moved them since
+        leased: dict[str, tuple[str, int | None]] = {}
         remove_stale_files(repo, 0.0 if alone else STALE_SECONDS, report,
                            dead={os.path.basename(path) for path, _ in orphans}, leased=leased)
         if orphans:
             _remove_empty_objects(repo, report)
             _remove_damaged_packs(repo, report)
-        replayed = [_replay(repo, path, report) for path, _ in orphans]
+        missing: dict[bytes, tuple[str, bytes]] = {}  # raw id -> (kind, data) of every journal
+        replayed = [_replay(repo, path, report, missing) for path, _ in orphans]
+        _restore_objects(repo, missing)  # before anything reads them (reflogs, refs)
         moves = [m for m, _ in replayed]
         if orphans:
             _repair_reflogs(repo, report)  # before restoring refs appends to the reflogs
-        for (journal_moves, tokens), (path, _) in zip(replayed, orphans, strict=True):
-            for name, history in journal_moves.items():
-                _restore_ref(repo, name, history, tokens, report,
-                             leased=leased.get(name) == os.path.basename(path))
+        restores = [(name, history, tokens.get(name, set()), leased.get(name, ("", None)), os.path.basename(path))
+                    for (journal_moves, tokens), (path, _) in zip(replayed, orphans, strict=True)
+                    for name, history in journal_moves.items()]
+        # the lease a dead writer held has the last word on its ref: restored after the others
+        restores.sort(key=lambda r: r[3][0] == r[4])
+        for name, history, tokens, (holder, serial), journal in restores:
+            _restore_ref(repo, name, history, tokens, report, leased=holder == journal,
+                         serial=serial if holder == journal else None)
+        if orphans:  # locks holding a value that no replayed journal owned: stale now
+            remove_stale_files(repo, 0.0 if alone else STALE_SECONDS, report)
         if orphans:
             _repair_unjournalled_refs(repo, {name for m in moves for name in m}, report)
             for path, _ in orphans:
@@ -240,12 +378,12 @@ def _mtime(path: str, default: float) -> float:
 
 def remove_stale_files(repo: Repository, older_than: float, report: RecoveryReport,
                        dead: set[str] | frozenset[str] = frozenset(),
-                       leased: dict[str, str] | None = None) -> None:
+                       leased: dict[str, tuple[str, int | None]] | None = None) -> None:
     """Remove lock and temporary files at least ``older_than`` seconds old. Under the exclusive
     lock (no qvc writer is mid-write) every lock file but a live store's lease is stale: pass 0.
     A lease (:mod:`qvc.plumbing.leases`) goes, whatever its age, once its store is gone: one
     held by a journal in ``dead`` (those this recovery claimed and replays) is removed and noted
-    in ``leased`` (ref → journal), any other dead store's is rolled forward (:func:`adopt_lease`),
+    in ``leased`` (ref → (journal, lease serial)), any other dead store's is rolled forward (:func:`adopt_lease`),
     or removed when its ref is unreadable (recovery repairs the ref after)."""
     now = time.time()
 
@@ -262,7 +400,8 @@ def remove_stale_files(repo: Repository, older_than: float, report: RecoveryRepo
                     continue
                 path = os.path.join(dirpath, name)
                 ref = os.path.relpath(path[:-5], repo.path).replace(os.sep, "/")
-                holder = leases.holder(repo.path, ref)
+                found = leases.tag(repo.path, ref)
+                holder = None if found is None else found[0]
                 if holder is not None:  # a store's lease: kept while that store lives, whatever its age
                     if holder not in dead:
                         if journal_alive(repo, holder):
@@ -276,7 +415,16 @@ def remove_stale_files(repo: Repository, older_than: float, report: RecoveryRepo
                             pass  # the ref is torn (a power cut): the lock goes, recovery repairs the ref
 
                     if leased is not None:
-                        leased[ref] = holder
+                        leased[ref] = (holder, found[1])
+                elif leases.publishing(path):
+                    # a dead store's publication cut short (or git's own lock, mid-update): never
+                    # simply removed, which would drop what it publishes. Under the exclusive lock
+                    # no live store publishes, so any age will do.
+                    if finish_publication(repo, ref, min_age=0.0 if older_than == 0.0 else CUT_SHORT_AGE):
+                        report.locks_removed.append(os.path.relpath(path, repo.path))
+                        continue
+                    if dead or not stale(path):
+                        continue  # a journal this recovery replays may own it: _restore_ref decides
                 elif not stale(path):
                     continue
                 os.unlink(path)
@@ -362,33 +510,49 @@ def _finish_generation(repo: Repository, path: str) -> None:
     os.replace(target + ".recovery", target)
 
 
-def _replay(repo: Repository, path: str, report: RecoveryReport) -> tuple[dict[str, list], set[str]]:
-    """Restore the journal's missing objects; return its ref moves (``{ref: [(old, new, seen)]}``)
-    and the generation tokens the writer saw or wrote."""
+def _replay(repo: Repository, path: str, report: RecoveryReport,
+            missing: dict[bytes, tuple[str, bytes]]) -> tuple[dict[str, list], dict[str, set[str]]]:
+    """Collect the journal's objects git's files lack (or hold unreadable) into ``missing`` (raw
+    id -> (kind, data)), for :func:`_restore_objects`; return its ref moves (``{ref: [(old, new,
+    seen)]}``) and, for each ref, the generation tokens that stood since the writer's last move
+    of it: the one it saw then, and those its own later deletes wrote."""
     report.journals_replayed += 1
     moves: dict[str, list[tuple[str | None, str | None, float]]] = {}
-    tokens: set[str] = set()
+    tokens: dict[str, set[str]] = {}
     for record in read_records(path):
-        tokens.update(v[1] for v in record.seen.values() if isinstance(v, list) and len(v) > 1
-                      and isinstance(v[1], str))
+        for name, _, _ in record.refs:
+            seen = record.seen.get(name)
+            tokens[name] = {seen[1]} if isinstance(seen, list) and len(seen) > 1 and isinstance(seen[1], str) else set()
+        written = record.seen.get(GENERATION)
+        if isinstance(written, list) and len(written) > 1 and isinstance(written[1], str):
+            for since in tokens.values():
+                since.add(written[1])
         for kind, data in record.objects:
             raw = repo.hash(kind, data)
+            if raw in missing:
+                continue
             try:
                 repo.read(raw, kind)
                 continue
             except CorruptionError:
                 pass
-            try:
-                os.unlink(_loose_path(repo, raw))
-            except FileNotFoundError:
-                pass
-            repo.git.odb.write(pygit2.enums.ObjectType[kind.upper()], data)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(_loose_path(repo, raw))  # a damaged loose copy: the packed one is read instead
+            missing[raw] = (kind, data)
             report.objects_restored += 1
         for name, old, new in record.refs:
             moves.setdefault(name, []).append((new if record.base else old, new, record.seen.get(name)))
             first = report.moved.get(name, (new if record.base else old, None))[0]
             report.moved[name] = (first, new)
     return moves, tokens
+
+
+def _restore_objects(repo: Repository, missing: dict[bytes, tuple[str, bytes]]) -> None:
+    """Write the objects the replayed journals restore as one pack (not one loose file each:
+    a recovery leaves no debris for ``qvc gc``). Not flushed here: :func:`recover` hardens the
+    repository before it removes the journals that hold them."""
+    if missing:
+        pack.write(os.path.join(repo.path, "objects", "pack"), list(missing.values()), list(missing))
 
 
 def _repair_reflogs(repo: Repository, report: RecoveryReport) -> None:
@@ -426,7 +590,8 @@ def _repair_reflogs(repo: Repository, report: RecoveryReport) -> None:
 
 
 def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str | None, list | None]],
-                 tokens: set[str], report: RecoveryReport, *, leased: bool = False) -> None:
+                 tokens: set[str], report: RecoveryReport, *, leased: bool = False,
+                 serial: int | None = None) -> None:
     """Bring a ref the dead writer moved back to what its durable journal records say.
 
     ``moves`` are the writer's (old, new, seen) moves of the ref, oldest first, where ``seen``
@@ -435,7 +600,9 @@ def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str 
     it is unreadable now; or when it still holds the value one of the moves replaced, in a file
     no newer than the one seen before that move (the renames since never reached the disk); or
     when it is missing and no other writer deleted history since (each delete writes a new token
-    to ``qvc/generation``; ``tokens`` are those the dead writer saw or wrote). A ref anyone else
+    to ``qvc/generation``; ``tokens`` are those that stood since the writer's last move of the
+    ref: the one it saw then and those it wrote after; a token it saw later proves nothing about
+    this ref). A ref anyone else
     wrote since is left alone. File times come from the kernel's coarse clock: two writes of one
     ref within one tick (a few ms) plus a power loss cannot be told apart. ``leased``: the dead
     writer died holding the ref's lease (its unpublished moves), so no one else can have
@@ -443,6 +610,16 @@ def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str 
     same holds when the ref's lock shows the writer died publishing that lease (:func:`_cut_short`).
     (Not proof against one case: the writer created the ref, another deleted it, and the
     writer died re-creating it before journaling that; the deleted thread then comes back.)
+
+    ``serial``: the number of the lease the dead writer died holding (its lock named it). Then
+    nothing but that lease's journaled moves decides: the ref goes to the last of them (none:
+    nothing under the lease was acknowledged, the ref stays), whatever the ref's file or
+    ``packed-refs`` look like, which other processes may have rewritten since without moving
+    the ref. (Unless the journal moved the ref again after that lease: a power cut kept the
+    lock but lost its publication's rename; then the rules above apply.) Likewise a
+    publication cut short (the lock holds the value being published) completes to that value.
+    The file-identity rules above remain for refs without such a lock: after a power cut lost
+    the lock, when no other process can have run since.
     """
     try:
         current = repo.ref(name)
@@ -451,8 +628,26 @@ def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str 
     except CorruptionError:
         current, broken = None, True
     new = moves[-1][1]
-    cut_short = _cut_short(repo, name, {v for _, v, _ in moves if v})
+    publishing = _cut_short(repo, name, {v for _, v, _ in moves if v})
+    cut_short = publishing is not None
+    if publishing != new:  # a power cut kept an older publication's lock: the journal moved on since
+        publishing = None
     leased = leased or cut_short  # it died publishing its lease
+    decided = publishing
+    under = moves_under(moves, serial) if serial is not None and decided is None else None
+    if under is not None:
+        if not under and not broken:
+            return  # nothing under the lease was acknowledged: the ref is as the lease found it
+        decided = under[-1][1] if under else None
+    if decided is not None and not broken:
+        if current == decided or not _history_reads(repo, decided, {current} if current else set()):
+            return
+        if not _unlocked(repo, name, cut_short):
+            return
+        repo.git.create_reference_direct(name, pygit2.Oid(hex=decided), True,
+                                         message="recovery: restored from the journal")
+        report.refs_restored.append(name)
+        return
     if not broken:
         if current == new:
             return
@@ -493,15 +688,17 @@ def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str 
     report.refs_restored.append(name)
 
 
-def _cut_short(repo: Repository, name: str, values: set[str]) -> bool:
-    """Whether ``name``'s lock is the dead writer's publication cut short: its lease's lock
-    already holds one of ``values`` (those the writer moved the ref to) in place of its tag."""
+def _cut_short(repo: Repository, name: str, values: set[str]) -> str | None:
+    """The value the dead writer was publishing when ``name``'s lock is its publication cut
+    short (its lease's lock already holds one of ``values``, those the writer moved the ref
+    to, in place of its tag), else ``None``."""
     try:
         with open(leases.lock_path(repo.path, name), "rb") as f:
             data = f.read(64)
     except OSError:
-        return False
-    return data[:40].decode("ascii", "replace") in values and data[40:41] in (b"\n", b"")
+        return None
+    value = data[:40].decode("ascii", "replace")
+    return value if value in values and data[40:41] in (b"\n", b"") else None
 
 
 def _unlocked(repo: Repository, name: str, cut_short: bool) -> bool:

@@ -3,9 +3,11 @@
 A reflog file costs a file-system block (4 KB) however short it is, and most threads of a
 fleet move once: 20,000 one-line reflogs take 79 MB. :func:`qvc.plumbing.refpack.compact_reflogs`
 moves one-line reflogs of threads into ``qvc/reflogs/<xx>``, 256 append-only files of
-``<ref name>\t<reflog line>`` lines (the file chosen by the name's CRC-32), and removes the
-reflog file. :func:`read_reflog` puts a ref's compacted entries before those of its file, so
-``THREAD@{N}`` and ``qvc reflog`` see the whole history (plain ``git reflog`` sees the file only).
+``<ref name>\t<reflog line>`` lines (the file chosen by the name's CRC-32; empty lines are
+skipped), and removes the reflog file. :func:`read_reflog` puts a ref's compacted entries
+before those of its file, so ``THREAD@{N}`` and ``qvc reflog`` see the whole history (plain
+``git reflog`` sees the file only). A compaction a crash cut short leaves an entry in both its
+shard and its file, and a later one may append it again: each counts once.
 
 Compacted entries count only while they connect to the file: a file whose oldest entry does not
 start from the newest compacted entry's value belongs to a new ref of that name (the old one
@@ -94,5 +96,7 @@ def packed_entries(repo_path: str, name: str) -> list[ReflogEntry]:
             if entry is not None:
                 if entry.old is None:
                     out = []
+                elif out and entry == out[-1] and entry.old != entry.new:
+                    continue  # compacted twice (a crash kept the file after its line was flushed): once
                 out.append(entry)
     return out

@@ -26,6 +26,8 @@ from __future__ import annotations
 import contextlib
 import os
 
+from qvc.plumbing.journal import fsync_dir
+from qvc.plumbing.pack import write_all
 from qvc.plumbing.reflog import PACKED, ReflogEntry, shard_of
 
 CREATED = "qvc/refs-created"
@@ -83,15 +85,18 @@ def compact_reflogs(repo_path: str, *, fsync: bool = True) -> int:
     shards flushed, and only then the file removed and the lock released; a crash in between
     leaves the entry in both places, which readers take once. Locks a crash leaves behind are
     removed by recovery.
+
+    Refs go in batches of at most :data:`BATCH` locks, in shard order, so a batch touches few
+    shards and the whole run flushes each shard about once (256 flushes at most for any
+    number of reflogs, instead of one per shard per batch), the directory only when a shard
+    is new.
     """
     logs = os.path.join(repo_path, "logs", "refs", "heads")
     try:
         entries = list(os.scandir(logs))
     except FileNotFoundError:
         return 0
-    os.makedirs(os.path.join(repo_path, PACKED), exist_ok=True)
-    batch: list[tuple[str, bytes, str, str]] = []
-    moved = 0
+    todo: list[tuple[str, str]] = []  # (shard, ref name)
     for entry in entries:
         if entry.name.endswith(".lock") or not entry.is_file(follow_symlinks=False):
             continue
@@ -99,54 +104,71 @@ def compact_reflogs(repo_path: str, *, fsync: bool = True) -> int:
             if entry.stat(follow_symlinks=False).st_size > ONE_LINE:
                 continue
         name = "refs/heads/" + entry.name
-        lock = os.path.join(repo_path, name + ".lock")
-        try:
-            os.close(os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
-        except OSError:
-            continue  # a writer holds it (or the ref is gone): next time
-        try:
-            with open(entry.path, "rb") as f:
-                data = f.read()
-        except OSError:
-            data = b""
-        lines = data.split(b"\n")
-        if len(lines) == 2 and lines[1] == b"" and ReflogEntry.parse(lines[0]) is not None:
-            batch.append((name, lines[0], entry.path, lock))
-        else:
-            os.unlink(lock)
-        if len(batch) >= BATCH:
-            moved += _move(repo_path, batch, fsync)
-            batch = []
-    if batch:
-        moved += _move(repo_path, batch, fsync)
-    return moved
+        todo.append((shard_of(name), name))
+    if not todo:
+        return 0
+    packed = os.path.join(repo_path, PACKED)
+    if not os.path.isdir(packed):
+        os.makedirs(packed, exist_ok=True)
+        if fsync:  # the new directory's name, before any entry in it counts as durable
+            fsync_dir(os.path.dirname(packed))
+    todo.sort()
+    return sum(_move(repo_path, todo[i:i + BATCH], fsync) for i in range(0, len(todo), BATCH))
 
 
-def _move(repo_path: str, batch: list[tuple[str, bytes, str, str]], fsync: bool) -> int:
+def _move(repo_path: str, batch: list[tuple[str, str]], fsync: bool) -> int:
+    """Compact the one-line reflogs of ``batch`` (``(shard, ref name)``) whose locks are free."""
+    locks: list[str] = []
+    logs: list[str] = []
     shards: dict[str, list[bytes]] = {}
-    for name, line, _, _ in batch:
-        shards.setdefault(shard_of(name), []).append(name.encode("utf-8", "surrogateescape") + b"\t" + line + b"\n")
     try:
-        for shard, lines in shards.items():
-            fd = os.open(os.path.join(repo_path, PACKED, shard), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
-                         0o644)
+        for shard, name in batch:
+            lock = os.path.join(repo_path, name + ".lock")
             try:
-                os.write(fd, b"".join(lines))
-                if fsync:
-                    os.fdatasync(fd)
-            finally:
-                os.close(fd)
-        if fsync:
-            from qvc.plumbing.journal import fsync_dir
-
+                os.close(os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
+            except OSError:
+                continue  # a writer holds it (or the ref is gone): next time
+            locks.append(lock)
+            log = os.path.join(repo_path, "logs", name)
+            try:
+                with open(log, "rb") as f:
+                    data = f.read(ONE_LINE + 1)
+            except OSError:
+                continue
+            lines = data.split(b"\n")
+            if len(lines) == 2 and lines[1] == b"" and ReflogEntry.parse(lines[0]) is not None:
+                shards.setdefault(shard, []).append(name.encode("utf-8", "surrogateescape") + b"\t" + lines[0] + b"\n")
+                logs.append(log)
+        created = False
+        for shard, lines in shards.items():
+            created = _append(os.path.join(repo_path, PACKED, shard), b"".join(lines), fsync) or created
+        if created and fsync:
             fsync_dir(os.path.join(repo_path, PACKED))
-        for _, _, log, _ in batch:
+        for log in logs:  # only now: every line is durable in its shard
             os.unlink(log)
-        return len(batch)
+        return len(logs)
     finally:
-        for _, _, _, lock in batch:
+        for lock in locks:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(lock)
+
+
+def _append(path: str, data: bytes, fsync: bool) -> bool:
+    """Append ``data`` (whole lines) to the shard at ``path`` and flush it; return whether the
+    file is new. The block starts with a newline (readers skip empty lines), so a line a failed
+    write or a crash left torn never swallows the first line of this one."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC
+    try:
+        fd, created = os.open(path, flags), False
+    except FileNotFoundError:
+        fd, created = os.open(path, flags | os.O_CREAT, 0o644), True
+    try:
+        write_all(fd, b"\n" + data)
+        if fsync:
+            os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    return created
 
 
 def commit_graph(repo_path: str, *, fsync: bool = True) -> bool:

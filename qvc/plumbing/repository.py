@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import itertools
 import os
 import threading
 import time
@@ -61,6 +62,7 @@ _NOT_MERGED = (".keep", ".promisor", ".mtimes")
 SMALL_PACK = 4 * 2**20
 PACK_LOCK = "qvc/pack.lock"  # flock: a merge of the directory's packs excludes stores merging their own
 LOCK_WAIT = 10.0
+CLOSE_WAIT = 2 * LOCK_WAIT  # how long close() waits for writes other threads began before it
 EXCLUSIVE_TRIES = 8  # rounds of waiting for other stores' leases to be published under the gate
 T = TypeVar("T")
 MISS_RETRIES = 8  # lookups of an object while other stores keep merging packs
@@ -205,9 +207,13 @@ class Repository:
         # Applied but not yet in git's files (see publish): objects by raw id, and leased refs.
         self._pending: dict[bytes, tuple[str, bytes]] = {}
         self._leases: dict[str, Lease] = {}
+        self._serials = itertools.count(1)  # numbers this store's leases (see qvc.plumbing.leases)
         self._state = threading.RLock()  # guards both; held while publishing
         self._publish_mutex = threading.RLock()  # taken before _state, never after
         self._publisher: Worker | None = None  # started by the first deferred move
+        self._workers_lock = threading.Lock()  # guards starting the packer (see close)
+        self._calls = threading.Condition()  # guards _running and the change of _closed to True
+        self._running = 0  # writes and flushes under way (see _admitted): close waits for them
         self._who: str | None = None  # the reflog identity (git's: user.name <user.email>)
         self._log_all: bool | None = None  # core.logAllRefUpdates
         # Recovery takes the exclusive lock (pausing writers) only when a quick look finds work.
@@ -224,6 +230,7 @@ class Repository:
         #: called with each record after it is journaled (and, in SYNC mode, durable); must not block
         self.listeners: list[Callable[[Record], None]] = []
         self._created = 0  # refs this store created: a hint for packing refs (qvc.plumbing.refpack)
+        self._graph_due = False  # refs were packed: the commit-graph is written at close
         self.listeners.append(self._count_created)
         self._closed = False
         _open_repos.add(self)
@@ -283,7 +290,15 @@ class Repository:
         pending = self._pending.get(raw)
         if pending is not None:
             otype, data = TYPES[pending[0]], pending[1]
-        elif self._reader is not None:
+        else:
+            otype, data = self._read_files(raw)
+        if kind is not None and otype != TYPES[kind]:
+            raise CorruptionError(f"object {raw.hex()} is a {TYPE_NAMES.get(otype, otype)}, expected a {kind}")
+        return data
+
+    def _read_files(self, raw: bytes) -> tuple[int, bytes]:
+        """``(type, data)`` of an object from git's files (not this process's unpublished writes)."""
+        if self._reader is not None:
             try:
                 otype, data = self._reader.read(raw)
             except KeyError:
@@ -303,9 +318,7 @@ class Repository:
                 # Before calling it lost: this thread's libgit2 may hold a pack list from before
                 # another store merged, repacked or recovery removed packs. Look once more afresh.
                 self._reopen_git()
-        if kind is not None and otype != TYPES[kind]:
-            raise CorruptionError(f"object {raw.hex()} is a {TYPE_NAMES.get(otype, otype)}, expected a {kind}")
-        return data
+        return otype, data
 
     def _reopen_git(self) -> None:
         """Give this Python thread a new ``pygit2.Repository`` (a fresh view of the packs)."""
@@ -345,13 +358,13 @@ class Repository:
 
     hash = staticmethod(pack.object_id)
 
-    def has(self, raw: bytes) -> bool:
-        """Whether the repository has object ``raw`` whole (in git's files, or written by this
-        process and not yet published)."""
-        if raw in self._pending:
+    def has(self, raw: bytes, *, published: bool = False) -> bool:
+        """Whether the repository has object ``raw`` whole: in git's files, or (unless
+        ``published``: what other processes can read) written by this process and not yet published."""
+        if raw in self._pending and not published:
             return True
         try:
-            self.read(raw)
+            self._read_files(raw)
             return True
         except CorruptionError:
             return False
@@ -541,12 +554,12 @@ class Repository:
                 if lease is not None:
                     if lease.value != old:
                         raise self._moved(name, old, lease.value)
-                    record.seen[name] = [lease.identity, self.generation()]
+                    record.seen[name] = [lease.identity, self.generation(), lease.serial]
                     lease.value = new
                     lease.moves.append((old, new, why, time.time()))
                     break
-                identity, generation = self.file_identity(name), self.generation()
-                fd = leases.take(self.path, name, os.path.basename(self.journal.path))
+                identity, generation, serial = self.file_identity(name), self.generation(), next(self._serials)
+                fd = leases.take(self.path, name, os.path.basename(self.journal.path), serial)
                 if fd is not None:
                     try:
                         current = self._refs.ref(name, settle=False)  # under our lease: no one else moves it
@@ -556,8 +569,8 @@ class Repository:
                     if current != old:
                         leases.drop(self.path, name, fd)
                         raise self._moved(name, old, current)
-                    self._leases[name] = Lease(fd, new, identity, [(old, new, why, time.time())])
-                    record.seen[name] = [identity, generation]
+                    self._leases[name] = Lease(fd, new, identity, [(old, new, why, time.time())], serial)
+                    record.seen[name] = [identity, generation, serial]
                     break
             self._clear_stale_lock(name)  # another writer holds it: wait, unless it is a stale or dead one's
             if time.monotonic() > deadline:
@@ -638,10 +651,15 @@ class Repository:
         self._consolidate_soon()
 
     def _consolidate_soon(self) -> None:
-        if len(self._small_packs) >= CONSOLIDATE_AT:
-            if self._packer is None:
-                self._packer = Worker(self._consolidate_quietly, 0.0, name="qvc-packer")
-            self._packer.poke()
+        if len(self._small_packs) >= CONSOLIDATE_AT or self._created >= refpack.PACK_REFS_AT:
+            # Runs after publish() let go of its locks, in any thread that published: one
+            # packer, started under the lock and never once close() began (close stops it).
+            with self._workers_lock:
+                if self._packer is None and not self._closed:
+                    self._packer = Worker(self._maintain_quietly, 0.0, name="qvc-packer")
+                packer = self._packer
+            if packer is not None:
+                packer.poke()
 
     def _publish_quietly(self) -> None:
         try:
@@ -771,14 +789,27 @@ class Repository:
         except FileNotFoundError:
             return None
 
-    def _clear_stale_lock(self, name: str, older_than: float = LOCK_WAIT / 2) -> None:
-        """Remove ``name``'s lock when its writer is gone: a lease of a dead store is rolled
-        forward (:func:`qvc.plumbing.recovery.adopt_lease`), git's own lock goes once it is
-        ``older_than`` seconds old; a live store's lease is never touched."""
+    def finish_dead_writer(self, name: str) -> bool:
+        """Before a writer reads or moves ref ``name``: if a dead store left its lease on it,
+        roll that lease forward (:func:`qvc.plumbing.recovery.adopt_lease`), or complete its
+        publication if a kill cut it short (:func:`qvc.plumbing.recovery.finish_publication`),
+        so that the writer builds on everything the dead store acknowledged. Returns whether
+        the ref has a lock that is no dead store's (git's own, or a live store's lease).
+        Costs one ``stat`` when the ref has no lock."""
+        if name in self._leases or not os.path.lexists(leases.lock_path(self.path, name)):
+            return False
         holder = leases.holder(self.path, name)
         if holder is not None:
             if not recovery.journal_alive(self, holder):
                 recovery.adopt_lease(self, name, holder)
+            return os.path.lexists(leases.lock_path(self.path, name))
+        return not recovery.finish_publication(self, name)
+
+    def _clear_stale_lock(self, name: str, older_than: float = LOCK_WAIT / 2) -> None:
+        """Remove ``name``'s lock when its writer is gone: a dead store's is finished
+        (:meth:`finish_dead_writer`), git's own goes once it is ``older_than`` seconds old; a
+        live store's lease is never touched."""
+        if not self.finish_dead_writer(name) or leases.holder(self.path, name) is not None:
             return
         lock = os.path.join(self.path, name + ".lock")
         with contextlib.suppress(OSError):
@@ -809,18 +840,35 @@ class Repository:
     def _count_created(self, record: Record) -> None:
         self._created += sum(1 for _, old, new in record.refs if old is None and new is not None)
 
-    def _pack_refs_quietly(self) -> None:
+    def _pack_refs_quietly(self, *, graph: bool = True) -> None:
         """Add this store's created refs to the shared count; once it is due, pack the refs and
-        compact the one-line reflogs of threads (:mod:`qvc.plumbing.refpack`)."""
+        compact the one-line reflogs of threads (:mod:`qvc.plumbing.refpack`), and (``graph``)
+        write the commit-graph."""
+        created, self._created = self._created, 0
         try:
-            if refpack.note_created(self.path, self._created) >= refpack.PACK_REFS_AT:
+            packed = False
+            if refpack.note_created(self.path, created) >= refpack.PACK_REFS_AT:
                 with self._lock.held():
-                    if refpack.pack_refs(self.path, fsync=self.fsync):
-                        refpack.commit_graph(self.path, fsync=self.fsync)
+                    packed = refpack.pack_refs(self.path, fsync=self.fsync)
+                    if packed:
                         refpack.compact_reflogs(self.path, fsync=self.fsync)
+            self._graph_due = self._graph_due or packed
+            if graph and self._graph_due:  # once, at close, for all the packing done meanwhile
+                self._graph_due = False
+                with self._lock.held():
+                    refpack.commit_graph(self.path, fsync=self.fsync)
         except Exception as exc:  # harmless: loose refs stay readable, a later store packs them
             _warn("qvc: packing refs in %s failed: %s", self.path, exc)
-        self._created = 0
+
+    def _maintain_quietly(self) -> None:
+        """The packer's task: merge this store's small packs, and pack the refs it created
+        once :data:`~qvc.plumbing.refpack.PACK_REFS_AT` of them are published, so that a store
+        creating many threads pays for packing them as it goes, not all at once in ``close()``
+        (removing thousands of loose files takes seconds on some disks)."""
+        if len(self._small_packs) >= CONSOLIDATE_AT:
+            self._consolidate_quietly()
+        if self._created >= refpack.PACK_REFS_AT:
+            self._pack_refs_quietly(graph=False)
 
     def _consolidate_quietly(self) -> None:
         try:
@@ -854,13 +902,13 @@ class Repository:
     def flush(self) -> None:
         """Make every write so far durable (already so in SYNC mode) and visible to other
         processes and to plain git (:meth:`publish`). Raises :class:`DurabilityError` if either fails."""
-        self._ensure_open()
-        self.raise_if_failed()
-        try:
-            self._sync_journal()
-            self.publish()
-        except OSError as exc:
-            raise DurabilityError(f"{self.path}: flush failed ({exc}); reopen the store") from exc
+        with self._admitted():
+            self.raise_if_failed()
+            try:
+                self._sync_journal()
+                self.publish()
+            except OSError as exc:
+                raise DurabilityError(f"{self.path}: flush failed ({exc}); reopen the store") from exc
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Transaction]:
@@ -893,14 +941,35 @@ class Repository:
     def writing(self) -> Iterator[None]:
         """Hold the shared maintenance lock (no recovery, gc or purge meanwhile, in any process);
         surfaces earlier flush failures first. Changes themselves go through :meth:`transaction`;
-        this alone suits work that must exclude maintenance while it reads or runs ``git``."""
-        self._ensure_open()
+        this alone suits work that must exclude maintenance while it reads or runs ``git``.
+        :meth:`close` waits for the block to end."""
+        if not getattr(self._local, "admitted", 0):  # else nested in a write that close() waits for
+            self._ensure_open()
         if self.readonly:
             raise InvalidInputError(f"{self.path}: opened read-only")
         self.raise_if_failed()
         self._gate.pass_through()
-        with self._lock.held():
+        with self._lock.held(), self._admitted():  # counted past the gate: close() never waits out a gc
             yield
+
+    @contextlib.contextmanager
+    def _admitted(self) -> Iterator[None]:
+        """Count a write or flush while it runs, so that :meth:`close` waits for it; raise
+        :class:`StoreClosedError` once close began, except in a thread already admitted (a
+        transaction's own flush completes)."""
+        depth = getattr(self._local, "admitted", 0)
+        with self._calls:
+            if not depth:
+                self._ensure_open()
+            self._running += 1
+        self._local.admitted = depth + 1
+        try:
+            yield
+        finally:
+            self._local.admitted = depth
+            with self._calls:
+                self._running -= 1
+                self._calls.notify_all()
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[int]:
@@ -958,10 +1027,18 @@ class Repository:
         return self._closed
 
     def close(self) -> None:
-        """Flush, harden and release everything. Idempotent. Raises a pending flush failure."""
-        if self._closed:
-            return
-        self._closed = True
+        """Flush, harden and release everything. Idempotent. Raises a pending flush failure.
+
+        Writes and flushes other threads began before are waited for (up to :data:`CLOSE_WAIT`
+        seconds), so what they acknowledge is published with the rest; later ones raise
+        :class:`StoreClosedError`. Every worker thread of the store is stopped and joined."""
+        with self._calls:
+            if self._closed:
+                return
+            self._closed = True  # under the lock: no write is admitted after this (see _admitted)
+            mine = getattr(self._local, "admitted", 0)  # closed from within a write of this thread
+            if not self._calls.wait_for(lambda: self._running <= mine, timeout=CLOSE_WAIT):
+                _warn("qvc: closing %s while %d write(s) still run", self.path, self._running - mine)
         _open_repos.discard(self)
         if not self.readonly:
             _writers[self.path] -= 1
@@ -969,8 +1046,12 @@ class Repository:
         if self._flusher is not None:
             self._flusher.stop()
             error = self._flusher.error
-        if self._publisher is not None:
-            self._publisher.stop()
+        with self._state:  # _lease_move starts the publisher under this lock, only while there is none
+            publisher = self._publisher
+            if publisher is None:  # a stand-in: a write still running past CLOSE_WAIT starts none
+                self._publisher = Worker(self._publish_quietly, PUBLISH_LAG, name="qvc-publisher", start=False)
+        if publisher is not None:
+            publisher.stop()
         try:
             self.publish()
         except OSError as exc:  # the journal has it all: kept, the next open replays it
@@ -978,11 +1059,13 @@ class Repository:
                 error = error or exc
             else:  # only objects of transactions that failed before moving a ref: nothing needs them
                 self._pending.clear()
+        with self._workers_lock:  # _closed is set: no packer starts after this (see _consolidate_soon)
+            packer = self._packer
+        if packer is not None:
+            packer.stop()
         journal = self._journal
         if journal is not None:  # else this store never wrote: nothing to flush
             error = error or journal.failed
-            if self._packer is not None:
-                self._packer.stop()
             self._consolidate_quietly()
             try:
                 self.merge_small_packs()
@@ -1064,7 +1147,10 @@ class Transaction:
         self.repo._store_objects(self.record)
 
     def ref(self, name: str) -> str | None:
-        """The current hex target of ref ``name`` (``None`` if absent), as :meth:`Repository.ref`."""
+        """The current hex target of ref ``name`` (``None`` if absent), as :meth:`Repository.ref`,
+        once a dead store's lease on it is rolled forward (:meth:`Repository.finish_dead_writer`):
+        what a write compares against includes everything any store acknowledged."""
+        self.repo.finish_dead_writer(name)
         return self.repo.ref(name)
 
     def move_ref(self, name: str, old: str | None, new: str | None, message: str | None = None) -> None:

@@ -7,6 +7,7 @@ from typing import List, Optional
 
 from qvc.errors import UnknownCheckpointError
 from qvc.store.base import CheckpointStore
+from qvc.store.git_store import GitCheckpointStore
 from qvc.types import Checkpoint, CheckpointConfig, CheckpointTuple
 
 
@@ -34,6 +35,9 @@ def fork_checkpoint(store: CheckpointStore, config: CheckpointConfig,
     metadata = {"source": "fork", "step": src.step, "run_id": source.metadata.get("run_id", "")}
     if new_thread_id:
         metadata["parents"] = {dest: src.id}
+    if isinstance(store, GitCheckpointStore):  # time travel asked for: whatever the head is now, it is superseded
+        return store.put(CheckpointConfig(thread_id=dest), forked, metadata, forked.state_versions,
+                         expected_head=store.head(dest))
     return store.put(CheckpointConfig(thread_id=dest), forked, metadata, forked.state_versions)
 
 

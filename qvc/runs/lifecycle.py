@@ -389,8 +389,9 @@ class Runs:
         if takeover:
             takeover["by"] = run.owner.to_dict()
             run.takeovers = list(run.takeovers) + [takeover]
+        rewinds = self.store.resolve(line[-1].config.checkpoint_id) if basis is not head else None
         rec = RunRecorder(self.store, thread, run, list(segments), basis.id, head.step + 1, lock, heartbeat_interval,
-                          self._mark_regenerated)
+                          self._mark_regenerated, rewinds=rewinds)
         if input is not None:
             rec.add_message(Message("user", input))
         rec.put_checkpoint(reason, RunStatus.RUNNING, extra={"takeover": takeover} if takeover else None)

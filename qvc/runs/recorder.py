@@ -39,10 +39,13 @@ class RunRecorder:
 
     def __init__(self, store: GitCheckpointStore, thread: str, run: Run, segments: List[Segment],
                  parent: Optional[str], step: int, lock: Optional[RunLock], heartbeat_interval: Optional[float],
-                 mark_regenerated: Optional[MarkRegenerated] = None):
+                 mark_regenerated: Optional[MarkRegenerated] = None, *, rewinds: Optional[str] = None):
         """Made by :class:`~qvc.runs.Runs`: ``segments``, ``parent`` and ``step`` continue the stored line,
         ``lock`` is the run lock this recorder owns (released when it finishes or closes), and
-        ``mark_regenerated`` is called when a regeneration that replaces its source completes."""
+        ``mark_regenerated`` is called when a regeneration that replaces its source completes.
+        ``rewinds``: the thread's head (commit SHA) when ``parent`` is an older checkpoint of it
+        (a continue that rewinds): the first checkpoint supersedes that head's line, as asked
+        (time travel, see :meth:`GitCheckpointStore.put`), and conflicts if the head moved."""
         self._store = store
         self._mark_regenerated = mark_regenerated
         self.thread_id = thread
@@ -50,6 +53,7 @@ class RunRecorder:
         self._segments = segments
         self._persisted = (sum(len(s.messages) for s in segments), sum(len(s.tools) for s in segments))
         self._parent = parent
+        self._rewinds = rewinds
         self._step = step
         self._lock = lock
         self._since = self._persisted
@@ -161,8 +165,11 @@ class RunRecorder:
         if extra:
             metadata.update(extra)
         with self._beat_lock:
-            self._store.put(CheckpointConfig(self.thread_id), checkpoint, metadata)
-            self._parent = checkpoint.id
+            if self._rewinds is not None:
+                self._store.put(CheckpointConfig(self.thread_id), checkpoint, metadata, expected_head=self._rewinds)
+            else:
+                self._store.put(CheckpointConfig(self.thread_id), checkpoint, metadata)
+            self._parent, self._rewinds = checkpoint.id, None
         self._step += 1
         self._since = self._persisted
         run.checkpoint_id = checkpoint.id

@@ -8,6 +8,7 @@ durable and :mod:`qvc.plumbing.recovery` for what opening a crashed repository r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from typing import Any, Callable, Iterator, Mapping, Optional, Protocol, Sequence
@@ -463,13 +464,22 @@ class GitCheckpointStore(CheckpointStore):
             new_versions: StateVersions | None = None, *, expected_head: str | None = UNCHECKED) -> CheckpointConfig:
         """Store ``checkpoint`` as a commit on ``config.thread_id`` and move the thread's head to it.
 
-        The parent is the checkpoint named by ``checkpoint.parent_id`` when given (possibly on
-        another thread: a fork; an older one on this thread: time travel, the previous line
-        is kept under ``refs/qvc/superseded/``), else the thread's head. ``new_versions`` is
-        accepted for compatibility; versions are derived from the stored trees. ``expected_head``
-        (a commit SHA, or ``None`` for a thread without checkpoints) makes the write a
-        compare-and-swap: if the thread's head is not that commit when the write starts, or
-        moves before it ends, :class:`CheckpointConflictError` names the thread and nothing is stored.
+        The parent is the checkpoint named by ``checkpoint.parent_id`` when given, else the
+        thread's head. A parent that is the head, or descends from it, extends the thread (a
+        fork when the thread is new). Any other parent (an older checkpoint of this thread, or
+        one of another thread, while the thread has a head) would supersede the head's line:
+        that is **time travel**, done only when asked for explicitly with
+        ``expected_head`` (the head the caller saw; the line left is kept under
+        ``refs/qvc/superseded/``); without it :class:`CheckpointConflictError` says so and
+        nothing is stored, since another writer moving the head meanwhile looks the same
+        (no silent fork). ``expected_head`` (a commit SHA, or ``None`` for a thread without
+        checkpoints) makes any write a compare-and-swap: if the thread's head is not that
+        commit when the write starts, or moves before it ends, :class:`CheckpointConflictError`
+        names the thread and nothing is stored. ``new_versions`` is accepted for compatibility;
+        versions are derived from the stored trees.
+
+        A put that raised :class:`CheckpointConflictError` stored nothing: retrying it with the
+        same id and content stores it (once the conflict's cause is gone).
 
         Durable on return in SYNC mode. Raises :class:`InvalidInputError` for malformed
         arguments, :class:`SerializationError` (naming the field path) for state that cannot
@@ -507,14 +517,22 @@ class GitCheckpointStore(CheckpointStore):
             fields, _ = self._builder(tx.write).fields(checkpoint.state_data, parent_entries)
             new = self.write_checkpoint(tx, header, metadata, fields, [parent] if parent else [])
             cause = f"{metadata.get('source') or 'put'}: step {checkpoint.step} {checkpoint.id}"
+            travel = head is not None and parent != head and not self.descends(parent, head)
+            if travel and expected_head is UNCHECKED:
+                raise CheckpointConflictError(_unasked_travel(thread, checkpoint.parent_id, head))
+            if travel:
+                cause += " (time travel)"
+            elif parent is not None and parent != head:
+                cause += f" (fork of {self._history.commit(parent).checkpoint_id})"
+            kept = None
             try:
-                if head is not None and parent != head and not self.descends(parent, head):
-                    self._keep_superseded(tx, thread, head)
-                    cause += " (time travel)"
-                elif parent is not None and parent != head:
-                    cause += f" (fork of {self._history.commit(parent).checkpoint_id})"
+                if travel:  # before the head moves: git's files never show the head without the line it left
+                    kept = self._keep_superseded(tx, thread, head)
                 tx.move_ref(ref, head, new, cause)
             except CheckpointConflictError as exc:  # name the thread, not a ref
+                if kept is not None:  # nothing stored means no line kept either
+                    with contextlib.suppress(CheckpointConflictError):
+                        tx.move_ref(kept, head, None, "put: conflicted")
                 found = tx.ref(ref)
                 if found == head:  # not moved: its lock stayed taken
                     raise CheckpointConflictError(f"thread {thread!r}: {str(exc).split(': ', 1)[-1]}") from None
@@ -603,10 +621,18 @@ class GitCheckpointStore(CheckpointStore):
         except (pygit2.GitError, KeyError) as exc:
             raise CorruptionError(f"cannot tell whether {commit[:12]} descends from {ancestor[:12]}: {exc}") from None
 
-    def _keep_superseded(self, tx: Transaction, thread: str, tip: str) -> None:
+    def _keep_superseded(self, tx: Transaction, thread: str, tip: str) -> str | None:
+        """Keep the line ending at ``tip`` under ``refs/qvc/superseded/``; the ref's name if this
+        call created it."""
         name = superseded_prefix(thread) + tip
         if tx.ref(name) is None:
-            tx.move_ref(name, None, tip)
+            try:
+                tx.move_ref(name, None, tip)
+                return name
+            except CheckpointConflictError:
+                if tx.ref(name) != tip:  # another writer kept the same line meanwhile: the same ref
+                    raise
+        return None
 
     def _check_reput(self, existing: str, header: dict, metadata: dict, state: Mapping, parent: str | None,
                      parent_given: bool) -> None:
@@ -895,6 +921,12 @@ class GitCheckpointStore(CheckpointStore):
             raise
         except OSError as exc:
             raise StorageError.of(exc, self.path, "cannot purge") from exc
+
+
+def _unasked_travel(thread: str, parent_id: str, head: str) -> str:
+    return (f"thread {thread!r}: parent_id {parent_id!r} is not its head {head[:12]} nor after it (time travel, or "
+            f"another writer moved the head); nothing was stored. To supersede the head's line on purpose, pass "
+            f"expected_head=<the head's SHA>, or reset the thread")
 
 
 def _moved(thread: str, expected: str | None, found: str | None) -> str:

@@ -198,7 +198,7 @@ class History:
         rescan of the pack directory on every put).
         """
         ids: list[tuple[str, str]] = []
-        written: set[str] = set()
+        written: dict[str, CommitInfo] = {}  # the commits this record wrote
         for (kind, data), oid in zip(record.objects, record.oids, strict=True):
             if kind == "blob":
                 self._blobs.put(oid, data)
@@ -207,19 +207,29 @@ class History:
             elif kind == "commit":
                 info = parse_commit(oid.hex(), data)
                 self._commits.put(info.hex, info)
-                written.add(info.hex)
-                if info.checkpoint_id != info.hex:  # a checkpoint (not pending writes)
-                    ids.append((info.checkpoint_id, info.hex))
-                    with self._lock:
-                        if self._tips or self._by_id:
-                            self._by_id[info.checkpoint_id] = info.hex
-                            self._indexed.add(info.hex)
+                written[info.hex] = info
+        # An id is indexed only once its checkpoint is on a ref: a commit no move of this record
+        # reaches (a put whose ref move then conflicted) is not, so a retry of that put stores it.
+        stack, reached = [new for _, _, new in record.refs if new in written], set()
+        while stack:
+            hexid = stack.pop()
+            if hexid in reached:
+                continue
+            reached.add(hexid)
+            info = written[hexid]
+            stack += [p for p in info.parents if p in written]
+            if info.checkpoint_id != info.hex:  # a checkpoint (not pending writes)
+                ids.append((info.checkpoint_id, info.hex))
+                with self._lock:
+                    if self._tips or self._by_id:
+                        self._by_id[info.checkpoint_id] = info.hex
+                        self._indexed.add(info.hex)
         for name, old, new in record.refs:  # refs git moved (a fetch): their commits are new here
             if new is not None and new not in written and not name.startswith(WRITES):
                 ids += self._checkpoints(self._walk_new(new, old))
         if ids and not self.repo.readonly:
             seen = {v[1] or "0" for n, v in record.seen.items() if n != GENERATION and isinstance(v, list)
-                    and len(v) == 2 and (v[1] is None or isinstance(v[1], str))}
+                    and len(v) >= 2 and (v[1] is None or isinstance(v[1], str))}
             current = self._ids_dir()
             if {os.path.join(os.path.dirname(current), self._token(g)) for g in seen} <= {current}:
                 self._append_ids(ids, current)

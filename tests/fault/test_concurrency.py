@@ -523,28 +523,68 @@ def test_fresh_lock_of_a_dead_writer_does_not_block_forever(tmp_path):
 
 
 def test_reader_finds_objects_while_other_processes_merge_packs(tmp_path):
-    """A merge deletes small packs another process's libgit2 may have just scanned: lookups retry."""
+    """A merge deletes small packs another process's libgit2 may have just scanned: lookups retry.
+
+    The reader reads every new head of two writers that merge (and delete) their small packs
+    every other publication, through both object readers (libgit2's, and the standard library's
+    of read-only stores), until it has read heads across many merges it saw happen (a pack it
+    listed gone later), or a generous deadline passes; a lookup that misses an object fails the
+    read. No speed is asserted: a slow machine only reads fewer heads, never none after a
+    merge. At the end every head read is read again: a merge never dropped one.
+    """
     path = str(tmp_path / "repo.qvc")
     GitCheckpointStore(path).close()
     writers = [spawn("writer", path, "exit", f"b{k}", "100000", f"m{k}", "--small-merges") for k in range(2)]
+    drains = [threading.Thread(target=w.stdout.read, daemon=True) for w in writers]  # a full pipe stops a writer
     store = GitCheckpointStore(path)
-    repo = store.repository
-    seen: set[str] = set()
-    try:
-        go(*writers)
-        deadline = time.monotonic() + 6.0
-        k = 0
-        while time.monotonic() < deadline:
-            k += 1
-            head = repo.ref(f"refs/heads/b{k % 2}")
-            if head is None or head in seen:
-                continue
-            seen.add(head)
+    readonly = GitCheckpointStore(path, readonly=True)
+    pack_dir = os.path.join(path, "objects", "pack")
+    seen: dict[str, bytes] = {}  # head -> its commit's tree id
+    after_merge = 0  # heads read once a merge was seen
+    merges = 0  # reads of the pack directory that found a pack listed before gone
+    packs: set[str] = set()
+
+    def read(head: str) -> bytes:
+        trees = set()
+        for repo in (store.repository, readonly.repository):
             commit = repo.read(bytes.fromhex(head), "commit")  # CorruptionError if it were "missing"
-            repo.read_tree(bytes.fromhex(commit.split(b"\n", 1)[0][5:].decode()))
+            tree = bytes.fromhex(commit.split(b"\n", 1)[0][5:].decode())
+            repo.read_tree(tree)
+            trees.add(tree)
+        (tree,) = trees
+        return tree
+
+    try:
+        try:
+            for d in drains:
+                d.start()
+            go(*writers)
+            deadline = time.monotonic() + 120.0  # generous: only a stuck writer gets near it
+            k = 0
+            while (merges < 20 or after_merge < 100) and time.monotonic() < deadline:
+                assert all(w.poll() is None for w in writers), "a writer exited: " + " | ".join(
+                    w.stderr.read() for w in writers if w.poll() is not None)
+                k += 1
+                now = {n for n in os.listdir(pack_dir) if n.endswith(".pack")}
+                if packs - now:
+                    merges += 1
+                packs = now
+                head = store.repository.ref(f"refs/heads/b{k % 2}")
+                if head is None or head in seen:
+                    continue
+                seen[head] = read(head)
+                after_merge += merges > 0
+        finally:
+            for w in writers:
+                w.kill()
+                w.wait()
+            for d in drains:
+                d.join(10)
+        print(f"{len(seen)} heads read, {after_merge} of them after a merge; {merges} merges seen")
+        # over whatever happened: merges were seen, heads were read after them, and none was missed
+        assert merges and after_merge, f"no head read after a merge ({merges} merges seen, {len(seen)} heads read)"
+        for head, tree in seen.items():
+            assert read(head) == tree
     finally:
-        for w in writers:
-            w.kill()
-            w.wait()
+        readonly.close()
         store.close()
-    assert len(seen) > 100, f"the writers hardly wrote ({len(seen)} heads seen)"

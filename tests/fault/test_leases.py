@@ -282,3 +282,202 @@ def test_recovery_leaves_a_ref_locked_by_another_writer_and_opens(tmp_path, capl
             assert store.get_tuple(CheckpointConfig("t")).checkpoint.id == "a"
         assert lock.exists()
         assert any("is locked by another writer" in r.getMessage() for r in caplog.records)
+
+
+def _packed_only(path) -> None:
+    """Leave every ref only in ``packed-refs``, as ``qvc gc`` does."""
+    assert _git(path, "pack-refs", "--all", "--prune").returncode == 0
+    assert not (path / "refs" / "heads" / "t").exists()
+
+
+def _rewrite_packed_refs(path, how: str, store=None) -> None:
+    """Rewrite ``packed-refs`` (a new file: new inode, new mtime) without moving thread t."""
+    before = os.stat(path / "packed-refs")
+    time.sleep(0.02)  # past the file system clock's tick: the new file is newer
+    if how == "delete":  # another store deletes an unrelated packed thread
+        store.delete_thread("u")
+    else:  # git's own pack-refs (qvc gc runs it) while the dead writer's lease is in place
+        assert _git(path, "pack-refs", "--all", "--prune").returncode == 0
+    after = os.stat(path / "packed-refs")
+    assert (after.st_ino, after.st_mtime_ns) != (before.st_ino, before.st_mtime_ns)
+
+
+@pytest.mark.parametrize("how", ["delete", "pack-refs"])
+def test_a_dead_writers_lease_survives_packed_refs_rewritten_before_the_next_put(tmp_path, how):
+    """A thread only in ``packed-refs``; a SYNC writer puts (acknowledged) and is killed before
+    it publishes; ``packed-refs`` is rewritten; the next put on the thread, by a store open all
+    along, must first roll the dead writer's puts forward and build on them. (The put used to
+    judge the lease by packed-refs' identity, drop it, and build on the old head: the
+    acknowledged puts were on no line.)"""
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path) as store:
+        _put(store, "t", "base", 0)
+        _put(store, "u", "u-0", 0)
+    _packed_only(path)
+    with GitCheckpointStore(path) as mine:  # open before the writer dies: its open recovers nothing
+        proc, acked = _holder(path, mode="sync")
+        proc.kill()
+        proc.wait()
+        assert leases.holder(os.fspath(path), "refs/heads/t") is not None  # died holding its lease
+        _rewrite_packed_refs(path, how, mine)
+        _put(mine, "t", "mine", 4)  # builds on the dead writer's puts, rolled forward first
+        assert [t.checkpoint.id for t in mine.list(CheckpointConfig("t"))] == ["mine", *reversed(acked), "base"]
+    with GitCheckpointStore(path) as reopened:
+        assert [t.checkpoint.id for t in reopened.list(CheckpointConfig("t"))] == ["mine", *reversed(acked), "base"]
+    fsck(path)
+
+
+def test_recovery_rolls_a_dead_lease_forward_after_packed_refs_was_rewritten(tmp_path):
+    """The same, found by the next open's recovery: ``packed-refs`` rewritten by plain git
+    after the writer died (newer than the file the writer saw) does not make recovery take the
+    packed value for a later writer's."""
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path) as store:
+        _put(store, "t", "base", 0)
+        _put(store, "u", "u-0", 0)
+    _packed_only(path)
+    proc, acked = _holder(path, mode="sync")
+    proc.kill()
+    proc.wait()
+    time.sleep(0.02)
+    assert _git(path, "update-ref", "-d", "refs/heads/u").returncode == 0  # git rewrites packed-refs
+    with GitCheckpointStore(path) as store:
+        assert store.recovery.journals_replayed == 1
+        assert [t.checkpoint.id for t in store.list(CheckpointConfig("t"))] == [*reversed(acked), "base"]
+    fsck(path)
+
+
+CUT_SHORT = """
+import os, signal, sys
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+s = GitCheckpointStore(sys.argv[1])
+real = os.rename
+def rename(src, dst, *a, **k):  # SIGKILL this process as it renames thread t's lease over the ref
+    if str(src).endswith("/refs/heads/t.lock"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(src, dst, *a, **k)
+os.rename = rename
+s.put(CheckpointConfig("t"), Checkpoint(id="a", thread_id="t", step=1, state_data={"x": 1}), {})
+print("ACKED", flush=True)
+s.flush()
+"""
+
+
+def test_a_running_store_completes_a_publication_a_kill_cut_short(tmp_path):
+    """The dead writer's lock holds the value it was publishing (no tag any more) when another
+    store, open all along, puts on the thread: that store completes the publication (as the
+    dead writer was about to) instead of removing the lock as git's stale one and building on
+    the old head, which lost the acknowledged put."""
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path) as store:
+        _put(store, "t", "base", 0)
+    with GitCheckpointStore(path) as other:
+        proc = subprocess.run([sys.executable, "-c", CUT_SHORT, os.fspath(path)], env=child_env(),
+                              capture_output=True, text=True, timeout=60)
+        assert proc.stdout.split() == ["ACKED"] and proc.returncode == -9, proc.stderr[-3000:]
+        lock = path / "refs" / "heads" / "t.lock"
+        assert not lock.read_bytes().startswith(leases.TAG)
+        old = time.time() - 30
+        os.utime(lock, (old, old))  # long dead: older than git's own stale locks
+        _put(other, "t", "mine", 2)  # on the dead writer's put, completed first
+        assert [t.checkpoint.id for t in other.list(CheckpointConfig("t"))] == ["mine", "a", "base"]
+    assert not lock.exists()
+    fsck(path)
+
+
+def test_a_retry_after_a_time_travel_conflict_stores_the_checkpoint(tmp_path, monkeypatch):
+    """A time-travel put that meets another writer's move raises CheckpointConflictError
+    ("nothing was stored"); the documented retry with the same id and content must then store
+    it. (The conflicting put had already entered its id in the id index, so the retry took
+    itself for a re-put of an existing checkpoint, reported success and stored nothing.)"""
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path) as store:
+        _put(store, "t", "base-0", 0)
+        _put(store, "t", "base-1", 1)
+    proc, acked = _holder(path, mode="sync", lag=600.0)  # builds on base-1, keeps its lease
+    monkeypatch.setattr(leases, "SETTLE_WAIT", 0.05)  # gives up waiting and reads the old head
+    monkeypatch.setattr(repository, "LOCK_WAIT", 0.3)
+    try:
+        with GitCheckpointStore(path) as mine:
+            stale = mine.head("t")
+            travel = Checkpoint(id="tt", thread_id="t", step=1, parent_id="base-0", state_data={"cid": "tt"})
+            with pytest.raises(CheckpointConflictError):  # the thread is locked by the other writer
+                mine.put(CheckpointConfig("t"), travel, {}, expected_head=stale)
+            proc.kill()
+            proc.wait()
+            with pytest.raises(CheckpointConflictError):  # the thread moved: the dead writer's puts
+                mine.put(CheckpointConfig("t"), travel, {}, expected_head=stale)
+            head = mine.head("t")
+            assert mine.get_tuple(CheckpointConfig("t", head)).checkpoint.id == acked[-1]
+            assert mine.get_tuple(CheckpointConfig("t", "tt")) is None  # nothing was stored
+            mine.put(CheckpointConfig("t"), travel, {}, expected_head=head)  # the retry
+            assert [t.checkpoint.id for t in mine.list(CheckpointConfig("t"))] == ["tt", "base-0"]
+            superseded = [t.checkpoint.id for t in mine.list(CheckpointConfig("t"), superseded=True)]
+            assert set(acked) <= set(superseded)
+        with GitCheckpointStore(path) as reopened:
+            assert reopened.get_tuple(CheckpointConfig("t")).checkpoint.id == "tt"
+    finally:
+        proc.kill()
+        proc.wait()
+    fsck(path)
+
+
+LATER_WRITE = """
+import sys, time
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+s = GitCheckpointStore(sys.argv[1])
+s.put(CheckpointConfig("d"), Checkpoint(id="d-0", thread_id="d", step=0, state_data={"x": 1}), {})
+s.flush()
+print("READY", flush=True)
+sys.stdin.readline()
+s.put(CheckpointConfig("e"), Checkpoint(id="e-0", thread_id="e", step=0, state_data={"x": 2}), {})
+s.flush()
+print("ACK", flush=True)
+time.sleep(600)
+"""
+
+
+def test_recovery_does_not_bring_back_a_thread_deleted_after_the_dead_writers_move(tmp_path):
+    """A writer puts on thread d; another process deletes d (a new generation token); the writer
+    then writes elsewhere (so its journal has seen the new token) and is killed. Recovery must
+    not restore d: the token its later write saw says nothing about d (it used to count any
+    token the writer had seen)."""
+    path = tmp_path / "r.qvc"
+    GitCheckpointStore(path).close()
+    proc = subprocess.Popen([sys.executable, "-c", LATER_WRITE, os.fspath(path)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+    try:
+        assert proc.stdout.readline().strip() == "READY", proc.stderr.read()[-3000:]
+        with GitCheckpointStore(path) as other:
+            other.delete_thread("d")
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "ACK", proc.stderr.read()[-3000:]
+    finally:
+        proc.kill()
+        proc.wait()
+    with GitCheckpointStore(path) as store:
+        assert store.recovery.journals_replayed == 1
+        assert store.threads() == ["e"], store.recovery.summary()
+        assert store.get_tuple(CheckpointConfig("d", "d-0")) is None
+    fsck(path)
+
+
+def test_gc_completes_a_publication_a_kill_cut_short_instead_of_dropping_it(tmp_path):
+    """``qvc gc`` meets the dead writer's lock holding the value it was publishing: it completes
+    the publication, where it used to remove the lock as stale and then pack the refs, after
+    which recovery found ``packed-refs`` newer than the file the writer saw and left the ref on
+    the old head (the acknowledged put on no line)."""
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path) as store:
+        _put(store, "t", "base", 0)
+    with GitCheckpointStore(path) as other:  # open before the writer dies: its open recovers nothing
+        proc = subprocess.run([sys.executable, "-c", CUT_SHORT, os.fspath(path)], env=child_env(),
+                              capture_output=True, text=True, timeout=60)
+        assert proc.stdout.split() == ["ACKED"] and proc.returncode == -9, proc.stderr[-3000:]
+        assert (path / "refs" / "heads" / "t.lock").exists()
+        other.gc()
+        assert [t.checkpoint.id for t in other.list(CheckpointConfig("t"))] == ["a", "base"]
+    with GitCheckpointStore(path) as reopened:
+        assert [t.checkpoint.id for t in reopened.list(CheckpointConfig("t"))] == ["a", "base"]
+    fsck(path)

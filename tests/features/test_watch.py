@@ -25,6 +25,8 @@ from conftest import child_env, run_git
 
 import qvc
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore, InvalidInputError
+from qvc.plumbing import leases
+from qvc.store.refnames import head_ref, superseded_prefix
 
 WORKER = str(Path(__file__).resolve().parents[1] / "workers" / "watch_worker.py")
 SCRIPT = Path(sys.executable).with_name("qvc")
@@ -123,7 +125,7 @@ def test_every_kind_of_change_from_another_process(repo_path, writer, hints):
         writer("put", thread="a/b", id="b-1")
         assert got.take(3) == [("fork", "a/b", "b-0", ("a", "a-1")), ("checkpoint", "a/b", "b-0"),
                                ("checkpoint", "a/b", "b-1")]
-        writer("put", thread="a", id="a-tt", parent="a-0")  # time travel: a-1, a-2 superseded
+        writer("put", thread="a", id="a-tt", parent="a-0", expected_head=commits[2])  # time travel: a-1, a-2 superseded
         assert got.take(2) == [("reset", "a", "a-tt", 1), ("checkpoint", "a", "a-tt")]
         writer("reset", thread="a", id="a-2")  # undo it: no new checkpoint
         assert got.take(1) == [("reset", "a", "a-2", 1)] and got.last[0].cause == "reset: moving to a-2"
@@ -139,6 +141,88 @@ def test_every_kind_of_change_from_another_process(repo_path, writer, hints):
         writer("checkout", thread="a")
         assert got.take(1) == [("head", "a", None)]
 
+
+
+def _poll_until(watcher, done, what: str) -> list:
+    """Poll ``watcher`` (no callback thread) until ``done(events so far)``, at most WAIT seconds."""
+    events: list = []
+    deadline = time.monotonic() + WAIT
+    while not done(events):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}; got {[summary(e) for e in events]}"
+        events += watcher.poll()
+        time.sleep(0.01)
+    return events
+
+
+@pytest.mark.parametrize("lock", ["publishing", "slow lease"])
+def test_a_put_acknowledged_before_the_watch_is_in_its_baseline(repo_path, writer, lock):
+    """What another process's store leaves while a put it acknowledged is not yet in git's files:
+    its lease's lock, naming the live store (for longer than a reader's ``leases.settle`` waits,
+    a writer slowed down), or that lock already holding the new value (publishing writes the
+    value over the tag, then renames the lock over the ref). A watch started then waits for the
+    publication: the put is in its baseline, never reported as new after later changes (issue 22:
+    under load the poll watcher reported such a put after the next three)."""
+    writer("put", thread="w", id="w-0")  # the writer's journal: a live store of another process
+    (journal,) = [n for n in os.listdir(repo_path / "qvc" / "journal") if n.endswith(".wal")]
+    with GitCheckpointStore(repo_path) as store:
+        store.put(CheckpointConfig("early"), Checkpoint(id="early-0", thread_id="early", step=0, state_data={}),
+                  {}, {})
+    ref = repo_path / head_ref("early")
+    value = ref.read_bytes()
+    lock_file = ref.with_name(ref.name + ".lock")
+    with GitCheckpointStore(repo_path, readonly=True) as reader:
+        ref.rename(lock_file)  # unpublished again: git's files show no thread "early"
+        if lock == "slow lease":
+            lock_file.write_bytes(leases.TAG + journal.encode() + b"\n")
+        delay = leases.SETTLE_WAIT + 0.5 if lock == "slow lease" else 0.3
+
+        def publish() -> None:  # as leases.publish does it
+            time.sleep(delay)
+            lock_file.write_bytes(value)
+            lock_file.rename(ref)
+
+        publisher = threading.Thread(target=publish)
+        publisher.start()
+        try:
+            with qvc.watch(reader, hints="poll") as watcher:
+                publisher.join()
+                assert watcher.poll() == []  # early-0 is no news
+                commit = writer("put", thread="early", id="early-1")
+                events = _poll_until(watcher, lambda ev: ev, "early-1")
+        finally:
+            publisher.join()
+    assert [summary(e) for e in events] == [("checkpoint", "early", "early-1")]
+    assert events[0].commit == commit and events[0].previous == value.decode().strip()
+
+
+def test_a_reset_names_the_line_it_left_also_when_published_after_the_head(repo_path):
+    """A reset whose superseded ref reaches git's files after the head's (refs are published, and
+    read, one by one; a put keeps the line it left after moving the head) still names that line."""
+    with GitCheckpointStore(repo_path) as store:
+        for i in range(2):
+            store.put(CheckpointConfig("a"), Checkpoint(id=f"a-{i}", thread_id="a", step=i, state_data={}), {}, {})
+            if i == 0:
+                first = store.head("a")
+        left = store.head("a")
+    kept = repo_path / (superseded_prefix("a") + left)
+    lock_file = kept.with_name(kept.name + ".lock")
+    with GitCheckpointStore(repo_path, readonly=True) as reader, qvc.watch(reader, hints="poll") as watcher:
+        lock_file.parent.mkdir(parents=True)
+        lock_file.write_text(left + "\n")  # the kept line: its value written, its rename still to come
+        run_git(repo_path, "update-ref", "-m", "reset: moving to a-0", head_ref("a"), first, left)
+
+        def publish() -> None:
+            time.sleep(0.3)
+            lock_file.rename(kept)
+
+        publisher = threading.Thread(target=publish)
+        publisher.start()
+        try:
+            events = watcher.poll()
+        finally:
+            publisher.join()
+    assert [summary(e) for e in events] == [("reset", "a", "a-0", 1)]
+    assert events[0].superseded == (f"a/{left}",) and events[0].cause == "reset: moving to a-0"
 
 def test_bursts_report_every_checkpoint_once_in_order(repo_path, writer):
     threads = [f"t{i}" for i in range(8)]

@@ -13,8 +13,9 @@ from qvc.inspect.log import log
 
 
 def put(store, thread, cid, step, parent_id=None):
+    extra = {} if parent_id is None else {"expected_head": store.head(thread)}  # time travel, asked for
     return store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step, parent_id=parent_id,
-                                                          state_data={"step": step, "status": "ok"}), {})
+                                                          state_data={"step": step, "status": "ok"}), {}, **extra)
 
 
 def test_thread_heads_and_a_limited_log_all_agree_with_the_full_walk(tmp_path):

@@ -284,10 +284,19 @@ def test_time_travel_keeps_superseded_line_and_survives_gc(repo_path):
     assert fsck.returncode == 0, fsck.stderr
 
 
-def test_put_with_older_parent_id_on_same_thread_is_time_travel(store):
+def test_put_with_older_parent_id_on_same_thread_is_time_travel_when_asked(store):
     for i in range(4):
         put(store, f"cp{i}", step=i)
-    put(store, "retry", step=2, parent_id="cp1")
+    head = store.head("t1")
+    # Not asked for: another writer moving the head looks the same, so it is a conflict.
+    with pytest.raises(CheckpointConflictError, match="nothing was stored.*expected_head"):
+        put(store, "retry", step=2, parent_id="cp1")
+    assert store.head("t1") == head and store.get(CheckpointConfig("t1", "retry")) is None
+    assert ids(store, superseded=True) == ["cp3", "cp2", "cp1", "cp0"]  # no trace: no superseded line either
+    with pytest.raises(CheckpointConflictError):  # asked for, but from a head that is not the head
+        store.put(CheckpointConfig("t1"), cp("retry", "t1", 2, None, "cp1"), {}, expected_head=store.head("t1")[::-1])
+    store.put(CheckpointConfig("t1"), cp("retry", "t1", 2, None, "cp1"), {"source": "loop", "step": 2},
+              expected_head=head)
     assert store.get(CheckpointConfig("t1")).id == "retry"
     assert ids(store) == ["retry", "cp1", "cp0"]
     everything = ids(store, superseded=True)

@@ -8,7 +8,9 @@ It opens a store on PATH, prints ``READY`` and then runs one JSON command per st
 printing ``OK <json result>`` after each (``ERROR <message>`` and exit status 1 on anything
 unexpected). Commands (checkpoint ids are the caller's, so events can be matched exactly):
 
-- ``{"op": "put", "thread": T, "id": ID, "parent": ID | null}``: one put; the result is its commit.
+- ``{"op": "put", "thread": T, "id": ID, "parent": ID | null, "expected_head": SHA}``: one put
+  (``expected_head`` only if given: time travel must name the head it supersedes); the result
+  is its commit.
 - ``{"op": "fork", "thread": T, "id": ID, "from": ID}`` / ``{"op": "reset", "thread": T, "id": ID}``
   / ``{"op": "writes", "id": ID}`` / ``{"op": "delete", "id": ID}`` / ``{"op": "delete_thread", "thread": T}`` /
   ``{"op": "rename", "thread": T, "to": NEW}`` / ``{"op": "checkout", "thread": T}``
@@ -32,9 +34,9 @@ def main() -> int:
 
     store = GitCheckpointStore(sys.argv[1])
 
-    def put(thread: str, cid: str, parent: str | None = None, step: int = 0) -> str:
+    def put(thread: str, cid: str, parent: str | None = None, step: int = 0, **options: object) -> str:
         cp = Checkpoint(id=cid, thread_id=thread, step=step, parent_id=parent, state_data={"id": cid, "step": step})
-        store.put(CheckpointConfig(thread), cp, {"source": "worker", "step": step}, {})
+        store.put(CheckpointConfig(thread), cp, {"source": "worker", "step": step}, {}, **options)
         return store.head(thread)
 
     def burst(threads: list[str], n: int, prefix: str) -> dict[str, float]:
@@ -62,7 +64,8 @@ def main() -> int:
         if op == "exit":
             break
         if op == "put":
-            result = put(cmd["thread"], cmd["id"], cmd.get("parent"), cmd.get("step", 0))
+            options = {"expected_head": cmd["expected_head"]} if "expected_head" in cmd else {}
+            result = put(cmd["thread"], cmd["id"], cmd.get("parent"), cmd.get("step", 0), **options)
         elif op == "fork":
             result = put(cmd["thread"], cmd["id"], cmd["from"])
         elif op == "reset":

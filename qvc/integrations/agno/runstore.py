@@ -103,7 +103,8 @@ class AgnoRunStore:
         messages = data.get("messages") or []
         new = [stored_message(m) for m in messages]
         with self._lock:
-            head = self._head(thread)
+            sha = self.store.head(thread)
+            head = self._head(thread, sha)
             if head is not None:
                 extra = head.state.get("agno")
                 row = extra.get("row") or {} if isinstance(extra, Mapping) else {}
@@ -126,20 +127,24 @@ class AgnoRunStore:
                 reason = _REASONS.get(status) or ("tool-batch" if len(messages) > _count(base) else "resume")
             checkpoint = Checkpoint(id=new_id(), thread_id=thread, step=step, state_data=state,
                                     parent_id=basis.id if basis is not None else None)
-            self.store.put(CheckpointConfig(thread), checkpoint, run_metadata(data, session_id, reason))
+            if head is not None and basis is not head:  # agno cut the run back: time travel, as asked
+                self.store.put(CheckpointConfig(thread), checkpoint, run_metadata(data, session_id, reason),
+                               expected_head=sha)
+            else:
+                self.store.put(CheckpointConfig(thread), checkpoint, run_metadata(data, session_id, reason))
             self._last[thread] = _Point(checkpoint.id, step, segments, state)
             return checkpoint.id
 
-    def _head(self, thread: str) -> Optional[_Point]:
-        """The head of ``thread`` (from this process's last write to it when that is still the head)."""
-        sha = self.store.head(thread)
+    def _head(self, thread: str, sha: Optional[str]) -> Optional[_Point]:
+        """The head of ``thread``, whose commit is ``sha`` (from this process's last write to it
+        when that is still the head)."""
         if sha is None:
             self._last.pop(thread, None)
             return None
         cached = self._last.get(thread)
         if cached is not None and self.store.commit(sha).checkpoint_id == cached.id:
             return cached
-        tup = self.store.get_tuple(CheckpointConfig(thread))
+        tup = self.store.get_tuple(CheckpointConfig(thread, sha))
         return _Point.of(tup) if tup is not None else None
 
     def _next_index(self, session_id: str) -> int:
