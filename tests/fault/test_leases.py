@@ -481,3 +481,27 @@ def test_gc_completes_a_publication_a_kill_cut_short_instead_of_dropping_it(tmp_
     with GitCheckpointStore(path) as reopened:
         assert [t.checkpoint.id for t in reopened.list(CheckpointConfig("t"))] == ["a", "base"]
     fsck(path)
+
+
+def test_a_lease_waited_for_under_the_exclusive_lock_is_waited_for_again(tmp_path, monkeypatch):
+    """A read-only open's recovery reads refs under the exclusive lock (``qvc/lock``), where no
+    store can publish (publishing holds that lock shared): its wait for a live writer's lease
+    is in vain, yet says nothing about the writer. The lease must not be remembered as a stuck
+    writer's (:data:`qvc.plumbing.leases._UNPUBLISHED`): it was, and every later read of this
+    process skipped it and missed the acknowledged put it publishes a moment later."""
+    path = tmp_path / "r.qvc"
+    GitCheckpointStore(path).close()
+    proc, acked = _holder(path, lag=1.0)  # publishes about a second after its puts
+    try:
+        with GitCheckpointStore(path, readonly=True) as reader:
+            repo = reader.repository
+            monkeypatch.setattr(leases, "SETTLE_WAIT", 0.1)
+            with repo.exclusive():  # as a read-only open's recovery holds it: the writer cannot publish
+                assert reader.get_tuple(CheckpointConfig("t")) is None  # waited in vain, read the files
+                assert leases.foreign(repo.path, ["refs/heads/t"]) == ["refs/heads/t"]  # still waited for
+            monkeypatch.setattr(leases, "SETTLE_WAIT", 5.0)
+            head = reader.get_tuple(CheckpointConfig("t"))  # waits for the writer, free to publish now
+            assert head is not None and head.checkpoint.id == acked[-1]
+    finally:
+        proc.kill()
+        proc.wait()
