@@ -817,8 +817,9 @@ class GitCheckpointStore(CheckpointStore):
         """
         thread = check_thread_id(thread_id)
         with self._repo.transaction() as tx:
-            refs = [(head_ref(thread), self.head(thread))] + list(self._repo.refs(superseded_prefix(thread)))
-            refs = [(n, t) for n, t in refs if t is not None]
+            # read through the transaction: a dead writer's lease on any of them is finished first
+            names = [head_ref(thread)] + [n for n, _ in self._repo.refs(superseded_prefix(thread))]
+            refs = [(n, t) for n, t in ((n, tx.ref(n)) for n in names) if t is not None]
             if not refs:
                 raise UnknownThreadError(f"thread {thread!r} has no checkpoints")
             writes: dict[str, str] = {}  # a head and its superseded lines share commits
@@ -827,7 +828,7 @@ class GitCheckpointStore(CheckpointStore):
                     for info in self._history.first_parents(tip):
                         if info.thread_id != thread:
                             break
-                        wtip = self._repo.ref(writes_ref(info.hex))
+                        wtip = tx.ref(writes_ref(info.hex))
                         if wtip is not None:
                             writes[writes_ref(info.hex)] = wtip
                 except CorruptionError:  # a damaged line: its refs go all the same
@@ -850,11 +851,12 @@ class GitCheckpointStore(CheckpointStore):
         if old == new:
             return
         with self._repo.transaction() as tx:
-            tips = [(head_ref(old), self.head(old))] + list(self._repo.refs(superseded_prefix(old)))
-            tips = [(n, t) for n, t in tips if t is not None]
+            # read through the transaction: a dead writer's lease on any of them is finished first
+            names = [head_ref(old)] + [n for n, _ in self._repo.refs(superseded_prefix(old))]
+            tips = [(n, t) for n, t in ((n, tx.ref(n)) for n in names) if t is not None]
             if not tips:
                 raise UnknownThreadError(f"thread {old!r} has no checkpoints")
-            if self.head(new) is not None or list(self._repo.refs(superseded_prefix(new))):
+            if tx.ref(head_ref(new)) is not None or list(self._repo.refs(superseded_prefix(new))):
                 raise CheckpointConflictError(f"thread {new!r} already exists")
             own = {info.hex for _, tip in tips for info in self._history.first_parents(tip)
                    if info.thread_id == old}
@@ -868,7 +870,7 @@ class GitCheckpointStore(CheckpointStore):
             moves = [(head_ref(new), None, mapping.get(tips[0][1], tips[0][1]))]
             moves += [(superseded_prefix(new) + mapping.get(t, t), None, mapping.get(t, t)) for _, t in tips[1:]]
             for sha, fresh in mapping.items():
-                wtip = self._repo.ref(writes_ref(sha))
+                wtip = tx.ref(writes_ref(sha))
                 if wtip is not None:
                     moves += [(writes_ref(fresh), None, wtip), (writes_ref(sha), wtip, None)]
             moves += [(name, tip, None) for name, tip in tips]
