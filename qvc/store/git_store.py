@@ -530,10 +530,12 @@ class GitCheckpointStore(CheckpointStore):
                     kept = self._keep_superseded(tx, thread, head)
                 tx.move_ref(ref, head, new, cause)
             except CheckpointConflictError as exc:  # name the thread, not a ref
-                if kept is not None:  # nothing stored means no line kept either
+                found = tx.ref(ref)
+                # Nothing stored means no line kept either, unless another writer's time travel
+                # left that line meanwhile: it found our ref and kept none of its own.
+                if kept is not None and (found is None or self.descends(found, head)):
                     with contextlib.suppress(CheckpointConflictError):
                         tx.move_ref(kept, head, None, "put: conflicted")
-                found = tx.ref(ref)
                 if found == head:  # not moved: its lock stayed taken
                     raise CheckpointConflictError(f"thread {thread!r}: {str(exc).split(': ', 1)[-1]}") from None
                 raise CheckpointConflictError(_moved(thread, head, found)) from None

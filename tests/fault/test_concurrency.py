@@ -219,6 +219,44 @@ def test_python_threads_same_thread(tmp_path):
         check_outcome(store, "same", ok, conflicted)
 
 
+def test_racing_time_travels_from_one_head_keep_the_line_they_left(tmp_path):
+    """Two writers travel back from the same head at once: one wins, and the line it left stays
+    kept even when the loser had created the superseded ref the winner found (the loser used to
+    remove it on its conflict, losing every acknowledged put of that line)."""
+    path = tmp_path / "repo.qvc"
+    stores = [GitCheckpointStore(path, durability=DurabilityMode.ASYNC) for _ in range(2)]
+    try:
+        first = stores[0]
+        first.put(CheckpointConfig("t"), Checkpoint(id="root", thread_id="t", step=0, state_data={"x": 0}), {})
+        acked = ["root"]
+        for r in range(60):
+            parent = first.get(CheckpointConfig("t")).id
+            first.put(CheckpointConfig("t"), Checkpoint(id=f"line{r}", thread_id="t", step=1, state_data={"x": r},
+                                                        parent_id=parent), {}, expected_head=first.head("t"))
+            acked.append(f"line{r}")
+            head = first.head("t")
+            start = threading.Barrier(2)
+
+            def travel(i, r=r, head=head, start=start):
+                start.wait()
+                cid = f"travel{r}-{i}"
+                try:
+                    stores[i].put(CheckpointConfig("t"), Checkpoint(id=cid, thread_id="t", step=1, state_data={"y": i},
+                                                                    parent_id="root"), {}, expected_head=head)
+                except CheckpointConflictError:
+                    return
+                acked.append(cid)
+
+            assert _run_threads(travel, 2) == []
+        kept = {t.checkpoint.id for t in first.list(CheckpointConfig("t"), superseded=True)}
+        assert [cid for cid in acked if cid not in kept] == []
+        assert len(acked) == 1 + 60 * 2  # exactly one travel of each pair won
+    finally:
+        for s in stores:
+            s.close()
+    fsck(path)
+
+
 # -- (d) a reader process never sees a half checkpoint ------------------------------------------
 
 
