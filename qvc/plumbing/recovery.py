@@ -238,7 +238,7 @@ def adopt_lease(repo: Repository, name: str, holder: str) -> bool:
         if missing:
             pack.write(os.path.join(repo.path, "objects", "pack"), list(missing.values()), list(missing))
         value = moves[-1][1]
-        disk = repo.ref(name)
+        disk = repo.ref(name, settle=False)  # the lease is ours: waiting for it would stall
         if not _history_reads(repo, value, {disk} if disk else set()):
             os.unlink(lock)
             return True
@@ -345,7 +345,8 @@ def recover(repo: Repository) -> RecoveryReport:
         restores.sort(key=lambda r: r[3][0] == r[4])
         for name, history, tokens, (holder, serial), journal in restores:
             _restore_ref(repo, name, history, tokens, report, leased=holder == journal,
-                         serial=serial if holder == journal else None)
+                         serial=serial if holder == journal else None, holder=holder if holder == journal else None)
+        _release_leases(repo, leased, report)  # those of refs the restores left as they were
         if orphans:  # locks holding a value that no replayed journal owned: stale now
             remove_stale_files(repo, 0.0 if alone else STALE_SECONDS, report)
         if orphans:
@@ -382,9 +383,11 @@ def remove_stale_files(repo: Repository, older_than: float, report: RecoveryRepo
     """Remove lock and temporary files at least ``older_than`` seconds old. Under the exclusive
     lock (no qvc writer is mid-write) every lock file but a live store's lease is stale: pass 0.
     A lease (:mod:`qvc.plumbing.leases`) goes, whatever its age, once its store is gone: one
-    held by a journal in ``dead`` (those this recovery claimed and replays) is removed and noted
-    in ``leased`` (ref → (journal, lease serial)), any other dead store's is rolled forward (:func:`adopt_lease`),
-    or removed when its ref is unreadable (recovery repairs the ref after)."""
+    held by a journal in ``dead`` (those this recovery claimed and replays) is noted in
+    ``leased`` (ref → (journal, lease serial)) and kept, for the restore of its ref to
+    release (:func:`_release_leases`), so that a recovery killed before then leaves the next
+    one the lease's serial to decide by; any other dead store's is rolled forward
+    (:func:`adopt_lease`), or removed when its ref is unreadable (recovery repairs the ref after)."""
     now = time.time()
 
     def stale(path: str) -> bool:
@@ -416,6 +419,7 @@ def remove_stale_files(repo: Repository, older_than: float, report: RecoveryRepo
 
                     if leased is not None:
                         leased[ref] = (holder, found[1])
+                    continue  # kept until its ref is restored: a kill meanwhile leaves the lease to decide
                 elif leases.publishing(path):
                     # a dead store's publication cut short (or git's own lock, mid-update): never
                     # simply removed, which would drop what it publishes. Under the exclusive lock
@@ -591,7 +595,7 @@ def _repair_reflogs(repo: Repository, report: RecoveryReport) -> None:
 
 def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str | None, list | None]],
                  tokens: set[str], report: RecoveryReport, *, leased: bool = False,
-                 serial: int | None = None) -> None:
+                 serial: int | None = None, holder: str | None = None) -> None:
     """Bring a ref the dead writer moved back to what its durable journal records say.
 
     ``moves`` are the writer's (old, new, seen) moves of the ref, oldest first, where ``seen``
@@ -620,9 +624,13 @@ def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str 
     publication cut short (the lock holds the value being published) completes to that value.
     The file-identity rules above remain for refs without such a lock: after a power cut lost
     the lock, when no other process can have run since.
+
+    ``holder``: the dead journal whose lease lock is still on the ref. The ref is then written
+    through that lock (its value over the tag, renamed over the ref, as the writer would have
+    published it), so that a kill at any moment leaves either the lease or the restored ref.
     """
     try:
-        current = repo.ref(name)
+        current = repo.ref(name, settle=False)  # under the exclusive lock: no one publishes
         broken = current is not None and not _history_reads(
             repo, current, {v for _, v, _ in moves if v} | {v for v, _, _ in moves if v})
     except CorruptionError:
@@ -642,7 +650,10 @@ def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str 
     if decided is not None and not broken:
         if current == decided or not _history_reads(repo, decided, {current} if current else set()):
             return
-        if not _unlocked(repo, name, cut_short):
+        if holder is not None and _publish_lease(repo, name, holder, serial, current, decided):
+            report.refs_restored.append(name)
+            return
+        if not _unlocked(repo, name, cut_short, holder):
             return
         repo.git.create_reference_direct(name, pygit2.Oid(hex=decided), True,
                                          message="recovery: restored from the journal")
@@ -673,7 +684,7 @@ def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str 
         return  # nothing better to offer; fsck will name it
     if value == current and not broken:
         return
-    if not _unlocked(repo, name, cut_short):
+    if not _unlocked(repo, name, cut_short, holder):
         return
     loose = os.path.join(repo.path, name)
     if broken and os.path.exists(loose):
@@ -701,13 +712,37 @@ def _cut_short(repo: Repository, name: str, values: set[str]) -> str | None:
     return value if value in values and data[40:41] in (b"\n", b"") else None
 
 
-def _unlocked(repo: Repository, name: str, cut_short: bool) -> bool:
+def _publish_lease(repo: Repository, name: str, holder: str, serial: int | None, old: str | None,
+                   new: str) -> bool:
+    """Write ``new`` to ``name`` through the dead journal ``holder``'s lease lock on it (as
+    :func:`qvc.plumbing.leases.publish` does, with a reflog line); whether the lock was that
+    lease (else nothing is written)."""
+    if leases.tag(repo.path, name) != (holder, serial):
+        return False
+    with open(leases.lock_path(repo.path, name), "r+b") as f:
+        lease = leases.Lease(os.dup(f.fileno()), new, repo.file_identity(name),
+                             [(old, new, "recovery: restored from the journal", time.time())], serial)
+    leases.publish(repo.path, name, lease, "qvc <qvc@localhost>", log=True, head_too=False)
+    return True
+
+
+def _release_leases(repo: Repository, leased: dict[str, tuple[str, int | None]], report: RecoveryReport) -> None:
+    """Remove the lease locks of replayed journals still on their refs (the restores left those
+    refs as they were, or wrote them another way)."""
+    for name, found in leased.items():
+        if leases.tag(repo.path, name) == found:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(leases.lock_path(repo.path, name))
+                report.locks_removed.append(name + ".lock")
+
+
+def _unlocked(repo: Repository, name: str, cut_short: bool, holder: str | None = None) -> bool:
     """Whether ``name`` may be written now: it has no lock, or its lock is the dead writer's
-    publication cut short (``cut_short``, see :func:`_cut_short`), which is removed. Another
-    lock (git's own, a live store's lease) is left, and so is the ref, for whoever holds the
-    lock to write; a warning names it."""
+    publication cut short (``cut_short``, see :func:`_cut_short`) or the lease of the dead
+    journal ``holder``, which is removed. Another lock (git's own, a live store's lease) is
+    left, and so is the ref, for whoever holds the lock to write; a warning names it."""
     path = leases.lock_path(repo.path, name)
-    if cut_short:
+    if cut_short or (holder is not None and (leases.tag(repo.path, name) or ("",))[0] == holder):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
         return True

@@ -471,15 +471,17 @@ class Repository:
 
     # -- refs -------------------------------------------------------------------------
 
-    def ref(self, name: str) -> str | None:
+    def ref(self, name: str, *, settle: bool = True) -> str | None:
         """The hex target of ``name``, or ``None`` when it does not exist (this process's
-        unpublished moves included)."""
+        unpublished moves included). With ``settle``, another live store's lease on it is
+        waited for first (:func:`qvc.plumbing.leases.settle`); without, git's files are read
+        as they are (for who holds or is finishing that lease)."""
         lease = self._leases.get(name)
         if lease is not None:
             return lease.value
         self._ensure_usable()
         self.catch_up()
-        return self._refs.ref(name)  # after other stores' leases on it are published (leases.settle)
+        return self._refs.ref(name, settle=settle)
 
     def catch_up(self) -> None:
         """Publish what this process's other repositories open at this path have not yet
@@ -983,7 +985,13 @@ class Repository:
         """
         if not getattr(_excluding, "depth", 0):
             publish_open(self.path)  # this process's own writes first: they must not wait for the lock
-        gate = os.open(self._gate_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644) if not self.readonly else -1
+        gate = -1
+        try:  # a read-only store recovering closes the gate as well, where the file is there to lock
+            gate = os.open(self._gate_path, (os.O_RDONLY if self.readonly else os.O_CREAT | os.O_RDWR) | os.O_CLOEXEC,
+                           0o644)
+        except OSError:
+            if not self.readonly:
+                raise
         fd = os.open(self._lock_path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
         locked = False
         try:

@@ -9,6 +9,7 @@ holding a lease loses nothing it acknowledged, also when another writer is runni
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -347,6 +348,52 @@ def test_recovery_rolls_a_dead_lease_forward_after_packed_refs_was_rewritten(tmp
     fsck(path)
 
 
+KILLED_RECOVERING = """
+import os, signal, sys
+from qvc.plumbing.repository import Repository
+real = Repository.ref
+def ref(self, name, **kwargs):  # SIGKILL this process as its recovery reads thread t to restore it
+    if name == "refs/heads/t":
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(self, name, **kwargs)
+Repository.ref = ref
+from qvc import GitCheckpointStore
+GitCheckpointStore(sys.argv[1])
+"""
+
+
+@pytest.mark.parametrize("how", ["delete-other", "pack-refs"])
+def test_a_recovery_killed_midway_leaves_the_dead_writers_lease_to_decide(tmp_path, how):
+    """A SYNC writer dies holding its lease on a packed thread; the open that recovers it is
+    killed too, as it comes to restore the ref; then
+    ``packed-refs`` is rewritten. The next recovery must still roll the acknowledged puts
+    forward. (The first recovery used to remove the lease's lock before restoring the ref; the
+    next one, without the lease's serial, judged by packed-refs' newer file and left the ref at
+    the old head: the kill-during-gc loop lost acknowledged puts this way.)"""
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path) as store:
+        _put(store, "t", "base", 0)
+        _put(store, "u", "u-0", 0)
+    _packed_only(path)
+    proc, acked = _holder(path, mode="sync")
+    proc.kill()
+    proc.wait()
+    killed = subprocess.run([sys.executable, "-c", KILLED_RECOVERING, os.fspath(path)], env=child_env(),
+                            capture_output=True, text=True, timeout=60)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert leases.holder(os.fspath(path), "refs/heads/t") is not None  # the lease is still there to decide
+    before = os.stat(path / "packed-refs")
+    time.sleep(0.02)  # past the file system clock's tick: the new file is newer
+    # plain git rewrites packed-refs without moving t (qvc gc's pack-refs, or a delete of another thread)
+    args = ("pack-refs", "--all", "--prune") if how == "pack-refs" else ("update-ref", "-d", "refs/heads/u")
+    assert _git(path, *args).returncode == 0
+    assert os.stat(path / "packed-refs").st_mtime_ns != before.st_mtime_ns
+    with GitCheckpointStore(path) as store:
+        assert [t.checkpoint.id for t in store.list(CheckpointConfig("t"))] == [*reversed(acked), "base"]
+    assert not (path / "refs" / "heads" / "t.lock").exists()
+    fsck(path)
+
+
 CUT_SHORT = """
 import os, signal, sys
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
@@ -484,7 +531,7 @@ def test_gc_completes_a_publication_a_kill_cut_short_instead_of_dropping_it(tmp_
 
 
 def test_a_lease_waited_for_under_the_exclusive_lock_is_waited_for_again(tmp_path, monkeypatch):
-    """A read-only open's recovery reads refs under the exclusive lock (``qvc/lock``), where no
+    """A read under the exclusive lock (``qvc/lock``, held by maintenance), where no
     store can publish (publishing holds that lock shared): its wait for a live writer's lease
     is in vain, yet says nothing about the writer. The lease must not be remembered as a stuck
     writer's (:data:`qvc.plumbing.leases._UNPUBLISHED`): it was, and every later read of this
@@ -496,12 +543,35 @@ def test_a_lease_waited_for_under_the_exclusive_lock_is_waited_for_again(tmp_pat
         with GitCheckpointStore(path, readonly=True) as reader:
             repo = reader.repository
             monkeypatch.setattr(leases, "SETTLE_WAIT", 0.1)
-            with repo.exclusive():  # as a read-only open's recovery holds it: the writer cannot publish
+            lock = os.open(path / "qvc" / "lock", os.O_RDWR)
+            try:  # held exclusively, as maintenance holds it: the writer cannot publish
+                fcntl.flock(lock, fcntl.LOCK_EX)
                 assert reader.get_tuple(CheckpointConfig("t")) is None  # waited in vain, read the files
                 assert leases.foreign(repo.path, ["refs/heads/t"]) == ["refs/heads/t"]  # still waited for
+            finally:
+                os.close(lock)
             monkeypatch.setattr(leases, "SETTLE_WAIT", 5.0)
             head = reader.get_tuple(CheckpointConfig("t"))  # waits for the writer, free to publish now
             assert head is not None and head.checkpoint.id == acked[-1]
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_read_only_store_lets_writers_publish_before_it_takes_the_exclusive_lock(tmp_path):
+    """A read-only open that recovers takes the exclusive lock as a writer's open does: the gate
+    closed first, other stores' leases published, then the lock. (It took the lock at once, and
+    its recovery's reads then waited in vain for leases no one could publish meanwhile.)"""
+    path = tmp_path / "r.qvc"
+    GitCheckpointStore(path).close()
+    proc, acked = _holder(path, lag=1.0)  # publishes about a second after its puts
+    try:
+        with GitCheckpointStore(path, readonly=True) as reader:
+            repo = reader.repository
+            with repo.exclusive():
+                assert leases.foreign(repo.path, ["refs/heads/t"]) == []  # published before we got the lock
+                assert _git(path, "rev-parse", "refs/heads/t").stdout.strip() == reader.head("t")
+                assert reader.get_tuple(CheckpointConfig("t")).checkpoint.id == acked[-1]
     finally:
         proc.kill()
         proc.wait()
