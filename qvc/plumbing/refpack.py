@@ -3,9 +3,10 @@
 Each thread's head is a loose ref file: one 4 KB block on most file systems and one open per
 ref for whoever lists them (``git branch`` on 20,000 loose refs takes 250 ms, on
 ``packed-refs`` 60 ms). Writers count the refs they create in ``qvc/refs-created``, one byte
-per ref appended when the store closes (so the count costs one small append per store, not
-one per put, and is read with one ``stat``). A closing store that finds :data:`PACK_REFS_AT`
-or more runs ``git pack-refs --all --prune`` and empties the count.
+per ref, appended once :data:`PACK_REFS_AT` are published (by the store's background packer)
+and at close (so the count costs a small append now and then, not one per put, and is read
+with one ``stat``). A store that finds the count at :data:`PACK_REFS_AT` or more runs
+``git pack-refs --all --prune`` and empties the count.
 
 ``git pack-refs`` is safe with writers running: it writes the new ``packed-refs`` first (under
 ``packed-refs.lock``, flushed with ``core.fsync=reference`` unless the repository runs without
@@ -15,10 +16,13 @@ Readers read loose refs before ``packed-refs`` and so never miss a ref moving be
 The count is a hint: a store killed before it closes adds nothing, and two stores packing at
 once are harmless (the second waits for or skips the first one's lock).
 
-Then :func:`commit_graph` writes git's commit-graph (generation numbers for ``qvc log --all``)
-and :func:`compact_reflogs` moves the one-line reflogs of threads into
-``qvc/reflogs`` (see :mod:`qvc.plumbing.reflog`), each under its ref's lock, as git takes it
-to append to a reflog, so no entry a writer appends meanwhile is lost.
+Then :func:`compact_reflogs` moves the one-line reflogs of threads into ``qvc/reflogs`` (see
+:mod:`qvc.plumbing.reflog`), each under its ref's lock, as git takes it to append to a reflog,
+so no entry a writer appends meanwhile is lost; and, when :func:`graph_due` says so,
+:func:`commit_graph` writes git's commit-graph (generation numbers for ``qvc log --all``). The
+graph is written when the refs packed since it was last written reach a quarter of all refs:
+its writes cost O(n) over a repository's life, and a store packing as it creates threads (in
+the background, every :data:`PACK_REFS_AT`) leaves ``close()`` little to do.
 """
 
 from __future__ import annotations
@@ -26,32 +30,55 @@ from __future__ import annotations
 import contextlib
 import os
 
+from qvc.plumbing.durability import harden
 from qvc.plumbing.journal import fsync_dir
 from qvc.plumbing.pack import write_all
 from qvc.plumbing.reflog import PACKED, ReflogEntry, shard_of
 
 CREATED = "qvc/refs-created"
+UNGRAPHED = "qvc/refs-ungraphed"
 PACK_REFS_AT = 256
+GRAPH_SHARE = 4  # the commit-graph is rewritten once a 1/GRAPH_SHARE of the refs is new to it
+GRAPH = "objects/info/commit-graphs/commit-graph-chain"
 
 
-def created(repo_path: str) -> int:
-    """Refs created since the refs were last packed (as counted by closing stores)."""
+def _size(path: str) -> int:
     try:
-        return os.stat(os.path.join(repo_path, CREATED)).st_size
+        return os.stat(path).st_size
     except FileNotFoundError:
         return 0
 
 
-def note_created(repo_path: str, count: int) -> int:
-    """Add ``count`` created refs to the count; return the count now."""
-    path = os.path.join(repo_path, CREATED)
+def _count(path: str, count: int) -> int:
+    """Add ``count`` to the count kept as the size of the file at ``path``; return the count now."""
     if count > 0:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
         try:
             os.write(fd, b"." * count)
         finally:
             os.close(fd)
-    return created(repo_path)
+    return _size(path)
+
+
+def created(repo_path: str) -> int:
+    """Refs created since the refs were last packed (as counted by stores)."""
+    return _size(os.path.join(repo_path, CREATED))
+
+
+def note_created(repo_path: str, count: int) -> int:
+    """Add ``count`` created refs to the count; return the count now."""
+    return _count(os.path.join(repo_path, CREATED), count)
+
+
+def graph_due(repo_path: str, packed: int) -> bool:
+    """Note ``packed`` refs just packed; whether the commit-graph should be written now: there is
+    none yet, or the refs packed since it was written are at least 1/:data:`GRAPH_SHARE` of all
+    refs (estimated from ``packed-refs``' size, 64 bytes a ref). A hint, like the count."""
+    since = _count(os.path.join(repo_path, UNGRAPHED), packed)
+    if not os.path.exists(os.path.join(repo_path, GRAPH)) and not os.path.exists(
+            os.path.join(repo_path, "objects", "info", "commit-graph")):
+        return True
+    return since * GRAPH_SHARE * 64 >= _size(os.path.join(repo_path, "packed-refs"))
 
 
 def pack_refs(repo_path: str, *, fsync: bool = True) -> bool:
@@ -73,7 +100,8 @@ def pack_refs(repo_path: str, *, fsync: bool = True) -> bool:
 
 
 ONE_LINE = 512  # bytes: a reflog file at most this long may hold a single entry
-BATCH = 256  # ref locks held at once while compacting
+BATCH = 1024  # ref locks held at once while compacting
+FLUSH_EACH = 4  # a batch touching more shards than this flushes them with one syncfs
 
 
 def compact_reflogs(repo_path: str, *, fsync: bool = True) -> int:
@@ -86,10 +114,11 @@ def compact_reflogs(repo_path: str, *, fsync: bool = True) -> int:
     leaves the entry in both places, which readers take once. Locks a crash leaves behind are
     removed by recovery.
 
-    Refs go in batches of at most :data:`BATCH` locks, in shard order, so a batch touches few
-    shards and the whole run flushes each shard about once (256 flushes at most for any
-    number of reflogs, instead of one per shard per batch), the directory only when a shard
-    is new.
+    Refs go in batches of at most :data:`BATCH` locks, in shard order. A batch that touches at
+    most :data:`FLUSH_EACH` shards flushes each (and the directory when a shard is new); a
+    larger one flushes the file system once (``syncfs``, :func:`~qvc.plumbing.durability.harden`):
+    a thousand new threads' reflogs spread over most of the 256 shards, and one flush of each
+    would cost a quarter of a second or more.
     """
     logs = os.path.join(repo_path, "logs", "refs", "heads")
     try:
@@ -139,11 +168,14 @@ def _move(repo_path: str, batch: list[tuple[str, str]], fsync: bool) -> int:
             if len(lines) == 2 and lines[1] == b"" and ReflogEntry.parse(lines[0]) is not None:
                 shards.setdefault(shard, []).append(name.encode("utf-8", "surrogateescape") + b"\t" + lines[0] + b"\n")
                 logs.append(log)
+        each = fsync and len(shards) <= FLUSH_EACH
         created = False
         for shard, lines in shards.items():
-            created = _append(os.path.join(repo_path, PACKED, shard), b"".join(lines), fsync) or created
-        if created and fsync:
+            created = _append(os.path.join(repo_path, PACKED, shard), b"".join(lines), each) or created
+        if each and created:
             fsync_dir(os.path.join(repo_path, PACKED))
+        elif fsync and shards:
+            harden(repo_path)  # the shards, new directory entries included
         for log in logs:  # only now: every line is durable in its shard
             os.unlink(log)
         return len(logs)
@@ -178,10 +210,15 @@ def commit_graph(repo_path: str, *, fsync: bool = True) -> bool:
     It gives git generation numbers, so ``git rev-list --date-order -n 20`` (``qvc log --all
     -n 20``) walks only the newest commits instead of every one (33 ms instead of 103 ms at
     20,000 threads). The file is derived: git ignores one it cannot read, and ``qvc log``
-    falls back to its own walk if git fails. Returns whether git succeeded.
+    falls back to its own walk if git fails. Returns whether git succeeded (and then empties
+    the count :func:`graph_due` keeps).
     """
     from qvc.plumbing.maintenance import run
 
     settings = ["-c", "core.fsync=reference,derived-metadata", "-c", "core.fsyncMethod=fsync"] if fsync else [
         "-c", "core.fsync=none"]
-    return run(repo_path, *settings, "commit-graph", "write", "--reachable", "--split", "--no-progress").returncode == 0
+    if run(repo_path, *settings, "commit-graph", "write", "--reachable", "--split", "--no-progress").returncode != 0:
+        return False
+    with contextlib.suppress(FileNotFoundError):
+        os.truncate(os.path.join(repo_path, UNGRAPHED), 0)
+    return True

@@ -230,7 +230,6 @@ class Repository:
         #: called with each record after it is journaled (and, in SYNC mode, durable); must not block
         self.listeners: list[Callable[[Record], None]] = []
         self._created = 0  # refs this store created: a hint for packing refs (qvc.plumbing.refpack)
-        self._graph_due = False  # refs were packed: the commit-graph is written at close
         self.listeners.append(self._count_created)
         self._closed = False
         _open_repos.add(self)
@@ -842,23 +841,19 @@ class Repository:
     def _count_created(self, record: Record) -> None:
         self._created += sum(1 for _, old, new in record.refs if old is None and new is not None)
 
-    def _pack_refs_quietly(self, *, graph: bool = True) -> None:
-        """Add this store's created refs to the shared count; once it is due, pack the refs and
-        compact the one-line reflogs of threads (:mod:`qvc.plumbing.refpack`), and (``graph``)
-        write the commit-graph."""
+    def _pack_refs_quietly(self) -> None:
+        """Add this store's created refs to the shared count; once it is due, pack the refs,
+        compact the one-line reflogs of threads and, when due, write the commit-graph
+        (:mod:`qvc.plumbing.refpack`)."""
         created, self._created = self._created, 0
         try:
-            packed = False
-            if refpack.note_created(self.path, created) >= refpack.PACK_REFS_AT:
+            due = refpack.note_created(self.path, created)
+            if due >= refpack.PACK_REFS_AT:
                 with self._lock.held():
-                    packed = refpack.pack_refs(self.path, fsync=self.fsync)
-                    if packed:
+                    if refpack.pack_refs(self.path, fsync=self.fsync):
                         refpack.compact_reflogs(self.path, fsync=self.fsync)
-            self._graph_due = self._graph_due or packed
-            if graph and self._graph_due:  # once, at close, for all the packing done meanwhile
-                self._graph_due = False
-                with self._lock.held():
-                    refpack.commit_graph(self.path, fsync=self.fsync)
+                        if refpack.graph_due(self.path, due):
+                            refpack.commit_graph(self.path, fsync=self.fsync)
         except Exception as exc:  # harmless: loose refs stay readable, a later store packs them
             _warn("qvc: packing refs in %s failed: %s", self.path, exc)
 
@@ -870,7 +865,7 @@ class Repository:
         if len(self._small_packs) >= CONSOLIDATE_AT:
             self._consolidate_quietly()
         if self._created >= refpack.PACK_REFS_AT:
-            self._pack_refs_quietly(graph=False)
+            self._pack_refs_quietly()
 
     def _consolidate_quietly(self) -> None:
         try:

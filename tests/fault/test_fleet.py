@@ -188,6 +188,27 @@ def test_refs_are_packed_once_enough_threads_were_created(tmp_path):
     fsck(path)
 
 
+def test_the_commit_graph_is_rewritten_geometrically(tmp_path):
+    """Packing refs writes the commit-graph when there is none, then only once the refs packed
+    since it was written reach 1/GRAPH_SHARE of all refs (so its writes cost O(n) overall)."""
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path, fsync=False) as store:
+        store.put(CheckpointConfig("t"), Checkpoint(id="c0", thread_id="t", step=0, state_data={}), {})
+        head = store.head("t")
+    repo = str(path)
+    assert refpack.graph_due(repo, 1)  # no graph yet
+    assert refpack.commit_graph(repo, fsync=False)
+    assert (path / refpack.GRAPH).is_file()
+    (path / "packed-refs").write_text("".join(f"{head} refs/heads/p{n:05d}\n" for n in range(1000)))
+    due = -(-(path / "packed-refs").stat().st_size // (64 * refpack.GRAPH_SHARE))  # refs packed since, at least
+    assert not refpack.graph_due(repo, due // 2)
+    assert not refpack.graph_due(repo, due - due // 2 - 1)
+    assert refpack.graph_due(repo, 1)  # the refs packed since the graph add up to enough
+    assert refpack.commit_graph(repo, fsync=False)
+    assert not refpack.graph_due(repo, due // 2)  # counted afresh once written
+    assert run_git(path, "rev-parse", "refs/heads/p00999").stdout.strip() == head
+
+
 @pytest.mark.parametrize("lost", [False, True])
 def test_a_fresh_store_finds_ids_in_the_durable_index(tmp_path, lost):
     """The checkpoint-id index survives the process (a fresh store's first put reads one file)
@@ -261,6 +282,7 @@ def test_many_reflogs_compact_in_batches_and_all_read_back(tmp_path, monkeypatch
     from qvc.plumbing.reflog import PACKED
 
     path = tmp_path / "r.qvc"
+    monkeypatch.setattr(refpack, "BATCH", 256)
     count = 2 * refpack.BATCH + 37
     monkeypatch.setattr(refpack, "PACK_REFS_AT", 10**9)  # no packing as the store goes: all at once below
     with GitCheckpointStore(path, fsync=False, durability="async") as store:
