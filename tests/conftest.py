@@ -32,6 +32,9 @@ def child_env() -> dict:
     killed prints a line's fields as one string, so a kill cannot leave half a line.
     """
     env = dict(os.environ)
+    # Children cache their compiled modules as users' Pythons do: hundreds of qvc processes
+    # would otherwise each compile the package again (a third of a CLI call's time).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONUNBUFFERED"] = "1"
     return env

@@ -569,7 +569,7 @@ def two_writer_loop(tmp_path: Path, mode: str, kills: int, seed: int) -> dict:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_kill_writer_repeatedly(tmp_path, mode):
-    iterations = int(os.environ.get("QVC_CRASH_CI_ITERATIONS", "25"))
+    iterations = int(os.environ.get("QVC_CRASH_CI_ITERATIONS", "18"))
     t0 = time.monotonic()
     stats = crash_loop(tmp_path, mode, iterations, seed=MODES.index(mode) * 7919 + int(os.environ.get("QVC_SEED", "0")))
     took = time.monotonic() - t0

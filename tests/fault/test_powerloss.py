@@ -54,7 +54,7 @@ pytestmark = pytest.mark.skipif(shutil.which("strace") is None and not os.enviro
                                 reason="strace is not installed")
 
 MODES = ["sync", "async", "exit"]
-CI_STATES = 45  # crash points per mode in the default run (each checked in several variants)
+CI_STATES = 30  # crash points per mode in the default run (each checked in several variants)
 WINDOW_SLACK = 0.5  # scheduling slack on top of max_lag for the flusher to start a flush, under strace
 
 
