@@ -328,11 +328,9 @@ def test_a_dead_writers_lease_survives_packed_refs_rewritten_before_the_next_put
     fsck(path)
 
 
-def test_recovery_rolls_a_dead_lease_forward_after_packed_refs_was_rewritten(tmp_path):
-    """The same, found by the next open's recovery: ``packed-refs`` rewritten by plain git
-    after the writer died (newer than the file the writer saw) does not make recovery take the
-    packed value for a later writer's."""
-    path = tmp_path / "r.qvc"
+def _dead_writer_on_a_packed_thread(path) -> list[str]:
+    """Threads t and u only in ``packed-refs``; a SYNC writer's three puts on t acknowledged, and
+    the writer killed holding its lease. Returns the puts' ids."""
     with GitCheckpointStore(path) as store:
         _put(store, "t", "base", 0)
         _put(store, "u", "u-0", 0)
@@ -340,6 +338,15 @@ def test_recovery_rolls_a_dead_lease_forward_after_packed_refs_was_rewritten(tmp
     proc, acked = _holder(path, mode="sync")
     proc.kill()
     proc.wait()
+    return acked
+
+
+def test_recovery_rolls_a_dead_lease_forward_after_packed_refs_was_rewritten(tmp_path):
+    """The same, found by the next open's recovery: ``packed-refs`` rewritten by plain git
+    after the writer died (newer than the file the writer saw) does not make recovery take the
+    packed value for a later writer's."""
+    path = tmp_path / "r.qvc"
+    acked = _dead_writer_on_a_packed_thread(path)
     time.sleep(0.02)
     assert _git(path, "update-ref", "-d", "refs/heads/u").returncode == 0  # git rewrites packed-refs
     with GitCheckpointStore(path) as store:
@@ -365,19 +372,13 @@ GitCheckpointStore(sys.argv[1])
 @pytest.mark.parametrize("how", ["delete-other", "pack-refs"])
 def test_a_recovery_killed_midway_leaves_the_dead_writers_lease_to_decide(tmp_path, how):
     """A SYNC writer dies holding its lease on a packed thread; the open that recovers it is
-    killed too, as it comes to restore the ref; then
-    ``packed-refs`` is rewritten. The next recovery must still roll the acknowledged puts
-    forward. (The first recovery used to remove the lease's lock before restoring the ref; the
-    next one, without the lease's serial, judged by packed-refs' newer file and left the ref at
-    the old head: the kill-during-gc loop lost acknowledged puts this way.)"""
+    killed too, as it comes to restore the ref; then ``packed-refs`` is rewritten. The next
+    recovery must still roll the acknowledged puts forward. (The first recovery used to remove
+    the lease's lock before restoring the ref; the next one, without the lease's serial,
+    judged by packed-refs' newer file and left the ref at the old head: the kill-during-gc
+    loop lost acknowledged puts this way.)"""
     path = tmp_path / "r.qvc"
-    with GitCheckpointStore(path) as store:
-        _put(store, "t", "base", 0)
-        _put(store, "u", "u-0", 0)
-    _packed_only(path)
-    proc, acked = _holder(path, mode="sync")
-    proc.kill()
-    proc.wait()
+    acked = _dead_writer_on_a_packed_thread(path)
     killed = subprocess.run([sys.executable, "-c", KILLED_RECOVERING, os.fspath(path)], env=child_env(),
                             capture_output=True, text=True, timeout=60)
     assert killed.returncode == -9, killed.stderr[-3000:]
