@@ -790,6 +790,10 @@ class Repository:
         except FileNotFoundError:
             return None
 
+    def locked_refs(self, prefix: str) -> list[str]:
+        """The refs under ``prefix`` that have a lock file now (any store's lease, or git's own)."""
+        return [n[:-5] for n in self._refs.walk(prefix) if n.endswith(".lock")]
+
     def finish_dead_writer(self, name: str) -> bool:
         """Before a writer reads or moves ref ``name``: if a dead store left its lease on it,
         roll that lease forward (:func:`qvc.plumbing.recovery.adopt_lease`), or complete its
@@ -998,7 +1002,7 @@ class Repository:
                 fcntl.flock(gate, fcntl.LOCK_EX)
             for _ in range(EXCLUSIVE_TRIES):
                 fcntl.flock(fd, fcntl.LOCK_EX)
-                locks = [n[:-5] for n in self._refs.walk("refs/") if n.endswith(".lock")]
+                locks = self.locked_refs("refs/")
                 held = leases.foreign(self.path, locks) if locks and gate >= 0 else []
                 if not held:
                     break
@@ -1155,6 +1159,15 @@ class Transaction:
         what a write compares against includes everything any store acknowledged."""
         self.repo.finish_dead_writer(name)
         return self.repo.ref(name)
+
+    def refs(self, prefix: str) -> list[tuple[str, str]]:
+        """``(name, hex target)`` of every ref under ``prefix``, as :meth:`Repository.refs`, once
+        every dead store's lease under ``prefix`` is rolled forward (:meth:`Repository.finish_dead_writer`):
+        a change that rewrites or deletes the refs it lists reaches those a dead store
+        acknowledged but never published (the superseded line its time travel created, say)."""
+        for name in self.repo.locked_refs(prefix):
+            self.repo.finish_dead_writer(name)
+        return list(self.repo.refs(prefix))
 
     def move_ref(self, name: str, old: str | None, new: str | None, message: str | None = None) -> None:
         """Compare-and-swap ref ``name`` from ``old`` to ``new`` (``None``: absent; both ``None``: no-op).

@@ -680,7 +680,7 @@ class GitCheckpointStore(CheckpointStore):
                     raise CheckpointConflictError(_moved(thread, head, tx.ref(ref)).replace(
                         "nothing was stored", "nothing was reset")) from None
                 # Lines the new head reaches again (an undone reset) are no longer superseded.
-                for name, tip in list(self._repo.refs(superseded_prefix(thread))):
+                for name, tip in tx.refs(superseded_prefix(thread)):
                     if self.descends(target, tip):
                         tx.move_ref(name, tip, None, "reset: line reached again")
         return CheckpointConfig(thread, info.checkpoint_id)
@@ -764,7 +764,7 @@ class GitCheckpointStore(CheckpointStore):
             # consistent, so a crash part-way loses nothing acknowledged: new pending-writes
             # refs, then the heads and superseded lines, then the old pending-writes refs.
             moves: list[tuple[str, str | None, str | None]] = []
-            for name, tip in list(self._repo.refs("refs/")):
+            for name, tip in tx.refs("refs/"):
                 if name.startswith(WRITES):
                     continue
                 new = self._rewrite(tip, mapping, tx)
@@ -820,7 +820,7 @@ class GitCheckpointStore(CheckpointStore):
         thread = check_thread_id(thread_id)
         with self._repo.transaction() as tx:
             # read through the transaction: a dead writer's lease on any of them is finished first
-            names = [head_ref(thread)] + [n for n, _ in self._repo.refs(superseded_prefix(thread))]
+            names = [head_ref(thread)] + [n for n, _ in tx.refs(superseded_prefix(thread))]
             refs = [(n, t) for n, t in ((n, tx.ref(n)) for n in names) if t is not None]
             if not refs:
                 raise UnknownThreadError(f"thread {thread!r} has no checkpoints")
@@ -854,11 +854,11 @@ class GitCheckpointStore(CheckpointStore):
             return
         with self._repo.transaction() as tx:
             # read through the transaction: a dead writer's lease on any of them is finished first
-            names = [head_ref(old)] + [n for n, _ in self._repo.refs(superseded_prefix(old))]
+            names = [head_ref(old)] + [n for n, _ in tx.refs(superseded_prefix(old))]
             tips = [(n, t) for n, t in ((n, tx.ref(n)) for n in names) if t is not None]
             if not tips:
                 raise UnknownThreadError(f"thread {old!r} has no checkpoints")
-            if tx.ref(head_ref(new)) is not None or list(self._repo.refs(superseded_prefix(new))):
+            if tx.ref(head_ref(new)) is not None or tx.refs(superseded_prefix(new)):
                 raise CheckpointConflictError(f"thread {new!r} already exists")
             own = {info.hex for _, tip in tips for info in self._history.first_parents(tip)
                    if info.thread_id == old}

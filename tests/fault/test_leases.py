@@ -395,6 +395,51 @@ def test_a_recovery_killed_midway_leaves_the_dead_writers_lease_to_decide(tmp_pa
     fsck(path)
 
 
+TRAVELLER = """
+import sys, time
+import qvc.plumbing.repository as repository
+repository.PUBLISH_LAG = 600.0  # keeps its time travel (the head and the superseded line) to itself
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+store = GitCheckpointStore(sys.argv[1], durability="sync")
+store.put(CheckpointConfig("b"), Checkpoint(id="back", thread_id="b", step=9, parent_id="b0", state_data={"x": 9}),
+          {}, expected_head=store.head("b"))
+print("ACK", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_delete_rewrites_the_superseded_line_a_dead_writers_time_travel_left(tmp_path):
+    """A writer travels back on thread b (the superseded line, holding b1, is a new ref under
+    its lease) and is killed before publishing; a store open all along puts on b (rolling the
+    head's lease forward) and deletes b1. The delete must rewrite that line too: it lists the
+    refs it rewrites only after rolling forward the dead writer's leases under them. (It listed
+    git's files, where the line was not yet, and the next recovery restored the line with the
+    deleted checkpoint on it: found by the model-based test.)"""
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path) as mine:  # open before the writer dies: its open recovers nothing
+        for n in range(3):
+            _put(mine, "b", f"b{n}", n)
+        proc = subprocess.Popen([sys.executable, "-c", TRAVELLER, os.fspath(path)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=child_env())
+        try:
+            assert proc.stdout.readline().strip() == "ACK", proc.stderr.read()[-3000:]
+        finally:
+            proc.kill()
+            proc.wait()
+        _put(mine, "b", "after", 10)  # on the dead writer's travel, rolled forward first
+        assert [t.checkpoint.id for t in mine.list(CheckpointConfig("b"))] == ["after", "back", "b0"]
+        mine.delete(CheckpointConfig("b", "b1"))
+        assert mine.get_tuple(CheckpointConfig("b", "b1")) is None
+        assert set(t.checkpoint.id for t in mine.list(CheckpointConfig("b"), superseded=True)) == {
+            "after", "back", "b0", "b2"}
+    with GitCheckpointStore(path) as reopened:  # the dead writer's journal replayed
+        assert reopened.recovery.journals_replayed == 1
+        assert reopened.get_tuple(CheckpointConfig("b", "b1")) is None
+        assert set(t.checkpoint.id for t in reopened.list(CheckpointConfig("b"), superseded=True)) == {
+            "after", "back", "b0", "b2"}
+    fsck(path)
+
+
 CUT_SHORT = """
 import os, signal, sys
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
