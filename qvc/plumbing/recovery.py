@@ -519,18 +519,29 @@ def _replay(repo: Repository, path: str, report: RecoveryReport,
     """Collect the journal's objects git's files lack (or hold unreadable) into ``missing`` (raw
     id -> (kind, data)), for :func:`_restore_objects`; return its ref moves (``{ref: [(old, new,
     seen)]}``) and, for each ref, the generation tokens that stood since the writer's last move
-    of it: the one it saw then, and those its own later deletes wrote."""
+    of it: the one it saw then, and those its own later deletes wrote while no other writer's
+    token came between (a later record of the writer that saw a token not in the chain proves
+    another writer deleted history after the move: the chain ends there)."""
     report.journals_replayed += 1
     moves: dict[str, list[tuple[str | None, str | None, float]]] = {}
-    tokens: dict[str, set[str]] = {}
+    chains: dict[str, set[str | None]] = {}  # ref -> the tokens since its last move (None: no file yet)
+    ended: set[str] = set()  # refs whose chain another writer's token broke
     for record in read_records(path):
         for name, _, _ in record.refs:
-            seen = record.seen.get(name)
-            tokens[name] = {seen[1]} if isinstance(seen, list) and len(seen) > 1 and isinstance(seen[1], str) else set()
-        written = record.seen.get(GENERATION)
-        if isinstance(written, list) and len(written) > 1 and isinstance(written[1], str):
-            for since in tokens.values():
-                since.add(written[1])
+            seen = _seen_token(record.seen.get(name))
+            chains[name] = {seen[0]} if seen else set()
+            if seen:
+                ended.discard(name)
+            else:
+                ended.add(name)
+        written = _seen_token(record.seen.get(GENERATION))
+        if written and written[0] is not None:
+            saw = {t[0] for n, v in record.seen.items() if n != GENERATION and (t := _seen_token(v))}
+            for name, chain in chains.items():
+                if name not in ended and saw and saw <= chain:
+                    chain.add(written[0])
+                else:
+                    ended.add(name)
         for kind, data in record.objects:
             raw = repo.hash(kind, data)
             if raw in missing:
@@ -548,7 +559,15 @@ def _replay(repo: Repository, path: str, report: RecoveryReport,
             moves.setdefault(name, []).append((new if record.base else old, new, record.seen.get(name)))
             first = report.moved.get(name, (new if record.base else old, None))[0]
             report.moved[name] = (first, new)
-    return moves, tokens
+    return moves, {name: {t for t in chain if t is not None} for name, chain in chains.items()}
+
+
+def _seen_token(seen: object) -> tuple[str | None] | None:
+    """The generation token a journal record's ``seen`` entry names (a 1-tuple: ``(None,)`` when
+    there was no ``qvc/generation`` yet), ``None`` when the entry names none (an old record)."""
+    if isinstance(seen, list) and len(seen) > 1 and (seen[1] is None or isinstance(seen[1], str)):
+        return (seen[1],)
+    return None
 
 
 def _restore_objects(repo: Repository, missing: dict[bytes, tuple[str, bytes]]) -> None:

@@ -393,6 +393,46 @@ def test_dead_writers_journal_does_not_resurrect_a_deleted_thread(tmp_path):
         assert store.get_tuple(CheckpointConfig("doomed", "D-00001")) is None
 
 
+DELETES_LATER = """
+import sys
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+store = GitCheckpointStore(sys.argv[1])
+for n in range(3):
+    store.put(CheckpointConfig("doomed"), Checkpoint(id=f"D-{n}", thread_id="doomed", step=n, state_data={"n": n}), {})
+store.put(CheckpointConfig("other"), Checkpoint(id="O-0", thread_id="other", step=0, state_data={}), {})
+store.flush()
+print("READY", flush=True)
+sys.stdin.readline()
+store.delete_thread("other")  # its own delete, after another process deleted "doomed"
+print("DONE", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_dead_writers_own_later_delete_does_not_resurrect_a_thread_another_deleted(tmp_path):
+    """A writer puts on a thread; another process deletes that thread; then the writer deletes
+    something of its own (a new generation token, its own) and dies. Its later token must not
+    count as proof that nobody deleted history since its puts: the chain of tokens since its
+    move broke at the other process's delete, which its own delete saw (found by the model)."""
+    path = tmp_path / "repo.qvc"
+    GitCheckpointStore(path).close()
+    proc = subprocess.Popen([sys.executable, "-c", DELETES_LATER, os.fspath(path)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+    try:
+        assert proc.stdout.readline().strip() == "READY", proc.stderr.read()[-3000:]
+        with GitCheckpointStore(path) as store:
+            store.delete_thread("doomed")
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "DONE", proc.stderr.read()[-3000:]
+    finally:
+        _kill(proc)
+    with GitCheckpointStore(path) as store:
+        assert store.recovery.journals_replayed == 1
+        assert store.threads() == [], f"a deleted thread came back ({store.recovery.summary()})"
+        assert store.get_tuple(CheckpointConfig("doomed", "D-2")) is None
+
+
 def test_dead_writers_journal_does_not_resurrect_a_deleted_checkpoint(tmp_path):
     path = tmp_path / "repo.qvc"
     GitCheckpointStore(path).close()
