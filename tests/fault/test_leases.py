@@ -604,13 +604,14 @@ def test_a_lease_waited_for_under_the_exclusive_lock_is_waited_for_again(tmp_pat
         proc.wait()
 
 
-def test_a_read_only_store_lets_writers_publish_before_it_takes_the_exclusive_lock(tmp_path):
+def test_a_read_only_store_lets_writers_publish_before_it_takes_the_exclusive_lock(tmp_path, monkeypatch):
     """A read-only open that recovers takes the exclusive lock as a writer's open does: the gate
     closed first, other stores' leases published, then the lock. (It took the lock at once, and
     its recovery's reads then waited in vain for leases no one could publish meanwhile.)"""
     path = tmp_path / "r.qvc"
     GitCheckpointStore(path).close()
     proc, acked = _holder(path, lag=1.0)  # publishes about a second after its puts
+    monkeypatch.setattr(leases, "SETTLE_WAIT", 30.0)  # a loaded machine: wait for it as long as it takes
     try:
         with GitCheckpointStore(path, readonly=True) as reader:
             repo = reader.repository
