@@ -1164,16 +1164,9 @@ def run_model(tmp_path: Path, examples: int, steps: int) -> None:
     print(f"model: {ModelMachine.examples} example(s) of up to {steps} steps in {time.monotonic() - t0:.1f} s")
 
 
-def test_model_short(tmp_path, monkeypatch):
+def test_model_short(tmp_path):
     """A short run of the model in the default suite: every acknowledged write survives kills,
-    gc, pack-refs, deletes, renames, time travel and conflicts, and no refused put is stored.
-
-    It accepts one known, open fault (docs/durability.md, "Known and open"): a read in another
-    process that starts right after a put was acknowledged can miss it, and a read 0.5 s later
-    sees it (QVC_MODEL_ALLOW_STALE_READS; the long run is strict). Nothing acknowledged is lost
-    there; set QVC_MODEL_STRICT=1 to fail on it here too."""
-    if not os.environ.get("QVC_MODEL_STRICT"):
-        monkeypatch.setattr(sys.modules[__name__], "ALLOW_STALE_READS", True)
+    gc, pack-refs, deletes, renames, time travel and conflicts, and no refused put is stored."""
     run_model(tmp_path, int(os.environ.get("QVC_MODEL_CI_EXAMPLES", "8")),
               int(os.environ.get("QVC_MODEL_STEPS", "25")))
 
