@@ -242,11 +242,7 @@ def adopt_lease(repo: Repository, name: str, holder: str) -> bool:
         if not _history_reads(repo, value, {disk} if disk else set()):
             os.unlink(lock)
             return True
-        why, when = "recovery: a crashed writer's move", time.time()
-        with open(lock, "r+b") as f:
-            lease = leases.Lease(os.dup(f.fileno()), value, repo.file_identity(name),
-                                 [(old, new, why, when) for old, new in moves], serial)
-        leases.publish(repo.path, name, lease, "qvc <qvc@localhost>", log=True, head_too=False)
+        _publish_through_lock(repo, name, value, moves, "recovery: a crashed writer's move", serial)
         return True
     finally:
         if fd >= 0:
@@ -731,17 +727,23 @@ def _cut_short(repo: Repository, name: str, values: set[str]) -> str | None:
     return value if value in values and data[40:41] in (b"\n", b"") else None
 
 
+def _publish_through_lock(repo: Repository, name: str, value: str, moves: list[tuple[str | None, str | None]],
+                          why: str, serial: int | None) -> None:
+    """Publish a dead store's lease on ``name`` for it, as :func:`qvc.plumbing.leases.publish`
+    does: the reflog lines of ``moves``, then ``value`` over the lock's tag, renamed over the ref."""
+    with open(leases.lock_path(repo.path, name), "r+b") as f:
+        lease = leases.Lease(os.dup(f.fileno()), value, repo.file_identity(name),
+                             [(old, new, why, time.time()) for old, new in moves], serial)
+    leases.publish(repo.path, name, lease, "qvc <qvc@localhost>", log=True, head_too=False)
+
+
 def _publish_lease(repo: Repository, name: str, holder: str, serial: int | None, old: str | None,
                    new: str) -> bool:
-    """Write ``new`` to ``name`` through the dead journal ``holder``'s lease lock on it (as
-    :func:`qvc.plumbing.leases.publish` does, with a reflog line); whether the lock was that
-    lease (else nothing is written)."""
+    """Write ``new`` to ``name`` through the dead journal ``holder``'s lease lock on it, with a
+    reflog line; whether the lock was that lease (else nothing is written)."""
     if leases.tag(repo.path, name) != (holder, serial):
         return False
-    with open(leases.lock_path(repo.path, name), "r+b") as f:
-        lease = leases.Lease(os.dup(f.fileno()), new, repo.file_identity(name),
-                             [(old, new, "recovery: restored from the journal", time.time())], serial)
-    leases.publish(repo.path, name, lease, "qvc <qvc@localhost>", log=True, head_too=False)
+    _publish_through_lock(repo, name, new, [(old, new)], "recovery: restored from the journal", serial)
     return True
 
 
