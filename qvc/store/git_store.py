@@ -820,8 +820,8 @@ class GitCheckpointStore(CheckpointStore):
         thread = check_thread_id(thread_id)
         with self._repo.transaction() as tx:
             # read through the transaction: a dead writer's lease on any of them is finished first
-            names = [head_ref(thread)] + [n for n, _ in tx.refs(superseded_prefix(thread))]
-            refs = [(n, t) for n, t in ((n, tx.ref(n)) for n in names) if t is not None]
+            refs = [(head_ref(thread), tx.ref(head_ref(thread)))] + tx.refs(superseded_prefix(thread))
+            refs = [(n, t) for n, t in refs if t is not None]
             if not refs:
                 raise UnknownThreadError(f"thread {thread!r} has no checkpoints")
             writes: dict[str, str] = {}  # a head and its superseded lines share commits
@@ -854,8 +854,8 @@ class GitCheckpointStore(CheckpointStore):
             return
         with self._repo.transaction() as tx:
             # read through the transaction: a dead writer's lease on any of them is finished first
-            names = [head_ref(old)] + [n for n, _ in tx.refs(superseded_prefix(old))]
-            tips = [(n, t) for n, t in ((n, tx.ref(n)) for n in names) if t is not None]
+            tips = [(head_ref(old), tx.ref(head_ref(old)))] + tx.refs(superseded_prefix(old))
+            tips = [(n, t) for n, t in tips if t is not None]
             if not tips:
                 raise UnknownThreadError(f"thread {old!r} has no checkpoints")
             if tx.ref(head_ref(new)) is not None or tx.refs(superseded_prefix(new)):
