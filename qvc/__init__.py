@@ -26,7 +26,6 @@ from qvc.errors import (
     UnknownRunError,
     UnknownThreadError,
 )
-from qvc.plumbing.durability import DurabilityMode
 from qvc.plumbing.recovery import RecoveryReport
 from qvc.qitos.fork import fork_checkpoint, list_fork_history
 from qvc.qitos.managers import DurabilityManager, PendingWriteManager
@@ -39,6 +38,7 @@ from qvc.types import (
     CheckpointId,
     CheckpointMetadata,
     CheckpointTuple,
+    DurabilityMode,
     PendingWrite,
     StateVersions,
 )

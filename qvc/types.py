@@ -3,12 +3,27 @@
 from __future__ import annotations
 
 import copy
+import enum
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Dict, List, NamedTuple, NewType, Optional, TypedDict
 
 CheckpointId = NewType("CheckpointId", str)
 StateVersions = Dict[str, int]
+
+
+class DurabilityMode(enum.Enum):
+    """When a write is on stable storage.
+
+    ``SYNC``: on stable storage when the call returns (one disk flush; concurrent calls share
+    it). ``ASYNC``: in the OS on return (a killed process loses nothing), durable within the
+    store's ``max_lag`` seconds, in order. ``EXIT``: durable at ``flush()`` or ``close()``.
+    :mod:`qvc.plumbing.durability` implements them.
+    """
+
+    SYNC = "sync"
+    ASYNC = "async"
+    EXIT = "exit"
 
 
 @dataclass(frozen=True)

@@ -20,18 +20,13 @@ returned call wrote; only a power loss can cost ASYNC and EXIT their unflushed w
 
 from __future__ import annotations
 
-import enum
 import os
 import threading
 from typing import Callable
 
+from qvc.types import DurabilityMode
 
-class DurabilityMode(enum.Enum):
-    """When a write is on stable storage (see the module docstring)."""
-
-    SYNC = "sync"
-    ASYNC = "async"
-    EXIT = "exit"
+__all__ = ["DurabilityMode", "Worker", "harden"]
 
 
 _libc = None

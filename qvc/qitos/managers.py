@@ -13,9 +13,8 @@ import threading
 from typing import Any, Dict, List, Optional, Tuple
 
 from qvc.errors import DurabilityError
-from qvc.plumbing.durability import DurabilityMode
 from qvc.store.base import CheckpointStore
-from qvc.types import Checkpoint, CheckpointConfig, CheckpointMetadata, PendingWrite, StateVersions
+from qvc.types import Checkpoint, CheckpointConfig, CheckpointMetadata, DurabilityMode, PendingWrite, StateVersions
 
 
 class DurabilityManager:

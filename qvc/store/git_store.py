@@ -23,7 +23,6 @@ from qvc.errors import (
     UnknownCheckpointError,
     UnknownThreadError,
 )
-from qvc.plumbing.durability import DurabilityMode
 from qvc.plumbing.libgit2 import pygit2
 from qvc.plumbing.objects import MODE_BLOB, MODE_TREE, Entry, commit_bytes, tree_bytes
 from qvc.plumbing.recovery import RecoveryReport
@@ -51,6 +50,7 @@ from qvc.types import (
     CheckpointConfig,
     CheckpointMetadata,
     CheckpointTuple,
+    DurabilityMode,
     Head,
     PendingWrite,
     StateVersions,

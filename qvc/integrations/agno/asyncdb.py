@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 from agno.db.base import AsyncBaseDb
 
 from qvc.integrations.agno.db import DELEGATED, QvcDb
-from qvc.plumbing.durability import DurabilityMode
+from qvc.types import DurabilityMode
 
 #: The methods AsyncQvcDb answers through QvcDb (the async twins of agno's ``AsyncBaseDb``).
 OWN = ("table_exists", "get_latest_schema_version", "upsert_schema_version", "get_session", "get_sessions",

@@ -30,9 +30,9 @@ from qvc.errors import QvcError
 from qvc.integrations.agno.index import ThreadIndex
 from qvc.integrations.agno.runstore import AgnoRunStore
 from qvc.integrations.agno.sessions import AgnoSessionStore, SessionOwnedError, attach_runs
-from qvc.plumbing.durability import DurabilityMode
 from qvc.runs.failures import record_failure
 from qvc.store.git_store import GitCheckpointStore
+from qvc.types import DurabilityMode
 
 log = logging.getLogger("qvc")
 

@@ -102,7 +102,6 @@ from qvc.errors import (
     SerializationError,
 )
 from qvc.integrations.langgraph.values import ChannelValues, Write
-from qvc.plumbing.durability import DurabilityMode
 from qvc.plumbing.objects import Entry, commit_bytes, tree_bytes
 from qvc.plumbing.repository import GENERATION, Repository, Transaction
 from qvc.store import serde as qserde
@@ -110,6 +109,7 @@ from qvc.store.format import HEADER, decode_header, escape_trailer
 from qvc.store.git_store import GitCheckpointStore
 from qvc.store.history import LRU
 from qvc.store.refnames import HEADS, WRITES, decode_name, decode_thread, encode_name, encode_thread, head_ref
+from qvc.types import DurabilityMode
 
 __all__ = ["QvcSaver", "thread_name", "split_thread_name"]
 
