@@ -2,7 +2,8 @@
 
 Needs the ``server`` extra (``pip install "qvc[server]"``: FastAPI and uvicorn); ``import qvc``
 never imports this package. :func:`create_app` builds the ASGI application (see
-:mod:`qvc.server.app` for the endpoints); :func:`serve` runs it the way ``qvc serve`` does.
+:mod:`qvc.server.app`; the endpoints are in the ``routes_*`` modules); :func:`serve` runs it the way
+``qvc serve`` does.
 """
 
 from __future__ import annotations
