@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from qvc.errors import CorruptionError, NotFoundError
+from qvc.store.viewers import view_state
 
 if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore
@@ -22,15 +23,10 @@ def iso(ts: int | float) -> str:
 
 
 def state_of(store: GitCheckpointStore, sha: str, state: dict) -> dict:
-    """The state to show people: a LangGraph checkpoint's channels decoded with LangGraph's
-    serializer when it is installed (else the stored ``[type, bytes]`` pairs)."""
-    if "langgraph" not in store.header(sha)[0]:
-        return state
-    try:
-        from qvc.integrations.langgraph import channel_values
-    except ImportError:
-        return state
-    return channel_values(store, sha)
+    """The state to show people: as the viewer registered for the checkpoint's writer shows it
+    (:func:`qvc.store.viewers.view_state`; an adapter's values decoded by its framework when that
+    is installed), else ``state`` as stored."""
+    return view_state(store, sha, state)
 
 
 def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] = ()) -> dict[str, Any]:

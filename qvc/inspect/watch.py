@@ -59,6 +59,7 @@ from qvc.store.refnames import (
     encode_thread,
     superseded_prefix,
 )
+from qvc.store.writekeys import writes_commit
 
 if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore
@@ -411,8 +412,8 @@ class Watcher:
                           step=info.step, source=source_of(info) or "put", committed=info.time, observed=now)
 
     def _writes(self, ref: str, tip: str, now: float) -> list[WatchEvent]:
-        sha = ref[len(WRITES):]
-        if len(sha) != 40:  # not a qvc checkpoint's (the LangGraph saver keeps its own under lg/)
+        sha = writes_commit(ref[len(WRITES):])
+        if sha is None:  # an opaque writes ref (another layout's): no checkpoint of the store to report
             return []
         try:
             info = self._store.commit(sha)

@@ -81,6 +81,7 @@ from qvc.store.refnames import (
     head_ref,
     superseded_prefix,
 )
+from qvc.store.writekeys import writes_commit
 
 CHUNK = 500  # refspecs per git run
 _CLONE_PREFIX = ".qvc-clone-"  # a clone's work folder next to its destination
@@ -298,7 +299,7 @@ def _selected_refs(store: GitCheckpointStore, threads: Optional[Iterable[str]]) 
     names = set(wanted)
     for name, tip in repo.refs(WRITES):
         try:
-            # keyed by commit SHA (or, in LangGraph's layout, by checkpoint id)
+            # keyed by a commit SHA (resolve takes a checkpoint id too); an opaque key names no checkpoint
             if store.commit(store.resolve(name[len(WRITES):])).thread_id in names:
                 refs[name] = tip
         except QvcError:  # a writes ref whose checkpoint is gone (or not a commit): not this thread's
@@ -635,11 +636,13 @@ def _merge_writes(store: GitCheckpointStore, name: str, result: FetchResult) -> 
 
 
 def _unreadable_writes(store: GitCheckpointStore, key: str, tip: str) -> str | None:
-    """Why the pending writes ``tip`` holds for checkpoint ``key`` do not read (``None``: they do)."""
+    """Why the writes ref keyed by ``key`` at ``tip`` does not read (``None``: it does): the store's
+    pending writes must decode; an opaque writes ref (:mod:`qvc.store.writekeys`) needs a commit
+    and tree that read."""
     try:
-        if re.fullmatch(r"[0-9a-f]{40}", key):
+        if writes_commit(key) is not None:
             store.pending_writes_in(tip)
-        else:  # another layout's writes (e.g. LangGraph's, keyed by checkpoint id)
+        else:
             store.tree_entries(tip)
     except QvcError as exc:
         return str(exc)

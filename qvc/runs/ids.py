@@ -1,6 +1,6 @@
 """Run, session and thread ids: checking them, making new ones, naming a run's thread, parsing ``RUN@AT``.
 
-Imports only :mod:`qvc.errors`.
+Imports only :mod:`qvc.errors` and the store's prefix registry (:mod:`qvc.store.prefixes`).
 """
 
 from __future__ import annotations
@@ -9,8 +9,10 @@ import uuid
 from typing import Any
 
 from qvc.errors import InvalidInputError
+from qvc.store.prefixes import register_prefix
 
-THREAD_PREFIX = "run/"
+#: Thread prefix of runs (registered: no other owner may claim it).
+THREAD_PREFIX = register_prefix("runs", "run/")
 
 
 def new_id() -> str:

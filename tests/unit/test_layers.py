@@ -154,3 +154,37 @@ def test_no_private_names_imported_across_modules():
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("qvc"):
                 private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
                 assert not private, f"{module} imports private names {private} from {node.module}"
+
+
+# -- the adapter contract ------------------------------------------------------------------------
+
+INTEGRATIONS = sorted(m for m in MODULES if m == "qvc.integrations" or m.startswith("qvc.integrations."))
+
+#: Adapters still on the plumbing in this branch: the LangGraph saver and its values are rewritten
+#: over the store's public API on another branch. Strict: once they are clean this xfail fails,
+#: and the entry must go.
+STILL_ON_THE_PLUMBING = {"qvc.integrations.langgraph.saver", "qvc.integrations.langgraph.values"}
+
+
+@pytest.mark.parametrize("module", [
+    pytest.param(m, marks=pytest.mark.xfail(strict=True, reason="rewritten over the store on the saver branch"))
+    if m in STILL_ON_THE_PLUMBING else m for m in INTEGRATIONS])
+def test_integrations_import_nothing_from_the_plumbing(module):
+    """An adapter builds on the store's public API and the feature layer, never on the plumbing
+    (imports inside functions count): what it needs of git, the store offers with a contract."""
+    plumbing = sorted(t for t in GRAPH[module] if t == "qvc.plumbing" or t.startswith("qvc.plumbing."))
+    assert not plumbing, f"{module} imports the plumbing: {plumbing}"
+
+
+def test_the_plumbing_rule_covers_every_adapter():
+    assert {"qvc.integrations.agno.index", "qvc.integrations.langgraph.viewer"} <= set(INTEGRATIONS)
+    assert STILL_ON_THE_PLUMBING <= set(INTEGRATIONS)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m not in INTEGRATIONS))
+def test_no_reader_names_an_integration(module):
+    """Readers (inspect, remotes, watch, the server, the command line) reach an adapter's values
+    only through registries (:mod:`qvc.store.viewers`, :mod:`qvc.store.prefixes`), never by
+    importing it."""
+    named = sorted(t for t in GRAPH[module] if t in INTEGRATIONS)
+    assert not named, f"{module} imports integrations: {named}"
