@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
+from qvc.codec import serde
 from qvc.errors import CorruptionError, InvalidInputError
 from qvc.inspect.dates import ago
 from qvc.plumbing.objects import MODE_BLOB
-from qvc.store import serde
 from qvc.store.format import HEADER
 from qvc.store.refnames import HEADS, SUPERSEDED, decode_name, decode_thread, encode_name
 

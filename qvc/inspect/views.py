@@ -2,7 +2,7 @@
 ``qvc serve`` answers with (one definition for both).
 
 Values of state, metadata and pending writes are in the lossless tagged JSON of
-:mod:`qvc.inspect.statefiles`. Everything here reads only.
+:mod:`qvc.codec.tagged`. Everything here reads only.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] =
     ``"damaged"`` (present only then); asking for it in ``fields`` raises
     :class:`~qvc.errors.CorruptionError`, asking for healthy fields works.
     """
-    from qvc.inspect.statefiles import to_jsonable
+    from qvc.codec.tagged import to_jsonable
 
     damaged: dict[str, str] = {}
     tup = store.read(sha, damaged=damaged)

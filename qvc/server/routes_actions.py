@@ -13,9 +13,9 @@ from typing import Any, Callable, Dict, Optional
 
 from fastapi import APIRouter
 
+from qvc.codec.tagged import from_jsonable
 from qvc.errors import InvalidInputError
 from qvc.inspect import views
-from qvc.inspect.statefiles import from_jsonable
 from qvc.runs import Run, RunRecorder, Runs, thread_of
 from qvc.server import models
 from qvc.server.deps import State, Writer, revision
