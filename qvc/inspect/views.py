@@ -116,21 +116,6 @@ def thread_json(store: GitCheckpointStore, thread: str, current: bool = False, *
     return row
 
 
-def fork_thread(store: GitCheckpointStore, sha: str, new: str):
-    """Fork thread ``new`` from checkpoint commit ``sha``; returns the new head's config.
-
-    Raises :class:`~qvc.errors.CheckpointConflictError` if ``new`` exists.
-    """
-    from qvc.errors import CheckpointConflictError
-    from qvc.qitos.fork import fork_checkpoint
-    from qvc.types import CheckpointConfig
-
-    if store.head(new) is not None:
-        raise CheckpointConflictError(f"thread {new!r} already exists")
-    info = store.commit(sha)
-    return fork_checkpoint(store, CheckpointConfig(info.thread_id or "", sha), new)
-
-
 def kept_lines(store: GitCheckpointStore, thread: str) -> list[str]:
     """The tips of the lines time travel kept for ``thread`` that its current line does not reach:
     what deleting the thread deletes too (``qvc branch -d`` refuses then). Empty when there are none."""

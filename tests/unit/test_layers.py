@@ -21,7 +21,7 @@ LAYERS = {
     "qvc.codec": 0.5,  # the serializers: every layer above may use them, they use only errors and types
     "qvc.plumbing": 1,
     "qvc.store": 2,
-    "qvc.inspect": 3, "qvc.remotes": 3, "qvc.runs": 3, "qvc.qitos": 3, "qvc.integrations": 3,
+    "qvc.inspect": 3, "qvc.edit": 3, "qvc.remotes": 3, "qvc.runs": 3, "qvc.qitos": 3, "qvc.integrations": 3,
     "qvc.server": 4,
     "qvc.cli": 5,
     "qvc": 6, "qvc.__main__": 6,
