@@ -38,7 +38,6 @@ import json
 import math
 import re
 import struct
-import zoneinfo
 from typing import Any, Callable
 
 from qvc.errors import InvalidInputError, SerializationError
@@ -168,6 +167,8 @@ def _hashable(item: Any) -> bool:
 def _tz_from_key(key: Any, bad: Callable[[str], InvalidInputError]) -> _dt.tzinfo:
     if not isinstance(key, str) or not key:
         raise bad('"tz" must be a zoneinfo key such as "Europe/Paris"')
+    import zoneinfo  # deferred: start-up time (only zoned datetimes need it)
+
     try:
         return zoneinfo.ZoneInfo(key)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from qvc.codec import serde
+from qvc.codec.tagged import to_jsonable
 from qvc.errors import NotFoundError
+from qvc.inspect.views import iso
 from qvc.store.refnames import encode_name
 
 if TYPE_CHECKING:
@@ -45,9 +47,6 @@ class BlameLine:
 
     def to_json(self) -> dict[str, Any]:
         """The stable ``qvc blame --json`` form: values and path steps in tagged JSON."""
-        from qvc.codec.tagged import to_jsonable
-        from qvc.inspect.views import iso
-
         return {"path": [to_jsonable(p, "path") for p in self.path], "id": self.checkpoint_id,
                 "commit": self.commit, "step": self.step, "time": iso(self.time),
                 "value": to_jsonable(self.value, "value")}

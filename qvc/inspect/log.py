@@ -8,6 +8,7 @@ Entries are read from commits and trees only (a checkpoint's state is not decode
 from __future__ import annotations
 
 import heapq
+import logging
 import re
 import time
 from dataclasses import dataclass, field
@@ -98,8 +99,6 @@ def readable(store: GitCheckpointStore, name: str, tip: str) -> bool:
     stderr from the CLI) and the ref is skipped, so one damaged thread hides only itself."""
     why = store.damage(tip)
     if why is not None:
-        import logging
-
         what = f"thread {store.thread_of_ref(name)!r}" if name.startswith(HEADS) else name
         logging.getLogger("qvc").warning("qvc: warning: %s is damaged, skipped: %s (see `qvc fsck`)", what, why)
     return why is None
