@@ -99,7 +99,7 @@ def complete_names(ctx: click.Context, param: click.Parameter, incomplete: str) 
     from click.shell_completion import CompletionItem  # deferred: start-up speed
 
     try:
-        from qvc.store.discovery import find_repository
+        from qvc.store.discovery import find_repository  # deferred: start-up speed
         from qvc.store.git_store import GitCheckpointStore
 
         root = ctx.find_root().params

@@ -9,6 +9,7 @@ import click
 
 from qvc.cli.app import Group, cli, complete_names, session
 from qvc.cli.output import emit_json, out, style
+from qvc.errors import PushRejectedError
 
 
 def transfer_options(quiet: bool) -> dict:
@@ -144,9 +145,7 @@ def push(remote_name: str, threads: tuple[str, ...], quiet: bool, as_json: bool)
       qvc push                    # every thread to origin
       qvc push backup run-7 run-8
     """
-    # deferred: start-up speed
-    from qvc.errors import PushRejectedError
-    from qvc.remotes import push as push_threads
+    from qvc.remotes import push as push_threads  # deferred: start-up speed
 
     store = session().store(write=True)
     try:

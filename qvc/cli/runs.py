@@ -7,15 +7,13 @@ import click
 
 from qvc.cli.app import cli, session
 from qvc.cli.output import emit_json, page, short, style, value_width
-from qvc.errors import InvalidInputError
+from qvc.errors import InvalidInputError, UnknownRunError
 from qvc.inspect.dates import ago
 
 
 def show_run(store, ref: str, full: bool, as_json: bool) -> bool:
     """``qvc show RUN`` / ``RUN@MESSAGE_INDEX`` / ``RUN@CHECKPOINT``: ``False`` if no run has that id."""
-    # deferred: start-up speed
-    from qvc.errors import UnknownRunError
-    from qvc.runs import Runs, Snapshot, parse_run_ref
+    from qvc.runs import Runs, Snapshot, parse_run_ref  # deferred: start-up speed
 
     try:
         parse_run_ref(ref)
@@ -25,7 +23,7 @@ def show_run(store, ref: str, full: bool, as_json: bool) -> bool:
     if as_json:
         emit_json(shown.to_dict())
         return True
-    from qvc.inspect.statediff import shorten
+    from qvc.inspect.statediff import shorten  # deferred: start-up speed
 
     run = shown.run if isinstance(shown, Snapshot) else shown
     width = value_width()

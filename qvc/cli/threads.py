@@ -26,7 +26,7 @@ def new_thread_name(name: str) -> str:
 
 def fork(store, rev, new: str):
     """Fork thread ``new`` (a name typed by the user: checked) from revision ``rev``; its new head's config."""
-    from qvc.inspect.views import fork_thread  # deferred: start-up speed
+    from qvc.store.fork import fork_thread  # deferred: start-up speed
 
     return fork_thread(store, rev.commit, new_thread_name(new))
 

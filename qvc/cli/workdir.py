@@ -1,5 +1,5 @@
-"""Working directories (:mod:`qvc.inspect.workdir`): ``qvc checkout --to DIR`` (through
-:func:`checkout_to`, which ``qvc checkout`` calls) and ``qvc commit DIR``."""
+"""Working directories (:mod:`qvc.inspect.workdir`, :mod:`qvc.edit.workdir`): ``qvc checkout --to DIR``
+(through :func:`checkout_to`, which ``qvc checkout`` calls) and ``qvc commit DIR``."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def commit(directory: str, message: str, as_json: bool) -> None:
     Example:
       qvc commit fix/ -m "drop the hallucinated tool result"
     """
-    from qvc.inspect.workdir import commit_directory  # deferred: start-up speed
+    from qvc.edit.workdir import commit_directory  # deferred: start-up speed
 
     done = commit_directory(session().store(write=True), directory, message)
     if as_json:

@@ -7,7 +7,7 @@ whole, to the checkpoint of its last change. The walk is the revision's first-pa
 oldest first (crossing into the source thread at a fork, as ``qvc log`` does); only
 checkpoints whose tree entry for the field changed are decoded, and only that field.
 
-Items are told apart by their exact stored bytes (:func:`qvc.store.serde.dumps`): a list that
+Items are told apart by their exact stored bytes (:func:`qvc.codec.serde.dumps`): a list that
 only grew keeps every old attribution; otherwise the old and new lists are matched as a
 sequence diff (``difflib``), so an item moved by an insertion before it keeps its origin, and an
 item changed in place counts as added by the checkpoint that changed it.
@@ -19,8 +19,10 @@ import difflib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
+from qvc.codec import serde
+from qvc.codec.tagged import to_jsonable
 from qvc.errors import NotFoundError
-from qvc.store import serde
+from qvc.inspect.views import iso
 from qvc.store.refnames import encode_name
 
 if TYPE_CHECKING:
@@ -45,9 +47,6 @@ class BlameLine:
 
     def to_json(self) -> dict[str, Any]:
         """The stable ``qvc blame --json`` form: values and path steps in tagged JSON."""
-        from qvc.inspect.statefiles import to_jsonable
-        from qvc.inspect.views import iso
-
         return {"path": [to_jsonable(p, "path") for p in self.path], "id": self.checkpoint_id,
                 "commit": self.commit, "step": self.step, "time": iso(self.time),
                 "value": to_jsonable(self.value, "value")}

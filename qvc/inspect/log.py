@@ -8,16 +8,17 @@ Entries are read from commits and trees only (a checkpoint's state is not decode
 from __future__ import annotations
 
 import heapq
+import logging
 import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
+from qvc.codec import serde
 from qvc.errors import CorruptionError, InvalidInputError
 from qvc.inspect.dates import ago
 from qvc.plumbing.objects import MODE_BLOB
-from qvc.store import serde
 from qvc.store.format import HEADER
 from qvc.store.refnames import HEADS, SUPERSEDED, decode_name, decode_thread, encode_name
 
@@ -98,8 +99,6 @@ def readable(store: GitCheckpointStore, name: str, tip: str) -> bool:
     stderr from the CLI) and the ref is skipped, so one damaged thread hides only itself."""
     why = store.damage(tip)
     if why is not None:
-        import logging
-
         what = f"thread {store.thread_of_ref(name)!r}" if name.startswith(HEADS) else name
         logging.getLogger("qvc").warning("qvc: warning: %s is damaged, skipped: %s (see `qvc fsck`)", what, why)
     return why is None

@@ -35,9 +35,9 @@ import re
 from collections.abc import Mapping
 from typing import Any, Dict, Hashable, Iterable, List, Optional
 
+from qvc.codec import serde
+from qvc.codec.tagged import to_jsonable
 from qvc.errors import InvalidInputError, SerializationError
-from qvc.inspect.statefiles import to_jsonable
-from qvc.store import serde
 
 #: Strings longer than this are shown as head…tail by :func:`shorten` (unless ``full``).
 STR_LIMIT = 80
@@ -189,7 +189,7 @@ def diff_states(old: Mapping[str, Any], new: Mapping[str, Any]) -> List[FieldDif
 
     Unchanged fields are omitted; see the module docstring for what counts as equal and how
     changes inside a field are reported. Raises :class:`InvalidInputError` if a state is not a
-    mapping with str keys, :class:`SerializationError` for values :mod:`qvc.store.serde` cannot hold.
+    mapping with str keys, :class:`SerializationError` for values :mod:`qvc.codec.serde` cannot hold.
     """
     _check_state(old, "old")
     _check_state(new, "new")
@@ -470,7 +470,7 @@ def to_json(diffs: Iterable[FieldDiff]) -> List[dict]:
     ``[{"field": ..., "status": ..., "changes": [{"path": [...], "op": ..., "old": ...,
     "new": ...}]}]``: ``old`` only for ``remove``/``change``, ``new`` only for ``add``/``change``,
     ``"member": true`` for set members. Path steps and values use the tagged JSON encoding of
-    :func:`qvc.inspect.statefiles.to_jsonable` (``{"$tuple": [...]}``, ``{"$float": "nan"}``, ...).
+    :func:`qvc.codec.tagged.to_jsonable` (``{"$tuple": [...]}``, ``{"$float": "nan"}``, ...).
     """
     result = []
     for diff in diffs:

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from qvc.plumbing.maintenance import due
+from qvc.remotes.replication import replication_status
+from qvc.runs.failures import recorded_failures
 from qvc.store.refnames import HEADS, SUPERSEDED, WRITES
 
 if TYPE_CHECKING:
@@ -37,10 +40,6 @@ class RepoStatus:
 
 def status(store: GitCheckpointStore) -> RepoStatus:
     """The status of the repository ``store`` has open (reads only; never blocks writers)."""
-    from qvc.plumbing.maintenance import due
-    from qvc.remotes.replication import replication_status
-    from qvc.runs.failures import recorded_failures
-
     head = store.current()
     damaged = store.damage(head.commit) if head.commit else None  # a broken head: the rest still reads
     info = store.commit(head.commit) if head.commit and damaged is None else None

@@ -2,7 +2,7 @@
 ``qvc serve`` answers with (one definition for both).
 
 Values of state, metadata and pending writes are in the lossless tagged JSON of
-:mod:`qvc.inspect.statefiles`. Everything here reads only.
+:mod:`qvc.codec.tagged`. Everything here reads only.
 """
 
 from __future__ import annotations
@@ -10,7 +10,10 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
-from qvc.errors import CorruptionError, NotFoundError
+from qvc.codec.tagged import to_jsonable
+from qvc.errors import CorruptionError, NotFoundError, UnknownThreadError
+from qvc.inspect.log import entry, log
+from qvc.store.refnames import superseded_prefix
 from qvc.store.viewers import view_state
 
 if TYPE_CHECKING:
@@ -37,8 +40,6 @@ def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] =
     ``"damaged"`` (present only then); asking for it in ``fields`` raises
     :class:`~qvc.errors.CorruptionError`, asking for healthy fields works.
     """
-    from qvc.inspect.statefiles import to_jsonable
-
     damaged: dict[str, str] = {}
     tup = store.read(sha, damaged=damaged)
     info = store.commit(sha)
@@ -74,7 +75,7 @@ def diff_commits(store: GitCheckpointStore, a: Optional[str], b: str,
     With ``damaged`` (a dict), a field damaged on either side is not compared: it is named in
     ``damaged`` with why, and the healthy fields are compared; without it, it raises
     :class:`~qvc.errors.CorruptionError`."""
-    from qvc.inspect.statediff import diff_states
+    from qvc.inspect.statediff import diff_states  # deferred: start-up time (every CLI command loads this module)
 
     bad: dict[str, str] = {}
 
@@ -101,8 +102,6 @@ def thread_json(store: GitCheckpointStore, thread: str, current: bool = False, *
     ``count=False`` leaves out the count (``None``), which walks the thread's whole line.
     ``tip``: the thread's head when the caller read it already (``store.thread_heads()``).
     """
-    from qvc.inspect.log import entry
-
     tip = tip or store.head(thread)
     row: dict[str, Any] = {"thread": thread, "current": current, "head": tip}
     if verbose and tip is not None:
@@ -112,26 +111,9 @@ def thread_json(store: GitCheckpointStore, thread: str, current: bool = False, *
     return row
 
 
-def fork_thread(store: GitCheckpointStore, sha: str, new: str):
-    """Fork thread ``new`` from checkpoint commit ``sha``; returns the new head's config.
-
-    Raises :class:`~qvc.errors.CheckpointConflictError` if ``new`` exists.
-    """
-    from qvc.errors import CheckpointConflictError
-    from qvc.qitos.fork import fork_checkpoint
-    from qvc.types import CheckpointConfig
-
-    if store.head(new) is not None:
-        raise CheckpointConflictError(f"thread {new!r} already exists")
-    info = store.commit(sha)
-    return fork_checkpoint(store, CheckpointConfig(info.thread_id or "", sha), new)
-
-
 def kept_lines(store: GitCheckpointStore, thread: str) -> list[str]:
     """The tips of the lines time travel kept for ``thread`` that its current line does not reach:
     what deleting the thread deletes too (``qvc branch -d`` refuses then). Empty when there are none."""
-    from qvc.store.refnames import superseded_prefix
-
     tip = store.head(thread)
     line = {info.hex for info in store.first_parents(tip)} if tip is not None else set()
     return [stip for _, stip in store.repository.refs(superseded_prefix(thread)) if stip not in line]
@@ -141,14 +123,12 @@ def is_kept_line(store: GitCheckpointStore, thread: str, tip: str) -> bool:
     """Whether time travel keeps the line ending at commit ``tip`` as a superseded line of ``thread``
     (:meth:`~qvc.store.git_store.GitCheckpointStore.reset` keeps the head it leaves when the new head
     does not descend from it)."""
-    from qvc.store.refnames import superseded_prefix
-
     return store.repository.ref(superseded_prefix(thread) + tip) is not None
 
 
 def run_of_thread(thread: str) -> Optional[dict[str, str]]:
     """``{"session_id", "run_id"}`` when ``thread`` is a run's thread (``run/<session>/<run>``), else ``None``."""
-    from qvc.runs import THREAD_PREFIX
+    from qvc.runs import THREAD_PREFIX  # deferred: start-up time (every CLI command loads this module)
 
     rest = thread[len(THREAD_PREFIX):] if thread.startswith(THREAD_PREFIX) else ""
     if "/" not in rest:
@@ -165,10 +145,6 @@ def thread_line_json(store: GitCheckpointStore, thread: str, limit: int = 500) -
     Finding forks reads the own checkpoints of every thread once. Raises
     :class:`~qvc.errors.UnknownThreadError`.
     """
-    from qvc.errors import UnknownThreadError
-    from qvc.inspect.log import entry, log
-    from qvc.store.refnames import superseded_prefix
-
     tip = store.head(thread)
     if tip is None:
         raise UnknownThreadError(f"thread {thread!r} not found")

@@ -46,6 +46,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from qvc.errors import CorruptionError, InvalidInputError, StoreClosedError
+from qvc.inspect.log import source_of
 from qvc.plumbing import leases
 from qvc.plumbing.odb import RefReader
 from qvc.plumbing.reflog import ReflogEntry
@@ -65,7 +66,6 @@ if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore
     from qvc.store.history import CommitInfo
 
-KINDS = ("checkpoint", "fork", "reset", "delete", "rename", "writes", "head")
 HINTS = ("auto", "inotify", "poll")
 _RENAMED = "branch: renamed "
 #: the longest a new watcher waits for other processes' stores to publish the ref moves they
@@ -406,8 +406,6 @@ class Watcher:
             yield info
 
     def _checkpoint(self, thread: str, info: CommitInfo, now: float) -> WatchEvent:
-        from qvc.inspect.log import source_of
-
         return WatchEvent("checkpoint", thread, info.checkpoint_id, info.hex, previous=info.parent,
                           step=info.step, source=source_of(info) or "put", committed=info.time, observed=now)
 

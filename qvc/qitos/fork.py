@@ -1,53 +1,24 @@
-"""Forks and time travel as new checkpoints (QitOS ``fork_checkpoint`` / ``list_fork_history``)."""
+"""QitOS's ``fork_checkpoint`` / ``list_fork_history``: its names for the store's fork primitive,
+:mod:`qvc.store.fork`, kept so code written against ``qitos.checkpoint`` runs unchanged."""
 
 from __future__ import annotations
 
-import copy
 from typing import List, Optional
 
-from qvc.errors import UnknownCheckpointError
+from qvc.store import fork
 from qvc.store.base import CheckpointStore
-from qvc.store.git_store import GitCheckpointStore
-from qvc.types import Checkpoint, CheckpointConfig, CheckpointTuple
+from qvc.types import CheckpointConfig, CheckpointTuple
 
 
 def fork_checkpoint(store: CheckpointStore, config: CheckpointConfig,
                     new_thread_id: Optional[str] = None) -> CheckpointConfig:
-    """Copy the addressed checkpoint into a new checkpoint whose parent it is.
-
-    With ``new_thread_id`` this starts a new thread (a branch from that checkpoint).
-    Without it, it is time travel on the same thread: the copy becomes the thread's head and
-    the line it supersedes stays reachable. Returns the new checkpoint's config. Raises
-    :class:`UnknownCheckpointError` (a ``ValueError`` is what QitOS raised) if not found.
-    """
-    import uuid
-
-    source = store.get_tuple(config)
-    if source is None:
-        raise UnknownCheckpointError(f"Checkpoint not found for config: {config}")
-    src = source.checkpoint
-    dest = new_thread_id or src.thread_id
-    forked = Checkpoint(
-        id=uuid.uuid4().hex, thread_id=dest, step=src.step, state_data=copy.deepcopy(src.state_data),
-        state_versions=dict(src.state_versions), versions_seen=copy.deepcopy(src.versions_seen),
-        pending_writes=[], parent_id=src.id, created_at=src.created_at, schema_version=src.schema_version,
-    )
-    metadata = {"source": "fork", "step": src.step, "run_id": source.metadata.get("run_id", "")}
-    if new_thread_id:
-        metadata["parents"] = {dest: src.id}
-    if isinstance(store, GitCheckpointStore):  # time travel asked for: whatever the head is now, it is superseded
-        return store.put(CheckpointConfig(thread_id=dest), forked, metadata, forked.state_versions,
-                         expected_head=store.head(dest))
-    return store.put(CheckpointConfig(thread_id=dest), forked, metadata, forked.state_versions)
+    """Copy the addressed checkpoint into a new checkpoint whose parent it is: a new thread with
+    ``new_thread_id``, else time travel on the same thread. See :func:`qvc.store.fork.fork_checkpoint`
+    (the contract, and what it raises: :class:`~qvc.errors.UnknownCheckpointError` if not found)."""
+    return fork.fork_checkpoint(store, config, new_thread_id)
 
 
 def list_fork_history(store: CheckpointStore, config: CheckpointConfig, max_depth: int = 100) -> List[CheckpointTuple]:
-    """The addressed checkpoint and its ancestors through ``parent_config``, newest first."""
-    out: List[CheckpointTuple] = []
-    seen = set()
-    current = store.get_tuple(config)
-    while current is not None and len(out) < max_depth and current.checkpoint.id not in seen:
-        seen.add(current.checkpoint.id)
-        out.append(current)
-        current = store.get_tuple(current.parent_config) if current.parent_config else None
-    return out
+    """The addressed checkpoint and its ancestors through ``parent_config``, newest first; see
+    :func:`qvc.store.fork.list_fork_history`."""
+    return fork.list_fork_history(store, config, max_depth)

@@ -41,6 +41,7 @@ import fcntl
 import os
 import re
 import shutil
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Optional
@@ -669,8 +670,6 @@ def clone(url: str, path: str | os.PathLike, *, remote: str = "origin", progress
     the repository opened as a store (close it). Raises :class:`InvalidInputError` if
     ``path`` exists and is not empty, :class:`RemoteError` if the remote cannot be read.
     """
-    import tempfile
-
     url = _normalize_url(url)
     target = os.path.abspath(os.fspath(path))
     if os.path.exists(target) and (not os.path.isdir(target) or os.listdir(target)):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -142,8 +143,6 @@ def run_git(repo_path: str | None, args: list[str], *, interactive: bool = False
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    import signal
-
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

@@ -3,7 +3,7 @@ derives the served OpenAPI document from them.
 
 They mirror the library's JSON forms (:mod:`qvc.inspect.views`, ``to_dict()`` of :mod:`qvc.runs`); values
 of state, metadata, pending writes and run fields are the lossless tagged JSON of
-:mod:`qvc.inspect.statefiles` (``Any`` here).
+:mod:`qvc.codec.tagged` (``Any`` here).
 """
 
 from __future__ import annotations

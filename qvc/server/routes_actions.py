@@ -13,13 +13,13 @@ from typing import Any, Callable, Dict, Optional
 
 from fastapi import APIRouter
 
+from qvc.codec.tagged import from_jsonable
 from qvc.errors import InvalidInputError
-from qvc.inspect import views
-from qvc.inspect.statefiles import from_jsonable
 from qvc.runs import Run, RunRecorder, Runs, thread_of
 from qvc.server import models
 from qvc.server.deps import State, Writer, revision
 from qvc.server.responses import ACTION_ERRORS
+from qvc.store import fork
 from qvc.store.git_store import GitCheckpointStore
 from qvc.types import CheckpointConfig
 
@@ -109,7 +109,7 @@ def fork_run(open_writer: Writer, run_id: str, body: Optional[models.ForkRunRequ
 def fork_thread(open_writer: Writer, body: models.ForkThreadRequest) -> Dict[str, Any]:
     """Fork a new thread from a checkpoint (`qvc branch NEW CHECKPOINT`)."""
     with open_writer() as store:
-        views.fork_thread(store, revision(store, body.checkpoint), body.thread)
+        fork.fork_thread(store, revision(store, body.checkpoint), body.thread)
         return thread_action(store, body.thread)
 
 

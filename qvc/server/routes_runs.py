@@ -10,8 +10,8 @@ from typing import Any, Dict, Optional
 
 from fastapi import APIRouter, Path, Query
 
+from qvc.codec.tagged import to_jsonable
 from qvc.errors import InvalidInputError
-from qvc.inspect.statefiles import to_jsonable
 from qvc.inspect.views import run_of_thread
 from qvc.runs import RunStatus
 from qvc.server import models

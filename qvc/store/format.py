@@ -22,9 +22,9 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+from qvc.codec import serde
 from qvc.errors import CorruptionError, SerializationError
 from qvc.plumbing.objects import MODE_BLOB, MODE_TREE, Entry, tree_bytes
-from qvc.store import serde
 from qvc.store.refnames import decode_name, encode_name
 
 FORMAT = 1

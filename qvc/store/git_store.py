@@ -13,6 +13,7 @@ import os
 import re
 from typing import Any, Callable, Iterator, Mapping, Optional, Protocol, Sequence
 
+from qvc.codec import serde
 from qvc.errors import (
     AmbiguousNameError,
     CheckpointConflictError,
@@ -28,7 +29,6 @@ from qvc.plumbing.objects import MODE_BLOB, MODE_TREE, Entry, commit_bytes, tree
 from qvc.plumbing.recovery import RecoveryReport
 from qvc.plumbing.reflog import ReflogEntry
 from qvc.plumbing.repository import Repository, Transaction
-from qvc.store import serde
 from qvc.store.base import CheckpointStore
 from qvc.store.format import HEADER, TreeBuilder, commit_message, decode_header, encode_header, escape_trailer
 from qvc.store.history import CommitInfo, History

@@ -91,7 +91,7 @@ def encode_thread(thread_id: str) -> str:
     enc = _encode(check_thread_id(thread_id))
     if len(enc) <= MAX_ENCODED:
         return enc
-    import hashlib
+    import hashlib  # deferred: start-up time (`import qvc` loads this module; few ids are this long)
 
     digest = hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     keep, out = MAX_ENCODED - len(digest) - len(_LONG_MARK), ""
@@ -138,11 +138,6 @@ def superseded_prefix(thread_id: str) -> str:
 
 def writes_ref(commit_hex: str) -> str:
     return WRITES + commit_hex
-
-
-def remote_head_ref(remote: str, thread_id: str) -> str:
-    """The remote-tracking ref of ``thread_id`` on ``remote`` (what ``REMOTE/THREAD`` names)."""
-    return f"{REMOTES}{remote}/{encode_thread(thread_id)}"
 
 
 def encode_name(name: str) -> str:

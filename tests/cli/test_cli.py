@@ -29,9 +29,9 @@ from conftest import run_git  # noqa: E402
 import qvc.cli  # noqa: E402
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore  # noqa: E402
 from qvc.cli import cli  # noqa: E402
+from qvc.codec import serde  # noqa: E402
+from qvc.codec.tagged import from_jsonable  # noqa: E402
 from qvc.errors import InvalidThreadIdError  # noqa: E402
-from qvc.inspect.statefiles import from_jsonable  # noqa: E402
-from qvc.store import serde  # noqa: E402
 from qvc.types import PendingWrite  # noqa: E402
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")

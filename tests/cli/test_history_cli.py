@@ -32,7 +32,7 @@ def hist(tmp_path_factory) -> dict:
                 state["mode"] = "fast"
             put(store, "t", f"c{i}", i, state)
         store.checkout("t")
-        from qvc.inspect.views import fork_thread
+        from qvc.store.fork import fork_thread
 
         fork_thread(store, store.resolve("c2"), "side")
         put(store, "side", "s0", 3, {"messages": ["side"], "n": 0})

@@ -27,10 +27,10 @@ from conftest import child_env, run_git
 from traps import HOOKS, PROGRAM_KEYS, arm
 
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore, fork_checkpoint
+from qvc.codec import serde
 from qvc.errors import InvalidInputError
 from qvc.inspect.fsck import fsck as qvc_fsck
 from qvc.runs import Runs
-from qvc.store import serde
 
 
 def qvc_cli(repo: Path, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

@@ -10,7 +10,7 @@ import pytest
 from qvc import Checkpoint, CheckpointConfig, InvalidInputError, NotFoundError, QvcError
 from qvc.inspect.bisect import bisect, bisect_line, verdict
 from qvc.inspect.blame import blame
-from qvc.inspect.views import fork_thread
+from qvc.store.fork import fork_thread
 
 
 def put(store, thread: str, cid: str, step: int, state: dict) -> str:

@@ -10,10 +10,10 @@ from conftest import fsck, run_git
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from qvc.codec import serde
 from qvc.errors import CorruptionError, SerializationError
 from qvc.plumbing import pack
 from qvc.plumbing.objects import MODE_BLOB, MODE_TREE, parse_tree, tree_bytes
-from qvc.store import serde
 from qvc.store.format import (
     CHUNK,
     FORMAT,

@@ -12,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+from qvc.codec import serde
 from qvc.errors import CorruptionError
 from qvc.plumbing.objects import MODE_TREE
-from qvc.store import serde
 from qvc.store.format import HEADER
 from qvc.store.history import LRU, History, parse_commit
 from qvc.store.refnames import decode_name

@@ -18,9 +18,10 @@ PACKAGE = Path(__file__).resolve().parents[2] / "qvc"
 #: Layer of each top-level part of the package, lowest first.
 LAYERS = {
     "qvc.errors": 0, "qvc.types": 0, "qvc.version": 0,
+    "qvc.codec": 0.5,  # the serializers: every layer above may use them, they use only errors and types
     "qvc.plumbing": 1,
     "qvc.store": 2,
-    "qvc.inspect": 3, "qvc.remotes": 3, "qvc.runs": 3, "qvc.qitos": 3, "qvc.integrations": 3,
+    "qvc.inspect": 3, "qvc.edit": 3, "qvc.remotes": 3, "qvc.runs": 3, "qvc.qitos": 3, "qvc.integrations": 3,
     "qvc.server": 4,
     "qvc.cli": 5,
     "qvc": 6, "qvc.__main__": 6,
@@ -40,7 +41,7 @@ def modules() -> dict[str, Path]:
 MODULES = modules()
 
 
-def layer(module: str) -> int:
+def layer(module: str) -> float:
     parts = module.split(".")
     for n in range(len(parts), 0, -1):
         found = LAYERS.get(".".join(parts[:n]))

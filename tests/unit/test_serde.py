@@ -1,4 +1,4 @@
-"""qvc.store.serde: exact round trips, field paths in errors, and hostile input."""
+"""qvc.codec.serde: exact round trips, field paths in errors, and hostile input."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from qvc import Checkpoint, CheckpointConfig, CorruptionError, InvalidInputError, SerializationError
-from qvc.store import serde
+from qvc.codec import serde
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -362,7 +362,7 @@ def test_loads_known_bad_inputs_raise_corruption_error(data):
 
 _NESTED_SCRIPT = r"""
 import sys, msgpack
-from qvc.store import serde
+from qvc.codec import serde
 from qvc.errors import CorruptionError
 for depth in map(int, sys.argv[1:]):
     data = b"\x90"  # an empty array, wrapped in `depth` tuple extensions

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from qvc.codec.tagged import loads_tagged
 from qvc.errors import InvalidInputError, SerializationError
 from qvc.inspect.statediff import (
     ITEMS_LIMIT,
@@ -24,7 +25,6 @@ from qvc.inspect.statediff import (
     shorten,
     to_json,
 )
-from qvc.inspect.statefiles import loads_tagged
 
 PARIS = zoneinfo.ZoneInfo("Europe/Paris")
 IST = dt.timezone(dt.timedelta(hours=5, minutes=30))

@@ -1,4 +1,4 @@
-"""qvc.inspect.statefiles: a state as human-editable JSON files, read back losslessly."""
+"""qvc.inspect.statefiles and qvc.codec.tagged: a state as human-editable JSON files, read back losslessly."""
 
 from __future__ import annotations
 
@@ -9,24 +9,22 @@ import os
 import struct
 import tempfile
 import zoneinfo
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from qvc.codec import serde
+from qvc.codec.tagged import dumps_tagged, from_jsonable, loads_tagged, to_jsonable
 from qvc.errors import InvalidInputError, SerializationError
 from qvc.inspect.statefiles import (
     MANIFEST,
-    dumps_tagged,
     field_filename,
     field_from_filename,
-    from_jsonable,
-    loads_tagged,
     read_state,
-    to_jsonable,
     write_state,
 )
-from qvc.store import serde
 
 PARIS = zoneinfo.ZoneInfo("Europe/Paris")
 IST = dt.timezone(dt.timedelta(hours=5, minutes=30))
@@ -416,6 +414,8 @@ def test_added_file_with_undecodable_name(tmp_path):
     ('{"$tuple": [], "$set": []}', 1, "several tags"),
     ('{"$pickle": "x"}', 1, "unknown tag"),
     ('{"a": 1, "a": 2}', 1, "duplicate key"),
+    ('[\n"{\\"}", {"a": "}{"},\n {"$float": "x"}]', 3, "malformed \\$float"),  # braces inside strings
+    ('{"a": {},\n"b": [{}, {\n"$set": [[1]]}]}', 2, "unhashable"),  # the line of the object's "{"
     ("[" * 100000, None, "nested too deeply|invalid JSON"),
     ("1" * 5000, None, "invalid JSON"),
 ])
@@ -427,6 +427,14 @@ def test_invalid_files_name_file_and_line(tmp_path, text, line, message):
     assert os.path.join(str(tmp_path), "f.json") in str(info.value)
     if line is not None:
         assert f"line {line}:" in str(info.value)
+
+
+def test_tagged_json_uses_the_public_json_api_only():
+    """No CPython internals (``json.decoder.JSONObject``, ``json.scanner``): only ``json``'s documented API."""
+    import qvc.codec.tagged as tagged
+
+    text = Path(tagged.__file__).read_text()
+    assert "json.decoder" not in text and "json.scanner" not in text and "JSONObject" not in text
 
 
 def test_hand_written_json_is_accepted(tmp_path):

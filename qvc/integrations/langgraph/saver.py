@@ -94,6 +94,7 @@ try:
 except ImportError:  # langgraph-checkpoint before 4.3 has no DeltaChannel: the same shape, untyped
     DeltaChannelHistory = Dict[str, Any]  # type: ignore[misc]
 
+from qvc.codec import serde as qserde
 from qvc.errors import (
     CheckpointConflictError,
     CorruptionError,
@@ -104,7 +105,6 @@ from qvc.errors import (
 from qvc.integrations.langgraph.values import ChannelValues, Write
 from qvc.plumbing.objects import Entry, commit_bytes, tree_bytes
 from qvc.plumbing.repository import GENERATION, Repository, Transaction
-from qvc.store import serde as qserde
 from qvc.store.format import HEADER, decode_header, escape_trailer
 from qvc.store.git_store import GitCheckpointStore
 from qvc.store.history import LRU

@@ -14,10 +14,10 @@ from typing import Any, Callable
 
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from qvc.codec import serde as qserde
 from qvc.errors import CorruptionError
 from qvc.plumbing.objects import MODE_BLOB, MODE_TREE, Entry, tree_bytes
 from qvc.plumbing.repository import Repository
-from qvc.store import serde as qserde
 from qvc.store.format import CHUNK, chunk_name
 from qvc.store.git_store import GitCheckpointStore
 from qvc.store.history import LRU, History

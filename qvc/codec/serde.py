@@ -70,7 +70,7 @@ def _tz_fields(tz: _dt.tzinfo | None, sample: Any) -> list:
 
 def _tz_from(offset_us: int | None, key: str | None) -> _dt.tzinfo | None:
     if key is not None:
-        import zoneinfo
+        import zoneinfo  # deferred: start-up time (`import qvc` loads this module; few values are zoned)
 
         return zoneinfo.ZoneInfo(key)
     if offset_us is None:

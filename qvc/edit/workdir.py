@@ -1,0 +1,94 @@
+"""A directory of state files stored back as a checkpoint: ``qvc commit DIR``.
+
+The directory is one :func:`qvc.inspect.workdir.checkout_to_directory` wrote (one JSON file per
+field, :mod:`qvc.inspect.statefiles`), then people edited: :func:`commit_directory` stores it as
+a new checkpoint on the current thread, a child of the checkpoint it came from when that is on
+the current thread (so editing an older checkpoint is time travel), else of the thread's head.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from qvc.errors import CorruptionError, InvalidInputError, StorageError
+from qvc.inspect.statefiles import read_state, record_state
+from qvc.store.format import HEADER
+from qvc.store.refnames import decode_name
+from qvc.types import Checkpoint, CheckpointConfig
+
+if TYPE_CHECKING:
+    from qvc.store.git_store import GitCheckpointStore
+
+
+@dataclass(frozen=True)
+class CommittedDirectory:
+    """The checkpoint :func:`commit_directory` stored."""
+
+    thread: str
+    id: str  # the new checkpoint id
+    commit: str  # its commit (the thread's new head)
+    step: int
+    changed: list[str]  # fields added or changed against the parent, then fields dropped
+    time_travel: bool  # the parent was not the thread's head: the newer line is kept as superseded
+
+
+def commit_directory(store: GitCheckpointStore, directory: str | os.PathLike, message: str = "") -> CommittedDirectory:
+    """Store the state in ``directory`` (as :func:`qvc.inspect.workdir.checkout_to_directory` wrote
+    it, then edited) as a new checkpoint on the current thread, and move the thread's head to it.
+
+    Its parent is the checkpoint the directory was written from (the manifest's ``commit``) when
+    that is on the current thread, else the thread's head (none for a thread without checkpoints:
+    step 0). Its step is the parent's plus one; its metadata is ``{"source": "update", "step",
+    "message": message, "edited_from": <the manifest's id>}``. A parent older than the head is
+    time travel: the newer line is kept as a superseded line (``time_travel`` in the result).
+    Once stored, the directory's manifest names the new checkpoint
+    (:func:`qvc.inspect.statefiles.record_state`), so the next commit from it builds on this one.
+
+    Writes through :meth:`~qvc.store.git_store.GitCheckpointStore.put`, so the checkpoint is durable
+    on return when the store's durability is SYNC (the default). Raises
+    :class:`~qvc.errors.InvalidInputError` when HEAD is detached (nothing is read then) or for a
+    directory that is missing, not written by qvc or holds malformed JSON (naming the file and
+    line); :class:`~qvc.errors.SerializationError` for values that cannot be stored;
+    :class:`~qvc.errors.CheckpointConflictError` (naming the thread) if another writer moved the
+    thread after it was read here, and nothing is stored then;
+    :class:`~qvc.errors.DurabilityError` if the flush fails; :class:`~qvc.errors.StorageError` (keeping
+    the errno) for a full disk or another I/O error: nothing is stored then, or, if only the
+    manifest could not be updated afterwards, its message says the checkpoint is stored.
+    """
+    head = store.current()
+    if head.thread is None:
+        raise InvalidInputError("HEAD is detached: `qvc checkout THREAD` (or `checkout -b NEW`) first")
+    files: dict = {}
+    state, meta = read_state(directory, files=files)
+    base = meta.get("commit") if isinstance(meta.get("commit"), str) else None
+    if base is not None:
+        try:
+            info = store.commit(base)
+        except CorruptionError:  # not in this repository (or damaged): commit on the head
+            base = None
+        else:
+            if info.thread_id != head.thread:
+                base = None
+    parent = base or head.commit
+    pinfo = store.commit(parent) if parent else None
+    step = (pinfo.step or 0) + 1 if pinfo else 0
+    cid = uuid.uuid4().hex
+    metadata = {"source": "update", "step": step, "message": message, "edited_from": meta.get("id")}
+    checkpoint = Checkpoint(id=cid, thread_id=head.thread, step=step, state_data=state,
+                            parent_id=pinfo.checkpoint_id if pinfo else None)
+    store.put(CheckpointConfig(head.thread), checkpoint, metadata, expected_head=head.commit)
+    sha = store.resolve(cid)
+    try:
+        record_state(directory, files, {"id": cid, "thread": head.thread, "step": step, "commit": sha})
+    except StorageError as exc:  # stored all the same: say so, and what to do about the directory
+        again = f"`qvc checkout {cid} --to {os.fspath(directory)} --force`"
+        raise StorageError(f"checkpoint {cid} is stored on thread {head.thread!r}, but {exc} (free space, then "
+                           f"{again})", exc.errno, exc.filename) from None
+    changed = store.changed(sha)
+    if parent:  # dropped fields changed too (store.changed lists only added and modified ones)
+        now = store.tree_entries(sha)
+        changed += [decode_name(n) for n in store.tree_entries(parent) if n != HEADER and n not in now]
+    return CommittedDirectory(head.thread, cid, sha, step, changed, bool(head.commit and parent != head.commit))
