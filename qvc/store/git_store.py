@@ -30,7 +30,7 @@ from qvc.plumbing.reflog import ReflogEntry
 from qvc.plumbing.repository import Repository, Transaction
 from qvc.store import serde
 from qvc.store.base import CheckpointStore
-from qvc.store.format import HEADER, TreeBuilder, commit_message, decode_header, encode_header, escape_trailer
+from qvc.store.format import HEADER, TreeBuilder, commit_message, decode_header, encode_header
 from qvc.store.history import CommitInfo, History
 from qvc.store.refnames import (
     HEADS,
@@ -45,6 +45,8 @@ from qvc.store.refnames import (
     superseded_prefix,
     writes_ref,
 )
+from qvc.store.rewrite import Rewriter
+from qvc.store.writes import Item, PendingWrites, entry_key
 from qvc.types import (
     Checkpoint,
     CheckpointConfig,
@@ -75,13 +77,6 @@ SERVICES: list[Callable[[GitCheckpointStore], Optional[Service]]] = []
 UNCHECKED: Any = object()
 
 _HEXISH = re.compile(r"^[0-9a-fA-F]{4,40}$")
-_ORDER = ".order"
-_WRITE_RETRIES = 100
-
-
-def _safe(text: str) -> str:
-    return encode_thread(text) if text else "%"
-
 
 class GitCheckpointStore(CheckpointStore):
     """A checkpoint store backed by a bare git repository at ``path``.
@@ -106,6 +101,8 @@ class GitCheckpointStore(CheckpointStore):
         self._repo = Repository(path, create=create, durability=durability, fsync=fsync, max_lag=max_lag,
                                 readonly=readonly)
         self._history = History(self._repo)
+        self._writes = PendingWrites(self._repo, self._history)
+        self._rewriter = Rewriter(self._repo, self._history)
         self._services: list[Service] = []
         if not readonly:
             for start in SERVICES:
@@ -587,27 +584,7 @@ class GitCheckpointStore(CheckpointStore):
         the new first parent, and its ``Thread`` trailer). Moves no ref. Raises
         :class:`CorruptionError` if the commit (or, to relabel, its checkpoint header) does not read.
         """
-        data = self._repo.read(bytes.fromhex(sha), "commit")
-        head, _, message = data.partition(b"\n\n")
-        lines = [ln for ln in head.split(b"\n") if not ln.startswith(b"parent ")]
-        if thread is not None:
-            info = self._history.commit(sha)
-            entries = dict(self._history.entries(info))
-            if HEADER not in entries:
-                raise CorruptionError(f"commit {sha[:12]} is not a qvc checkpoint (no {HEADER} entry)")
-            header, metadata = decode_header(self._blob(entries[HEADER][1]), f"checkpoint {sha[:12]}")
-            old = header.get("thread_id")
-            header["thread_id"] = thread
-            header.update(header_update or {})
-            if isinstance(header.get("versions"), list) and header["versions"]:
-                header["versions"] = [parents[0] if parents else None, header["versions"][1]]
-            entries[HEADER] = (MODE_BLOB, tx.write("blob", encode_header(header, metadata)))
-            lines[0] = b"tree " + tx.write("tree", tree_bytes(entries)).hex().encode()
-            if isinstance(old, str):
-                message = message.replace(f"\nThread: {escape_trailer(old)}\n".encode(),
-                                          f"\nThread: {escape_trailer(thread)}\n".encode())
-        lines[1:1] = [b"parent " + p.encode() for p in parents]
-        return tx.write("commit", b"\n".join(lines) + b"\n\n" + message).hex()
+        return self._rewriter.commit(tx, sha, parents, thread=thread, header_update=header_update)
 
     def descends(self, commit: str | None, ancestor: str) -> bool:
         """Whether commit ``commit`` is ``ancestor`` or has it among its ancestors (any parent).
@@ -691,14 +668,10 @@ class GitCheckpointStore(CheckpointStore):
         """The pending writes held by the writes commit ``tip`` (the tip of a ``refs/qvc/writes/``
         ref, or of a fetched one, checked before it is taken in), in the order they were written.
         Raises :class:`CorruptionError` if they do not decode."""
-        entries = self._history.entries(self._history.commit(tip))
-        what = f"writes {tip[:12]}"
-        order = serde.loads(self._blob(entries[_ORDER][1]), what) if _ORDER in entries else []
         out = []
-        for name in order:
-            if name in entries:
-                task, channel, _, value = serde.loads(self._blob(entries[name][1]), f"write {name}")
-                out.append(PendingWrite(task, channel, value))
+        for key, data in self._writes.read(tip):
+            task, channel, _, value = serde.loads(data, f"write {key}")
+            out.append(PendingWrite(task, channel, value))
         return out
 
     def put_writes(self, config: CheckpointConfig, writes: Sequence[PendingWrite], task_id: str) -> None:
@@ -720,30 +693,9 @@ class GitCheckpointStore(CheckpointStore):
                 raise InvalidInputError(f"writes[{idx}] must be a PendingWrite or a (channel, value) pair")
             if not isinstance(task, str) or not isinstance(channel, str):
                 raise InvalidInputError(f"writes[{idx}]: task id and channel must be strings")
-            items.append((f"{_safe(task)}.{_safe(channel)}.{idx}",
-                          serde.dumps([task, channel, idx, value], f"writes[{idx}]")))
-        if not items:
-            return
-        name = writes_ref(hexid)
-        for _ in range(_WRITE_RETRIES):
-            with self._repo.transaction() as tx:
-                old = tx.ref(name)
-                entries = dict(self._history.entries(self._history.commit(old))) if old else {}
-                order = serde.loads(self._blob(entries[_ORDER][1]), "writes order") if _ORDER in entries else []
-                for key, data in items:
-                    entries[key] = (MODE_BLOB, tx.write("blob", data))
-                    if key not in order:
-                        order.append(key)
-                entries[_ORDER] = (MODE_BLOB, tx.write("blob", serde.dumps(order)))
-                tree = tx.write("tree", tree_bytes(entries))
-                message = f"writes for checkpoint {hexid[:12]} · {len(items)} write(s)\n"
-                new = tx.write("commit", commit_bytes(tree.hex(), [old] if old else [], message)).hex()
-                try:
-                    tx.move_ref(name, old, new)
-                except CheckpointConflictError:
-                    continue  # another writer upserted meanwhile: merge again on top of theirs
-                return
-        raise CheckpointConflictError(f"writes of checkpoint {hexid[:12]}: too many concurrent writers")
+            items.append(Item(f"{entry_key(task, channel)}.{idx}", serde.dumps([task, channel, idx, value],
+                                                                                f"writes[{idx}]")))
+        self._writes.upsert(writes_ref(hexid), items, f"writes for checkpoint {hexid[:12]} · {len(items)} write(s)\n")
 
     # -- deleting -------------------------------------------------------------------------
 
@@ -756,7 +708,6 @@ class GitCheckpointStore(CheckpointStore):
         :class:`UnknownCheckpointError`.
         """
         with self._repo.transaction() as tx:
-            tx.rewrite_history()
             target = self._existing(config)
             info = self._history.commit(target)
             mapping: dict[str, str | None] = {target: info.parent}
@@ -767,7 +718,7 @@ class GitCheckpointStore(CheckpointStore):
             for name, tip in tx.refs("refs/"):
                 if name.startswith(WRITES):
                     continue
-                new = self._rewrite(tip, mapping, tx)
+                new = self._rewriter.line(tx, tip, mapping)
                 if new == tip:
                     continue
                 if name.startswith(HEADS) and new is not None:
@@ -791,24 +742,9 @@ class GitCheckpointStore(CheckpointStore):
                     rekeyed.append((writes_ref(new), None, wtip))
                 dropped.append((writes_ref(old), wtip, None))
             cause = f"delete: checkpoint {info.checkpoint_id}"
-            self._history.forget_index()
+            self._rewriter.begin(tx)
             for name, old, new in rekeyed + moves + dropped:
                 tx.move_ref(name, old, new, cause)
-
-    def _rewrite(self, tip: str, mapping: dict[str, str | None], tx: Transaction) -> str | None:
-        path, current = [], tip
-        while current is not None and current not in mapping:
-            path.append(current)
-            current = self._history.commit(current).parent
-        if current is None:
-            for c in path:
-                mapping[c] = c  # unaffected: remember so other refs stop here
-            return tip
-        new_parent = mapping[current]
-        for c in reversed(path):
-            parents = ([new_parent] if new_parent else []) + list(self._history.commit(c).parents[1:])
-            new_parent = mapping[c] = self.rewrite_commit(tx, c, parents)
-        return mapping[tip]
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete a thread: its branch, its superseded lines and the pending writes of its checkpoints.
@@ -835,8 +771,7 @@ class GitCheckpointStore(CheckpointStore):
                             writes[writes_ref(info.hex)] = wtip
                 except CorruptionError:  # a damaged line: its refs go all the same
                     continue
-            tx.rewrite_history()
-            self._history.forget_index()
+            self._rewriter.begin(tx)
             # the thread's refs first: a crash part-way leaves only unreachable pending writes
             for name, tip in refs + list(writes.items()):
                 tx.move_ref(name, tip, None)
@@ -868,7 +803,7 @@ class GitCheckpointStore(CheckpointStore):
                                             f"renaming would duplicate checkpoints (fork {old!r} instead)")
             mapping: dict[str, str] = {}
             for _, tip in tips:
-                self._relabel(tip, old, new, mapping, tx)
+                self._rewriter.relabel(tx, tip, old, new, mapping)
             moves = [(head_ref(new), None, mapping.get(tips[0][1], tips[0][1]))]
             moves += [(superseded_prefix(new) + mapping.get(t, t), None, mapping.get(t, t)) for _, t in tips[1:]]
             for sha, fresh in mapping.items():
@@ -877,22 +812,11 @@ class GitCheckpointStore(CheckpointStore):
                     moves += [(writes_ref(fresh), None, wtip), (writes_ref(sha), wtip, None)]
             moves += [(name, tip, None) for name, tip in tips]
             reflog = self._repo.reflog(head_ref(old))
-            tx.rewrite_history()
-            self._history.forget_index()
+            self._rewriter.begin(tx)
             for name, was, now in moves:
                 tx.move_ref(name, was, now, f"branch: renamed {old} to {new}")
             if reflog:  # carry the old reflog over, under the new name
                 tx.prepend_reflog(head_ref(new), reflog)
-
-    def _relabel(self, tip: str, old: str, new: str, mapping: dict[str, str], tx: Transaction) -> None:
-        chain = []
-        for info in self._history.first_parents(tip):
-            if info.hex in mapping or info.thread_id != old:
-                break
-            chain.append(info)
-        for info in reversed(chain):
-            parents = [mapping.get(p, p) for p in info.parents]
-            mapping[info.hex] = self.rewrite_commit(tx, info.hex, parents, thread=new)
 
     # -- maintenance ------------------------------------------------------------------------
 
