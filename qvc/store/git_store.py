@@ -30,8 +30,8 @@ from qvc.plumbing.reflog import ReflogEntry
 from qvc.plumbing.repository import Repository, Transaction
 from qvc.store import serde
 from qvc.store.base import CheckpointStore
-from qvc.store.format import HEADER, TreeBuilder, commit_message, decode_header, encode_header
-from qvc.store.history import CommitInfo, History
+from qvc.store.format import HEADER, TreeBuilder, commit_message, decode_header, encode_header, object_id
+from qvc.store.history import CommitInfo, History, ThreadIndex
 from qvc.store.refnames import (
     HEADS,
     SUPERSEDED,
@@ -46,7 +46,7 @@ from qvc.store.refnames import (
     writes_ref,
 )
 from qvc.store.rewrite import Rewriter
-from qvc.store.writes import Item, PendingWrites, entry_key
+from qvc.store.writes import Item, PendingWrites, entry_key, keyed_prefix, keyed_ref
 from qvc.types import (
     Checkpoint,
     CheckpointConfig,
@@ -76,6 +76,7 @@ SERVICES: list[Callable[[GitCheckpointStore], Optional[Service]]] = []
 #: ``put(expected_head=...)`` not given: the head is not checked.
 UNCHECKED: Any = object()
 
+_PUT_RETRIES = 100
 _HEXISH = re.compile(r"^[0-9a-fA-F]{4,40}$")
 
 class GitCheckpointStore(CheckpointStore):
@@ -747,32 +748,45 @@ class GitCheckpointStore(CheckpointStore):
                 tx.move_ref(name, old, new, cause)
 
     def delete_thread(self, thread_id: str) -> None:
-        """Delete a thread: its branch, its superseded lines and the pending writes of its checkpoints.
+        """Delete a thread: its branch, its superseded lines and the pending writes of its checkpoints
+        (those of its commits and those keyed by its checkpoint ids, :meth:`put_checkpoint_writes`).
 
         Checkpoints shared with threads forked from it stay. A damaged thread (a ref pointing at a
         missing or unreadable commit) is deleted too: its refs go, with the pending writes of
         whatever part of its line still reads. Raises :class:`UnknownThreadError`.
         """
-        thread = check_thread_id(thread_id)
+        self.delete_threads([thread_id])
+
+    def delete_threads(self, thread_ids: Sequence[str], *, missing_ok: bool = False) -> None:
+        """Delete several threads as :meth:`delete_thread` does, in one transaction (all or none
+        after a crash). Raises :class:`UnknownThreadError` for a thread without checkpoints
+        unless ``missing_ok`` (its keyed pending writes, if any, go all the same)."""
+        threads = [check_thread_id(t) for t in thread_ids]
         with self._repo.transaction() as tx:
-            # read through the transaction: a dead writer's lease on any of them is finished first
-            refs = [(head_ref(thread), tx.ref(head_ref(thread)))] + tx.refs(superseded_prefix(thread))
-            refs = [(n, t) for n, t in refs if t is not None]
-            if not refs:
-                raise UnknownThreadError(f"thread {thread!r} has no checkpoints")
+            refs: list[tuple[str, str]] = []
             writes: dict[str, str] = {}  # a head and its superseded lines share commits
-            for _, tip in refs:
-                try:
-                    for info in self._history.first_parents(tip):
-                        if info.thread_id != thread:
-                            break
-                        wtip = tx.ref(writes_ref(info.hex))
-                        if wtip is not None:
-                            writes[writes_ref(info.hex)] = wtip
-                except CorruptionError:  # a damaged line: its refs go all the same
-                    continue
+            for thread in threads:
+                # read through the transaction: a dead writer's lease on any of them is finished first
+                own = [(head_ref(thread), tx.ref(head_ref(thread)))] + tx.refs(superseded_prefix(thread))
+                own = [(n, t) for n, t in own if t is not None]
+                if not own and not missing_ok:
+                    raise UnknownThreadError(f"thread {thread!r} has no checkpoints")
+                refs += own
+                for _, tip in own:
+                    try:
+                        for info in self._history.first_parents(tip):
+                            if info.thread_id != thread:
+                                break
+                            wtip = tx.ref(writes_ref(info.hex))
+                            if wtip is not None:
+                                writes[writes_ref(info.hex)] = wtip
+                    except CorruptionError:  # a damaged line: its refs go all the same
+                        continue
+                writes.update(tx.refs(keyed_prefix(thread)))
+            if not refs and not writes:
+                return
             self._rewriter.begin(tx)
-            # the thread's refs first: a crash part-way leaves only unreachable pending writes
+            # the threads' refs first: a crash part-way leaves only unreachable pending writes
             for name, tip in refs + list(writes.items()):
                 tx.move_ref(name, tip, None)
 
@@ -817,6 +831,177 @@ class GitCheckpointStore(CheckpointStore):
                 tx.move_ref(name, was, now, f"branch: renamed {old} to {new}")
             if reflog:  # carry the old reflog over, under the new name
                 tx.prepend_reflog(head_ref(new), reflog)
+
+    # -- lines of checkpoints for adapters ---------------------------------------------------
+    #
+    # What an adapter whose framework names checkpoints by id within a thread needs (LangGraph's
+    # saver is one): a thread's checkpoints by id over every line it has, a put whose fields are
+    # tree entries the adapter encoded itself and whose parent may be any checkpoint of the
+    # thread, pending writes keyed by thread and checkpoint id, and the rewrites it offers.
+
+    def thread_index(self, thread_id: str) -> ThreadIndex | None:
+        """The checkpoints of a thread by id: every checkpoint commit of the thread reachable from
+        its head or its superseded lines, through any parent (threads written before lines existed
+        kept older lines as second parents). ``None`` for a thread without checkpoints. Cached;
+        always right for the refs as read now (rewrites in any process drop the cache)."""
+        thread = check_thread_id(thread_id)
+        head = self.head(thread)
+        if head is None:
+            return None
+        tips = [head] + sorted(tip for _, tip in self._repo.refs(superseded_prefix(thread)))
+        return self._history.thread_index(thread, tips)
+
+    def put_entries(self, thread_id: str, header: dict[str, Any], metadata: dict[str, Any],
+                    entries_of: Callable[[str | None, Callable[[str, bytes], bytes]], dict[str, Entry]], *,
+                    parent_id: str | None = None, source: str | None = None) -> str:
+        """Store one checkpoint whose state the caller encoded; return its commit SHA. Durable on
+        return in SYNC mode.
+
+        ``header`` holds at least ``id`` and ``step`` (stored as given, ``thread_id`` set to
+        the thread); ``entries_of(parent, write)`` returns the state's tree entries given the parent
+        commit (``None`` for none), writing the objects they need through ``write(kind, data) ->
+        raw id``; it is called once per parent, whatever the retries. The parent is the thread's
+        checkpoint ``parent_id`` (:meth:`thread_index`), else the head. A parent other than the
+        head is a time travel: the head's line is kept under ``refs/qvc/superseded/`` and the head
+        moves to the new commit (one model of threads: lines, never second parents). Another
+        writer moving the head meanwhile makes it commit again on the new head.
+
+        Re-putting an id of the thread with the same entries, header and metadata is a no-op (the
+        existing commit is returned); with other content the new commit replaces the old one,
+        whose descendants are re-parented (:meth:`drop_checkpoints`). Raises
+        :class:`SerializationError` (header or metadata) and :class:`CheckpointConflictError`
+        after too many concurrent writers.
+        """
+        thread = check_thread_id(thread_id)
+        header = {**header, "thread_id": thread}
+        cid = header["id"]
+        ref = head_ref(thread)
+        made: dict[str | None, tuple[list[tuple[str, bytes]], dict[str, Entry]]] = {}
+        with self._repo.writing():  # no maintenance between the retries
+            for _ in range(_PUT_RETRIES):
+                with self._repo.transaction() as tx:
+                    head = tx.ref(ref)
+                    index = self.thread_index(thread) if head is not None else None
+                    existing = index.ids.get(cid) if index else None
+                    parent = index.ids.get(parent_id) if (index and parent_id) else None
+                    if parent not in made:
+                        objects: list[tuple[str, bytes]] = []
+
+                        def write(kind: str, data: bytes, out: list = objects) -> bytes:
+                            out.append((kind, data))
+                            return object_id(kind, data)
+
+                        made[parent] = (objects, entries_of(parent, write))
+                    objects, fields = made[parent]
+                    if existing is not None and self._same_entries(existing, fields, header, metadata):
+                        return existing
+                    for kind, data in objects:
+                        tx.write(kind, data)
+                    first = parent or head
+                    new = self.write_checkpoint(tx, dict(header), metadata, fields, [first] if first else [],
+                                                source=source)
+                    travel = head is not None and first != head and not any(
+                        i.hex == head for i in self._history.first_parents(first))
+                    cause = f"{source or 'put'}: step {header['step']} {cid}" + (" (time travel)" if travel else "")
+                    kept = None
+                    try:
+                        if travel:  # before the head moves: the line it leaves is never unreachable
+                            kept = self._keep_superseded(tx, thread, head)
+                        tx.move_ref(ref, head, new, cause)
+                    except CheckpointConflictError:
+                        found = tx.ref(ref)
+                        if kept is not None and (found is None or self.descends(found, head)):
+                            with contextlib.suppress(CheckpointConflictError):
+                                tx.move_ref(kept, head, None, "put: conflicted")
+                        continue  # another writer moved the thread: commit again on its head
+                if existing is not None:
+                    self.drop_checkpoints(thread, [existing], keep=cid)
+                return new
+        raise CheckpointConflictError(f"thread {thread!r}: too many concurrent writers")
+
+    def _same_entries(self, existing: str, fields: dict[str, Entry], header: dict, metadata: dict) -> bool:
+        entries = self._history.entries(self._history.commit(existing))
+        old_header, old_meta = decode_header(self._blob(entries[HEADER][1]), f"checkpoint {existing[:12]}")
+        old_header.pop("versions", None)
+        return ({n: e for n, e in entries.items() if n != HEADER} == fields
+                and serde.dumps([old_header, old_meta]) == serde.dumps([header, metadata]))
+
+    def put_checkpoint_writes(self, thread_id: str, checkpoint_id: str, items: Sequence[Item], message: str) -> None:
+        """Upsert pending writes of the thread's checkpoint ``checkpoint_id`` (which need not be
+        stored yet: writes may come first) under ``refs/qvc/writes/lg/<thread>/<id>``; see
+        :meth:`qvc.store.writes.PendingWrites.upsert` for the rules. Durable on return in SYNC mode."""
+        self._writes.upsert(keyed_ref(check_thread_id(thread_id), checkpoint_id), items, message)
+
+    def checkpoint_writes(self, thread_id: str, checkpoint_id: str) -> list[tuple[str, bytes]]:
+        """``(key, stored bytes)`` of the pending writes :meth:`put_checkpoint_writes` stored for
+        the thread's checkpoint ``checkpoint_id``, in the order first written (``[]``: none)."""
+        return self._writes.at(keyed_ref(check_thread_id(thread_id), checkpoint_id)) or []
+
+    def drop_checkpoints(self, thread_id: str, shas: Sequence[str], *, keep: str | None = None) -> None:
+        """Delete the checkpoint commits ``shas`` from the thread's lines, with their keyed pending
+        writes: their descendants are re-parented onto their parents (ids kept, SHAs changed).
+        When several lines remain where the head was, the one whose checkpoint id is ``keep``
+        (else the newest) is the head and the others superseded lines. The data stays in the
+        object store until :meth:`purge`. Raises :class:`CheckpointConflictError` if another
+        writer moves the thread meanwhile."""
+        thread = check_thread_id(thread_id)
+        with self._repo.transaction() as tx:
+            head = tx.ref(head_ref(thread))
+            if head is None or not shas:
+                return
+            superseded = tx.refs(superseded_prefix(thread))
+            gone = {keyed_ref(thread, self._history.commit(s).checkpoint_id) for s in shas}
+            self._rewriter.begin(tx)
+            self._rewriter.settle(tx, thread, head, superseded, set(shas), keep=keep)
+            for ref, tip in tx.refs(keyed_prefix(thread)):
+                if ref in gone:
+                    tx.move_ref(ref, tip, None)
+
+    def prune_thread(self, thread_id: str) -> None:
+        """Keep only the thread's newest checkpoint by id (:meth:`thread_index`), as a root commit,
+        with its keyed pending writes; every other line and write of the thread goes. No-op for a
+        thread without checkpoints."""
+        thread = check_thread_id(thread_id)
+        with self._repo.transaction() as tx:
+            head = tx.ref(head_ref(thread))
+            index = self.thread_index(thread) if head is not None else None
+            if index is None or index.latest is None:
+                return
+            keep = index.ids[index.latest]
+            superseded = tx.refs(superseded_prefix(thread))
+            writes = [(r, t) for r, t in tx.refs(keyed_prefix(thread)) if r != keyed_ref(thread, index.latest)]
+            self._rewriter.begin(tx)
+            new = self._rewriter.commit(tx, keep, []) if self._history.commit(keep).parents else keep
+            if new != head:
+                tx.move_ref(head_ref(thread), head, new, "prune: kept the latest checkpoint")
+            for ref, tip in superseded + writes:
+                tx.move_ref(ref, tip, None)
+
+    def copy_threads(self, pairs: Sequence[tuple[str, str]],
+                     header_update: Callable[[str, str], Mapping[str, Any]] | None = None) -> None:
+        """Copy threads, ``(source, target)`` each, in one transaction: every line (the same ids and
+        shape; new commits relabelled as the target's, each header updated with
+        ``header_update(sha, target)``; every state blob shared) and every keyed pending write. A
+        source without checkpoints is skipped. Raises :class:`CheckpointConflictError` (nothing
+        copied) if a target has checkpoints."""
+        checked = [(check_thread_id(a), check_thread_id(b)) for a, b in pairs]
+        with self._repo.transaction() as tx:
+            for _, target in checked:
+                if tx.ref(head_ref(target)) is not None:
+                    raise CheckpointConflictError(f"thread {target!r} already has checkpoints")
+            for source, target in checked:
+                head = tx.ref(head_ref(source))
+                if head is None:
+                    continue
+
+                def relabel(sha: str, target: str = target) -> tuple[str, Mapping[str, Any]]:
+                    return target, (header_update(sha, target) if header_update else {})
+
+                self._rewriter.settle(tx, source, head, tx.refs(superseded_prefix(source)), set(), target=target,
+                                      relabel=relabel)
+                prefix = keyed_prefix(source)
+                for ref, tip in tx.refs(prefix):
+                    tx.move_ref(keyed_prefix(target) + ref[len(prefix):], None, tip)
 
     # -- maintenance ------------------------------------------------------------------------
 

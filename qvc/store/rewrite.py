@@ -24,6 +24,7 @@ from qvc.errors import CorruptionError
 from qvc.plumbing.objects import MODE_BLOB, tree_bytes
 from qvc.store.format import HEADER, decode_header, encode_header, escape_trailer
 from qvc.store.history import History
+from qvc.store.refnames import head_ref, superseded_prefix
 
 if TYPE_CHECKING:
     from qvc.plumbing.repository import Repository, Transaction
@@ -140,3 +141,40 @@ class Rewriter:
             else:
                 mapped[hexid] = [self.commit(tx, hexid, parents)]
         return {t: mapped[t] for t in tips}
+
+    def settle(self, tx: Transaction, thread: str, head: str, superseded: Sequence[tuple[str, str]],
+               drop: set[str], *, keep: str | None = None, target: str | None = None,
+               relabel: Callable[[str], tuple[str, Mapping[str, Any]]] | None = None) -> str | None:
+        """Rewrite a thread's lines (``head`` and its ``superseded`` refs, ``(name, tip)`` each) without
+        the commits in ``drop`` (see :meth:`drop`) and move its refs: the head becomes what takes the
+        old head's place (the one whose checkpoint id is ``keep``, else the newest by id, if several;
+        a line of the superseded ones if nothing is left of the head's), every other tip left a
+        superseded line. With ``target`` the result becomes that thread's refs instead (a copy: the
+        source's refs stay; ``relabel`` then names the copies' thread). Returns the new head."""
+        tips = [head, *(tip for _, tip in superseded)]
+        result = self.drop(tx, tips, drop, relabel=relabel)
+        tx.store()  # the copies are read back below (their checkpoint ids)
+
+        def cid(sha: str) -> str:
+            return self._history.commit(sha).checkpoint_id
+
+        pool = list(dict.fromkeys(result[head]))
+        others = list(dict.fromkeys(t for _, tip in superseded for t in result[tip]))
+        if not pool and others:
+            pool = [max(others, key=cid)]
+        main = next((t for t in pool if cid(t) == keep), None) or (max(pool, key=cid) if pool else None)
+        rest = [t for t in dict.fromkeys(pool + others) if t != main]
+        owner = target or thread
+        if target is None:
+            if main != head:
+                tx.move_ref(head_ref(thread), head, main, "rewrite")
+            for name, tip in superseded:
+                if tip in rest:
+                    rest.remove(tip)  # unchanged: its ref stays
+                else:
+                    tx.move_ref(name, tip, None)
+        elif main is not None:
+            tx.move_ref(head_ref(target), None, main, "copy")
+        for tip in rest:
+            tx.move_ref(superseded_prefix(owner) + tip, None, tip)
+        return main
