@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import time
 from typing import Any, Callable, Iterator, Mapping, Optional, Protocol, Sequence
 
 from qvc.errors import (
@@ -31,7 +32,7 @@ from qvc.plumbing.repository import Repository, Transaction
 from qvc.store import serde
 from qvc.store.base import CheckpointStore
 from qvc.store.format import HEADER, TreeBuilder, commit_message, decode_header, encode_header, object_id
-from qvc.store.history import CommitInfo, History, ThreadIndex
+from qvc.store.history import LRU, CommitInfo, History, ThreadIndex
 from qvc.store.refnames import (
     HEADS,
     SUPERSEDED,
@@ -77,6 +78,7 @@ SERVICES: list[Callable[[GitCheckpointStore], Optional[Service]]] = []
 UNCHECKED: Any = object()
 
 _PUT_RETRIES = 100
+_RACY = 2  # seconds: a file identity younger than this may hide a change made in the same clock tick
 _HEXISH = re.compile(r"^[0-9a-fA-F]{4,40}$")
 
 class GitCheckpointStore(CheckpointStore):
@@ -104,6 +106,8 @@ class GitCheckpointStore(CheckpointStore):
         self._history = History(self._repo)
         self._writes = PendingWrites(self._repo, self._history)
         self._rewriter = Rewriter(self._repo, self._history)
+        self._lines = LRU(1024)  # thread -> (identity of its superseded refs, their tips)
+        self._repo.listeners.append(self._observe)
         self._services: list[Service] = []
         if not readonly:
             for start in SERVICES:
@@ -792,7 +796,8 @@ class GitCheckpointStore(CheckpointStore):
 
     def rename_thread(self, old_id: str, new_id: str) -> None:
         """Rename a thread: its branch, superseded lines, reflog and the thread id its own
-        checkpoints record (their ids stay; their commit SHAs change, pending writes follow).
+        checkpoints record (their ids stay; their commit SHAs change, pending writes follow,
+        keyed ones included).
 
         Raises :class:`UnknownThreadError`, :class:`CheckpointConflictError` if ``new_id``
         exists or another writer moved the thread meanwhile, and :class:`InvalidInputError`
@@ -824,6 +829,9 @@ class GitCheckpointStore(CheckpointStore):
                 wtip = tx.ref(writes_ref(sha))
                 if wtip is not None:
                     moves += [(writes_ref(fresh), None, wtip), (writes_ref(sha), wtip, None)]
+            prefix = keyed_prefix(old)  # keyed by checkpoint id, which stays
+            for ref, wtip in tx.refs(prefix):
+                moves += [(keyed_prefix(new) + ref[len(prefix):], None, wtip), (ref, wtip, None)]
             moves += [(name, tip, None) for name, tip in tips]
             reflog = self._repo.reflog(head_ref(old))
             self._rewriter.begin(tx)
@@ -848,8 +856,31 @@ class GitCheckpointStore(CheckpointStore):
         head = self.head(thread)
         if head is None:
             return None
-        tips = [head] + sorted(tip for _, tip in self._repo.refs(superseded_prefix(thread)))
-        return self._history.thread_index(thread, tips)
+        return self._history.thread_index(thread, [head, *self._superseded_tips(thread)])
+
+    def _superseded_tips(self, thread: str) -> list[str]:
+        """The tips of the thread's superseded lines, sorted. Listing refs reads every ref of the
+        repository, so the answer is cached while the thread's superseded-ref directory and
+        ``packed-refs`` keep their identity (a move, or another store's lease on a ref there,
+        changes the directory); an identity younger than :data:`_RACY` seconds is not trusted
+        (two changes within one tick of the file system's clock look the same). This store's own
+        moves drop the cache (:meth:`_observe`)."""
+        prefix = superseded_prefix(thread)
+        stamp = (self._repo.file_identity(prefix.rstrip("/")), self._repo.file_identity("packed-refs"))
+        found = self._lines.get(thread)
+        if found is not None and found[0] == stamp:
+            return found[1]
+        tips = sorted(tip for _, tip in self._repo.refs(prefix))
+        now = time.time_ns()
+        if all(s is None or now - s[1] > _RACY * 1e9 for s in stamp):
+            self._lines.put(thread, (stamp, tips))
+        return tips
+
+    def _observe(self, record: Any) -> None:
+        """A :attr:`Repository.listeners` callback: a move of a superseded ref drops the cache of
+        superseded tips (:meth:`_superseded_tips`)."""
+        if any(name.startswith(SUPERSEDED) for name, _, _ in record.refs):
+            self._lines.clear()
 
     def put_entries(self, thread_id: str, header: dict[str, Any], metadata: dict[str, Any],
                     entries_of: Callable[[str | None, Callable[[str, bytes], bytes]], dict[str, Entry]], *,

@@ -74,3 +74,15 @@ def test_thread_indexes_follow_rewrites_in_this_and_other_stores(tmp_path):
         two.delete_threads(["t", "u", "missing"], missing_ok=True)
         assert one.thread_index("t") is None and one.thread_index("u") is None
     fsck(repo)
+
+
+def test_rename_thread_carries_keyed_writes(tmp_path):
+    repo = tmp_path / "n.qvc"
+    with GitCheckpointStore(repo) as store:
+        _put(store, "t", "a", 1)
+        store.put_checkpoint_writes("t", "a", [Item("k", b"v")], "m\n")
+        store.rename_thread("t", "u")
+        assert store.checkpoint_writes("u", "a") == [("k", b"v")]
+        assert store.checkpoint_writes("t", "a") == []
+        assert store.thread_index("u").ids.keys() == {"a"}
+    fsck(repo)

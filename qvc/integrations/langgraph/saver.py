@@ -98,11 +98,13 @@ from qvc.store import serde as qserde
 from qvc.store.format import HEADER, Entry, escape_trailer
 from qvc.store.git_store import GitCheckpointStore
 from qvc.store.refnames import decode_name, encode_name
-from qvc.store.writes import Item, entry_key
+from qvc.store.writes import KEYED, Item, entry_key
 from qvc.types import DurabilityMode
 
 __all__ = ["QvcSaver", "thread_name", "split_thread_name"]
 
+#: Where pending writes live (the store's keyed writes): ``<WRITES_LG><encoded qvc thread>/<encoded checkpoint id>``.
+WRITES_LG = KEYED
 _UNESCAPE = re.compile(r"%(25|2F)")
 
 
