@@ -342,6 +342,7 @@ class History:
 
     def forget_index(self) -> None:
         """Make the next lookup (in any process) rebuild the durable index from the refs: called
+        (by :meth:`qvc.store.rewrite.Rewriter.begin`, and here when a write raced a rewrite)
         before a delete or rewrite moves refs, so that a writer killed before it starts the new
         generation leaves no index naming what it deleted. A build running meanwhile (it may have
         read the refs before this delete moves them) then does not mark its index complete."""

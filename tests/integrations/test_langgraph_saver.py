@@ -193,3 +193,17 @@ def test_typed_errors(tmp_path) -> None:
         with pytest.raises(InvalidInputError):
             saver.put_writes(_cfg("t"), [("a", 1)], "task")  # no checkpoint_id
         assert saver.get_next_version(None) < saver.get_next_version("00000000000000000000000000000001.5")
+
+
+def test_the_adapter_imports_no_plumbing() -> None:
+    """The saver is an adapter over the store's public API: no module of it imports qvc.plumbing."""
+    import ast
+    from pathlib import Path
+
+    import qvc.integrations.langgraph as package
+
+    for path in Path(package.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not [n for n in names if n.startswith("qvc.plumbing")], f"{path.name} imports the plumbing"
