@@ -305,7 +305,7 @@ class QvcSaver(BaseCheckpointSaver[str]):
             index = self._store.thread_index(name)
             if index is None:
                 continue
-            for cid, hexid in index.ids.items():
+            for cid, hexid in list(index.ids.items()):  # a copy: another thread may extend the index
                 if (wanted is None or cid == wanted) and (before_id is None or cid < before_id):
                     found.append((cid, name, hexid))
         found.sort(reverse=True)
@@ -476,7 +476,7 @@ class QvcSaver(BaseCheckpointSaver[str]):
         for name in self._names():
             index = self._store.thread_index(name)
             drop = []
-            for hexid in (index.ids.values() if index else ()):
+            for hexid in (list(index.ids.values()) if index else []):
                 try:
                     run = self._header(hexid)[2].get("run_id")
                 except CorruptionError:
