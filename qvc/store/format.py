@@ -25,6 +25,7 @@ from typing import Any, Callable
 from qvc.codec import serde
 from qvc.errors import CorruptionError, SerializationError
 from qvc.plumbing.objects import MODE_BLOB, MODE_TREE, Entry, tree_bytes
+from qvc.plumbing.pack import object_id
 from qvc.store.refnames import decode_name, encode_name
 
 FORMAT = 1
@@ -75,6 +76,12 @@ def decode_header(data: bytes, what: str) -> tuple[dict[str, Any], dict[str, Any
         raise CorruptionError(f"{what}: not a qvc checkpoint header (format {FORMAT})")
     meta = obj.get("metadata")
     return obj["checkpoint"], meta if isinstance(meta, dict) else {}
+
+
+#: What adapters that encode their own state need to build tree entries (they import no plumbing).
+__all__ = ["CHUNK", "FORMAT", "HEADER", "MODE_BLOB", "MODE_TREE", "Entry", "TreeBuilder", "chunk_name",
+           "commit_message", "decode_header", "encode_header", "escape_trailer", "object_id", "parse_trailers",
+           "serialize_field", "tree_bytes", "unescape_trailer"]
 
 
 def chunk_name(i: int) -> str:

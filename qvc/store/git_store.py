@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import time
 from typing import Any, Callable, Iterator, Mapping, Optional, Protocol, Sequence
 
 from qvc.codec import serde
@@ -30,8 +31,8 @@ from qvc.plumbing.recovery import RecoveryReport
 from qvc.plumbing.reflog import ReflogEntry
 from qvc.plumbing.repository import Repository, Transaction
 from qvc.store.base import CheckpointStore
-from qvc.store.format import HEADER, TreeBuilder, commit_message, decode_header, encode_header, escape_trailer
-from qvc.store.history import CommitInfo, History
+from qvc.store.format import HEADER, TreeBuilder, commit_message, decode_header, encode_header, object_id
+from qvc.store.history import LRU, CommitInfo, History, ThreadIndex
 from qvc.store.refnames import (
     HEADS,
     SUPERSEDED,
@@ -45,6 +46,8 @@ from qvc.store.refnames import (
     superseded_prefix,
     writes_ref,
 )
+from qvc.store.rewrite import Rewriter
+from qvc.store.writes import Item, PendingWrites, entry_key, keyed_prefix, keyed_ref
 from qvc.types import (
     Checkpoint,
     CheckpointConfig,
@@ -74,14 +77,9 @@ SERVICES: list[Callable[[GitCheckpointStore], Optional[Service]]] = []
 #: ``put(expected_head=...)`` not given: the head is not checked.
 UNCHECKED: Any = object()
 
+_PUT_RETRIES = 100
+_RACY = 2  # seconds: a file identity younger than this may hide a change made in the same clock tick
 _HEXISH = re.compile(r"^[0-9a-fA-F]{4,40}$")
-_ORDER = ".order"
-_WRITE_RETRIES = 100
-
-
-def _safe(text: str) -> str:
-    return encode_thread(text) if text else "%"
-
 
 class GitCheckpointStore(CheckpointStore):
     """A checkpoint store backed by a bare git repository at ``path``.
@@ -106,6 +104,10 @@ class GitCheckpointStore(CheckpointStore):
         self._repo = Repository(path, create=create, durability=durability, fsync=fsync, max_lag=max_lag,
                                 readonly=readonly)
         self._history = History(self._repo)
+        self._writes = PendingWrites(self._repo, self._history)
+        self._rewriter = Rewriter(self._repo, self._history)
+        self._lines = LRU(1024)  # thread -> (identity of its superseded refs, their tips)
+        self._repo.listeners.append(self._observe)
         self._services: list[Service] = []
         if not readonly:
             for start in SERVICES:
@@ -587,27 +589,7 @@ class GitCheckpointStore(CheckpointStore):
         the new first parent, and its ``Thread`` trailer). Moves no ref. Raises
         :class:`CorruptionError` if the commit (or, to relabel, its checkpoint header) does not read.
         """
-        data = self._repo.read(bytes.fromhex(sha), "commit")
-        head, _, message = data.partition(b"\n\n")
-        lines = [ln for ln in head.split(b"\n") if not ln.startswith(b"parent ")]
-        if thread is not None:
-            info = self._history.commit(sha)
-            entries = dict(self._history.entries(info))
-            if HEADER not in entries:
-                raise CorruptionError(f"commit {sha[:12]} is not a qvc checkpoint (no {HEADER} entry)")
-            header, metadata = decode_header(self._blob(entries[HEADER][1]), f"checkpoint {sha[:12]}")
-            old = header.get("thread_id")
-            header["thread_id"] = thread
-            header.update(header_update or {})
-            if isinstance(header.get("versions"), list) and header["versions"]:
-                header["versions"] = [parents[0] if parents else None, header["versions"][1]]
-            entries[HEADER] = (MODE_BLOB, tx.write("blob", encode_header(header, metadata)))
-            lines[0] = b"tree " + tx.write("tree", tree_bytes(entries)).hex().encode()
-            if isinstance(old, str):
-                message = message.replace(f"\nThread: {escape_trailer(old)}\n".encode(),
-                                          f"\nThread: {escape_trailer(thread)}\n".encode())
-        lines[1:1] = [b"parent " + p.encode() for p in parents]
-        return tx.write("commit", b"\n".join(lines) + b"\n\n" + message).hex()
+        return self._rewriter.commit(tx, sha, parents, thread=thread, header_update=header_update)
 
     def descends(self, commit: str | None, ancestor: str) -> bool:
         """Whether commit ``commit`` is ``ancestor`` or has it among its ancestors (any parent).
@@ -691,14 +673,10 @@ class GitCheckpointStore(CheckpointStore):
         """The pending writes held by the writes commit ``tip`` (the tip of a ``refs/qvc/writes/``
         ref, or of a fetched one, checked before it is taken in), in the order they were written.
         Raises :class:`CorruptionError` if they do not decode."""
-        entries = self._history.entries(self._history.commit(tip))
-        what = f"writes {tip[:12]}"
-        order = serde.loads(self._blob(entries[_ORDER][1]), what) if _ORDER in entries else []
         out = []
-        for name in order:
-            if name in entries:
-                task, channel, _, value = serde.loads(self._blob(entries[name][1]), f"write {name}")
-                out.append(PendingWrite(task, channel, value))
+        for key, data in self._writes.read(tip):
+            task, channel, _, value = serde.loads(data, f"write {key}")
+            out.append(PendingWrite(task, channel, value))
         return out
 
     def put_writes(self, config: CheckpointConfig, writes: Sequence[PendingWrite], task_id: str) -> None:
@@ -720,30 +698,9 @@ class GitCheckpointStore(CheckpointStore):
                 raise InvalidInputError(f"writes[{idx}] must be a PendingWrite or a (channel, value) pair")
             if not isinstance(task, str) or not isinstance(channel, str):
                 raise InvalidInputError(f"writes[{idx}]: task id and channel must be strings")
-            items.append((f"{_safe(task)}.{_safe(channel)}.{idx}",
-                          serde.dumps([task, channel, idx, value], f"writes[{idx}]")))
-        if not items:
-            return
-        name = writes_ref(hexid)
-        for _ in range(_WRITE_RETRIES):
-            with self._repo.transaction() as tx:
-                old = tx.ref(name)
-                entries = dict(self._history.entries(self._history.commit(old))) if old else {}
-                order = serde.loads(self._blob(entries[_ORDER][1]), "writes order") if _ORDER in entries else []
-                for key, data in items:
-                    entries[key] = (MODE_BLOB, tx.write("blob", data))
-                    if key not in order:
-                        order.append(key)
-                entries[_ORDER] = (MODE_BLOB, tx.write("blob", serde.dumps(order)))
-                tree = tx.write("tree", tree_bytes(entries))
-                message = f"writes for checkpoint {hexid[:12]} · {len(items)} write(s)\n"
-                new = tx.write("commit", commit_bytes(tree.hex(), [old] if old else [], message)).hex()
-                try:
-                    tx.move_ref(name, old, new)
-                except CheckpointConflictError:
-                    continue  # another writer upserted meanwhile: merge again on top of theirs
-                return
-        raise CheckpointConflictError(f"writes of checkpoint {hexid[:12]}: too many concurrent writers")
+            items.append(Item(f"{entry_key(task, channel)}.{idx}", serde.dumps([task, channel, idx, value],
+                                                                                f"writes[{idx}]")))
+        self._writes.upsert(writes_ref(hexid), items, f"writes for checkpoint {hexid[:12]} · {len(items)} write(s)\n")
 
     # -- deleting -------------------------------------------------------------------------
 
@@ -756,7 +713,6 @@ class GitCheckpointStore(CheckpointStore):
         :class:`UnknownCheckpointError`.
         """
         with self._repo.transaction() as tx:
-            tx.rewrite_history()
             target = self._existing(config)
             info = self._history.commit(target)
             mapping: dict[str, str | None] = {target: info.parent}
@@ -767,7 +723,7 @@ class GitCheckpointStore(CheckpointStore):
             for name, tip in tx.refs("refs/"):
                 if name.startswith(WRITES):
                     continue
-                new = self._rewrite(tip, mapping, tx)
+                new = self._rewriter.line(tx, tip, mapping)
                 if new == tip:
                     continue
                 if name.startswith(HEADS) and new is not None:
@@ -791,59 +747,57 @@ class GitCheckpointStore(CheckpointStore):
                     rekeyed.append((writes_ref(new), None, wtip))
                 dropped.append((writes_ref(old), wtip, None))
             cause = f"delete: checkpoint {info.checkpoint_id}"
-            self._history.forget_index()
+            self._rewriter.begin(tx)
             for name, old, new in rekeyed + moves + dropped:
                 tx.move_ref(name, old, new, cause)
 
-    def _rewrite(self, tip: str, mapping: dict[str, str | None], tx: Transaction) -> str | None:
-        path, current = [], tip
-        while current is not None and current not in mapping:
-            path.append(current)
-            current = self._history.commit(current).parent
-        if current is None:
-            for c in path:
-                mapping[c] = c  # unaffected: remember so other refs stop here
-            return tip
-        new_parent = mapping[current]
-        for c in reversed(path):
-            parents = ([new_parent] if new_parent else []) + list(self._history.commit(c).parents[1:])
-            new_parent = mapping[c] = self.rewrite_commit(tx, c, parents)
-        return mapping[tip]
-
     def delete_thread(self, thread_id: str) -> None:
-        """Delete a thread: its branch, its superseded lines and the pending writes of its checkpoints.
+        """Delete a thread: its branch, its superseded lines and the pending writes of its checkpoints
+        (those of its commits and those keyed by its checkpoint ids, :meth:`put_checkpoint_writes`).
 
         Checkpoints shared with threads forked from it stay. A damaged thread (a ref pointing at a
         missing or unreadable commit) is deleted too: its refs go, with the pending writes of
         whatever part of its line still reads. Raises :class:`UnknownThreadError`.
         """
-        thread = check_thread_id(thread_id)
+        self.delete_threads([thread_id])
+
+    def delete_threads(self, thread_ids: Sequence[str], *, missing_ok: bool = False) -> None:
+        """Delete several threads as :meth:`delete_thread` does, in one transaction (all or none
+        after a crash). Raises :class:`UnknownThreadError` for a thread without checkpoints
+        unless ``missing_ok`` (its keyed pending writes, if any, go all the same)."""
+        threads = [check_thread_id(t) for t in thread_ids]
         with self._repo.transaction() as tx:
-            # read through the transaction: a dead writer's lease on any of them is finished first
-            refs = [(head_ref(thread), tx.ref(head_ref(thread)))] + tx.refs(superseded_prefix(thread))
-            refs = [(n, t) for n, t in refs if t is not None]
-            if not refs:
-                raise UnknownThreadError(f"thread {thread!r} has no checkpoints")
+            refs: list[tuple[str, str]] = []
             writes: dict[str, str] = {}  # a head and its superseded lines share commits
-            for _, tip in refs:
-                try:
-                    for info in self._history.first_parents(tip):
-                        if info.thread_id != thread:
-                            break
-                        wtip = tx.ref(writes_ref(info.hex))
-                        if wtip is not None:
-                            writes[writes_ref(info.hex)] = wtip
-                except CorruptionError:  # a damaged line: its refs go all the same
-                    continue
-            tx.rewrite_history()
-            self._history.forget_index()
-            # the thread's refs first: a crash part-way leaves only unreachable pending writes
+            for thread in threads:
+                # read through the transaction: a dead writer's lease on any of them is finished first
+                own = [(head_ref(thread), tx.ref(head_ref(thread)))] + tx.refs(superseded_prefix(thread))
+                own = [(n, t) for n, t in own if t is not None]
+                if not own and not missing_ok:
+                    raise UnknownThreadError(f"thread {thread!r} has no checkpoints")
+                refs += own
+                for _, tip in own:
+                    try:
+                        for info in self._history.first_parents(tip):
+                            if info.thread_id != thread:
+                                break
+                            wtip = tx.ref(writes_ref(info.hex))
+                            if wtip is not None:
+                                writes[writes_ref(info.hex)] = wtip
+                    except CorruptionError:  # a damaged line: its refs go all the same
+                        continue
+                writes.update(tx.refs(keyed_prefix(thread)))
+            if not refs and not writes:
+                return
+            self._rewriter.begin(tx)
+            # the threads' refs first: a crash part-way leaves only unreachable pending writes
             for name, tip in refs + list(writes.items()):
                 tx.move_ref(name, tip, None)
 
     def rename_thread(self, old_id: str, new_id: str) -> None:
         """Rename a thread: its branch, superseded lines, reflog and the thread id its own
-        checkpoints record (their ids stay; their commit SHAs change, pending writes follow).
+        checkpoints record (their ids stay; their commit SHAs change, pending writes follow,
+        keyed ones included).
 
         Raises :class:`UnknownThreadError`, :class:`CheckpointConflictError` if ``new_id``
         exists or another writer moved the thread meanwhile, and :class:`InvalidInputError`
@@ -868,31 +822,217 @@ class GitCheckpointStore(CheckpointStore):
                                             f"renaming would duplicate checkpoints (fork {old!r} instead)")
             mapping: dict[str, str] = {}
             for _, tip in tips:
-                self._relabel(tip, old, new, mapping, tx)
+                self._rewriter.relabel(tx, tip, old, new, mapping)
             moves = [(head_ref(new), None, mapping.get(tips[0][1], tips[0][1]))]
             moves += [(superseded_prefix(new) + mapping.get(t, t), None, mapping.get(t, t)) for _, t in tips[1:]]
             for sha, fresh in mapping.items():
                 wtip = tx.ref(writes_ref(sha))
                 if wtip is not None:
                     moves += [(writes_ref(fresh), None, wtip), (writes_ref(sha), wtip, None)]
+            prefix = keyed_prefix(old)  # keyed by checkpoint id, which stays
+            for ref, wtip in tx.refs(prefix):
+                moves += [(keyed_prefix(new) + ref[len(prefix):], None, wtip), (ref, wtip, None)]
             moves += [(name, tip, None) for name, tip in tips]
             reflog = self._repo.reflog(head_ref(old))
-            tx.rewrite_history()
-            self._history.forget_index()
+            self._rewriter.begin(tx)
             for name, was, now in moves:
                 tx.move_ref(name, was, now, f"branch: renamed {old} to {new}")
             if reflog:  # carry the old reflog over, under the new name
                 tx.prepend_reflog(head_ref(new), reflog)
 
-    def _relabel(self, tip: str, old: str, new: str, mapping: dict[str, str], tx: Transaction) -> None:
-        chain = []
-        for info in self._history.first_parents(tip):
-            if info.hex in mapping or info.thread_id != old:
-                break
-            chain.append(info)
-        for info in reversed(chain):
-            parents = [mapping.get(p, p) for p in info.parents]
-            mapping[info.hex] = self.rewrite_commit(tx, info.hex, parents, thread=new)
+    # -- lines of checkpoints for adapters ---------------------------------------------------
+    #
+    # What an adapter whose framework names checkpoints by id within a thread needs (LangGraph's
+    # saver is one): a thread's checkpoints by id over every line it has, a put whose fields are
+    # tree entries the adapter encoded itself and whose parent may be any checkpoint of the
+    # thread, pending writes keyed by thread and checkpoint id, and the rewrites it offers.
+
+    def thread_index(self, thread_id: str) -> ThreadIndex | None:
+        """The checkpoints of a thread by id: every checkpoint commit of the thread reachable from
+        its head or its superseded lines, through any parent (threads written before lines existed
+        kept older lines as second parents). ``None`` for a thread without checkpoints. Cached;
+        always right for the refs as read now (rewrites in any process drop the cache)."""
+        thread = check_thread_id(thread_id)
+        head = self.head(thread)
+        if head is None:
+            return None
+        return self._history.thread_index(thread, [head, *self._superseded_tips(thread)])
+
+    def _superseded_tips(self, thread: str) -> list[str]:
+        """The tips of the thread's superseded lines, sorted. Listing refs reads every ref of the
+        repository, so the answer is cached while the thread's superseded-ref directory and
+        ``packed-refs`` keep their identity (a move, or another store's lease on a ref there,
+        changes the directory); an identity younger than :data:`_RACY` seconds is not trusted
+        (two changes within one tick of the file system's clock look the same). This store's own
+        moves drop the cache (:meth:`_observe`)."""
+        prefix = superseded_prefix(thread)
+        stamp = (self._repo.file_identity(prefix.rstrip("/")), self._repo.file_identity("packed-refs"))
+        found = self._lines.get(thread)
+        if found is not None and found[0] == stamp:
+            return found[1]
+        tips = sorted(tip for _, tip in self._repo.refs(prefix))
+        now = time.time_ns()
+        if all(s is None or now - s[1] > _RACY * 1e9 for s in stamp):
+            self._lines.put(thread, (stamp, tips))
+        return tips
+
+    def _observe(self, record: Any) -> None:
+        """A :attr:`Repository.listeners` callback: a move of a superseded ref drops the cache of
+        superseded tips (:meth:`_superseded_tips`)."""
+        if any(name.startswith(SUPERSEDED) for name, _, _ in record.refs):
+            self._lines.clear()
+
+    def put_entries(self, thread_id: str, header: dict[str, Any], metadata: dict[str, Any],
+                    entries_of: Callable[[str | None, Callable[[str, bytes], bytes]], dict[str, Entry]], *,
+                    parent_id: str | None = None, source: str | None = None) -> str:
+        """Store one checkpoint whose state the caller encoded; return its commit SHA. Durable on
+        return in SYNC mode.
+
+        ``header`` holds at least ``id`` and ``step`` (stored as given, ``thread_id`` set to
+        the thread); ``entries_of(parent, write)`` returns the state's tree entries given the parent
+        commit (``None`` for none), writing the objects they need through ``write(kind, data) ->
+        raw id``; it is called once per parent, whatever the retries. The parent is the thread's
+        checkpoint ``parent_id`` (:meth:`thread_index`), else the head. A parent other than the
+        head is a time travel: the head's line is kept under ``refs/qvc/superseded/`` and the head
+        moves to the new commit (one model of threads: lines, never second parents). Another
+        writer moving the head meanwhile makes it commit again on the new head.
+
+        Re-putting an id of the thread with the same entries, header and metadata is a no-op (the
+        existing commit is returned); with other content the new commit replaces the old one,
+        whose descendants are re-parented (:meth:`drop_checkpoints`). Raises
+        :class:`SerializationError` (header or metadata) and :class:`CheckpointConflictError`
+        after too many concurrent writers.
+        """
+        thread = check_thread_id(thread_id)
+        header = {**header, "thread_id": thread}
+        cid = header["id"]
+        ref = head_ref(thread)
+        made: dict[str | None, tuple[list[tuple[str, bytes]], dict[str, Entry]]] = {}
+        with self._repo.writing():  # no maintenance between the retries
+            for _ in range(_PUT_RETRIES):
+                with self._repo.transaction() as tx:
+                    head = tx.ref(ref)
+                    index = self.thread_index(thread) if head is not None else None
+                    existing = index.ids.get(cid) if index else None
+                    parent = index.ids.get(parent_id) if (index and parent_id) else None
+                    if parent not in made:
+                        objects: list[tuple[str, bytes]] = []
+
+                        def write(kind: str, data: bytes, out: list = objects) -> bytes:
+                            out.append((kind, data))
+                            return object_id(kind, data)
+
+                        made[parent] = (objects, entries_of(parent, write))
+                    objects, fields = made[parent]
+                    if existing is not None and self._same_entries(existing, fields, header, metadata):
+                        return existing
+                    for kind, data in objects:
+                        tx.write(kind, data)
+                    first = parent or head
+                    new = self.write_checkpoint(tx, dict(header), metadata, fields, [first] if first else [],
+                                                source=source)
+                    travel = head is not None and first != head and not any(
+                        i.hex == head for i in self._history.first_parents(first))
+                    cause = f"{source or 'put'}: step {header['step']} {cid}" + (" (time travel)" if travel else "")
+                    kept = None
+                    try:
+                        if travel:  # before the head moves: the line it leaves is never unreachable
+                            kept = self._keep_superseded(tx, thread, head)
+                        tx.move_ref(ref, head, new, cause)
+                    except CheckpointConflictError:
+                        found = tx.ref(ref)
+                        if kept is not None and (found is None or self.descends(found, head)):
+                            with contextlib.suppress(CheckpointConflictError):
+                                tx.move_ref(kept, head, None, "put: conflicted")
+                        continue  # another writer moved the thread: commit again on its head
+                if existing is not None:
+                    self.drop_checkpoints(thread, [existing], keep=cid)
+                return new
+        raise CheckpointConflictError(f"thread {thread!r}: too many concurrent writers")
+
+    def _same_entries(self, existing: str, fields: dict[str, Entry], header: dict, metadata: dict) -> bool:
+        entries = self._history.entries(self._history.commit(existing))
+        old_header, old_meta = decode_header(self._blob(entries[HEADER][1]), f"checkpoint {existing[:12]}")
+        old_header.pop("versions", None)
+        return ({n: e for n, e in entries.items() if n != HEADER} == fields
+                and serde.dumps([old_header, old_meta]) == serde.dumps([header, metadata]))
+
+    def put_checkpoint_writes(self, thread_id: str, checkpoint_id: str, items: Sequence[Item], message: str) -> None:
+        """Upsert pending writes of the thread's checkpoint ``checkpoint_id`` (which need not be
+        stored yet: writes may come first) under ``refs/qvc/writes/lg/<thread>/<id>``; see
+        :meth:`qvc.store.writes.PendingWrites.upsert` for the rules. Durable on return in SYNC mode."""
+        self._writes.upsert(keyed_ref(check_thread_id(thread_id), checkpoint_id), items, message)
+
+    def checkpoint_writes(self, thread_id: str, checkpoint_id: str) -> list[tuple[str, bytes]]:
+        """``(key, stored bytes)`` of the pending writes :meth:`put_checkpoint_writes` stored for
+        the thread's checkpoint ``checkpoint_id``, in the order first written (``[]``: none)."""
+        return self._writes.at(keyed_ref(check_thread_id(thread_id), checkpoint_id)) or []
+
+    def drop_checkpoints(self, thread_id: str, shas: Sequence[str], *, keep: str | None = None) -> None:
+        """Delete the checkpoint commits ``shas`` from the thread's lines, with their keyed pending
+        writes: their descendants are re-parented onto their parents (ids kept, SHAs changed).
+        When several lines remain where the head was, the one whose checkpoint id is ``keep``
+        (else the newest) is the head and the others superseded lines. The data stays in the
+        object store until :meth:`purge`. Raises :class:`CheckpointConflictError` if another
+        writer moves the thread meanwhile."""
+        thread = check_thread_id(thread_id)
+        with self._repo.transaction() as tx:
+            head = tx.ref(head_ref(thread))
+            if head is None or not shas:
+                return
+            superseded = tx.refs(superseded_prefix(thread))
+            gone = {keyed_ref(thread, self._history.commit(s).checkpoint_id) for s in shas}
+            self._rewriter.begin(tx)
+            self._rewriter.settle(tx, thread, head, superseded, set(shas), keep=keep)
+            for ref, tip in tx.refs(keyed_prefix(thread)):
+                if ref in gone:
+                    tx.move_ref(ref, tip, None)
+
+    def prune_thread(self, thread_id: str) -> None:
+        """Keep only the thread's newest checkpoint by id (:meth:`thread_index`), as a root commit,
+        with its keyed pending writes; every other line and write of the thread goes. No-op for a
+        thread without checkpoints."""
+        thread = check_thread_id(thread_id)
+        with self._repo.transaction() as tx:
+            head = tx.ref(head_ref(thread))
+            index = self.thread_index(thread) if head is not None else None
+            if index is None or index.latest is None:
+                return
+            keep = index.ids[index.latest]
+            superseded = tx.refs(superseded_prefix(thread))
+            writes = [(r, t) for r, t in tx.refs(keyed_prefix(thread)) if r != keyed_ref(thread, index.latest)]
+            self._rewriter.begin(tx)
+            new = self._rewriter.commit(tx, keep, []) if self._history.commit(keep).parents else keep
+            if new != head:
+                tx.move_ref(head_ref(thread), head, new, "prune: kept the latest checkpoint")
+            for ref, tip in superseded + writes:
+                tx.move_ref(ref, tip, None)
+
+    def copy_threads(self, pairs: Sequence[tuple[str, str]],
+                     header_update: Callable[[str, str], Mapping[str, Any]] | None = None) -> None:
+        """Copy threads, ``(source, target)`` each, in one transaction: every line (the same ids and
+        shape; new commits relabelled as the target's, each header updated with
+        ``header_update(sha, target)``; every state blob shared) and every keyed pending write. A
+        source without checkpoints is skipped. Raises :class:`CheckpointConflictError` (nothing
+        copied) if a target has checkpoints."""
+        checked = [(check_thread_id(a), check_thread_id(b)) for a, b in pairs]
+        with self._repo.transaction() as tx:
+            for _, target in checked:
+                if tx.ref(head_ref(target)) is not None:
+                    raise CheckpointConflictError(f"thread {target!r} already has checkpoints")
+            for source, target in checked:
+                head = tx.ref(head_ref(source))
+                if head is None:
+                    continue
+
+                def relabel(sha: str, target: str = target) -> tuple[str, Mapping[str, Any]]:
+                    return target, (header_update(sha, target) if header_update else {})
+
+                self._rewriter.settle(tx, source, head, tx.refs(superseded_prefix(source)), set(), target=target,
+                                      relabel=relabel)
+                prefix = keyed_prefix(source)
+                for ref, tip in tx.refs(prefix):
+                    tx.move_ref(keyed_prefix(target) + ref[len(prefix):], None, tip)
 
     # -- maintenance ------------------------------------------------------------------------
 

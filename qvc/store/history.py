@@ -38,7 +38,7 @@ import re
 import threading
 import zlib
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator
 
 from qvc.errors import CorruptionError
@@ -140,6 +140,18 @@ class LRU(OrderedDict):
             self._weight = 0
 
 
+@dataclass
+class ThreadIndex:
+    """The checkpoints of one thread: every checkpoint commit of that thread reachable from its
+    tips (its head and its superseded lines), by checkpoint id. Built by
+    :meth:`History.thread_index`; callers must not mutate it."""
+
+    tips: tuple[str, ...]
+    ids: dict[str, str] = field(default_factory=dict)  # checkpoint id -> commit hex
+    known: set[str] = field(default_factory=set)  # every commit walked
+    latest: str | None = None  # the largest checkpoint id
+
+
 class History:
     """Caches over one repository's history (thread-safe, shared by the store's threads).
 
@@ -159,6 +171,7 @@ class History:
         self._indexed: set[str] = set()
         self._tips: dict[str, str] = {}
         self._generation: tuple | None = None
+        self._threads = LRU(256)  # thread id -> ThreadIndex
         repo.listeners.append(self.observe)
         if not repo.readonly:
             self._index_replayed(getattr(repo.recovery, "moved", None) or {})
@@ -197,6 +210,12 @@ class History:
         Reading them back through libgit2 would first have to discover the fresh pack (a
         rescan of the pack directory on every put).
         """
+        if GENERATION in record.seen:  # a rewrite: what was derived from the old history goes
+            with self._lock:
+                self._threads.clear()
+                self._by_id.clear()
+                self._indexed.clear()
+                self._tips.clear()
         ids: list[tuple[str, str]] = []
         written: dict[str, CommitInfo] = {}  # the commits this record wrote
         for (kind, data), oid in zip(record.objects, record.oids, strict=True):
@@ -323,6 +342,7 @@ class History:
 
     def forget_index(self) -> None:
         """Make the next lookup (in any process) rebuild the durable index from the refs: called
+        (by :meth:`qvc.store.rewrite.Rewriter.begin`, and here when a write raced a rewrite)
         before a delete or rewrite moves refs, so that a writer killed before it starts the new
         generation leaves no index naming what it deleted. A build running meanwhile (it may have
         read the refs before this delete moves them) then does not mark its index complete."""
@@ -448,7 +468,48 @@ class History:
                 self._by_id.clear()
                 self._indexed.clear()
                 self._tips.clear()
+                self._threads.clear()
                 self._generation = gen
+
+    def thread_index(self, thread: str, tips: list[str]) -> ThreadIndex:
+        """The index of ``thread``'s checkpoints reachable from ``tips`` (walking every parent, so
+        both lines with superseded refs and older tree-shaped threads are covered). Built once, then
+        extended while the tips only move forward; rebuilt after any rewrite (in any process)."""
+        self._check_generation()
+        key = tuple(tips)
+        with self._lock:
+            index = self._threads.get(thread)
+            if index is not None and index.tips == key:
+                return index
+            if index is not None:
+                fresh = [t for t in key if t not in index.known]
+                stops = self._walk_thread(index, thread, fresh)
+                if all(t in key or t in stops for t in index.tips):
+                    index.tips = key  # every old tip is still reached: what it indexed still is
+                    return index
+            index = ThreadIndex(key)
+            self._walk_thread(index, thread, list(key))
+            self._threads.put(thread, index)
+            return index
+
+    def _walk_thread(self, index: ThreadIndex, thread: str, tips: list[str]) -> set[str]:
+        """Add to ``index`` every commit reachable from ``tips`` it does not know; return the
+        known commits met."""
+        stops: set[str] = set()
+        stack = list(tips)
+        while stack:
+            hexid = stack.pop()
+            if hexid in index.known:
+                stops.add(hexid)
+                continue
+            index.known.add(hexid)
+            info = self.commit(hexid)
+            if info.thread_id == thread and info.checkpoint_id != info.hex:
+                index.ids.setdefault(info.checkpoint_id, hexid)
+                if index.latest is None or info.checkpoint_id > index.latest:
+                    index.latest = info.checkpoint_id
+            stack.extend(info.parents)
+        return stops
 
     def _index_from(self, tip: str) -> None:
         stack = [tip]

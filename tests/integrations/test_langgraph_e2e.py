@@ -117,10 +117,14 @@ def test_update_state_and_fork(tmp_path) -> None:
             assert state.parent_config is not None
             saver.close()
     assert results["qvc"] == results["memory"]
-    # The fork is a merge commit: its first parent is the edited checkpoint, its second the old head.
-    parents = run_git(repo, "rev-list", "--parents", "--min-parents=2", "refs/heads/t").stdout.split()
-    assert len(parents) == 3
-    assert run_git(repo, "rev-list", "--count", "refs/heads/t").stdout.strip() == str(len(results["qvc"][1]))
+    # The fork is a time travel in the store's one model of threads: the head's first parent chain
+    # goes through the edited checkpoint, the old head's line is kept as one superseded line, no
+    # commit has a second parent, and the lines together hold every checkpoint of the history.
+    assert run_git(repo, "rev-list", "--min-parents=2", "--all").stdout.split() == []
+    lines = run_git(repo, "for-each-ref", "--format=%(refname)", "refs/qvc/superseded/t/").stdout.split()
+    assert len(lines) == 1
+    assert run_git(repo, "merge-base", "--is-ancestor", lines[0], "refs/heads/t", check=False).returncode != 0
+    assert run_git(repo, "rev-list", "--count", "refs/heads/t", *lines).stdout.strip() == str(len(results["qvc"][1]))
     fsck(repo)
 
 

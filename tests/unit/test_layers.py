@@ -161,15 +161,7 @@ def test_no_private_names_imported_across_modules():
 
 INTEGRATIONS = sorted(m for m in MODULES if m == "qvc.integrations" or m.startswith("qvc.integrations."))
 
-#: Adapters still on the plumbing in this branch: the LangGraph saver and its values are rewritten
-#: over the store's public API on another branch. Strict: once they are clean this xfail fails,
-#: and the entry must go.
-STILL_ON_THE_PLUMBING = {"qvc.integrations.langgraph.saver", "qvc.integrations.langgraph.values"}
-
-
-@pytest.mark.parametrize("module", [
-    pytest.param(m, marks=pytest.mark.xfail(strict=True, reason="rewritten over the store on the saver branch"))
-    if m in STILL_ON_THE_PLUMBING else m for m in INTEGRATIONS])
+@pytest.mark.parametrize("module", INTEGRATIONS)
 def test_integrations_import_nothing_from_the_plumbing(module):
     """An adapter builds on the store's public API and the feature layer, never on the plumbing
     (imports inside functions count): what it needs of git, the store offers with a contract."""
@@ -178,8 +170,8 @@ def test_integrations_import_nothing_from_the_plumbing(module):
 
 
 def test_the_plumbing_rule_covers_every_adapter():
-    assert {"qvc.integrations.agno.index", "qvc.integrations.langgraph.viewer"} <= set(INTEGRATIONS)
-    assert STILL_ON_THE_PLUMBING <= set(INTEGRATIONS)
+    assert {"qvc.integrations.agno.index", "qvc.integrations.langgraph.saver", "qvc.integrations.langgraph.values",
+            "qvc.integrations.langgraph.viewer"} <= set(INTEGRATIONS)
 
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m not in INTEGRATIONS))

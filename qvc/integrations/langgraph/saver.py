@@ -24,34 +24,34 @@ How LangGraph's model maps onto the repository
   message list rewrites only its last chunk (:mod:`qvc.integrations.langgraph.values`).
 * ``new_versions``: a channel that is not in ``new_versions`` and has the same version as in
   the parent checkpoint reuses the parent's tree entry (nothing is serialized or written).
-* A thread is a tree. A commit's first parent is its LangGraph parent (``config``'s
-  ``checkpoint_id`` at ``put``), or the previous head for a checkpoint without a parent. When
-  a checkpoint forks from an older one (replay, ``update_state``), the previous head becomes
-  a second parent, so the whole tree stays reachable from the branch: ``git log`` shows every
-  checkpoint, ``git log --first-parent`` (and qvc's own readers) the current line.
+* A thread is the store's: a line of commits plus the lines time travel left under
+  ``refs/qvc/superseded/<thread>/``. A commit's first parent is its LangGraph parent
+  (``config``'s ``checkpoint_id`` at ``put``), or the head for a checkpoint without one. A
+  checkpoint that forks from an inner one (replay, ``update_state``) is a time travel: the
+  head's line is kept as a superseded line and the head moves to the new commit
+  (:meth:`~qvc.store.git_store.GitCheckpointStore.put_entries`). Repositories written before
+  kept that line as a second parent of the fork; both shapes read the same.
   ``get_tuple`` without an id returns the newest checkpoint by id; ``list`` returns every
-  checkpoint of the tree, newest first by id.
-* Pending writes of checkpoint ``c`` of thread ``t`` are a commit under
-  ``refs/qvc/writes/lg/<t>/<c>``, one blob per ``(task_id, idx)``, upserted as LangGraph's
-  savers do: a regular write is kept on a repeat (idempotent), a special channel's write
-  (``WRITES_IDX_MAP``, negative ``idx``) replaces the earlier one. They are keyed by
-  checkpoint id, not commit, because LangGraph may write them before the checkpoint's ``put``
-  finishes (durability ``"async"``).
-* Deleting (``delete_thread``, ``delete_for_runs``, ``prune``) moves refs and rewrites the
-  commits that descended from a deleted checkpoint; the data stays in the object store until
-  :meth:`QvcSaver.purge`. ``copy_thread`` writes new commits and headers but shares every
-  channel blob with the source.
+  checkpoint of every line, newest first by id.
+* Pending writes of checkpoint ``c`` of thread ``t`` are the store's keyed pending writes
+  (:meth:`~qvc.store.git_store.GitCheckpointStore.put_checkpoint_writes`), one entry per
+  ``(task_id, idx)``, upserted as LangGraph's savers do: a regular write is kept on a repeat
+  (idempotent), a special channel's write (``WRITES_IDX_MAP``, negative ``idx``) replaces the
+  earlier one. They are keyed by checkpoint id, not commit, because LangGraph may write them
+  before the checkpoint's ``put`` finishes (durability ``"async"``).
+* Deleting (``delete_thread``, ``delete_for_runs``, ``prune``) and ``copy_thread`` are the
+  store's rewrites (:mod:`qvc.store.rewrite`); the data stays in the object store until
+  :meth:`QvcSaver.purge`; copies share every channel blob with the source.
 
 Metadata is kept whole (every key given, a caller's ``"writes"`` included) and read back as
 LangGraph's own savers return it, tuples as lists. ``get_delta_channel_history`` (LangGraph's
 ``DeltaChannel``) walks the first parents natively and returns what the base class's generic
 walk returns.
 
-The saver is an adapter over :class:`~qvc.store.git_store.GitCheckpointStore`: it writes only
-through the repository's transaction, its checkpoint commits are the store's
-(:meth:`~qvc.store.git_store.GitCheckpointStore.write_checkpoint`), and it reads through the
-store's one :class:`~qvc.store.history.History`; what it adds is LangGraph's serialization of
-channel values and its tree-shaped threads.
+The saver is an adapter over :class:`~qvc.store.git_store.GitCheckpointStore`'s public API:
+it maps LangGraph's calls and types onto the store's and serializes channel values with
+LangGraph's serializer (:mod:`qvc.integrations.langgraph.values`); it has no write path,
+index or pending-writes layout of its own.
 
 Values are treated as immutable once checkpointed, as LangGraph treats unchanged channels:
 with ``share_values=True`` (the default) the saver remembers the Python objects of the long
@@ -63,7 +63,7 @@ missed; pass ``share_values=False`` to serialize and deserialize every item ever
 
 Durability: ``durability="sync"`` (the default) makes every ``put`` and ``put_writes``
 durable on return; ``"async"`` and ``"exit"`` flush in the background or at ``close()``
-(see :mod:`qvc.plumbing.durability`). This is independent of LangGraph's own ``durability`` option,
+(see docs/durability.md). This is independent of LangGraph's own ``durability`` option,
 which decides when the graph calls the saver.
 """
 
@@ -73,9 +73,7 @@ import asyncio
 import os
 import random
 import re
-import threading
-from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, AsyncIterator, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -95,28 +93,18 @@ except ImportError:  # langgraph-checkpoint before 4.3 has no DeltaChannel: the 
     DeltaChannelHistory = Dict[str, Any]  # type: ignore[misc]
 
 from qvc.codec import serde as qserde
-from qvc.errors import (
-    CheckpointConflictError,
-    CorruptionError,
-    InvalidInputError,
-    InvalidThreadIdError,
-    SerializationError,
-)
-from qvc.integrations.langgraph.values import ChannelValues, Write
-from qvc.plumbing.objects import Entry, commit_bytes, tree_bytes
-from qvc.plumbing.repository import GENERATION, Repository, Transaction
-from qvc.store.format import HEADER, decode_header, escape_trailer
+from qvc.errors import CorruptionError, InvalidInputError, InvalidThreadIdError, SerializationError
+from qvc.integrations.langgraph.values import ChannelValues
+from qvc.store.format import HEADER, Entry, escape_trailer
 from qvc.store.git_store import GitCheckpointStore
-from qvc.store.history import LRU
-from qvc.store.refnames import HEADS, WRITES, decode_name, decode_thread, encode_name, encode_thread, head_ref
+from qvc.store.refnames import decode_name, encode_name
+from qvc.store.writes import KEYED, Item, entry_key
 from qvc.types import DurabilityMode
 
 __all__ = ["QvcSaver", "thread_name", "split_thread_name"]
 
-#: Where pending writes live: ``<WRITES_LG><encoded qvc thread>/<encoded checkpoint id>``.
-WRITES_LG = WRITES + "lg/"
-_ORDER = ".order"
-_RETRIES = 100
+#: Where pending writes live (the store's keyed writes): ``<WRITES_LG><encoded qvc thread>/<encoded checkpoint id>``.
+WRITES_LG = KEYED
 _UNESCAPE = re.compile(r"%(25|2F)")
 
 
@@ -134,10 +122,6 @@ def split_thread_name(name: str) -> tuple[str, str]:
     return _UNESCAPE.sub(lambda m: "%" if m.group(1) == "25" else "/", tid), ns
 
 
-def _enc(text: str) -> str:
-    return encode_thread(text) if text else "%"
-
-
 def _address(config: Any) -> tuple[str, str]:
     try:
         conf = config["configurable"]
@@ -151,21 +135,6 @@ def _address(config: Any) -> tuple[str, str]:
 
 def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
     return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint_id}}
-
-
-@dataclass
-class _Index:
-    """The checkpoints of one qvc thread: every commit reachable from its head."""
-
-    head: str
-    generation: Any
-    ids: Dict[str, str] = field(default_factory=dict)  # checkpoint id -> commit hex
-    known: set = field(default_factory=set)  # every commit walked
-    latest: Optional[str] = None  # the largest checkpoint id
-
-    def add(self, cid: str) -> None:
-        if self.latest is None or cid > self.latest:
-            self.latest = cid
 
 
 class QvcSaver(BaseCheckpointSaver[str]):
@@ -193,11 +162,7 @@ class QvcSaver(BaseCheckpointSaver[str]):
                  max_lag: float = 0.05, share_values: bool = True) -> None:
         super().__init__(serde=serde)
         self._store = GitCheckpointStore(path, durability=durability, fsync=fsync, create=create, max_lag=max_lag)
-        self._repo: Repository = self._store.repository
-        self._history = self._store.history
-        self._lock = threading.RLock()
-        self._indexes: LRU = LRU(256)
-        self._values = ChannelValues(self._history, share=share_values)
+        self._values = ChannelValues(self._store.history, share=share_values)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -212,7 +177,7 @@ class QvcSaver(BaseCheckpointSaver[str]):
         return self._store
 
     def flush(self) -> None:
-        """Make every write so far durable (see :mod:`qvc.plumbing.durability`)."""
+        """Make every write so far durable (see docs/durability.md)."""
         self._store.flush()
 
     def close(self) -> None:
@@ -222,8 +187,6 @@ class QvcSaver(BaseCheckpointSaver[str]):
     def purge(self) -> None:
         """Drop deleted and pruned checkpoints from the object store for good (``git repack`` + ``prune``)."""
         self._store.purge()
-        with self._lock:
-            self._indexes.clear()
 
     def __enter__(self) -> QvcSaver:
         return self
@@ -252,53 +215,9 @@ class QvcSaver(BaseCheckpointSaver[str]):
 
     # -- reading ----------------------------------------------------------------------------
 
-    def _generation(self) -> Any:
-        """Which generation of history the indexes were built for (a new one after any rewrite)."""
-        return self._repo.file_identity(GENERATION)
-
-    def _index(self, name: str, head: str | None) -> _Index | None:
-        """The thread's checkpoint index for ``head`` (built once, then extended as the head moves)."""
-        if head is None:
-            return None
-        generation = self._generation()
-        with self._lock:
-            index = self._indexes.get(name)
-            if index is not None and index.generation == generation:
-                if index.head == head:
-                    return index
-                if head not in index.known:
-                    stops = self._walk(index, name, head)
-                    if index.head in stops:  # the head moved forward: the old index still holds
-                        index.head = head
-                        return index
-            index = _Index(head, generation)
-            self._walk(index, name, head)
-            self._indexes.put(name, index)
-            return index
-
-    def _walk(self, index: _Index, name: str, head: str) -> set[str]:
-        """Add every commit reachable from ``head`` not yet in ``index``; return the known commits met."""
-        stops: set[str] = set()
-        stack = [head]
-        while stack:
-            hexid = stack.pop()
-            if hexid in index.known:
-                stops.add(hexid)
-                continue
-            index.known.add(hexid)
-            info = self._history.commit(hexid)
-            if info.thread_id == name:
-                index.ids.setdefault(info.checkpoint_id, hexid)
-                index.add(info.checkpoint_id)
-            stack.extend(info.parents)
-        return stops
-
     def _header(self, hexid: str) -> tuple[dict, dict, dict]:
         """``(qvc header, LangGraph checkpoint without channel_values, metadata)`` of a commit."""
-        entries = self._history.entries(self._history.commit(hexid))
-        if HEADER not in entries:
-            raise CorruptionError(f"commit {hexid[:12]} is not a qvc checkpoint (no {HEADER} entry)")
-        header, metadata = decode_header(self._history.blob(entries[HEADER][1]), f"checkpoint {hexid[:12]} header")
+        header, metadata = self._store.header(hexid)
         lg = header.get("langgraph")
         if not isinstance(lg, dict):
             raise CorruptionError(f"checkpoint {hexid[:12]} was not written by QvcSaver (no LangGraph header)")
@@ -314,14 +233,9 @@ class QvcSaver(BaseCheckpointSaver[str]):
 
     def _pending(self, name: str, checkpoint_id: str, channels: set[str] | None = None) -> list[tuple[str, str, Any]]:
         """The checkpoint's pending writes in ``writes_sort_key`` order (only those to ``channels``, if given)."""
-        tip = self._repo.ref(_writes_ref(name, checkpoint_id))
-        if tip is None:
-            return []
         found = []
-        for key, (_, raw) in self._history.entries(self._history.commit(tip)).items():
-            if key == _ORDER:
-                continue
-            task, channel, idx, value = qserde.loads(self._history.blob(raw), f"write {key} of {checkpoint_id}")
+        for key, data in self._store.checkpoint_writes(name, checkpoint_id):
+            task, channel, idx, value = qserde.loads(data, f"write {key} of {checkpoint_id}")
             if channels is not None and channel not in channels:
                 continue
             found.append(((value["task_path"], task, idx),
@@ -332,10 +246,9 @@ class QvcSaver(BaseCheckpointSaver[str]):
     def _tuple(self, name: str, hexid: str, parts: tuple[dict, dict, dict] | None = None) -> CheckpointTuple:
         header, rest, metadata = parts or self._header(hexid)
         tid, ns = split_thread_name(name)
-        entries = self._history.entries(self._history.commit(hexid))
         checkpoint: dict = dict(rest)
         checkpoint["channel_values"] = {decode_name(n): self._values.load(self.serde, hexid, n, mode, raw)
-                                        for n, (mode, raw) in entries.items() if n != HEADER}
+                                        for n, (mode, raw) in self._store.tree_entries(hexid).items() if n != HEADER}
         cid = header["id"]
         parent = header.get("parent_id")
         return CheckpointTuple(
@@ -352,10 +265,9 @@ class QvcSaver(BaseCheckpointSaver[str]):
         ``None`` for an empty thread or an unknown id. ``pending_writes`` are in LangGraph's
         ``writes_sort_key`` order (task path, task id, index).
         """
-        self._repo.raise_if_failed()
-        tid, ns = _address(config)
-        name = thread_name(tid, ns)
-        index = self._index(name, self._repo.ref(head_ref(name)))
+        self._store.repository.raise_if_failed()
+        name = thread_name(*_address(config))
+        index = self._store.thread_index(name)
         if index is None:
             return None
         cid = config["configurable"].get("checkpoint_id") or index.latest
@@ -364,26 +276,19 @@ class QvcSaver(BaseCheckpointSaver[str]):
 
     def _names(self, thread_id: str | None = None) -> list[str]:
         """The qvc threads of a LangGraph thread (every namespace), or of every thread."""
-        out = []
-        for ref, tip in self._repo.refs(HEADS):
-            name = decode_thread(ref[len(HEADS):])
-            if name is None:  # a long id: the full name is in the head commit
-                name = self._history.commit(tip).thread_id
-            if name is None or (thread_id is not None and split_thread_name(name)[0] != thread_id):
-                continue
-            out.append(name)
-        return out
+        return [name for name, _ in self._store.thread_heads()
+                if name is not None and (thread_id is None or split_thread_name(name)[0] == thread_id)]
 
     def list(self, config: Optional[RunnableConfig], *, filter: Optional[Dict[str, Any]] = None,
              before: Optional[RunnableConfig] = None, limit: Optional[int] = None) -> Iterator[CheckpointTuple]:
-        """Checkpoints newest first by checkpoint id: every checkpoint of the thread's tree.
+        """Checkpoints newest first by checkpoint id: every checkpoint of every line of the thread.
 
         ``config`` ``None`` lists every thread; a config without ``checkpoint_ns`` lists every
         namespace of its thread; a ``checkpoint_id`` in it selects that checkpoint. ``filter``
         keeps checkpoints whose metadata equals each given key's value; ``before`` keeps ids
         smaller than its ``checkpoint_id``; ``limit`` caps the count.
         """
-        self._repo.raise_if_failed()
+        self._store.repository.raise_if_failed()
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
             raise InvalidInputError(f"limit must be a non-negative integer, not {limit!r}")
         wanted = None
@@ -397,10 +302,10 @@ class QvcSaver(BaseCheckpointSaver[str]):
         before_id = before["configurable"].get("checkpoint_id") if before else None
         found = []
         for name in names:
-            index = self._index(name, self._repo.ref(head_ref(name)))
+            index = self._store.thread_index(name)
             if index is None:
                 continue
-            for cid, hexid in index.ids.items():
+            for cid, hexid in list(index.ids.items()):  # a copy: another thread may extend the index
                 if (wanted is None or cid == wanted) and (before_id is None or cid < before_id):
                     found.append((cid, name, hexid))
         found.sort(reverse=True)
@@ -414,18 +319,13 @@ class QvcSaver(BaseCheckpointSaver[str]):
             try:
                 parts = self._header(hexid)
             except CorruptionError:
-                if filter or not self._is_foreign(hexid):
+                if filter or "langgraph" in self._store.header(hexid)[0]:
                     raise
                 continue  # a plain qvc thread in the same repository: not a LangGraph checkpoint
             if any(parts[2].get(k) != v for k, v in filter.items()):
                 continue
             count += 1
             yield self._tuple(name, hexid, parts)
-
-    def _is_foreign(self, hexid: str) -> bool:
-        entries = self._history.entries(self._history.commit(hexid))
-        header, _ = decode_header(self._history.blob(entries[HEADER][1]), f"checkpoint {hexid[:12]}")
-        return "langgraph" not in header
 
     def get_delta_channel_history(self, *, config: RunnableConfig,
                                   channels: Sequence[str]) -> Mapping[str, DeltaChannelHistory]:
@@ -438,26 +338,25 @@ class QvcSaver(BaseCheckpointSaver[str]):
         """
         if not channels:
             return {}
-        self._repo.raise_if_failed()
-        tid, ns = _address(config)
-        name = thread_name(tid, ns)
-        index = self._index(name, self._repo.ref(head_ref(name)))
+        self._store.repository.raise_if_failed()
+        name = thread_name(*_address(config))
+        index = self._store.thread_index(name)
         collected: dict[str, list] = {ch: [] for ch in channels}
         seeds: dict[str, Any] = {}
         remaining = set(channels)
         cid = config["configurable"].get("checkpoint_id") or (index.latest if index else None)
         hexid = index.ids.get(cid) if (index is not None and cid is not None) else None
         parent_id = self._header(hexid)[0].get("parent_id") if hexid is not None else None
-        while parent_id and remaining:
-            first = self._history.commit(hexid).parent
-            if first is None or self._history.commit(first).checkpoint_id != parent_id:
+        while parent_id and remaining and index is not None and hexid is not None:
+            first = self._store.commit(hexid).parent
+            if first is None or self._store.commit(first).checkpoint_id != parent_id:
                 first = index.ids.get(parent_id)  # a parent put after its child (kept as given)
             if first is None:
                 break
             hexid = first
             for write in reversed(self._pending(name, parent_id, remaining)):
                 collected[write[1]].append(write)
-            entries = self._history.entries(self._history.commit(hexid))
+            entries = self._store.tree_entries(hexid)
             for ch in list(remaining):
                 entry = entries.get(encode_name(ch))
                 if entry is not None:
@@ -474,26 +373,28 @@ class QvcSaver(BaseCheckpointSaver[str]):
 
     # -- writing ----------------------------------------------------------------------------
 
-    def _fields(self, write: Write, parent: str | None, values: dict, versions: dict,
-                new_versions: dict) -> dict[str, Entry]:
-        """Tree entries of the channels, reusing the parent's for channels unchanged since it."""
-        p_entries: dict = {}
-        p_versions: dict = {}
-        if parent is not None:
-            p_entries = self._history.entries(self._history.commit(parent))
-            p_versions = self._header(parent)[1].get("channel_versions") or {}
-        entries: dict[str, Entry] = {}
-        for ch in dict.fromkeys([*values, *versions]):
-            if not isinstance(ch, str):
-                raise InvalidInputError(f"channel names must be strings, not {ch!r}")
-            ename = encode_name(ch)
-            old = p_entries.get(ename)
-            if (old is not None and ch not in new_versions and ch in versions and ch in p_versions
-                    and p_versions[ch] == versions[ch]):
-                entries[ename] = old
-            elif ch in values:
-                entries[ename] = self._values.entry(self.serde, write, values[ch], old)
-        return entries
+    def _entries_of(self, values: dict, versions: dict,
+                    new_versions: dict) -> Callable[[str | None, Callable[[str, bytes], bytes]], dict[str, Entry]]:
+        """The channels' tree entries against a parent, reusing its entries for channels
+        unchanged since it (what :meth:`GitCheckpointStore.put_entries` asks for)."""
+
+        def entries_of(parent: str | None, write: Callable[[str, bytes], bytes]) -> dict[str, Entry]:
+            p_entries: dict = self._store.tree_entries(parent) if parent is not None else {}
+            p_versions: dict = (self._header(parent)[1].get("channel_versions") or {}) if parent is not None else {}
+            entries: dict[str, Entry] = {}
+            for ch in dict.fromkeys([*values, *versions]):
+                if not isinstance(ch, str):
+                    raise InvalidInputError(f"channel names must be strings, not {ch!r}")
+                ename = encode_name(ch)
+                old = p_entries.get(ename)
+                if (old is not None and ch not in new_versions and ch in versions and ch in p_versions
+                        and p_versions[ch] == versions[ch]):
+                    entries[ename] = old
+                elif ch in values:
+                    entries[ename] = self._values.entry(self.serde, write, values[ch], old)
+            return entries
+
+        return entries_of
 
     def put(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
             new_versions: ChannelVersions) -> RunnableConfig:
@@ -505,81 +406,35 @@ class QvcSaver(BaseCheckpointSaver[str]):
         Durable on return with ``durability="sync"``.
         """
         tid, ns = _address(config)
-        name = thread_name(tid, ns)
         cid = checkpoint.get("id") if isinstance(checkpoint, dict) else None
         if not isinstance(cid, str) or not cid:
             raise InvalidInputError(f"checkpoint['id'] must be a non-empty string, not {cid!r}")
         parent_id = config["configurable"].get("checkpoint_id")
         metadata = get_checkpoint_metadata(config, metadata)
-        values = dict(checkpoint.get("channel_values") or {})
-        versions = dict(checkpoint.get("channel_versions") or {})
-        lg: dict[str, Any] = {"thread_id": tid, "checkpoint_ns": ns}
         rest = {k: v for k, v in checkpoint.items() if k != "channel_values"}
-        try:
-            qserde.dumps(rest, "checkpoint")
-            lg["checkpoint"] = rest
-        except SerializationError:  # e.g. legacy pending_sends holding Send objects
-            lg["checkpoint_typed"] = list(self.serde.dumps_typed(rest))
-        plain_meta: dict = dict(metadata)
-        try:
-            qserde.dumps(plain_meta, "metadata")
-        except SerializationError:
-            lg["metadata_typed"] = list(self.serde.dumps_typed(plain_meta))
-            plain_meta = {}
         step = metadata.get("step")
-        step = step if isinstance(step, int) and not isinstance(step, bool) else 0
-        base = {"id": cid, "thread_id": name, "step": step, "parent_id": parent_id,
-                "created_at": checkpoint.get("ts", ""), "langgraph": lg}
-        ref = head_ref(name)
-        fields_for: dict[str | None, tuple[list[tuple[str, bytes]], dict]] = {}
-        with self._repo.writing():  # no maintenance between the retries
-            for _ in range(_RETRIES):
-                with self._repo.transaction() as tx:
-                    head = tx.ref(ref)
-                    index = self._index(name, head)
-                    existing = index.ids.get(cid) if index else None
-                    parent = index.ids.get(parent_id) if (index and parent_id) else None
-                    if parent not in fields_for:  # serialized once, whatever the retries
-                        objects: list[tuple[str, bytes]] = []
-                        fields = self._fields(lambda kind, data, out=objects: out.append((kind, data)), parent,
-                                              values, versions, new_versions or {})
-                        fields_for[parent] = (objects, fields)
-                    objects, fields = fields_for[parent]
-                    if existing is not None and self._same(existing, fields, base, plain_meta):
-                        return _config(tid, ns, cid)
-                    for kind, data in objects:
-                        tx.write(kind, data)
-                    first = parent or head
-                    parents = [first] if first else []
-                    if head is not None and first != head:
-                        parents.append(head)  # a fork: the previous head stays reachable
-                    new = self._store.write_checkpoint(tx, {**base}, plain_meta, fields, parents,
-                                                       source=str(metadata.get("source", "")))
-                    try:
-                        tx.move_ref(ref, head, new)
-                    except CheckpointConflictError:
-                        continue  # another writer moved the thread: commit again on top of its head
-                if existing is not None:
-                    self._replace(name, new, existing)
+        lg: dict[str, Any] = {"thread_id": tid, "checkpoint_ns": ns, "checkpoint": rest}
+        header = {"id": cid, "thread_id": thread_name(tid, ns),
+                  "step": step if isinstance(step, int) and not isinstance(step, bool) else 0,
+                  "parent_id": parent_id, "created_at": checkpoint.get("ts", ""), "langgraph": lg}
+        entries_of = self._entries_of(dict(checkpoint.get("channel_values") or {}),
+                                      dict(checkpoint.get("channel_versions") or {}), new_versions or {})
+        plain_meta: dict = dict(metadata)
+        for attempt in range(3):  # serialized once; what qvc's msgpack cannot hold goes through serde
+            try:
+                self._store.put_entries(header["thread_id"], header, plain_meta, entries_of, parent_id=parent_id,
+                                        source=str(metadata.get("source", "")))
                 return _config(tid, ns, cid)
-        raise CheckpointConflictError(f"thread {name!r}: too many concurrent writers")
-
-    def _same(self, existing: str, fields: dict, base: dict, plain_meta: dict) -> bool:
-        entries = self._history.entries(self._history.commit(existing))
-        old_header, old_meta = decode_header(self._history.blob(entries[HEADER][1]), f"checkpoint {existing[:12]}")
-        old_header.pop("versions", None)
-        return ({n: e for n, e in entries.items() if n != HEADER} == fields
-                and qserde.dumps([old_header, old_meta]) == qserde.dumps([base, plain_meta]))
-
-    def _replace(self, name: str, new: str, existing: str) -> None:
-        """After re-putting an id with new content: drop the old commit of that id from the thread."""
-        ref = head_ref(name)
-        with self._repo.transaction() as tx:
-            tx.rewrite_history()
-            head = tx.ref(ref)
-            tip = self._rewrite(tx, name, head, {existing}, keep_id=new)
-            tx.move_ref(ref, head, tip)
-        self._forget(name)
+            except SerializationError:
+                if attempt == 0 and _unstorable(rest):  # e.g. legacy pending_sends holding Send objects
+                    lg.pop("checkpoint")
+                    lg["checkpoint_typed"] = list(self.serde.dumps_typed(rest))
+                elif "metadata_typed" not in lg and _unstorable(plain_meta):
+                    lg["metadata_typed"] = list(self.serde.dumps_typed(plain_meta))
+                    plain_meta = {}
+                else:
+                    raise
+        raise AssertionError("unreachable")
 
     def put_writes(self, config: RunnableConfig, writes: Sequence[Tuple[str, Any]], task_id: str,
                    task_path: str = "") -> None:
@@ -590,139 +445,24 @@ class QvcSaver(BaseCheckpointSaver[str]):
         one replaces the earlier. Durable on return with ``durability="sync"``.
         """
         tid, ns = _address(config)
-        name = thread_name(tid, ns)
         cid = config["configurable"].get("checkpoint_id")
         if not isinstance(cid, str) or not cid:
             raise InvalidInputError("put_writes needs config['configurable']['checkpoint_id']")
         items = []
-        for i, write in enumerate(writes):
-            channel, value = write
+        for i, (channel, value) in enumerate(writes):
             idx = WRITES_IDX_MAP.get(channel, i)
             t, b = self.serde.dumps_typed(value)
             data = qserde.dumps([task_id, channel, idx, {"type": t, "value": bytes(b), "task_path": task_path}],
                                 f"writes[{i}]")
-            items.append((f"{_enc(task_id)}.{idx}", idx >= 0, data))
-        if not items:
-            return
-        ref = _writes_ref(name, cid)
-        for _ in range(_RETRIES):
-            with self._repo.transaction() as tx:
-                old = tx.ref(ref)
-                entries = dict(self._history.entries(self._history.commit(old))) if old else {}
-                order = (qserde.loads(self._history.blob(entries[_ORDER][1]), "writes order")
-                         if _ORDER in entries else [])
-                changed = False
-                for key, keep_first, data in items:
-                    if keep_first and key in entries:
-                        continue
-                    entry = self._values.blob(tx.write, data, entries.get(key))
-                    if entries.get(key) != entry:
-                        entries[key] = entry
-                        changed = True
-                    if key not in order:
-                        order.append(key)
-                if not changed:
-                    return
-                entries[_ORDER] = self._values.blob(tx.write, qserde.dumps(order), entries.get(_ORDER))
-                tree = tx.write("tree", tree_bytes(entries))
-                message = f"writes of task {escape_trailer(task_id)} for checkpoint {escape_trailer(cid)}\n"
-                new = tx.write("commit", commit_bytes(tree.hex(), [old] if old else [], message))
-                try:
-                    tx.move_ref(ref, old, new.hex())
-                except CheckpointConflictError:
-                    continue
-                return
-        raise CheckpointConflictError(f"writes of checkpoint {cid!r}: too many concurrent writers")
+            items.append(Item(f"{entry_key(task_id)}.{idx}", data, keep_first=idx >= 0))
+        message = f"writes of task {escape_trailer(task_id)} for checkpoint {escape_trailer(cid)}\n"
+        self._store.put_checkpoint_writes(thread_name(tid, ns), cid, items, message)
 
     # -- deleting, pruning, copying ----------------------------------------------------------
 
-    def _forget(self, name: str) -> None:
-        """Drop the thread's index after its history was rewritten (other processes learn it from
-        the generation token the rewriting transaction wrote)."""
-        with self._lock:
-            self._indexes.pop(name, None)
-
-    def _writes_refs(self, name: str) -> list[tuple[str, str]]:
-        prefix = f"{WRITES_LG}{encode_thread(name)}/"
-        return [(ref, tip) for ref, tip in self._repo.refs(prefix)]
-
-    def _rewrite(self, tx: Transaction, name: str, head: str, drop: set[str], *, keep_id: str | None = None,
-                 rename: tuple[str, str] | None = None) -> str | None:
-        """Rewrite the thread's commits without those in ``drop``; return the new head (``None``: empty).
-
-        A dropped commit's children get its parents instead; commits with unchanged parents
-        keep their SHA unless ``rename`` (old, new qvc thread) rewrites every header.
-        ``keep_id``'s commit becomes the head when several lines remain.
-        """
-        order: list[str] = []  # parents before children
-        seen: set[str] = set()
-        stack: list[tuple[str, bool]] = [(head, False)]
-        while stack:
-            hexid, done = stack.pop()
-            if done:
-                order.append(hexid)
-                continue
-            if hexid in seen:
-                continue
-            seen.add(hexid)
-            stack.append((hexid, True))
-            stack.extend((p, False) for p in self._history.commit(hexid).parents if p not in seen)
-        mapped: dict[str, list[str]] = {}
-        made: dict[str, tuple[str, list[str], str, int, str]] = {}  # new sha -> (tree, parents, msg, time, id)
-        for hexid in order:
-            info = self._history.commit(hexid)
-            parents = list(dict.fromkeys(q for p in info.parents for q in mapped[p]))
-            if hexid in drop:
-                mapped[hexid] = parents
-                continue
-            if parents == list(info.parents) and rename is None:
-                mapped[hexid] = [hexid]
-                continue
-            if rename is not None:
-                new = self._store.rewrite_commit(tx, hexid, parents, thread=rename[1],
-                                                 header_update=self._renamed_header(hexid, rename[1]))
-            else:
-                new = self._store.rewrite_commit(tx, hexid, parents)
-            made[new] = (parents, info.checkpoint_id)
-            mapped[hexid] = [new]
-        tips = mapped[head]
-        if len(tips) <= 1:
-            return tips[0] if tips else None
-
-        def cid_of(sha: str) -> str:
-            return made[sha][1] if sha in made else self._history.commit(sha).checkpoint_id
-
-        main = next((t for t in tips if t == keep_id), None) or max(tips, key=cid_of)
-        parents = made[main][0] if main in made else list(self._history.commit(main).parents)
-        parents = parents + [t for t in tips if t != main and t not in parents]
-        tx.store()  # ``main`` may be a commit of this transaction: it is read back
-        return self._store.rewrite_commit(tx, main, parents)
-
-    def _renamed_header(self, hexid: str, new: str) -> dict[str, Any]:
-        """What changes in the header of ``hexid``'s checkpoint as a checkpoint of thread ``new``."""
-        header, _ = self._store.header(hexid)
-        tid, ns = split_thread_name(new)
-        return {"langgraph": {**(header.get("langgraph") or {}), "thread_id": tid, "checkpoint_ns": ns}}
-
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint and pending write of ``thread_id``, in every namespace (no-op if none)."""
-        thread_id = str(thread_id)
-        with self._repo.transaction() as tx:
-            names = self._names(thread_id)
-            if not names:
-                return
-            tx.rewrite_history()
-            try:  # heads first: a crash part-way leaves only unreachable pending writes
-                for name in names:
-                    head = tx.ref(head_ref(name))
-                    if head is not None:
-                        tx.move_ref(head_ref(name), head, None)
-                for name in names:
-                    for ref, tip in self._writes_refs(name):
-                        tx.move_ref(ref, tip, None)
-            finally:
-                for name in names:
-                    self._forget(name)
+        self._store.delete_threads(self._names(str(thread_id)), missing_ok=True)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
         """Delete every checkpoint whose ``metadata["run_id"]`` is in ``run_ids``, with its writes.
@@ -733,33 +473,18 @@ class QvcSaver(BaseCheckpointSaver[str]):
         runs = {str(r) for r in run_ids}
         if not runs:
             return
-        with self._repo.writing():
-            for name in self._names():
-                head = self._repo.ref(head_ref(name))
-                index = self._index(name, head)
-                if index is None:
-                    continue
-                drop = {}
-                for cid, hexid in index.ids.items():
-                    try:
-                        run = self._header(hexid)[2].get("run_id")
-                    except CorruptionError:
-                        continue  # not a LangGraph checkpoint
-                    if run is not None and str(run) in runs:
-                        drop[hexid] = cid
-                if not drop:
-                    continue
+        for name in self._names():
+            index = self._store.thread_index(name)
+            drop = []
+            for hexid in (list(index.ids.values()) if index else []):
                 try:
-                    with self._repo.transaction() as tx:
-                        tx.rewrite_history()
-                        tip = self._rewrite(tx, name, head, set(drop))
-                        tx.move_ref(head_ref(name), head, tip)
-                        gone = {_writes_ref(name, cid) for cid in drop.values()}
-                        for ref, wtip in self._writes_refs(name):
-                            if ref in gone:
-                                tx.move_ref(ref, wtip, None)
-                finally:
-                    self._forget(name)
+                    run = self._header(hexid)[2].get("run_id")
+                except CorruptionError:
+                    continue  # not a LangGraph checkpoint
+                if run is not None and str(run) in runs:
+                    drop.append(hexid)
+            if drop:
+                self._store.drop_checkpoints(name, drop)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Prune threads: ``"keep_latest"`` keeps only the newest checkpoint of each namespace
@@ -773,28 +498,9 @@ class QvcSaver(BaseCheckpointSaver[str]):
         for thread_id in thread_ids:
             if strategy == "delete":
                 self.delete_thread(thread_id)
-                continue
-            with self._repo.writing():
+            else:
                 for name in self._names(str(thread_id)):
-                    head = self._repo.ref(head_ref(name))
-                    index = self._index(name, head)
-                    if index is None or index.latest is None:
-                        continue
-                    keep = index.ids[index.latest]
-                    try:
-                        with self._repo.transaction() as tx:
-                            tx.rewrite_history()
-                            new = keep
-                            if self._history.commit(keep).parents:
-                                new = self._store.rewrite_commit(tx, keep, [])
-                            if new != head:
-                                tx.move_ref(head_ref(name), head, new)
-                            kept = _writes_ref(name, index.latest)
-                            for ref, tip in self._writes_refs(name):
-                                if ref != kept:
-                                    tx.move_ref(ref, tip, None)
-                    finally:
-                        self._forget(name)
+                    self._store.prune_thread(name)
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy every checkpoint (ids, structure, metadata) and pending write of a thread, in every
@@ -803,25 +509,15 @@ class QvcSaver(BaseCheckpointSaver[str]):
         No-op for a missing source; :class:`~qvc.errors.CheckpointConflictError` if the target
         already has checkpoints in a namespace being copied.
         """
-        source, target = str(source_thread_id), str(target_thread_id)
-        with self._repo.transaction() as tx:
-            plans = []
-            for name in self._names(source):
-                _, ns = split_thread_name(name)
-                dest = thread_name(target, ns)
-                if self._repo.ref(head_ref(dest)) is not None:
-                    raise CheckpointConflictError(f"copy_thread: thread {target!r} already has checkpoints"
-                                                  f"{f' in namespace {ns!r}' if ns else ''}")
-                plans.append((name, dest))
-            for name, dest in plans:
-                head = tx.ref(head_ref(name))
-                if head is None:
-                    continue
-                tip = self._rewrite(tx, name, head, set(), rename=(name, dest))
-                tx.move_ref(head_ref(dest), None, tip)
-                prefix = f"{WRITES_LG}{encode_thread(name)}/"
-                for ref, wtip in self._writes_refs(name):
-                    tx.move_ref(f"{WRITES_LG}{encode_thread(dest)}/{ref[len(prefix):]}", None, wtip)
+        target = str(target_thread_id)
+        pairs = [(name, thread_name(target, split_thread_name(name)[1])) for name in self._names(str(source_thread_id))]
+        self._store.copy_threads(pairs, self._relabelled)
+
+    def _relabelled(self, hexid: str, new: str) -> dict[str, Any]:
+        """What changes in the header of ``hexid``'s checkpoint as a checkpoint of thread ``new``."""
+        header, _ = self._store.header(hexid)
+        tid, ns = split_thread_name(new)
+        return {"langgraph": {**(header.get("langgraph") or {}), "thread_id": tid, "checkpoint_ns": ns}}
 
     # -- async twins ------------------------------------------------------------------------
 
@@ -882,8 +578,13 @@ def _as_lists(value: Any) -> Any:
     return value
 
 
-def _writes_ref(name: str, checkpoint_id: str) -> str:
-    return f"{WRITES_LG}{encode_thread(name)}/{_enc(checkpoint_id)}"
+def _unstorable(value: Any) -> bool:
+    """Whether qvc's msgpack cannot hold ``value`` (only asked after a put failed to serialize)."""
+    try:
+        qserde.dumps(value)
+    except SerializationError:
+        return True
+    return False
 
 
 def _take(iterator: Iterator[CheckpointTuple], n: int) -> List[CheckpointTuple]:

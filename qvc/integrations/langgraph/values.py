@@ -16,14 +16,12 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from qvc.codec import serde as qserde
 from qvc.errors import CorruptionError
-from qvc.plumbing.objects import MODE_BLOB, MODE_TREE, Entry, tree_bytes
-from qvc.plumbing.repository import Repository
-from qvc.store.format import CHUNK, chunk_name
+from qvc.store.format import CHUNK, MODE_BLOB, MODE_TREE, Entry, chunk_name, object_id, tree_bytes
 from qvc.store.git_store import GitCheckpointStore
 from qvc.store.history import LRU, History
 from qvc.store.refnames import decode_name
 
-Write = Callable[[str, bytes], object]  # adds a git object: Transaction.write, or a collector
+Write = Callable[[str, bytes], object]  # adds a git object (the store's put_entries gives one)
 
 
 def pack_pair(type_tag: str, data: bytes) -> bytes:
@@ -80,7 +78,7 @@ class ChannelValues:
     @staticmethod
     def blob(write: Write, data: bytes, old: Entry | None) -> Entry:
         """The entry of blob ``data``, written through ``write`` unless ``old`` is that blob."""
-        raw = Repository.hash("blob", data)
+        raw = object_id("blob", data)
         if old != (MODE_BLOB, raw):
             write("blob", data)
         return (MODE_BLOB, raw)
@@ -109,7 +107,7 @@ class ChannelValues:
             if self._share:
                 self._chunks.put(sub[name][1], tuple(items))
         data = tree_bytes(sub)
-        raw = Repository.hash("tree", data)
+        raw = object_id("tree", data)
         if old != (MODE_TREE, raw):
             write("tree", data)
         return (MODE_TREE, raw)

@@ -1,0 +1,180 @@
+"""History rewrites: the one place where checkpoint commits are copied with new parents or a new thread.
+
+Deleting a checkpoint (re-parenting its descendants), deleting the checkpoints of some runs,
+pruning a thread to its latest checkpoint, and copying or renaming a thread all rewrite commits.
+They do it through a :class:`Rewriter`, inside the caller's transaction:
+
+1. the caller plans what to rewrite (reads only), then calls :meth:`Rewriter.begin`, which marks
+   the transaction as rewriting history (a new ``qvc/generation`` token when it ends, so every
+   process drops what it derived from history) and retires the durable checkpoint-id index
+   *before* any ref moves (a rewriter killed before its token is written leaves an index that is
+   rebuilt, never one naming a deleted checkpoint);
+2. it writes the copies (:meth:`Rewriter.commit`, :meth:`Rewriter.line`, :meth:`Rewriter.relabel`,
+   :meth:`Rewriter.drop`) and moves its refs.
+
+In-memory caches follow by themselves: :meth:`qvc.store.history.History.observe` sees the
+rewriting record and drops them. Nobody else calls ``forget_index``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from qvc.errors import CorruptionError
+from qvc.plumbing.objects import MODE_BLOB, tree_bytes
+from qvc.store.format import HEADER, decode_header, encode_header, escape_trailer
+from qvc.store.history import History
+from qvc.store.refnames import head_ref, superseded_prefix
+
+if TYPE_CHECKING:
+    from qvc.plumbing.repository import Repository, Transaction
+
+
+class Rewriter:
+    """Copies of commits with new parents or a new thread, written into a caller's transaction."""
+
+    def __init__(self, repo: Repository, history: History):
+        self._repo = repo
+        self._history = history
+
+    def begin(self, tx: Transaction) -> None:
+        """Mark ``tx`` as rewriting history; call it after the planning reads (checkpoint lookups)
+        and before the first ref move (see the module docstring)."""
+        tx.rewrite_history()
+        self._history.forget_index()
+
+    def commit(self, tx: Transaction, sha: str, parents: Sequence[str], *, thread: str | None = None,
+               header_update: Mapping[str, Any] | None = None) -> str:
+        """Write into ``tx`` a copy of commit ``sha`` with ``parents`` instead of its own; return its SHA.
+
+        Everything else (tree, message, author, times) is kept, so an unchanged copy has the
+        same SHA. With ``thread``, the copy is relabelled as a checkpoint of that thread (its
+        header's ``thread_id``, updated with ``header_update``, its versions record re-based on
+        the new first parent, and its ``Thread`` trailer). Moves no ref. Raises
+        :class:`CorruptionError` if the commit (or, to relabel, its checkpoint header) does not read.
+        """
+        data = self._repo.read(bytes.fromhex(sha), "commit")
+        head, _, message = data.partition(b"\n\n")
+        lines = [ln for ln in head.split(b"\n") if not ln.startswith(b"parent ")]
+        if thread is not None:
+            info = self._history.commit(sha)
+            entries = dict(self._history.entries(info))
+            if HEADER not in entries:
+                raise CorruptionError(f"commit {sha[:12]} is not a qvc checkpoint (no {HEADER} entry)")
+            header, metadata = decode_header(self._history.blob(entries[HEADER][1]), f"checkpoint {sha[:12]}")
+            old = header.get("thread_id")
+            header["thread_id"] = thread
+            header.update(header_update or {})
+            if isinstance(header.get("versions"), list) and header["versions"]:
+                header["versions"] = [parents[0] if parents else None, header["versions"][1]]
+            entries[HEADER] = (MODE_BLOB, tx.write("blob", encode_header(header, metadata)))
+            lines[0] = b"tree " + tx.write("tree", tree_bytes(entries)).hex().encode()
+            if isinstance(old, str):
+                message = message.replace(f"\nThread: {escape_trailer(old)}\n".encode(),
+                                          f"\nThread: {escape_trailer(thread)}\n".encode())
+        lines[1:1] = [b"parent " + p.encode() for p in parents]
+        return tx.write("commit", b"\n".join(lines) + b"\n\n" + message).hex()
+
+    def line(self, tx: Transaction, tip: str, mapping: dict[str, str | None]) -> str | None:
+        """The new tip of the first-parent line ending at ``tip`` once the commits ``mapping``
+        names are replaced (``mapping[c]``: the commit that takes ``c``'s place, ``None``: gone).
+        Commits between ``tip`` and the first mapped one are re-parented and added to
+        ``mapping``; a line reaching no mapped commit is unchanged (its commits map to themselves)."""
+        path, current = [], tip
+        while current is not None and current not in mapping:
+            path.append(current)
+            current = self._history.commit(current).parent
+        if current is None:
+            for c in path:
+                mapping[c] = c  # unaffected: remember so other refs stop here
+            return tip
+        new_parent = mapping[current]
+        for c in reversed(path):
+            parents = ([new_parent] if new_parent else []) + list(self._history.commit(c).parents[1:])
+            new_parent = mapping[c] = self.commit(tx, c, parents)
+        return mapping[tip]
+
+    def relabel(self, tx: Transaction, tip: str, old: str, new: str, mapping: dict[str, str]) -> None:
+        """Copy the first-parent run of thread ``old``'s own checkpoints ending at ``tip`` as
+        checkpoints of thread ``new``, adding ``{old sha: new sha}`` to ``mapping`` (commits
+        already in it are shared)."""
+        chain = []
+        for info in self._history.first_parents(tip):
+            if info.hex in mapping or info.thread_id != old:
+                break
+            chain.append(info)
+        for info in reversed(chain):
+            parents = [mapping.get(p, p) for p in info.parents]
+            mapping[info.hex] = self.commit(tx, info.hex, parents, thread=new)
+
+    def drop(self, tx: Transaction, tips: Sequence[str], drop: set[str], *,
+             relabel: Callable[[str], tuple[str, Mapping[str, Any]]] | None = None) -> dict[str, list[str]]:
+        """Rewrite the history reachable from ``tips`` (every parent, not only the first) without
+        the commits in ``drop``: a dropped commit's children get its parents instead. Returns,
+        for each tip, the commits that take its place (``[]``: nothing left; several: a dropped
+        tip with several parents). Commits with unchanged parents keep their SHA unless
+        ``relabel`` (``sha -> (thread, header update)``) gives every copy a new thread."""
+        order: list[str] = []  # parents before children
+        seen: set[str] = set()
+        stack: list[tuple[str, bool]] = [(t, False) for t in reversed(tips)]
+        while stack:
+            hexid, done = stack.pop()
+            if done:
+                order.append(hexid)
+                continue
+            if hexid in seen:
+                continue
+            seen.add(hexid)
+            stack.append((hexid, True))
+            stack.extend((p, False) for p in self._history.commit(hexid).parents if p not in seen)
+        mapped: dict[str, list[str]] = {}
+        for hexid in order:
+            info = self._history.commit(hexid)
+            parents = list(dict.fromkeys(q for p in info.parents for q in mapped[p]))
+            if hexid in drop:
+                mapped[hexid] = parents
+            elif parents == list(info.parents) and relabel is None:
+                mapped[hexid] = [hexid]
+            elif relabel is not None:
+                thread, update = relabel(hexid)
+                mapped[hexid] = [self.commit(tx, hexid, parents, thread=thread, header_update=update)]
+            else:
+                mapped[hexid] = [self.commit(tx, hexid, parents)]
+        return {t: mapped[t] for t in tips}
+
+    def settle(self, tx: Transaction, thread: str, head: str, superseded: Sequence[tuple[str, str]],
+               drop: set[str], *, keep: str | None = None, target: str | None = None,
+               relabel: Callable[[str], tuple[str, Mapping[str, Any]]] | None = None) -> str | None:
+        """Rewrite a thread's lines (``head`` and its ``superseded`` refs, ``(name, tip)`` each) without
+        the commits in ``drop`` (see :meth:`drop`) and move its refs: the head becomes what takes the
+        old head's place (the one whose checkpoint id is ``keep``, else the newest by id, if several;
+        a line of the superseded ones if nothing is left of the head's), every other tip left a
+        superseded line. With ``target`` the result becomes that thread's refs instead (a copy: the
+        source's refs stay; ``relabel`` then names the copies' thread). Returns the new head."""
+        tips = [head, *(tip for _, tip in superseded)]
+        result = self.drop(tx, tips, drop, relabel=relabel)
+        tx.store()  # the copies are read back below (their checkpoint ids)
+
+        def cid(sha: str) -> str:
+            return self._history.commit(sha).checkpoint_id
+
+        pool = list(dict.fromkeys(result[head]))
+        others = list(dict.fromkeys(t for _, tip in superseded for t in result[tip]))
+        if not pool and others:
+            pool = [max(others, key=cid)]
+        main = next((t for t in pool if cid(t) == keep), None) or (max(pool, key=cid) if pool else None)
+        rest = [t for t in dict.fromkeys(pool + others) if t != main]
+        owner = target or thread
+        if target is None:
+            if main != head:
+                tx.move_ref(head_ref(thread), head, main, "rewrite")
+            for name, tip in superseded:
+                if tip in rest:
+                    rest.remove(tip)  # unchanged: its ref stays
+                else:
+                    tx.move_ref(name, tip, None)
+        elif main is not None:
+            tx.move_ref(head_ref(target), None, main, "copy")
+        for tip in rest:
+            tx.move_ref(superseded_prefix(owner) + tip, None, tip)
+        return main
