@@ -695,7 +695,7 @@ class QvcSaver(BaseCheckpointSaver[str]):
         main = next((t for t in tips if t == keep_id), None) or max(tips, key=cid_of)
         parents = made[main][0] if main in made else list(self._history.commit(main).parents)
         parents = parents + [t for t in tips if t != main and t not in parents]
-        tx.store()  # ``main`` may be a commit of this transaction: it is read back
+        tx.make_readable()  # ``main`` may be a commit of this transaction: it is read back
         return self._store.rewrite_commit(tx, main, parents)
 
     def _renamed_header(self, hexid: str, new: str) -> dict[str, Any]:
