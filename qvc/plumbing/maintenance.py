@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from qvc.plumbing.durability import harden
 from qvc.plumbing.launcher import git
+from qvc.plumbing.recovery import RecoveryReport, remove_stale_files
 
 if TYPE_CHECKING:
     from qvc.plumbing.repository import Repository
@@ -19,8 +20,6 @@ if TYPE_CHECKING:
 def _prepare(repo: Repository) -> None:
     """Flush everything, and remove lock files crashed writers left (git refuses to touch a
     locked ref). Under the exclusive lock no qvc writer is mid-write, so every lock is stale."""
-    from qvc.plumbing.recovery import RecoveryReport, remove_stale_files
-
     repo.harden()
     remove_stale_files(repo, 0.0, RecoveryReport())
 

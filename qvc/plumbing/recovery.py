@@ -18,7 +18,6 @@ The result is a :class:`RecoveryReport`, kept as ``store.recovery`` and logged.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import time
@@ -30,6 +29,7 @@ from qvc.plumbing import leases, pack
 from qvc.plumbing.durability import harden
 from qvc.plumbing.journal import GENERATION, claim_orphans, fsync_dir, read_records
 from qvc.plumbing.libgit2 import pygit2
+from qvc.plumbing.locking import flocked, try_flock, unlock
 from qvc.plumbing.objects import MODE_TREE
 from qvc.plumbing.reflog import ReflogEntry
 
@@ -89,7 +89,7 @@ def _abandoned(path: str) -> bool:
         pass
     except (PermissionError, OverflowError):
         return False
-    return leases.flocked(path) is False
+    return flocked(path) is False
 
 
 def needed(repo: Repository) -> bool:
@@ -109,10 +109,8 @@ def needed(repo: Repository) -> bool:
             except FileNotFoundError:
                 continue
             try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                return True  # nobody holds it: its owner died
-            except BlockingIOError:
-                pass
+                if try_flock(fd, shared=True):
+                    return True  # nobody holds it: its owner died
             finally:
                 os.close(fd)
     for top in ("refs", "objects"):
@@ -131,11 +129,11 @@ def needed(repo: Repository) -> bool:
 def journal_alive(repo: Repository, name: str) -> bool:
     """Whether journal file ``name`` (of ``<repo>/qvc/journal``) belongs to an open store: it
     exists and someone holds its ``flock`` (this process included)."""
-    return bool(leases.flocked(os.path.join(repo.qvc_dir, "journal", os.path.basename(name))))
+    return bool(flocked(os.path.join(repo.qvc_dir, "journal", os.path.basename(name))))
 
 
 #: how long finishing a dead writer's lease waits for processes that only look at its journal
-#: (a shared ``flock`` held for a moment, as :func:`qvc.plumbing.leases.flocked` takes it)
+#: (a shared ``flock`` held for a moment, as :func:`qvc.plumbing.locking.flocked` takes it)
 ADOPT_WAIT = 2.0
 
 
@@ -146,16 +144,11 @@ def _claim(fd: int) -> bool:
     deadline = time.monotonic() + ADOPT_WAIT
     delay = 0.0005
     while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if try_flock(fd):
             return True
-        except BlockingIOError:
-            pass
-        try:  # a shared lock we can take too: only lookers, no owner and no adopter
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not try_flock(fd, shared=True):  # a shared lock we can take too: only lookers, no owner and no adopter
             return False
-        fcntl.flock(fd, fcntl.LOCK_UN)
+        unlock(fd)
         if time.monotonic() > deadline:
             return False
         time.sleep(delay)

@@ -154,3 +154,20 @@ def test_no_private_names_imported_across_modules():
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("qvc"):
                 private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
                 assert not private, f"{module} imports private names {private} from {node.module}"
+
+
+def test_imports_inside_functions_count(tmp_path, monkeypatch):
+    """A plumbing module that imports another only inside a function still has that edge (so a
+    circle through such an import is caught); one under ``if TYPE_CHECKING:`` does not."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("from typing import TYPE_CHECKING\n"
+                     "if TYPE_CHECKING:\n    from qvc.plumbing.repository import Repository\n"
+                     "def later():\n    from qvc.plumbing import recovery\n    return recovery\n")
+    monkeypatch.setitem(MODULES, "qvc.plumbing.probe", probe)
+    assert imports("qvc.plumbing.probe") == {"qvc.plumbing.recovery"}
+
+
+def test_the_plumbing_has_no_import_cycle():
+    plumbing = {m: {t for t in targets if t.startswith("qvc.plumbing")}
+                for m, targets in GRAPH.items() if m.startswith("qvc.plumbing")}
+    assert cycles(plumbing) == []
