@@ -29,8 +29,7 @@ NOT_MERGED = (".keep", ".promisor", ".mtimes")
 SMALL_PACK = 4 * 2**20
 
 
-def _warn(message: str, *args: object) -> None:
-    logging.getLogger("qvc").warning(message, *args)
+log = logging.getLogger("qvc")
 
 
 class PackSet:
@@ -99,7 +98,7 @@ class PackSet:
         try:
             self.consolidate()
         except Exception as exc:  # harmless: the small packs stay and are merged later
-            _warn("qvc: merging small packs in %s failed: %s", self.path, exc)
+            log.warning("qvc: merging small packs in %s failed: %s", self.path, exc)
 
     def consolidate(self) -> None:
         """Merge the small packs this store wrote into one; merge those in turn.

@@ -41,8 +41,7 @@ LOCK_WAIT = 10.0  # how long a ref move waits for another writer's lock on the r
 PUBLISH_LAG = 0.01
 
 
-def _warn(message: str, *args: object) -> None:
-    logging.getLogger("qvc").warning(message, *args)
+log = logging.getLogger("qvc")
 
 
 def file_identity(repo_path: str, name: str) -> list | None:
@@ -289,7 +288,7 @@ class Publication:
         with contextlib.suppress(OSError):
             if time.time() - os.stat(lock).st_mtime > older_than:
                 os.unlink(lock)
-                _warn("qvc: removed stale lock %s", lock)
+                log.warning("qvc: removed stale lock %s", lock)
 
     # -- publishing ---------------------------------------------------------------------
 
@@ -331,7 +330,7 @@ class Publication:
         try:
             self.publish()
         except Exception as exc:  # kept pending: the next write, flush or close retries, and close reports it
-            _warn("qvc: writing %s's git files failed (retried later): %s", self.path, exc)
+            log.warning("qvc: writing %s's git files failed (retried later): %s", self.path, exc)
 
     def poke(self) -> None:
         """Wake the publisher (if it runs) when something is unpublished."""

@@ -52,11 +52,7 @@ from qvc.plumbing.publication import LOCK_WAIT, PUBLISH_LAG, Publication, file_i
 from qvc.plumbing.reflog import ReflogEntry, read_reflog
 from qvc.plumbing.transaction import Transaction, TransactionHost
 
-
-def _warn(message: str, *args: object) -> None:
-    logging.getLogger("qvc").warning(message, *args)
-
-
+log = logging.getLogger("qvc")
 FORMAT_KEY = "qvc.format"
 JOURNAL_LIMIT = 64 * 2**20
 CLOSE_WAIT = 2 * LOCK_WAIT  # how long close() waits for writes other threads began before it
@@ -178,7 +174,7 @@ class Repository:
             with self.exclusive():
                 self.recovery = recovery.recover(self)
         if self.recovery:
-            _warn("qvc: recovered %s: %s", self.path, self.recovery.summary())
+            log.warning("qvc: recovered %s: %s", self.path, self.recovery.summary())
         self._journal: Journal | None = None  # created by the first write: readers leave no trace
         self._journal_mutex = threading.Lock()
         self._flusher = Worker(self._sync_journal, max_lag) if durability is DurabilityMode.ASYNC else None
@@ -420,7 +416,7 @@ class Repository:
                         if refpack.graph_due(self.path, due):
                             refpack.commit_graph(self.path, fsync=self.fsync)
         except Exception as exc:  # harmless: loose refs stay readable, a later store packs them
-            _warn("qvc: packing refs in %s failed: %s", self.path, exc)
+            log.warning("qvc: packing refs in %s failed: %s", self.path, exc)
 
     def _pack_refs_if_due(self) -> None:
         """The packer's second task: pack the refs this store created once
@@ -563,7 +559,7 @@ class Repository:
             self._closed = True  # under the lock: no write is admitted after this (see _admitted)
             mine = getattr(self._local, "admitted", 0)  # closed from within a write of this thread
             if not self._calls.wait_for(lambda: self._running <= mine, timeout=CLOSE_WAIT):
-                _warn("qvc: closing %s while %d write(s) still run", self.path, self._running - mine)
+                log.warning("qvc: closing %s while %d write(s) still run", self.path, self._running - mine)
         _open_repos.discard(self)
         if not self.readonly:
             _writers[self.path] -= 1
@@ -587,7 +583,7 @@ class Repository:
             try:
                 self.merge_small_packs()
             except Exception as exc:  # harmless: they stay, and a later close merges them
-                _warn("qvc: merging packs in %s failed: %s", self.path, exc)
+                log.warning("qvc: merging packs in %s failed: %s", self.path, exc)
             self._pack_refs_quietly()
             try:
                 journal.sync()
