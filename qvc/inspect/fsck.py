@@ -41,7 +41,7 @@ def fsck(store: GitCheckpointStore, *, objects: bool = True) -> FsckReport:
     unreadable commit; the thread, checkpoint id and commit, and the field, of a damaged
     checkpoint. ``checkpoints`` counts every checkpoint commit reached, damaged ones too.
     """
-    from qvc.plumbing.maintenance import run
+    from qvc.plumbing.launcher import run_git as run
 
     report = FsckReport()
     if objects:

@@ -219,7 +219,7 @@ def _git_order(store: GitCheckpointStore, limit: int | None) -> list[tuple[str, 
     git walks the history in C (on a 20,000-thread repository it reads every tip in a tenth of
     the time Python takes); the walk is the same one ``qvc log --graph`` draws.
     """
-    from qvc.plumbing.maintenance import run
+    from qvc.plumbing.launcher import run_git as run
 
     args = ["rev-list", "--date-order", "--branches", f"--glob={SUPERSEDED}*"]
     proc = run(store.path, *args, *([f"-n{int(limit)}"] if limit is not None else []), "--")
@@ -254,7 +254,7 @@ def graph(store: GitCheckpointStore, start: str | None = None, *, limit: int | N
     git is better at laying out a graph than anything we would write; it runs with the
     repository's own configuration neutralized (see :mod:`qvc.plumbing.maintenance`).
     """
-    from qvc.plumbing.maintenance import git
+    from qvc.plumbing.launcher import git
 
     fmt = "%h%x01%D%x01 %s  %C(dim)%ad · %(trailers:key=Checkpoint-Id,valueonly,separator=%x2C)%Creset"
     args = ["log", "--graph", "--date-order", "--date=relative", f"--format={fmt}",

@@ -14,7 +14,6 @@ A journal whose owner died (its ``flock`` can be taken) is replayed on the next 
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import struct
 import sys
@@ -24,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 import msgpack
+
+from qvc.plumbing.locking import try_flock
 
 MAGIC = b"QVCJ1\n"
 GENERATION = "qvc/generation"  # replaced whenever history is deleted or rewritten (see Repository)
@@ -109,7 +110,8 @@ class Journal:
         tmp = self.path + ".new"
         self._fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_APPEND | os.O_CLOEXEC, 0o644)
         try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if not try_flock(self._fd):  # a new file no one else opened: never happens
+                raise BlockingIOError(errno.EWOULDBLOCK, os.strerror(errno.EWOULDBLOCK), tmp)
             if os.write(self._fd, MAGIC) != len(MAGIC):
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), tmp)
             os.rename(tmp, self.path)
@@ -269,9 +271,7 @@ def claim_orphans(directory: str) -> list[tuple[str, int]]:
             fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         except FileNotFoundError:
             continue
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not try_flock(fd):
             os.close(fd)  # a live store owns it
             continue
         if not os.path.exists(path):  # its owner closed and removed it while we opened it

@@ -224,6 +224,34 @@ def popen(repo_path: str | None, args: Sequence[str], *, user_config: bool = Tru
                             env=environment(interactive=interactive, user_config=user_config), **options)
 
 
+# For the everyday runner: no automatic gc of git's own inside a command, no bitmaps qvc's
+# packs do not need, and reflogs kept for every ref git moves (as qvc keeps them).
+_EVERYDAY = ["-c", "gc.auto=0", "-c", "maintenance.auto=false", "-c", "repack.writeBitmaps=false",
+             "-c", "core.logAllRefUpdates=true"]
+
+
+def run_git(repo_path: str, *args: str, lock_fd: int | None = None) -> subprocess.CompletedProcess:
+    """Run ``git args`` on the repository at ``repo_path`` with the system and global configuration
+    ignored (qvc's own commands need none of it) and output captured as text; return the
+    finished process, whatever its exit status.
+
+    ``lock_fd`` (the exclusive maintenance lock, :meth:`qvc.plumbing.locking.LockProtocol.exclusive`)
+    is inherited by git, so the lock outlives this process if it is killed while git runs.
+    """
+    return run(repo_path, [*_EVERYDAY, *args], user_config=False, capture_output=True, text=True,
+               pass_fds=() if lock_fd is None else (lock_fd,))
+
+
+def git(repo_path: str, *args: str, lock_fd: int | None = None) -> str:
+    """Run ``git`` as :func:`run_git`; its standard output, or :class:`QvcError` with git's
+    message when it fails."""
+    proc = run_git(repo_path, *args, lock_fd=lock_fd)
+    if proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip().splitlines()
+        raise QvcError(f"git {args[0]} failed: {detail[-1] if detail else proc.returncode}")
+    return proc.stdout
+
+
 def run_user_command(argv: Sequence[str], *, env: dict[str, str], **options: Any) -> int:
     """Run a program the *user* named on qvc's command line (``qvc bisect run ... -- CMD``) to
     completion, with ``env`` as its whole environment and standard input closed; ``options`` go

@@ -31,13 +31,13 @@ publish lag. A ref without a lock costs the reader one ``stat``.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import time
 from dataclasses import dataclass, field
 from typing import Iterable
 
 from qvc.errors import CheckpointConflictError
+from qvc.plumbing.locking import LOCK, flocked
 from qvc.plumbing.reflog import ZERO
 
 TAG = b"qvc lease "
@@ -142,22 +142,6 @@ def holder(repo_path: str, name: str) -> str | None:
     return None if found is None else found[0]
 
 
-def flocked(path: str) -> bool | None:
-    """Whether some process holds a ``flock`` on ``path`` (this one included); ``None`` if
-    there is no such file."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-
-
 def _foreign(repo_path: str, names: Iterable[str]) -> dict[str, tuple[int, int]]:
     """Lock path → identity of each of ``names`` leased by a live store of another process."""
     found: dict[str, tuple[int, int]] = {}
@@ -212,7 +196,7 @@ def settle(repo_path: str, names: Iterable[str]) -> None:
     waiting = _foreign(repo_path, names)
     if not waiting:
         return
-    maintenance = f"{repo_path}/qvc/lock"
+    maintenance = f"{repo_path}/{LOCK}"
     excluded = False  # whether the maintenance lock was seen held exclusively while we waited
     deadline = time.monotonic() + SETTLE_WAIT
     delay = 0.0002

@@ -1,52 +1,25 @@
 """Maintenance through git itself: packing and purging (libgit2 has no gc).
 
-``git`` runs through :mod:`qvc.plumbing.launcher` with the system and global configuration
-ignored (maintenance needs none of it), so nothing a repository names runs.
+``git`` runs through :func:`qvc.plumbing.launcher.git` (the everyday runner: the system and
+global configuration ignored, nothing a repository names runs).
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 from typing import TYPE_CHECKING
 
-from qvc.errors import QvcError
-from qvc.plumbing import launcher
 from qvc.plumbing.durability import harden
+from qvc.plumbing.launcher import git
+from qvc.plumbing.recovery import RecoveryReport, remove_stale_files
 
 if TYPE_CHECKING:
     from qvc.plumbing.repository import Repository
-
-# No automatic gc of git's own inside a command, no bitmaps qvc's packs do not need, and
-# reflogs kept for every ref git moves (as qvc keeps them).
-_SETTINGS = ["-c", "gc.auto=0", "-c", "maintenance.auto=false", "-c", "repack.writeBitmaps=false",
-             "-c", "core.logAllRefUpdates=true"]
-
-
-def run(repo_path: str, *args: str, lock_fd: int | None = None) -> subprocess.CompletedProcess:
-    """Run ``git`` on the repository with its configuration neutralized; return the finished process.
-
-    ``lock_fd`` (the maintenance lock) is inherited by git, so the lock outlives this process
-    if it is killed while git runs.
-    """
-    return launcher.run(repo_path, [*_SETTINGS, *args], user_config=False, capture_output=True, text=True,
-                        pass_fds=() if lock_fd is None else (lock_fd,))
-
-
-def git(repo_path: str, *args: str, lock_fd: int | None = None) -> str:
-    """Run ``git`` (see :func:`run`); its output, or :class:`QvcError` with git's message on failure."""
-    proc = run(repo_path, *args, lock_fd=lock_fd)
-    if proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).strip().splitlines()
-        raise QvcError(f"git {args[0]} failed: {detail[-1] if detail else proc.returncode}")
-    return proc.stdout
 
 
 def _prepare(repo: Repository) -> None:
     """Flush everything, and remove lock files crashed writers left (git refuses to touch a
     locked ref). Under the exclusive lock no qvc writer is mid-write, so every lock is stale."""
-    from qvc.plumbing.recovery import RecoveryReport, remove_stale_files
-
     repo.harden()
     remove_stale_files(repo, 0.0, RecoveryReport())
 

@@ -18,23 +18,60 @@ The result is a :class:`RecoveryReport`, kept as ``store.recovery`` and logged.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import time
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from qvc.errors import CorruptionError
 from qvc.plumbing import leases, pack
 from qvc.plumbing.durability import harden
 from qvc.plumbing.journal import GENERATION, claim_orphans, fsync_dir, read_records
 from qvc.plumbing.libgit2 import pygit2
+from qvc.plumbing.locking import flocked, try_flock, unlock
 from qvc.plumbing.objects import MODE_TREE
 from qvc.plumbing.reflog import ReflogEntry
 
-if TYPE_CHECKING:
-    from qvc.plumbing.repository import Repository
+
+class RecoveryHost(Protocol):
+    """What recovery needs of the repository it repairs (:class:`qvc.plumbing.repository.Repository`,
+    which calls recovery: so this module names the methods it uses instead of importing it)."""
+
+    path: str
+    qvc_dir: str
+    fsync: bool
+
+    @property
+    def git(self) -> pygit2.Repository:
+        """This Python thread's ``pygit2.Repository``."""
+
+    def read(self, raw: bytes, kind: str | None = None) -> bytes:
+        """An object's data (:class:`CorruptionError` if missing, unreadable or not ``kind``)."""
+
+    def read_tree(self, raw: bytes) -> dict[str, tuple[int, bytes]]:
+        """A tree's entries as ``{name: (mode, raw oid)}``."""
+
+    def has(self, raw: bytes, *, published: bool = False) -> bool:
+        """Whether the repository has object ``raw`` whole."""
+
+    def hash(self, kind: str, data: bytes) -> bytes:
+        """The raw id of a git object of ``kind`` with ``data``."""
+
+    def ref(self, name: str, *, settle: bool = True) -> str | None:
+        """The hex target of ref ``name``, ``None`` when absent."""
+
+    def reflog(self, name: str) -> list[ReflogEntry]:
+        """The reflog of ``name``, newest first."""
+
+    def file_identity(self, name: str) -> list | None:
+        """``[inode, mtime ns]`` of the file holding ref ``name``."""
+
+    def generation(self) -> str | None:
+        """The token in ``qvc/generation``."""
+
+    def merge_small_packs(self, *, locked: bool = False) -> int:
+        """Merge the directory's small packs once there are many; how many were merged."""
 
 STALE_SECONDS = 10.0
 VERIFY_DEPTH = 1000
@@ -89,10 +126,10 @@ def _abandoned(path: str) -> bool:
         pass
     except (PermissionError, OverflowError):
         return False
-    return leases.flocked(path) is False
+    return flocked(path) is False
 
 
-def needed(repo: Repository) -> bool:
+def needed(repo: RecoveryHost) -> bool:
     """Whether :func:`recover` has anything to do, judged without the exclusive lock: a journal
     no live store holds, or a lock, temporary or half-created journal file left behind."""
     journal_dir = os.path.join(repo.qvc_dir, "journal")
@@ -109,10 +146,8 @@ def needed(repo: Repository) -> bool:
             except FileNotFoundError:
                 continue
             try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                return True  # nobody holds it: its owner died
-            except BlockingIOError:
-                pass
+                if try_flock(fd, shared=True):
+                    return True  # nobody holds it: its owner died
             finally:
                 os.close(fd)
     for top in ("refs", "objects"):
@@ -128,14 +163,14 @@ def needed(repo: Repository) -> bool:
     return any(os.path.exists(os.path.join(repo.path, n)) for n in ("packed-refs.lock", "config.lock", "HEAD.lock"))
 
 
-def journal_alive(repo: Repository, name: str) -> bool:
+def journal_alive(repo: RecoveryHost, name: str) -> bool:
     """Whether journal file ``name`` (of ``<repo>/qvc/journal``) belongs to an open store: it
     exists and someone holds its ``flock`` (this process included)."""
-    return bool(leases.flocked(os.path.join(repo.qvc_dir, "journal", os.path.basename(name))))
+    return bool(flocked(os.path.join(repo.qvc_dir, "journal", os.path.basename(name))))
 
 
 #: how long finishing a dead writer's lease waits for processes that only look at its journal
-#: (a shared ``flock`` held for a moment, as :func:`qvc.plumbing.leases.flocked` takes it)
+#: (a shared ``flock`` held for a moment, as :func:`qvc.plumbing.locking.flocked` takes it)
 ADOPT_WAIT = 2.0
 
 
@@ -146,16 +181,11 @@ def _claim(fd: int) -> bool:
     deadline = time.monotonic() + ADOPT_WAIT
     delay = 0.0005
     while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if try_flock(fd):
             return True
-        except BlockingIOError:
-            pass
-        try:  # a shared lock we can take too: only lookers, no owner and no adopter
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
+        if not try_flock(fd, shared=True):  # a shared lock we can take too: only lookers, no owner and no adopter
             return False
-        fcntl.flock(fd, fcntl.LOCK_UN)
+        unlock(fd)
         if time.monotonic() > deadline:
             return False
         time.sleep(delay)
@@ -198,7 +228,7 @@ def lease_moves(path: str, name: str, serial: int) -> tuple[list[tuple[str | Non
     return moves_under(moves, serial), objects
 
 
-def adopt_lease(repo: Repository, name: str, holder: str) -> bool:
+def adopt_lease(repo: RecoveryHost, name: str, holder: str) -> bool:
     """Finish a dead store's lease on ref ``name`` (see :mod:`qvc.plumbing.leases`) while other
     stores run: roll the ref forward to the last value the dead store's journal moved it to
     under that lease (its objects written first, as one pack, if git's files lack them),
@@ -254,7 +284,7 @@ def adopt_lease(repo: Repository, name: str, holder: str) -> bool:
 CUT_SHORT_AGE = 1.0
 
 
-def finish_publication(repo: Repository, name: str, *, min_age: float = CUT_SHORT_AGE) -> bool:
+def finish_publication(repo: RecoveryHost, name: str, *, min_age: float = CUT_SHORT_AGE) -> bool:
     """Complete a dead store's publication of ref ``name`` that a kill cut short, while other
     stores run: the lease's lock already holds the value being published (its reflog lines
     are written by then) and is renamed over the ref, as the dead store was about to. Only a
@@ -298,7 +328,7 @@ def finish_publication(repo: Repository, name: str, *, min_age: float = CUT_SHOR
     return False
 
 
-def _unnumbered_lease_moves(repo: Repository, path: str, name: str) -> tuple[
+def _unnumbered_lease_moves(repo: RecoveryHost, path: str, name: str) -> tuple[
         list[tuple[str | None, str | None]], list[tuple[str, bytes]]]:
     """A lease lock written before leases were numbered: its moves are told from earlier ones
     by the identity of the ref's file the writer saw (as qvc did then)."""
@@ -314,7 +344,7 @@ def _unnumbered_lease_moves(repo: Repository, path: str, name: str) -> tuple[
     return ([] if start is None else [(old, new) for old, new, _ in moves[start:]]), objects
 
 
-def recover(repo: Repository) -> RecoveryReport:
+def recover(repo: RecoveryHost) -> RecoveryReport:
     report = RecoveryReport()
     journal_dir = os.path.join(repo.qvc_dir, "journal")
     orphans = claim_orphans(journal_dir)
@@ -373,7 +403,7 @@ def _mtime(path: str, default: float) -> float:
         return default
 
 
-def remove_stale_files(repo: Repository, older_than: float, report: RecoveryReport,
+def remove_stale_files(repo: RecoveryHost, older_than: float, report: RecoveryReport,
                        dead: set[str] | frozenset[str] = frozenset(),
                        leased: dict[str, tuple[str, int | None]] | None = None) -> None:
     """Remove lock and temporary files at least ``older_than`` seconds old. Under the exclusive
@@ -449,7 +479,7 @@ def remove_stale_files(repo: Repository, older_than: float, report: RecoveryRepo
                 report.temp_files_removed += 1
 
 
-def _remove_damaged_packs(repo: Repository, report: RecoveryReport) -> None:
+def _remove_damaged_packs(repo: RecoveryHost, report: RecoveryReport) -> None:
     """Packs a power loss left torn (or a .pack whose .idx never got written): the journal has their objects."""
     pack_dir = os.path.join(repo.path, "objects", "pack")
     for name in sorted(os.listdir(pack_dir)):
@@ -466,7 +496,7 @@ def _remove_damaged_packs(repo: Repository, report: RecoveryReport) -> None:
             report.damaged_packs_removed.append(name)
 
 
-def _remove_empty_objects(repo: Repository, report: RecoveryReport) -> None:
+def _remove_empty_objects(repo: RecoveryHost, report: RecoveryReport) -> None:
     objects = os.path.join(repo.path, "objects")
     for fan in os.listdir(objects):
         if len(fan) != 2:
@@ -479,12 +509,12 @@ def _remove_empty_objects(repo: Repository, report: RecoveryReport) -> None:
                 report.empty_objects_removed += 1
 
 
-def _loose_path(repo: Repository, raw: bytes) -> str:
+def _loose_path(repo: RecoveryHost, raw: bytes) -> str:
     hexid = raw.hex()
     return os.path.join(repo.path, "objects", hexid[:2], hexid[2:])
 
 
-def _finish_generation(repo: Repository, path: str) -> None:
+def _finish_generation(repo: RecoveryHost, path: str) -> None:
     """Write the generation token a dead writer's journal says it was about to write.
 
     A delete journals its record (naming a new token) and only then writes ``qvc/generation``;
@@ -510,7 +540,7 @@ def _finish_generation(repo: Repository, path: str) -> None:
     os.replace(target + ".recovery", target)
 
 
-def _replay(repo: Repository, path: str, report: RecoveryReport,
+def _replay(repo: RecoveryHost, path: str, report: RecoveryReport,
             missing: dict[bytes, tuple[str, bytes]]) -> tuple[dict[str, list], dict[str, set[str]]]:
     """Collect the journal's objects git's files lack (or hold unreadable) into ``missing`` (raw
     id -> (kind, data)), for :func:`_restore_objects`; return its ref moves (``{ref: [(old, new,
@@ -566,7 +596,7 @@ def _seen_token(seen: object) -> tuple[str | None] | None:
     return None
 
 
-def _restore_objects(repo: Repository, missing: dict[bytes, tuple[str, bytes]]) -> None:
+def _restore_objects(repo: RecoveryHost, missing: dict[bytes, tuple[str, bytes]]) -> None:
     """Write the objects the replayed journals restore as one pack (not one loose file each:
     a recovery leaves no debris for ``qvc gc``). Not flushed here: :func:`recover` hardens the
     repository before it removes the journals that hold them."""
@@ -574,7 +604,7 @@ def _restore_objects(repo: Repository, missing: dict[bytes, tuple[str, bytes]]) 
         pack.write(os.path.join(repo.path, "objects", "pack"), list(missing.values()), list(missing))
 
 
-def _repair_reflogs(repo: Repository, report: RecoveryReport) -> None:
+def _repair_reflogs(repo: RecoveryHost, report: RecoveryReport) -> None:
     """Drop the reflog lines a crash tore, zero-filled or left pointing at lost objects.
 
     Reflogs are appended without a flush, so after a power loss their tail may name commits
@@ -608,7 +638,7 @@ def _repair_reflogs(repo: Repository, report: RecoveryReport) -> None:
             report.reflogs_repaired.append(os.path.relpath(path, logs))
 
 
-def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str | None, list | None]],
+def _restore_ref(repo: RecoveryHost, name: str, moves: list[tuple[str | None, str | None, list | None]],
                  tokens: set[str], report: RecoveryReport, *, leased: bool = False,
                  serial: int | None = None, holder: str | None = None) -> None:
     """Bring a ref the dead writer moved back to what its durable journal records say.
@@ -714,7 +744,7 @@ def _restore_ref(repo: Repository, name: str, moves: list[tuple[str | None, str 
     report.refs_restored.append(name)
 
 
-def _cut_short(repo: Repository, name: str, values: set[str]) -> str | None:
+def _cut_short(repo: RecoveryHost, name: str, values: set[str]) -> str | None:
     """The value the dead writer was publishing when ``name``'s lock is its publication cut
     short (its lease's lock already holds one of ``values``, those the writer moved the ref
     to, in place of its tag), else ``None``."""
@@ -727,7 +757,7 @@ def _cut_short(repo: Repository, name: str, values: set[str]) -> str | None:
     return value if value in values and data[40:41] in (b"\n", b"") else None
 
 
-def _publish_through_lock(repo: Repository, name: str, value: str, moves: list[tuple[str | None, str | None]],
+def _publish_through_lock(repo: RecoveryHost, name: str, value: str, moves: list[tuple[str | None, str | None]],
                           why: str, serial: int | None) -> None:
     """Publish a dead store's lease on ``name`` for it, as :func:`qvc.plumbing.leases.publish`
     does: the reflog lines of ``moves``, then ``value`` over the lock's tag, renamed over the ref."""
@@ -737,7 +767,7 @@ def _publish_through_lock(repo: Repository, name: str, value: str, moves: list[t
     leases.publish(repo.path, name, lease, "qvc <qvc@localhost>", log=True, head_too=False)
 
 
-def _publish_lease(repo: Repository, name: str, holder: str, serial: int | None, old: str | None,
+def _publish_lease(repo: RecoveryHost, name: str, holder: str, serial: int | None, old: str | None,
                    new: str) -> bool:
     """Write ``new`` to ``name`` through the dead journal ``holder``'s lease lock on it, with a
     reflog line; whether the lock was that lease (else nothing is written)."""
@@ -747,7 +777,7 @@ def _publish_lease(repo: Repository, name: str, holder: str, serial: int | None,
     return True
 
 
-def _release_leases(repo: Repository, leased: dict[str, tuple[str, int | None]], report: RecoveryReport) -> None:
+def _release_leases(repo: RecoveryHost, leased: dict[str, tuple[str, int | None]], report: RecoveryReport) -> None:
     """Remove the lease locks of replayed journals still on their refs (the restores left those
     refs as they were, or wrote them another way)."""
     for name, found in leased.items():
@@ -757,7 +787,7 @@ def _release_leases(repo: Repository, leased: dict[str, tuple[str, int | None]],
                 report.locks_removed.append(name + ".lock")
 
 
-def _unlocked(repo: Repository, name: str, cut_short: bool, holder: str | None = None) -> bool:
+def _unlocked(repo: RecoveryHost, name: str, cut_short: bool, holder: str | None = None) -> bool:
     """Whether ``name`` may be written now: it has no lock, or its lock is the dead writer's
     publication cut short (``cut_short``, see :func:`_cut_short`) or the lease of the dead
     journal ``holder``, which is removed. Another lock (git's own, a live store's lease) is
@@ -774,7 +804,7 @@ def _unlocked(repo: Repository, name: str, cut_short: bool, holder: str | None =
     return False
 
 
-def _repair_unjournalled_refs(repo: Repository, journalled: set[str], report: RecoveryReport) -> None:
+def _repair_unjournalled_refs(repo: RecoveryHost, journalled: set[str], report: RecoveryReport) -> None:
     """Loose refs no durable journal record names, whose tip a power loss left unreadable.
 
     A store moves a ref before the journal record of that move is flushed, so a power cut
@@ -806,7 +836,7 @@ def _repair_unjournalled_refs(repo: Repository, journalled: set[str], report: Re
             report.refs_restored.append(name)
 
 
-def _first_parents(repo: Repository, commit_hex: str | None, limit: int = 64) -> list[str]:
+def _first_parents(repo: RecoveryHost, commit_hex: str | None, limit: int = 64) -> list[str]:
     """The first parents of a commit, as far as the commits read back (at most ``limit``)."""
     out: list[str] = []
     while commit_hex is not None and len(out) < limit:
@@ -820,7 +850,7 @@ def _first_parents(repo: Repository, commit_hex: str | None, limit: int = 64) ->
     return out
 
 
-def _history_reads(repo: Repository, commit_hex: str, stop: set[str]) -> bool:
+def _history_reads(repo: RecoveryHost, commit_hex: str, stop: set[str]) -> bool:
     """Whether the commit, its trees and blobs, and its first parents (down to ``stop``) read back."""
     current: str | None = commit_hex
     for _ in range(VERIFY_DEPTH):
@@ -839,7 +869,7 @@ def _history_reads(repo: Repository, commit_hex: str, stop: set[str]) -> bool:
     return True
 
 
-def _tree_reads(repo: Repository, raw: bytes) -> None:
+def _tree_reads(repo: RecoveryHost, raw: bytes) -> None:
     for mode, child in repo.read_tree(raw).values():
         if mode == MODE_TREE:
             _tree_reads(repo, child)

@@ -32,6 +32,7 @@ import os
 
 from qvc.plumbing.durability import harden
 from qvc.plumbing.journal import fsync_dir
+from qvc.plumbing.launcher import run_git
 from qvc.plumbing.pack import write_all
 from qvc.plumbing.reflog import PACKED, ReflogEntry, shard_of
 
@@ -88,10 +89,8 @@ def pack_refs(repo_path: str, *, fsync: bool = True) -> bool:
     so a later store tries again). Call while holding the repository's shared lock, so that no
     exclusive maintenance runs meanwhile; writers may run.
     """
-    from qvc.plumbing.maintenance import run
-
     settings = ["-c", "core.fsync=reference", "-c", "core.fsyncMethod=fsync"] if fsync else ["-c", "core.fsync=none"]
-    proc = run(repo_path, *settings, "pack-refs", "--all", "--prune")
+    proc = run_git(repo_path, *settings, "pack-refs", "--all", "--prune")
     if proc.returncode != 0:
         return False
     with contextlib.suppress(FileNotFoundError):
@@ -213,11 +212,10 @@ def commit_graph(repo_path: str, *, fsync: bool = True) -> bool:
     falls back to its own walk if git fails. Returns whether git succeeded (and then empties
     the count :func:`graph_due` keeps).
     """
-    from qvc.plumbing.maintenance import run
-
     settings = ["-c", "core.fsync=reference,derived-metadata", "-c", "core.fsyncMethod=fsync"] if fsync else [
         "-c", "core.fsync=none"]
-    if run(repo_path, *settings, "commit-graph", "write", "--reachable", "--split", "--no-progress").returncode != 0:
+    proc = run_git(repo_path, *settings, "commit-graph", "write", "--reachable", "--split", "--no-progress")
+    if proc.returncode != 0:
         return False
     with contextlib.suppress(FileNotFoundError):
         os.truncate(os.path.join(repo_path, UNGRAPHED), 0)

@@ -727,7 +727,7 @@ class GitCheckpointStore(CheckpointStore):
                 if new == tip:
                     continue
                 if name.startswith(HEADS) and new is not None:
-                    tx.store()  # the rewritten commits, readable from here on
+                    tx.make_readable()  # the rewritten commits, readable from here on
                     owner = self._history.commit(new).thread_id
                     if owner is not None and encode_thread(owner) != name[len(HEADS):]:
                         new = None  # its only checkpoints are gone: do not adopt another thread's

@@ -18,13 +18,13 @@ import time
 import pytest
 
 from qvc import Checkpoint, CheckpointConfig, CheckpointConflictError, GitCheckpointStore
-from qvc.plumbing import leases, repository
+from qvc.plumbing import leases, publication
 from tests.conftest import child_env, fsck, git_env
 
 HOLDER = """
 import sys, time
-import qvc.plumbing.repository as repository
-repository.PUBLISH_LAG = float(sys.argv[3])  # how long this writer keeps its puts to itself
+import qvc.plumbing.publication as publication
+publication.PUBLISH_LAG = float(sys.argv[3])  # how long this writer keeps its puts to itself
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
 store = GitCheckpointStore(sys.argv[1], durability=sys.argv[2])
 parent = None
@@ -66,7 +66,7 @@ def _git(path, *args) -> subprocess.CompletedProcess:
 def test_another_process_and_git_see_an_async_put_without_a_flush(tmp_path):
     path = tmp_path / "r.qvc"
     GitCheckpointStore(path).close()
-    proc, acked = _holder(path, lag=repository.PUBLISH_LAG)
+    proc, acked = _holder(path, lag=publication.PUBLISH_LAG)
     try:
         deadline = time.monotonic() + 30
         while True:  # published by the writer's own thread, about PUBLISH_LAG after the put
@@ -84,7 +84,7 @@ def test_another_process_and_git_see_an_async_put_without_a_flush(tmp_path):
 
 
 def test_a_leased_ref_is_locked_for_git_until_published(tmp_path, monkeypatch):
-    monkeypatch.setattr(repository, "PUBLISH_LAG", 600.0)
+    monkeypatch.setattr(publication, "PUBLISH_LAG", 600.0)
     path = tmp_path / "r.qvc"
     with GitCheckpointStore(path, durability="exit") as store:
         _put(store, "t", "a", 0)
@@ -397,8 +397,8 @@ def test_a_recovery_killed_midway_leaves_the_dead_writers_lease_to_decide(tmp_pa
 
 TRAVELLER = """
 import sys, time
-import qvc.plumbing.repository as repository
-repository.PUBLISH_LAG = 600.0  # keeps its time travel (the head and the superseded line) to itself
+import qvc.plumbing.publication as publication
+publication.PUBLISH_LAG = 600.0  # keeps its time travel (the head and the superseded line) to itself
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
 store = GitCheckpointStore(sys.argv[1], durability="sync")
 store.put(CheckpointConfig("b"), Checkpoint(id="back", thread_id="b", step=9, parent_id="b0", state_data={"x": 9}),
@@ -489,7 +489,7 @@ def test_a_retry_after_a_time_travel_conflict_stores_the_checkpoint(tmp_path, mo
         _put(store, "t", "base-1", 1)
     proc, acked = _holder(path, mode="sync", lag=600.0)  # builds on base-1, keeps its lease
     monkeypatch.setattr(leases, "SETTLE_WAIT", 0.05)  # gives up waiting and reads the old head
-    monkeypatch.setattr(repository, "LOCK_WAIT", 0.3)
+    monkeypatch.setattr(publication, "LOCK_WAIT", 0.3)
     try:
         with GitCheckpointStore(path) as mine:
             stale = mine.head("t")

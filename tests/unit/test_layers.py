@@ -55,15 +55,16 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def imports(module: str) -> set[str]:
-    """The qvc modules ``module`` imports, wherever the import statement stands."""
+def imports(module: str, *, type_checking: bool = False) -> set[str]:
+    """The qvc modules ``module`` imports, wherever the import statement stands (with
+    ``type_checking``, those under ``if TYPE_CHECKING:`` too)."""
     path = MODULES[module]
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child.test):
+            if isinstance(child, ast.If) and _is_type_checking(child.test) and not type_checking:
                 for other in child.orelse:
                     visit(other)
                 continue
@@ -181,3 +182,22 @@ def test_no_reader_names_an_integration(module):
     importing it."""
     named = sorted(t for t in GRAPH[module] if t in INTEGRATIONS)
     assert not named, f"{module} imports integrations: {named}"
+
+
+def test_imports_inside_functions_count(tmp_path, monkeypatch):
+    """A plumbing module that imports another only inside a function still has that edge (so a
+    circle through such an import is caught); one under ``if TYPE_CHECKING:`` does not."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("from typing import TYPE_CHECKING\n"
+                     "if TYPE_CHECKING:\n    from qvc.plumbing.repository import Repository\n"
+                     "def later():\n    from qvc.plumbing import recovery\n    return recovery\n")
+    monkeypatch.setitem(MODULES, "qvc.plumbing.probe", probe)
+    assert imports("qvc.plumbing.probe") == {"qvc.plumbing.recovery"}
+
+
+def test_the_plumbing_has_no_import_cycle_not_even_for_type_checking():
+    """Inside the plumbing not even the imports only a type checker runs form a cycle: a
+    module the repository calls (recovery) names what it needs of it as a protocol."""
+    plumbing = {m: {t for t in imports(m, type_checking=True) if t.startswith("qvc.plumbing")}
+                for m in MODULES if m.startswith("qvc.plumbing")}
+    assert cycles(plumbing) == []

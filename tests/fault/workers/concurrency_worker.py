@@ -62,9 +62,9 @@ def writer(path: str, mode: str, thread: str, n: int, tag: str, hold: bool = Fal
     from qvc import Checkpoint, CheckpointConfig, CheckpointConflictError, DurabilityMode, GitCheckpointStore
 
     if "--small-merges" in sys.argv:  # merge (and delete) small packs every other put
-        import qvc.plumbing.repository
+        import qvc.plumbing.packset
 
-        qvc.plumbing.repository.CONSOLIDATE_AT = 2
+        qvc.plumbing.packset.CONSOLIDATE_AT = 2
     store = GitCheckpointStore(path, durability=DurabilityMode(mode))
     print("READY", flush=True)
     sys.stdin.readline()
@@ -140,7 +140,7 @@ def slowput(path: str, thread: str, cid: str) -> int:
 
     store = GitCheckpointStore(path)
     repo = store.repository
-    real_commit = repo._commit  # fault injection reaches inside the transaction on purpose
+    real_commit = repo.commit_record  # fault injection reaches inside the transaction on purpose
 
     def paused_commit(record):
         if record.refs:
@@ -149,7 +149,7 @@ def slowput(path: str, thread: str, cid: str) -> int:
             sys.stdin.readline()
         return real_commit(record)
 
-    repo._commit = paused_commit
+    repo.commit_record = paused_commit
     print("READY", flush=True)
     sys.stdin.readline()
     state = make_state("S", cid, 1)

@@ -83,9 +83,9 @@ def main(argv: list[str]) -> int:
 
     rng = random.Random(int(seed))
     if "--small-merges" in argv:  # merge small packs after every few puts (kills land mid-merge too)
-        import qvc.plumbing.repository
+        import qvc.plumbing.packset
 
-        qvc.plumbing.repository.CONSOLIDATE_AT = rng.choice([2, 3, 4])
+        qvc.plumbing.packset.CONSOLIDATE_AT = rng.choice([2, 3, 4])
     # For bisecting a failure: QVC_CRASH_SKIP_OPS=DEL,WRITES,FORK,RESET,PURGE leaves those operations out.
     skip = set(filter(None, os.environ.get("QVC_CRASH_SKIP_OPS", "").upper().split(",")))
     say("PRE")

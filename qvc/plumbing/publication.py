@@ -1,0 +1,391 @@
+r"""Publication: what one store applied and git's files lack yet, and how it gets there.
+
+A write is applied in memory first (this process reads it at once) and published to git's
+files later (other processes and plain git see it then): objects wait in :class:`Publication`'s
+pending set, ref moves in leases (:mod:`qvc.plumbing.leases`: the ref's git lock, held until
+published). :meth:`Publication.publish` writes the pending objects as one pack, then each leased
+ref (its reflog lines, then its value), releasing the leases; the publisher thread does this
+about :data:`PUBLISH_LAG` after each write. Deletes are never leased: they move git's files at
+once, by compare-and-swap under git's ref lock (:meth:`Publication.move_ref`). Durability is
+the journal's, not this module's: a move is journaled by the transaction that made it.
+
+Lock order: ``publish_mutex`` before ``state``, never after; the maintenance lock is held
+shared (:class:`qvc.plumbing.locking.LockProtocol`) while git's files are written, unless
+this thread holds it exclusively.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import threading
+import time
+from typing import Callable, Iterator
+
+from qvc.errors import CheckpointConflictError
+from qvc.plumbing import leases
+from qvc.plumbing.backend import Backend
+from qvc.plumbing.durability import Worker
+from qvc.plumbing.journal import GENERATION, Journal, Record
+from qvc.plumbing.leases import Lease
+from qvc.plumbing.libgit2 import pygit2
+from qvc.plumbing.locking import LockProtocol
+from qvc.plumbing.packset import PackSet
+from qvc.plumbing.reflog import ReflogEntry, read_reflog
+
+LOCK_WAIT = 10.0  # how long a ref move waits for another writer's lock on the ref
+#: how soon the publisher writes applied moves to git's files after a write (other processes
+#: and plain git see a write within about this long; see :meth:`Publication.publish`)
+PUBLISH_LAG = 0.01
+
+
+log = logging.getLogger("qvc")
+
+
+def file_identity(repo_path: str, name: str) -> list | None:
+    """``[inode, mtime ns]`` of the file holding ref ``name`` (its loose file, else packed-refs)
+    or of another file of the repository, ``None`` if there is none."""
+    for rel in (name, "packed-refs") if name.startswith("refs/") else (name,):
+        try:
+            st = os.stat(os.path.join(repo_path, rel))
+            return [st.st_ino, st.st_mtime_ns]
+        except FileNotFoundError:
+            continue
+    return None
+
+
+def generation(repo_path: str) -> str | None:
+    """The token in ``qvc/generation`` (replaced by every delete), ``None`` if there is none yet."""
+    try:
+        with open(os.path.join(repo_path, GENERATION), encoding="ascii", errors="replace") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def moved(name: str, old: str | None, current: str | None) -> CheckpointConflictError:
+    """The conflict of a compare-and-swap of ``name`` that expected ``old`` and found ``current``."""
+    if old is None:
+        return CheckpointConflictError(f"{name}: created by another writer meanwhile")
+    found = (current or "nothing")[:12]
+    return CheckpointConflictError(f"{name}: moved by another writer (expected {old[:12]}, found {found})")
+
+
+class Publication:
+    """One store's unpublished writes (pending objects, leased refs), its ref moves, and its publisher.
+
+    ``journal`` gives the store's journal (created on first use: a lease names it, so it exists
+    before any lease is taken); ``sync_journal`` flushes it if it exists. ``finish_dead_writer``
+    rolls a dead store's lease on a ref forward (see :meth:`qvc.plumbing.repository.Repository.finish_dead_writer`)
+    and says whether a lock that is no dead store's remains. ``after_publish`` runs after each
+    publication, its locks let go (the store merges packs then).
+    """
+
+    def __init__(self, path: str, *, backend: Backend, packs: PackSet, locks: LockProtocol,
+                 journal: Callable[[], Journal], sync_journal: Callable[[], None],
+                 finish_dead_writer: Callable[[str], bool], after_publish: Callable[[], None]):
+        self.path = path
+        self._backend = backend
+        self._packs = packs
+        self._locks = locks
+        self._get_journal = journal
+        self._sync_journal = sync_journal
+        self._finish_dead_writer = finish_dead_writer
+        self._after_publish = after_publish
+        # Applied but not yet in git's files (see publish): objects by raw id, and leased refs.
+        self._pending: dict[bytes, tuple[str, bytes]] = {}
+        self._leases: dict[str, Lease] = {}
+        self._serials = itertools.count(1)  # numbers this store's leases (see qvc.plumbing.leases)
+        self._state = threading.RLock()  # guards both; held while publishing
+        self._publish_mutex = threading.RLock()  # taken before _state, never after
+        self._publisher: Worker | None = None  # started by the first deferred move
+        self._touched: set[str] = set()  # refs this store moved (see move_ref and touched)
+        self._touched_lock = threading.Lock()
+        self._who: str | None = None  # the reflog identity (git's: user.name <user.email>)
+        self._log_all: bool | None = None  # core.logAllRefUpdates
+
+    # -- what is unpublished ------------------------------------------------------------
+
+    def pending_object(self, raw: bytes) -> tuple[str, bytes] | None:
+        """``(kind, data)`` of object ``raw`` if this store wrote it and has not published it yet."""
+        return self._pending.get(raw)
+
+    def leased(self, name: str) -> Lease | None:
+        """This store's lease on ref ``name``, if it holds one (its value is the ref's, for this process)."""
+        return self._leases.get(name)
+
+    def has_unpublished(self) -> bool:
+        """Whether git's files lack something this store applied (objects or ref moves)."""
+        return bool(self._pending or self._leases)
+
+    def has_leases(self) -> bool:
+        """Whether this store holds a lease (a ref move git's files lack)."""
+        return bool(self._leases)
+
+    def unpublished(self, prefix: str) -> dict[str, str | None]:
+        """Name → value of this store's leased refs under ``prefix``."""
+        if not self._leases:
+            return {}
+        with self._state:
+            return {n: lease.value for n, lease in self._leases.items() if n.startswith(prefix)}
+
+    def touched(self) -> list[str]:
+        """The refs this store moved, sorted (what a restarted journal records as its base)."""
+        with self._touched_lock:
+            return sorted(self._touched)
+
+    def leased_reflog(self, name: str) -> list[ReflogEntry]:
+        """The reflog of ``name`` from its files, with the moves of this store's lease on it
+        (if it still holds one) before them, newest first."""
+        with self._state:  # not while a publish moves the lines from memory to the file
+            entries = read_reflog(self.path, name)
+            lease = self._leases.get(name)
+            if lease is not None and lease.moves and self._logged(name):
+                if lease.moves[0][0] is None:  # created under this lease: what the files hold is an earlier life's
+                    entries = []
+                who = self._identity()
+                entries[:0] = [ReflogEntry(old, new, int(when), who, why)
+                               for old, new, why, when in reversed(lease.moves)]
+        return entries
+
+    # -- applying -----------------------------------------------------------------------
+
+    def make_readable(self, record: Record) -> None:
+        """Make the record's objects not yet stored readable: this process reads them at once,
+        git's files get them at the next :meth:`publish` (not yet durable: that is the record's job)."""
+        todo = record.objects[record.stored:]
+        if not todo:
+            return
+        self._get_journal()  # created (its name made durable) before any of its moves reaches git's files
+        with self._state:
+            for oid, obj in zip(record.oids[record.stored:], todo, strict=True):
+                self._pending.setdefault(oid, obj)
+        record.stored = len(record.objects)
+
+    def move_ref(self, record: Record, name: str, old: str | None, new: str | None,
+                 message: str | None = None) -> None:
+        """Compare-and-swap ``name`` from ``old`` to ``new`` for ``record`` (which it joins):
+        under a lease (published later) unless a delete, which is published at once. Raises
+        :class:`CheckpointConflictError` if the ref is not at ``old`` or stays locked by
+        another writer for over :data:`LOCK_WAIT` seconds."""
+        self.make_readable(record)
+        journal = self._get_journal()  # created (its name made durable) before any of its moves reaches git's files
+        if old is not None and name not in self._touched:
+            # Power-loss safety: before this process first moves an existing ref, make its
+            # current value durable in the journal so recovery can always roll back to it.
+            with self._touched_lock:
+                if name not in self._touched:
+                    journal.sync(journal.append(Record(refs=[(name, old, old)])))
+        # The record is journaled after the refs move: its space is taken now, so a full disk
+        # fails the write here, before any ref moved, and never between the move and the journal.
+        journal.reserve(record.size_hint(more_refs=1))
+        if new is None:
+            self.publish()  # deletes are never deferred: git's files first catch up with this process
+            self._move_now(record, name, old, new, message)
+        else:
+            self._lease_move(record, name, old, new, message)
+        with self._touched_lock:
+            self._touched.add(name)
+        record.refs.append((name, old, new))
+
+    def _lease_move(self, record: Record, name: str, old: str | None, new: str, message: str | None) -> None:
+        """Move ``name`` under this process's lease on it (see :mod:`qvc.plumbing.leases`), taking
+        the lease first if needed; git's files get the move at the next :meth:`publish`."""
+        why = message or "qvc"
+        deadline = time.monotonic() + LOCK_WAIT
+        delay = 0.0005
+        while True:
+            with self._state:
+                lease = self._leases.get(name)
+                if lease is not None:
+                    if lease.value != old:
+                        raise moved(name, old, lease.value)
+                    record.seen[name] = [lease.identity, generation(self.path), lease.serial]
+                    lease.value = new
+                    lease.moves.append((old, new, why, time.time()))
+                    break
+                identity, gen, serial = file_identity(self.path, name), generation(self.path), next(self._serials)
+                fd = leases.take(self.path, name, os.path.basename(self._get_journal().path), serial)
+                if fd is not None:
+                    try:
+                        current = self._backend.reader.ref(name, settle=False)  # under our lease: no one else moves it
+                    except BaseException:
+                        leases.drop(self.path, name, fd)
+                        raise
+                    if current != old:
+                        leases.drop(self.path, name, fd)
+                        raise moved(name, old, current)
+                    self._leases[name] = Lease(fd, new, identity, [(old, new, why, time.time())], serial)
+                    record.seen[name] = [identity, gen, serial]
+                    break
+            self.clear_stale_lock(name)  # another writer holds it: wait, unless it is a stale or dead one's
+            if time.monotonic() > deadline:
+                raise CheckpointConflictError(f"{name}: locked by another writer for over {LOCK_WAIT:.0f} s")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+        if self._publisher is None:
+            with self._state:
+                if self._publisher is None:
+                    self._publisher = Worker(self._publish_quietly, PUBLISH_LAG, name="qvc-publisher")
+
+    def _move_now(self, record: Record, name: str, old: str | None, new: str | None, message: str | None) -> None:
+        """Move ``name`` in git's files at once, by compare-and-swap under git's ref lock."""
+        deadline = time.monotonic() + LOCK_WAIT
+        delay = 0.0005
+        while True:
+            record.seen[name] = [file_identity(self.path, name), generation(self.path)]
+            try:
+                self._cas(name, old, new, message)
+                break
+            except (OSError, pygit2.GitError) as exc:  # another writer holds the ref's lock file
+                if "lock" not in str(exc):
+                    raise
+                self.clear_stale_lock(name)
+                if time.monotonic() > deadline:
+                    raise CheckpointConflictError(
+                        f"{name}: locked by another writer for over {LOCK_WAIT:.0f} s") from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+
+    def _cas(self, name: str, old: str | None, new: str | None, message: str | None) -> None:
+        git = self._backend.git
+        refs = git.references
+        if old is None:
+            if new is None:
+                return
+            # Not references.create(force=False): libgit2 checks for an existing ref before it
+            # takes the lock, so two creators can both succeed and the second overwrites the
+            # first. Check under the ref's own lock instead.
+            with git.transaction() as tx:
+                tx.lock_ref(name)
+                if refs.get(name) is not None:
+                    raise moved(name, None, None)
+                tx.set_target(name, pygit2.Oid(hex=new), message=message or "qvc")
+            return
+        ref = refs.get(name)
+        current = None if ref is None else str(ref.target)
+        if current != old:
+            raise moved(name, old, current)
+        try:
+            if new is None:
+                ref.delete()
+            else:
+                ref.set_target(pygit2.Oid(hex=new), message or "qvc")
+        except pygit2.GitError as exc:
+            if "does not match" in str(exc) or "not found" in str(exc):
+                raise CheckpointConflictError(f"{name}: moved by another writer meanwhile") from None
+            raise
+
+    def clear_stale_lock(self, name: str, older_than: float = LOCK_WAIT / 2) -> None:
+        """Remove ``name``'s lock when its writer is gone: a dead store's is finished
+        (``finish_dead_writer``), git's own goes once it is ``older_than`` seconds old; a
+        live store's lease is never touched."""
+        if not self._finish_dead_writer(name) or leases.holder(self.path, name) is not None:
+            return
+        lock = os.path.join(self.path, name + ".lock")
+        with contextlib.suppress(OSError):
+            if time.time() - os.stat(lock).st_mtime > older_than:
+                os.unlink(lock)
+                log.warning("qvc: removed stale lock %s", lock)
+
+    # -- publishing ---------------------------------------------------------------------
+
+    def publish(self) -> None:
+        """Write what this store has applied but git's files lack: every pending object, as one
+        pack, then every leased ref (its reflog lines, then its value), releasing the leases.
+
+        See :meth:`qvc.plumbing.repository.Repository.publish`. Raises ``OSError`` if a file
+        cannot be written; what was not written stays pending and the next call retries.
+        """
+        if not (self._pending or self._leases) or self._backend.released:
+            return
+        with contextlib.ExitStack() as held:
+            if not self._locks.excluding_here:  # else maintenance already excludes writers
+                held.enter_context(self._locks.shared())
+            with self._publish_mutex:
+                # The journal first: git's files are written without a flush and a batch holds
+                # several writes, whose renames a power cut may keep in any subset; recovery
+                # rolls such a mix forward to the journal's end, so that end must be on disk.
+                # Flushed before the state lock is taken, so that puts go on meanwhile; under
+                # it, only what they appended since (usually nothing: a no-op) is flushed.
+                self._sync_journal()
+                with self._state:
+                    self._sync_journal()
+                    if self._pending:
+                        objects = list(self._pending.items())
+                        self._packs.write([obj for _, obj in objects], [oid for oid, _ in objects])
+                        self._pending.clear()
+                    if self._leases:
+                        head = self._head_target()
+                        who = self._identity()
+                        for name in list(self._leases):
+                            leases.publish(self.path, name, self._leases[name], who, log=self._logged(name),
+                                           head_too=name == head)
+                            del self._leases[name]
+        self._after_publish()
+
+    def _publish_quietly(self) -> None:
+        try:
+            self.publish()
+        except Exception as exc:  # kept pending: the next write, flush or close retries, and close reports it
+            log.warning("qvc: writing %s's git files failed (retried later): %s", self.path, exc)
+
+    def poke(self) -> None:
+        """Wake the publisher (if it runs) when something is unpublished."""
+        if self._publisher is not None and (self._pending or self._leases):
+            self._publisher.poke()
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """Hold off every publication and every ref move of this store for the block (for
+        :meth:`~qvc.plumbing.repository.Repository.harden`; locks taken in publish's order)."""
+        with self._publish_mutex, self._state:
+            yield
+
+    def stop_publisher(self) -> None:
+        """Stop and join the publisher; none starts after this (a move still running past the
+        store's close wait finds a stand-in)."""
+        with self._state:  # _lease_move starts the publisher under this lock, only while there is none
+            publisher = self._publisher
+            if publisher is None:  # a stand-in: a write still running past CLOSE_WAIT starts none
+                self._publisher = Worker(self._publish_quietly, PUBLISH_LAG, name="qvc-publisher", start=False)
+        if publisher is not None:
+            publisher.stop()
+
+    def drop_pending_objects(self) -> None:
+        """Forget the pending objects (only those of transactions that failed before moving a
+        ref may be dropped: nothing needs them)."""
+        self._pending.clear()
+
+    def _head_target(self) -> str | None:
+        """The ref HEAD names (read from its file), or ``None``."""
+        try:
+            with open(os.path.join(self.path, "HEAD"), "rb") as f:
+                data = f.read(4096)
+        except OSError:
+            return None
+        return data[5:].strip().decode("utf-8", "replace") if data.startswith(b"ref: ") else None
+
+    def _identity(self) -> str:
+        """Who reflog lines name, as git and libgit2 do: ``user.name <user.email>``, else ``unknown``."""
+        if self._who is None:
+            try:
+                sig = self._backend.git.default_signature
+                self._who = f"{sig.name} <{sig.email}>"
+            except (pygit2.GitError, KeyError, ValueError):
+                self._who = "unknown <unknown>"
+        return self._who
+
+    def _logged(self, name: str) -> bool:
+        """Whether git would keep a reflog for ``name`` (``core.logAllRefUpdates``, or an existing log)."""
+        if self._log_all is None:
+            try:
+                self._log_all = bool(self._backend.git.config.get_bool("core.logAllRefUpdates"))
+            except (KeyError, pygit2.GitError, ValueError):
+                self._log_all = False
+        if self._log_all and (name.startswith(leases.LOGGED) or name == "HEAD"):
+            return True
+        return os.path.exists(os.path.join(self.path, "logs", name))
+
