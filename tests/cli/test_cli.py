@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from conftest import run_git  # noqa: E402
+from helpers import run_git  # noqa: E402
 
 import qvc.cli  # noqa: E402
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore  # noqa: E402

@@ -16,7 +16,7 @@ import uuid
 import zlib
 from pathlib import Path
 
-from conftest import run_git
+from helpers import run_git
 
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
 from qvc.runs import Runs, RunStatus

@@ -16,7 +16,7 @@ import threading
 import time
 
 import pytest
-from conftest import child_env, fsck, run_git
+from helpers import child_env, fsck, run_git
 
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
 from qvc.plumbing import refpack

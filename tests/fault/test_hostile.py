@@ -23,7 +23,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from conftest import child_env, run_git
+from helpers import child_env, run_git
 from traps import HOOKS, PROGRAM_KEYS, arm
 
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore, fork_checkpoint

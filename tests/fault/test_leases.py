@@ -16,10 +16,10 @@ import sys
 import time
 
 import pytest
+from helpers import child_env, fsck, git_env
 
 from qvc import Checkpoint, CheckpointConfig, CheckpointConflictError, GitCheckpointStore
 from qvc.plumbing import leases, repository
-from tests.conftest import child_env, fsck, git_env
 
 HOLDER = """
 import sys, time

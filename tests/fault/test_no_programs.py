@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import child_env, run_git
+from helpers import child_env, run_git
 from traps import PROGRAM_KEYS, arm, use_hooks_dir
 
 import qvc

@@ -43,7 +43,7 @@ for _where in (HERE, HERE / "workers"):
 
 import powerloss  # noqa: E402
 import powerloss_writer as pw  # noqa: E402
-from conftest import child_env, fsck  # noqa: E402
+from helpers import child_env, fsck  # noqa: E402
 from test_crash import slow_enabled  # noqa: E402
 
 from qvc import GitCheckpointStore  # noqa: E402

@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import child_env, fsck, run_git
 from git_servers import GitDaemon, snapshot
+from helpers import child_env, fsck, run_git
 from test_crash import slow_enabled
 from traps import arm, marker_of_key
 

@@ -9,8 +9,8 @@ import os
 import uuid
 
 import pytest
-from conftest import run_git
 from git_servers import GitDaemon, GitHttpServer, snapshot
+from helpers import run_git
 
 import qvc
 from qvc import (
@@ -339,7 +339,7 @@ def test_replication_catches_up_after_the_remote_was_down(tmp_path, servers):
     import sys
     import time
 
-    from conftest import child_env
+    from helpers import child_env
 
     from qvc.remotes import replication
 

@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import child_env, fsck, run_git
 from git_servers import GitDaemon, snapshot
+from helpers import child_env, fsck, run_git
 
 import qvc
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore, PendingWrite, UnknownThreadError

@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import pygit2  # noqa: E402
-from conftest import child_env, fsck  # noqa: E402
+from helpers import child_env, fsck  # noqa: E402
 
 import qvc.plumbing.durability  # noqa: E402
 from qvc import Checkpoint, CheckpointConfig, DurabilityMode, GitCheckpointStore  # noqa: E402

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from conftest import child_env
+from helpers import child_env
 
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
 from qvc.inspect.log import log

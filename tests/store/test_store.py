@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import run_git
+from helpers import run_git
 
 from qvc import (
     Checkpoint,

@@ -6,7 +6,7 @@ import datetime as dt
 import re
 
 import pytest
-from conftest import fsck, run_git
+from helpers import fsck, run_git
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import child_env, run_git
+from helpers import child_env, run_git
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -12,7 +12,7 @@ import zlib
 
 import msgpack
 import pytest
-from conftest import child_env
+from helpers import child_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import fsck, run_git
+from helpers import fsck, run_git
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

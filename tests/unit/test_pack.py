@@ -8,7 +8,7 @@ import re
 import zlib
 
 import pytest
-from conftest import fsck, run_git
+from helpers import fsck, run_git
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
