@@ -164,6 +164,7 @@ QUICK_BUDGETS = {
     "QVC_CREATE_KILLS": "6",
     "QVC_KILL_GC_CI_SECONDS": "10",
     "QVC_MODEL_CI_EXAMPLES": "3",
+    "QVC_POWERLOSS_CI_STATES": "8",
 }
 QUICK_EXAMPLES_SHARE = 10  # the quick tier runs a tenth of each property test's examples
 _quick = False
