@@ -39,6 +39,8 @@ def state_for(thread: str, cid: str, step: int) -> dict:
 
 
 def put(store, thread: str, cid: str, step: int) -> None:
+    # Kept apart from helpers.put: its source and state_for's are sent to child processes
+    # (inspect.getsource), which do not import the test helpers.
     store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step,
                                                     state_data=state_for(thread, cid, step)), {"source": "test"})
 

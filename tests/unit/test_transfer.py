@@ -15,7 +15,7 @@ import threading
 import time
 
 import pytest
-from helpers import put, run_git
+from helpers import make_state, put, run_git
 
 from qvc import GitCheckpointStore
 from qvc.errors import RemoteError
@@ -36,12 +36,11 @@ PROGRESS_WORDS = ("Writing objects", "Receiving objects", "Resolving deltas", "C
 
 @pytest.fixture
 def source(tmp_path) -> str:
-    """A closed qvc repository: thread ``t`` of 20 checkpoints with growing lists and bytes."""
+    """A closed qvc repository: thread ``t`` of 20 checkpoints (lists that grow, bytes)."""
     path = tmp_path / "src.qvc"
     with GitCheckpointStore(path) as store:
         for i in range(20):
-            put(store, "t", f"c{i}", state={"messages": [f"m{j}-{i}" for j in range(i * 3)],
-                                            "blob": bytes(range(256)) * i})
+            put(store, "t", f"c{i}", i, make_state("t", f"c{i}", i))
     return str(path)
 
 
