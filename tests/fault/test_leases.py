@@ -15,8 +15,9 @@ import subprocess
 import sys
 import time
 
+import helpers
 import pytest
-from helpers import child_env, fsck, git_env, put
+from helpers import child_env, fsck, git_env
 
 from qvc import Checkpoint, CheckpointConfig, CheckpointConflictError, GitCheckpointStore
 from qvc.plumbing import leases, repository
@@ -38,6 +39,11 @@ if "--writes" in sys.argv:  # pending writes of the last checkpoint: a new ref, 
 print("IDLE", flush=True)
 time.sleep(600)
 """
+
+
+def _put(store, thread, cid, step, parent=None):
+    """``helpers.put`` with empty metadata (kept: the reflog then says "put", which tests read)."""
+    helpers.put(store, thread, cid, step, {"cid": cid}, parent_id=parent, metadata={})
 
 
 def _holder(path, mode="async", lag=600.0, writes=False) -> tuple[subprocess.Popen, list[str]]:
@@ -82,9 +88,9 @@ def test_a_leased_ref_is_locked_for_git_until_published(tmp_path, monkeypatch):
     monkeypatch.setattr(repository, "PUBLISH_LAG", 600.0)
     path = tmp_path / "r.qvc"
     with GitCheckpointStore(path, durability="exit") as store:
-        put(store, "t", "a", 0)
+        _put(store, "t", "a", 0)
         first = store.head("t")
-        put(store, "t", "b", 1)
+        _put(store, "t", "b", 1)
         assert _git(path, "rev-parse", "-q", "--verify", "refs/heads/t").returncode != 0  # not in git's files yet
         moved = _git(path, "update-ref", "refs/heads/t", first)
         assert moved.returncode != 0 and ".lock" in moved.stderr  # git's own compare-and-swap lock
@@ -99,16 +105,16 @@ def test_a_leased_ref_is_locked_for_git_until_published(tmp_path, monkeypatch):
 def test_a_writer_meeting_a_dead_writers_lease_rolls_it_forward(tmp_path):
     path = tmp_path / "r.qvc"
     with GitCheckpointStore(path) as mine:  # open before the other writer dies: its open recovers nothing
-        put(mine, "t", "base", 0)
+        _put(mine, "t", "base", 0)
         base = mine.head("t")
         proc, acked = _holder(path)  # builds on "base" and keeps its three puts to itself
         proc.kill()
         proc.wait()
         assert mine.head("t") == base  # not published: a running reader does not see them yet
         with pytest.raises(CheckpointConflictError):  # the thread moved: the dead writer's puts are there
-            put(mine, "t", "mine", 1, parent_id="base")
+            _put(mine, "t", "mine", 1, parent="base")
         assert [t.checkpoint.id for t in mine.list(CheckpointConfig("t"))] == ["held-2", "held-1", "held-0", "base"]
-        put(mine, "t", "after", 4)
+        _put(mine, "t", "after", 4)
         assert [t.checkpoint.id for t in mine.list(CheckpointConfig("t"))][:2] == ["after", "held-2"]
     with GitCheckpointStore(path) as reopened:  # the dead writer's journal is replayed: nothing changes
         assert reopened.recovery.journals_replayed == 1
@@ -124,7 +130,7 @@ def test_a_reader_waits_for_another_process_to_publish_what_it_acknowledged(tmp_
         with GitCheckpointStore(path, readonly=True) as reader:  # reads as git's files are
             assert [t.checkpoint.id for t in reader.list(CheckpointConfig("t"))] == list(reversed(acked))
         with GitCheckpointStore(path) as mine:  # a put reads the head the same way: no conflict
-            put(mine, "t", "mine", 9)
+            _put(mine, "t", "mine", 9)
             assert [t.checkpoint.id for t in mine.list(CheckpointConfig("t"))] == ["mine", *reversed(acked)]
     finally:
         proc.kill()
@@ -140,8 +146,8 @@ def test_two_live_processes_on_one_thread_never_fork_it_silently(tmp_path, monke
     try:
         with GitCheckpointStore(path) as mine:
             with pytest.raises(CheckpointConflictError):  # waits for the lease, then finds the thread moved
-                put(mine, "t", "mine", 9)
-            put(mine, "t", "mine", 9)  # a retry builds on what the other writer published
+                _put(mine, "t", "mine", 9)
+            _put(mine, "t", "mine", 9)  # a retry builds on what the other writer published
             assert [t.checkpoint.id for t in mine.list(CheckpointConfig("t"))] == ["mine", *reversed(acked)]
     finally:
         proc.kill()
@@ -168,7 +174,7 @@ def test_a_dead_writers_leased_new_ref_comes_back_whatever_was_deleted_elsewhere
     since no one else can have deleted a ref leased to the dead writer."""
     path = tmp_path / "r.qvc"
     with GitCheckpointStore(path) as store:
-        put(store, "other", "o-0", 0)
+        _put(store, "other", "o-0", 0)
     proc, acked = _holder(path, mode="sync", writes=True)  # acknowledged durable, never published
     try:
         with GitCheckpointStore(path) as other:
@@ -213,7 +219,7 @@ def test_a_dead_lease_over_a_torn_ref_does_not_stop_the_open(tmp_path):
     opening removes the lock (nothing to roll forward from) instead of failing on the ref."""
     path = tmp_path / "r.qvc"
     with GitCheckpointStore(path) as store:
-        put(store, "t", "a", 0)
+        _put(store, "t", "a", 0)
     (path / "refs" / "heads" / "t").write_bytes(b"qvc lease 1-deadbeef.wal")  # torn: no sha
     (path / "refs" / "heads" / "t.lock").write_bytes(leases.TAG + b"1-0123456789ab.wal\n")
     with GitCheckpointStore(path) as store:
@@ -245,13 +251,13 @@ def test_a_writer_killed_while_it_publishes_a_new_ref_loses_nothing(tmp_path):
     shows whose lease it was) instead of failing on the lock."""
     path = tmp_path / "r.qvc"
     with GitCheckpointStore(path) as other:
-        put(other, "u", "b", 0)
+        _put(other, "u", "b", 0)
         proc = subprocess.run([sys.executable, "-c", MID_PUBLISH, os.fspath(path)], env=child_env(),
                               capture_output=True, text=True, timeout=60)
         assert proc.stdout.split() == ["ACKED"] and proc.returncode == -9, proc.stderr[-3000:]
         locks = list((path / "refs" / "qvc" / "writes").glob("*.lock"))
         assert len(locks) == 1 and not locks[0].read_bytes().startswith(leases.TAG)
-        put(other, "u", "b2", 1)
+        _put(other, "u", "b2", 1)
         other.delete(CheckpointConfig("u"))  # a delete since: the generation rule alone would not restore it
         with GitCheckpointStore(path) as store:
             assert store.recovery.journals_replayed == 1
@@ -267,7 +273,7 @@ def test_recovery_leaves_a_ref_locked_by_another_writer_and_opens(tmp_path, capl
     warning and leaves the ref to the lock's holder."""
     path = tmp_path / "r.qvc"
     with GitCheckpointStore(path) as other:
-        put(other, "u", "b", 0)
+        _put(other, "u", "b", 0)
         proc = subprocess.run([sys.executable, "-c", MID_PUBLISH, os.fspath(path)], env=child_env(),
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == -9, proc.stderr[-3000:]
@@ -307,8 +313,8 @@ def test_a_dead_writers_lease_survives_packed_refs_rewritten_before_the_next_put
     acknowledged puts were on no line.)"""
     path = tmp_path / "r.qvc"
     with GitCheckpointStore(path) as store:
-        put(store, "t", "base", 0)
-        put(store, "u", "u-0", 0)
+        _put(store, "t", "base", 0)
+        _put(store, "u", "u-0", 0)
     _packed_only(path)
     with GitCheckpointStore(path) as mine:  # open before the writer dies: its open recovers nothing
         proc, acked = _holder(path, mode="sync")
@@ -316,7 +322,7 @@ def test_a_dead_writers_lease_survives_packed_refs_rewritten_before_the_next_put
         proc.wait()
         assert leases.holder(os.fspath(path), "refs/heads/t") is not None  # died holding its lease
         _rewrite_packed_refs(path, how, mine)
-        put(mine, "t", "mine", 4)  # builds on the dead writer's puts, rolled forward first
+        _put(mine, "t", "mine", 4)  # builds on the dead writer's puts, rolled forward first
         assert [t.checkpoint.id for t in mine.list(CheckpointConfig("t"))] == ["mine", *reversed(acked), "base"]
     with GitCheckpointStore(path) as reopened:
         assert [t.checkpoint.id for t in reopened.list(CheckpointConfig("t"))] == ["mine", *reversed(acked), "base"]
@@ -327,8 +333,8 @@ def _dead_writer_on_a_packed_thread(path) -> list[str]:
     """Threads t and u only in ``packed-refs``; a SYNC writer's three puts on t acknowledged, and
     the writer killed holding its lease. Returns the puts' ids."""
     with GitCheckpointStore(path) as store:
-        put(store, "t", "base", 0)
-        put(store, "u", "u-0", 0)
+        _put(store, "t", "base", 0)
+        _put(store, "u", "u-0", 0)
     _packed_only(path)
     proc, acked = _holder(path, mode="sync")
     proc.kill()
@@ -413,7 +419,7 @@ def test_a_delete_rewrites_the_superseded_line_a_dead_writers_time_travel_left(t
     path = tmp_path / "r.qvc"
     with GitCheckpointStore(path) as mine:  # open before the writer dies: its open recovers nothing
         for n in range(3):
-            put(mine, "b", f"b{n}", n)
+            _put(mine, "b", f"b{n}", n)
         proc = subprocess.Popen([sys.executable, "-c", TRAVELLER, os.fspath(path)], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=child_env())
         try:
@@ -421,7 +427,7 @@ def test_a_delete_rewrites_the_superseded_line_a_dead_writers_time_travel_left(t
         finally:
             proc.kill()
             proc.wait()
-        put(mine, "b", "after", 10)  # on the dead writer's travel, rolled forward first
+        _put(mine, "b", "after", 10)  # on the dead writer's travel, rolled forward first
         assert [t.checkpoint.id for t in mine.list(CheckpointConfig("b"))] == ["after", "back", "b0"]
         mine.delete(CheckpointConfig("b", "b1"))
         assert mine.get_tuple(CheckpointConfig("b", "b1")) is None
@@ -458,7 +464,7 @@ def test_a_running_store_completes_a_publication_a_kill_cut_short(tmp_path):
     the old head, which lost the acknowledged put."""
     path = tmp_path / "r.qvc"
     with GitCheckpointStore(path) as store:
-        put(store, "t", "base", 0)
+        _put(store, "t", "base", 0)
     with GitCheckpointStore(path) as other:
         proc = subprocess.run([sys.executable, "-c", CUT_SHORT, os.fspath(path)], env=child_env(),
                               capture_output=True, text=True, timeout=60)
@@ -467,7 +473,7 @@ def test_a_running_store_completes_a_publication_a_kill_cut_short(tmp_path):
         assert not lock.read_bytes().startswith(leases.TAG)
         old = time.time() - 30
         os.utime(lock, (old, old))  # long dead: older than git's own stale locks
-        put(other, "t", "mine", 2)  # on the dead writer's put, completed first
+        _put(other, "t", "mine", 2)  # on the dead writer's put, completed first
         assert [t.checkpoint.id for t in other.list(CheckpointConfig("t"))] == ["mine", "a", "base"]
     assert not lock.exists()
     fsck(path)
@@ -480,8 +486,8 @@ def test_a_retry_after_a_time_travel_conflict_stores_the_checkpoint(tmp_path, mo
     itself for a re-put of an existing checkpoint, reported success and stored nothing.)"""
     path = tmp_path / "r.qvc"
     with GitCheckpointStore(path) as store:
-        put(store, "t", "base-0", 0)
-        put(store, "t", "base-1", 1)
+        _put(store, "t", "base-0", 0)
+        _put(store, "t", "base-1", 1)
     proc, acked = _holder(path, mode="sync", lag=600.0)  # builds on base-1, keeps its lease
     monkeypatch.setattr(leases, "SETTLE_WAIT", 0.05)  # gives up waiting and reads the old head
     monkeypatch.setattr(repository, "LOCK_WAIT", 0.3)
@@ -558,7 +564,7 @@ def test_gc_completes_a_publication_a_kill_cut_short_instead_of_dropping_it(tmp_
     the old head (the acknowledged put on no line)."""
     path = tmp_path / "r.qvc"
     with GitCheckpointStore(path) as store:
-        put(store, "t", "base", 0)
+        _put(store, "t", "base", 0)
     with GitCheckpointStore(path) as other:  # open before the writer dies: its open recovers nothing
         proc = subprocess.run([sys.executable, "-c", CUT_SHORT, os.fspath(path)], env=child_env(),
                               capture_output=True, text=True, timeout=60)
