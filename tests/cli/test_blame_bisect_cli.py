@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_cli_process import put, qvc
+from helpers import put, qvc
 
 from qvc import GitCheckpointStore
 

@@ -18,16 +18,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from conftest import run_git  # noqa: E402
+from helpers import invoke, put, run_git  # noqa: E402
 
 import qvc.cli  # noqa: E402
-from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore  # noqa: E402
+from qvc import CheckpointConfig, GitCheckpointStore  # noqa: E402
 from qvc.cli import cli  # noqa: E402
 from qvc.codec import serde  # noqa: E402
 from qvc.codec.tagged import from_jsonable  # noqa: E402
@@ -55,11 +54,6 @@ def _isolated(tmp_path, monkeypatch):
         monkeypatch.delenv(var, raising=False)
 
 
-def invoke(*args: str, env: dict | None = None):
-    """Run the CLI through CliRunner; library exceptions propagate (a failing test shows them)."""
-    return CliRunner().invoke(cli, list(args), obj=None, env=env, catch_exceptions=False)
-
-
 def ok(*args: str, env: dict | None = None) -> str:
     """stdout of a command that must succeed."""
     result = invoke(*args, env=env)
@@ -80,15 +74,6 @@ def fails(capsys, code: int, *args: str) -> str:
     assert "Traceback" not in cap.err + cap.out
     assert cap.err.startswith("qvc: ") and cap.err.count("\n") == 1, f"not a one-line error: {cap.err!r}"
     return cap.err.strip()
-
-
-def cp(cid: str, thread: str, step: int, state: dict, parent_id: str | None = None) -> Checkpoint:
-    return Checkpoint(id=cid, thread_id=thread, step=step, state_data=state, parent_id=parent_id)
-
-
-def put(store, thread: str, cid: str, step: int, state: dict, parent_id: str | None = None, source: str = "loop"):
-    meta = {"source": source, "step": step}
-    return store.put(CheckpointConfig(thread), cp(cid, thread, step, state, parent_id), meta)
 
 
 def run_state(i: int) -> dict:

@@ -27,41 +27,11 @@ ROOT = HERE.parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from conftest import child_env, run_git  # noqa: E402
+from helpers import QVC, SCRIPT, child_env, env, put, qvc, qvc_json, run_git  # noqa: E402
 
-from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore  # noqa: E402
+from qvc import GitCheckpointStore  # noqa: E402
 
-SCRIPT = shutil.which("qvc", path=str(Path(sys.executable).parent))
-QVC = [SCRIPT] if SCRIPT else [sys.executable, "-m", "qvc"]
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def env(**extra: str) -> dict:
-    e = child_env()
-    for var in ("QVC_DIR", "NO_COLOR", "QVC_PAGER", "PAGER", "LINES", "COLUMNS", "_QVC_COMPLETE"):
-        e.pop(var, None)
-    e.update(extra)
-    return e
-
-
-def qvc(*args: str, cwd: Path | str | None = None, check: int | None = 0, timeout: float = 120,
-        **extra: str) -> subprocess.CompletedProcess:
-    """Run the qvc command; assert its exit status (``check``; ``None``: any) and no traceback."""
-    proc = subprocess.run([*QVC, *args], cwd=cwd, env=env(**extra), capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, timeout=timeout)
-    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
-    if check is not None:
-        assert proc.returncode == check, f"qvc {' '.join(args)} -> {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return proc
-
-
-def qvc_json(*args: str, cwd=None, **extra: str):
-    return json.loads(qvc(*args, "--json", cwd=cwd, **extra).stdout)
-
-
-def put(store, thread: str, cid: str, step: int, state: dict) -> None:
-    store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step, state_data=state),
-              {"source": "loop", "step": step})
 
 
 @pytest.fixture

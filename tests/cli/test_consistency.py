@@ -12,8 +12,7 @@ ROOT = HERE.parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from conftest import run_git  # noqa: E402
-from test_cli_process import put, qvc, qvc_json  # noqa: E402
+from helpers import put, qvc, qvc_json, run_git  # noqa: E402
 
 from qvc import CheckpointConfig, GitCheckpointStore  # noqa: E402
 from qvc.errors import InvalidInputError  # noqa: E402

@@ -23,8 +23,7 @@ ROOT = HERE.parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from conftest import child_env, fsck, run_git  # noqa: E402
-from test_cli_process import put, qvc, qvc_json  # noqa: E402
+from helpers import child_env, fsck, put, qvc, qvc_json, run_git  # noqa: E402
 
 from qvc import GitCheckpointStore  # noqa: E402
 

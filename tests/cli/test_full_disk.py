@@ -25,8 +25,7 @@ ROOT = HERE.parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from conftest import fsck  # noqa: E402
-from test_cli_process import put, qvc, qvc_json  # noqa: E402
+from helpers import fsck, put, qvc, qvc_json  # noqa: E402
 
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore  # noqa: E402
 from qvc.errors import QvcError, StorageError  # noqa: E402

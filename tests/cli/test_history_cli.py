@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_cli_process import put, qvc
+from helpers import put, qvc
 
 from qvc import GitCheckpointStore
 from qvc.runs import Message, Runs, ToolCall

@@ -12,9 +12,9 @@ HERE = Path(__file__).resolve().parent
 if str(HERE.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent))
 
-from conftest import run_git  # noqa: E402
 from git_servers import GitDaemon  # noqa: E402
-from test_cli_process import put, qvc, qvc_json, run_in_pty  # noqa: E402
+from helpers import put, qvc, qvc_json, run_git  # noqa: E402
+from test_cli_process import run_in_pty  # noqa: E402
 
 from qvc import GitCheckpointStore  # noqa: E402
 

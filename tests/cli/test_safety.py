@@ -20,8 +20,7 @@ ROOT = HERE.parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from conftest import child_env, fsck  # noqa: E402
-from test_cli_process import QVC, env, put, qvc, qvc_json  # noqa: E402
+from helpers import QVC, child_env, env, fsck, put, qvc, qvc_json  # noqa: E402
 
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore  # noqa: E402
 from qvc.errors import CheckpointConflictError  # noqa: E402

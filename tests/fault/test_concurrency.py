@@ -22,7 +22,8 @@ ROOT = HERE.parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from conftest import child_env, fsck  # noqa: E402
+import helpers  # noqa: E402
+from helpers import child_env, fsck  # noqa: E402
 
 from qvc import Checkpoint, CheckpointConfig, CheckpointConflictError, DurabilityMode, GitCheckpointStore  # noqa: E402
 
@@ -69,9 +70,9 @@ def collect(proc: subprocess.Popen, timeout: float) -> list[str]:
 
 
 def put(store, thread: str, cid: str, step: int, tag: str) -> None:
-    state = cwk.make_state(tag, cid, step)
-    store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step, state_data=state),
-              {"source": "loop", "step": step, "tag": tag})
+    """``helpers.put`` of the worker's state for ``tag`` (kept: readers check it the way the worker does)."""
+    helpers.put(store, thread, cid, step, cwk.make_state(tag, cid, step),
+                metadata={"source": "loop", "step": step, "tag": tag})
 
 
 def line_ids(store, thread: str) -> list[str]:

@@ -32,7 +32,7 @@ if str(HERE / "workers") not in sys.path:
     sys.path.insert(0, str(HERE / "workers"))
 
 import concurrency_worker as cwk  # noqa: E402
-from conftest import child_env, fsck  # noqa: E402
+from helpers import child_env, fsck  # noqa: E402
 from test_concurrency import check_outcome, collect, go, put, spawn  # noqa: E402
 from test_crash import slow_enabled  # noqa: E402
 

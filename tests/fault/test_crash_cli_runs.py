@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import child_env, fsck
+from helpers import child_env, fsck
 from test_crash import slow_enabled
 
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore

@@ -16,16 +16,10 @@ import uuid
 import zlib
 from pathlib import Path
 
-from conftest import run_git
+from helpers import put, run_git
 
-from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+from qvc import CheckpointConfig, GitCheckpointStore
 from qvc.runs import Runs, RunStatus
-
-
-def put(store, thread: str, cid: str, state: dict) -> None:
-    head = store.get_tuple(CheckpointConfig(thread))
-    step = 0 if head is None else head.checkpoint.step + 1
-    store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step, state_data=state), {})
 
 
 def found_in(path: Path, secrets: list[bytes]) -> list[str]:
@@ -52,11 +46,11 @@ def test_deleted_checkpoints_and_threads_are_unrecoverable_after_purge(tmp_path)
     s1, s2, s3, s4 = (f"SECRET-{uuid.uuid4().hex}" for _ in range(4))
     secrets = [s.encode() for s in (s1, s2, s3, s4)]
     with GitCheckpointStore(path) as store:
-        put(store, "keep", "k1", {"v": "kept"})
-        put(store, "keep", "k2", {"v": "kept too", "notes": ["a"] * 100})
-        put(store, "keep", "x1", {"v": s1, "notes": ["a"] * 100})  # its head, then deleted
-        put(store, "gone", "g1", {"v": s2})
-        put(store, "gone", "g2", {"v": "plain", "deep": {"list": [s3]}})
+        put(store, "keep", "k1", state={"v": "kept"})
+        put(store, "keep", "k2", state={"v": "kept too", "notes": ["a"] * 100})
+        put(store, "keep", "x1", state={"v": s1, "notes": ["a"] * 100})  # its head, then deleted
+        put(store, "gone", "g1", state={"v": s2})
+        put(store, "gone", "g2", state={"v": "plain", "deep": {"list": [s3]}})
         store.put_writes(CheckpointConfig("gone", "g2"), [("ch", {"w": s4})], "task")
         store.reset("gone", "g1")  # g2 is now on a superseded line, with its pending writes
         store.delete(CheckpointConfig("keep"))
@@ -76,8 +70,8 @@ def test_secret_is_found_before_purge(tmp_path):
     path = tmp_path / "r.qvc"
     secret = f"SECRET-{uuid.uuid4().hex}"
     with GitCheckpointStore(path) as store:
-        put(store, "t", "a", {"v": "kept"})
-        put(store, "t", "b", {"v": secret})
+        put(store, "t", "a", state={"v": "kept"})
+        put(store, "t", "b", state={"v": secret})
         store.delete(CheckpointConfig("t"))
     assert found_in(path, [secret.encode()])
 

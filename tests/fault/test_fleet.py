@@ -15,8 +15,9 @@ import sys
 import threading
 import time
 
+import helpers
 import pytest
-from conftest import child_env, fsck, run_git
+from helpers import child_env, fsck, run_git
 
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
 from qvc.plumbing import refpack
@@ -319,9 +320,8 @@ def test_a_compaction_cut_short_duplicates_entries_and_readers_take_them_once(tm
         finally:
             monkeypatch.setattr(os, "unlink", real_unlink)
 
-    def put(store, t, step):
-        store.put(CheckpointConfig(t), Checkpoint(id=f"{t}-{step}", thread_id=t, step=step,
-                                                  state_data={"step": step}), {})
+    def put(store, t, step):  # helpers.put, returning the new head commit (the reflogs name commits)
+        helpers.put(store, t, f"{t}-{step}", step, {"step": step}, metadata={})
         return store.head(t)
 
     threads = [f"t{n:02d}" for n in range(40)]

@@ -23,10 +23,10 @@ import zlib
 from pathlib import Path
 
 import pytest
-from conftest import child_env, run_git
+from helpers import child_env, put, run_git
 from traps import HOOKS, PROGRAM_KEYS, arm
 
-from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore, fork_checkpoint
+from qvc import CheckpointConfig, GitCheckpointStore, fork_checkpoint
 from qvc.codec import serde
 from qvc.errors import InvalidInputError
 from qvc.inspect.fsck import fsck as qvc_fsck
@@ -39,16 +39,10 @@ def qvc_cli(repo: Path, *args: str, cwd: Path | None = None) -> subprocess.Compl
                           timeout=120, cwd=cwd, stdin=subprocess.DEVNULL)
 
 
-def put(store, thread: str, cid: str, state: dict) -> None:
-    head = store.get_tuple(CheckpointConfig(thread))
-    step = 0 if head is None else head.checkpoint.step + 1
-    store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step, state_data=state), {})
-
-
 def test_a_repository_never_makes_qvc_run_a_program(tmp_path):
     repo = tmp_path / "r.qvc"
     with GitCheckpointStore(repo) as store:
-        put(store, "t", "a", {"messages": ["hi"], "n": 1})
+        put(store, "t", "a", state={"messages": ["hi"], "n": 1})
     markers = tmp_path / "markers"
     made = arm(repo, markers)
     assert len(made) >= 2 * len(HOOKS) + len(PROGRAM_KEYS)
@@ -59,11 +53,11 @@ def test_a_repository_never_makes_qvc_run_a_program(tmp_path):
         m.unlink()
 
     with GitCheckpointStore(repo) as store:
-        put(store, "t", "b", {"messages": ["hi", "there"], "n": 2})
+        put(store, "t", "b", state={"messages": ["hi", "there"], "n": 2})
         store.put_writes(CheckpointConfig("t", "b"), [("ch", 1)], "task")
         fork_checkpoint(store, CheckpointConfig("t", "a"), "f")
         store.reset("t", "a")
-        put(store, "t", "c", {"messages": ["again"], "n": 3})
+        put(store, "t", "c", state={"messages": ["again"], "n": 3})
         store.delete(CheckpointConfig("t"))
         runs = Runs(store)
         rec = runs.start("q", run_id="run1", session_id="s")
@@ -101,7 +95,7 @@ def _raw_tree(entries: list[tuple[bytes, str]], git_dir: Path) -> str:
 def test_checkout_to_dir_of_a_crafted_tree_writes_nothing_outside(tmp_path, name, drop_versions):
     repo = tmp_path / "r.qvc"
     with GitCheckpointStore(repo) as store:
-        put(store, "t", "a", {"ok": 1, "escape": 2})
+        put(store, "t", "a", state={"ok": 1, "escape": 2})
         head = store.head("t")
     tree_line = run_git(repo, "cat-file", "-p", head).stdout.splitlines()[0]
     good_tree = tree_line.split()[1]
@@ -202,8 +196,8 @@ def _damage(repo: Path, how: str) -> None:
 def test_corrupted_repository_through_the_cli(tmp_path, how):
     repo = tmp_path / "r.qvc"
     with GitCheckpointStore(repo) as store:
-        put(store, "t", "a", {"messages": ["hello"] * 10, "n": 1})
-        put(store, "t", "b", {"messages": ["hello"] * 11, "n": 2})
+        put(store, "t", "a", state={"messages": ["hello"] * 10, "n": 1})
+        put(store, "t", "b", state={"messages": ["hello"] * 11, "n": 2})
     _damage(repo, how)
     outcomes: dict[int, int] = {}
     for args in (("show", "t"), ("log", "t"), ("diff", "t"), ("fsck",), ("checkout", "t", "--to",
@@ -229,8 +223,8 @@ def test_corrupted_repository_through_the_cli(tmp_path, how):
 def test_awkward_thread_ids_through_the_library_and_cli(tmp_path, thread):
     repo = tmp_path / "r.qvc"
     with GitCheckpointStore(repo) as store:
-        put(store, thread, "c-1", {"v": thread})
-        put(store, thread, "c/../2", {"v": thread + "2"})
+        put(store, thread, "c-1", state={"v": thread})
+        put(store, thread, "c/../2", state={"v": thread + "2"})
         assert [t.checkpoint.id for t in store.list(CheckpointConfig(thread))] == ["c/../2", "c-1"]
         assert thread in store.threads()
         runs = Runs(store)

@@ -37,7 +37,7 @@ if str(HERE / "workers") not in sys.path:
     sys.path.insert(0, str(HERE / "workers"))
 
 import model_worker as mw  # noqa: E402
-from conftest import child_env, fsck  # noqa: E402
+from helpers import child_env, fsck  # noqa: E402
 from test_crash import slow_enabled  # noqa: E402
 from test_model import loose_objects, qvc_fsck, wait_for_git  # noqa: E402
 

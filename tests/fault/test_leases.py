@@ -15,11 +15,12 @@ import subprocess
 import sys
 import time
 
+import helpers
 import pytest
+from helpers import child_env, fsck, git_env
 
 from qvc import Checkpoint, CheckpointConfig, CheckpointConflictError, GitCheckpointStore
 from qvc.plumbing import leases, publication
-from tests.conftest import child_env, fsck, git_env
 
 HOLDER = """
 import sys, time
@@ -41,8 +42,8 @@ time.sleep(600)
 
 
 def _put(store, thread, cid, step, parent=None):
-    store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step, parent_id=parent,
-                                                   state_data={"cid": cid}), {})
+    """``helpers.put`` with empty metadata (kept: the reflog then says "put", which tests read)."""
+    helpers.put(store, thread, cid, step, {"cid": cid}, parent_id=parent, metadata={})
 
 
 def _holder(path, mode="async", lag=600.0, writes=False) -> tuple[subprocess.Popen, list[str]]:

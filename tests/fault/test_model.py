@@ -86,7 +86,7 @@ if str(HERE / "workers") not in sys.path:
     sys.path.insert(0, str(HERE / "workers"))
 
 import model_worker as mw  # noqa: E402
-from conftest import child_env, fsck, git_env  # noqa: E402
+from helpers import child_env, fsck, git_env  # noqa: E402
 from test_crash import git_processes_on, slow_enabled, wait_gone  # noqa: E402
 
 from qvc import CheckpointConfig, GitCheckpointStore  # noqa: E402

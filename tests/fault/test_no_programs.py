@@ -19,12 +19,13 @@ import sys
 import time
 from pathlib import Path
 
+import helpers
 import pytest
-from conftest import child_env, run_git
+from helpers import child_env, run_git
 from traps import PROGRAM_KEYS, arm, use_hooks_dir
 
 import qvc
-from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+from qvc import CheckpointConfig, GitCheckpointStore
 from qvc.inspect.fsck import fsck as qvc_fsck
 from qvc.inspect.log import graph
 from qvc.plumbing import launcher
@@ -42,10 +43,8 @@ def qvc_cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 def put(store: GitCheckpointStore, thread: str, cid: str, n: int) -> None:
-    head = store.get_tuple(CheckpointConfig(thread))
-    step = 0 if head is None else head.checkpoint.step + 1
-    store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step,
-                                                  state_data={"n": n, "messages": ["m"] * n}), {})
+    """``helpers.put`` of a state holding ``n`` messages (kept: the tests name states by ``n``)."""
+    helpers.put(store, thread, cid, state={"n": n, "messages": ["m"] * n})
 
 
 def ran(markers: Path) -> list[str]:

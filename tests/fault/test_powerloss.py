@@ -20,7 +20,8 @@ Then:
 ``test_sync_put_ordering`` reads the SYNC trace directly and checks the order of the journal's
 flushes against the ref moves (what qvc's design promises, see its docstring).
 
-``QVC_POWERLOSS_STATES`` sets how many crash states per mode the slow variant (``-m slow``) checks.
+``QVC_POWERLOSS_STATES`` sets how many crash states per mode the slow variant (``-m slow``) checks,
+``QVC_POWERLOSS_CI_STATES`` (30) how many the default run checks.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ for _where in (HERE, HERE / "workers"):
 
 import powerloss  # noqa: E402
 import powerloss_writer as pw  # noqa: E402
-from conftest import child_env, fsck  # noqa: E402
+from helpers import child_env, fsck  # noqa: E402
 from test_crash import slow_enabled  # noqa: E402
 
 from qvc import GitCheckpointStore  # noqa: E402
@@ -54,7 +55,8 @@ pytestmark = pytest.mark.skipif(shutil.which("strace") is None and not os.enviro
                                 reason="strace is not installed")
 
 MODES = ["sync", "async", "exit"]
-CI_STATES = 30  # crash points per mode in the default run (each checked in several variants)
+# crash points per mode in the default run (each checked in several variants)
+CI_STATES = int(os.environ.get("QVC_POWERLOSS_CI_STATES", "30"))
 WINDOW_SLACK = 0.5  # scheduling slack on top of max_lag for the flusher to start a flush, under strace
 
 

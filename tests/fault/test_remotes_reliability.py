@@ -30,14 +30,15 @@ import sys
 import time
 from pathlib import Path
 
+import helpers
 import pytest
-from conftest import child_env, fsck, run_git
 from git_servers import GitDaemon, snapshot
+from helpers import child_env, fsck, run_git
 from test_crash import slow_enabled
 from traps import arm, marker_of_key
 
 import qvc
-from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore, PushRejectedError, QvcError, fork_checkpoint
+from qvc import CheckpointConfig, GitCheckpointStore, PushRejectedError, QvcError, fork_checkpoint
 from qvc.inspect.fsck import fsck as qvc_fsck
 from qvc.remotes.remote import add_remote
 
@@ -89,8 +90,8 @@ def pushable_refs(git_dir: Path) -> dict[str, str]:
 
 
 def put(store, thread: str, step: int, **state) -> None:
-    store.put(CheckpointConfig(thread), Checkpoint(id=f"{thread}-{step}", thread_id=thread, step=step,
-                                                   state_data=state or {"n": step}), {})
+    """``helpers.put`` of checkpoint ``<thread>-<step>`` (kept: these tests name checkpoints by step)."""
+    helpers.put(store, thread, f"{thread}-{step}", step, state or {"n": step}, metadata={})
 
 
 def hostile_remote(tmp_path: Path) -> tuple[Path, dict[str, str]]:

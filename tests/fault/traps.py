@@ -11,7 +11,7 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
-from conftest import run_git
+from helpers import run_git
 
 from qvc.plumbing.launcher import HOOKS
 

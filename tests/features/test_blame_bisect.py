@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import math
 
+import helpers
 import pytest
 
-from qvc import Checkpoint, CheckpointConfig, InvalidInputError, NotFoundError, QvcError
+from qvc import InvalidInputError, NotFoundError, QvcError
 from qvc.inspect.bisect import bisect, bisect_line, verdict
 from qvc.inspect.blame import blame
 from qvc.store.fork import fork_thread
 
 
 def put(store, thread: str, cid: str, step: int, state: dict) -> str:
-    store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step, state_data=state),
-              {"source": "loop"})
+    """``helpers.put``, returning the new head commit (kept: these tests address commits)."""
+    helpers.put(store, thread, cid, step, state, metadata={"source": "loop"})
     return store.head(thread)
 
 

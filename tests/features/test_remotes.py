@@ -8,13 +8,13 @@ from __future__ import annotations
 import os
 import uuid
 
+import helpers
 import pytest
-from conftest import run_git
 from git_servers import GitDaemon, GitHttpServer, snapshot
+from helpers import run_git
 
 import qvc
 from qvc import (
-    Checkpoint,
     CheckpointConfig,
     CheckpointConflictError,
     GitCheckpointStore,
@@ -32,9 +32,9 @@ pytestmark = pytest.mark.usefixtures("isolated_git")  # git with no system or gl
 
 
 def put(store, thread, step, parent=None, **state):
-    cp = Checkpoint(id=uuid.uuid4().hex, thread_id=thread, step=step, parent_id=parent,
-                    state_data=state or {"step": step, "messages": [f"m{i}" for i in range(step + 1)]})
-    return store.put(CheckpointConfig(thread), cp, {"source": "loop", "step": step}, {})
+    """``helpers.put`` of a checkpoint with a fresh random id (kept: these tests name checkpoints by step)."""
+    return helpers.put(store, thread, uuid.uuid4().hex, step,
+                       state or {"step": step, "messages": [f"m{i}" for i in range(step + 1)]}, parent_id=parent)
 
 
 def build(store, prefix=""):
@@ -339,7 +339,7 @@ def test_replication_catches_up_after_the_remote_was_down(tmp_path, servers):
     import sys
     import time
 
-    from conftest import child_env
+    from helpers import child_env
 
     from qvc.remotes import replication
 

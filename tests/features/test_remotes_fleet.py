@@ -8,12 +8,13 @@ import os
 import subprocess
 import sys
 
+import helpers
 import pytest
-from conftest import child_env, fsck, run_git
 from git_servers import GitDaemon, snapshot
+from helpers import child_env, fsck, run_git
 
 import qvc
-from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore, PendingWrite, UnknownThreadError
+from qvc import CheckpointConfig, GitCheckpointStore, PendingWrite, UnknownThreadError
 from qvc.remotes.remote import add_remote, clone
 
 pytestmark = pytest.mark.usefixtures("isolated_git")
@@ -22,8 +23,8 @@ THREADS = 60
 
 
 def put(store, thread, step, **state):
-    return store.put(CheckpointConfig(thread), Checkpoint(id=f"{thread}-{step}", thread_id=thread, step=step,
-                                                          state_data={"step": step, "pad": "p" * 300, **state}), {})
+    """``helpers.put`` of checkpoint ``<thread>-<step>`` with 300 bytes of padding (kept: named by step)."""
+    return helpers.put(store, thread, f"{thread}-{step}", step, {"step": step, "pad": "p" * 300, **state}, metadata={})
 
 
 @pytest.fixture

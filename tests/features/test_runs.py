@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, child_env, fsck, run_git
+from helpers import ROOT, child_env, fsck, run_git
 
 from qvc import Checkpoint, CheckpointConfig
 from qvc.errors import (

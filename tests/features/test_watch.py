@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import child_env, run_git
+from helpers import child_env, run_git
 
 import qvc
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore, InvalidInputError

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, child_env, fsck, run_git
+from helpers import ROOT, child_env, fsck, run_git
 
 pytest.importorskip("agno.agent")
 pytest.importorskip("sqlalchemy")

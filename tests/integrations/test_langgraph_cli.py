@@ -7,7 +7,7 @@ import operator
 from typing import Annotated, TypedDict
 
 import pytest
-from conftest import run_git
+from helpers import run_git
 
 pytest.importorskip("langgraph.graph")
 

@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("langgraph.graph")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workers"))
 
-from conftest import child_env, fsck, run_git  # noqa: E402
+from helpers import child_env, fsck, run_git  # noqa: E402
 from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from langgraph.types import Command  # noqa: E402

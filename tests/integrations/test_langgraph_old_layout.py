@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("langgraph.checkpoint.base")
 
-from conftest import fsck, run_git  # noqa: E402
+from helpers import fsck, run_git  # noqa: E402
 from langgraph.checkpoint.base.id import uuid6  # noqa: E402
 
 from qvc.integrations.langgraph import QvcSaver  # noqa: E402

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("langgraph.checkpoint.base")
 
-from conftest import fsck, run_git  # noqa: E402
+from helpers import fsck, run_git  # noqa: E402
 from langchain_core.messages import HumanMessage  # noqa: E402
 from langgraph.checkpoint.base import ERROR, INTERRUPT  # noqa: E402
 from langgraph.checkpoint.base.id import uuid6  # noqa: E402

@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, child_env
+from helpers import ROOT, child_env
 
 if os.environ.get("CI") != "true":  # CI installs the test extra: there, a missing server stack fails
     pytest.importorskip("fastapi", reason='qvc serve needs the server extra: pip install -e ".[test]"')

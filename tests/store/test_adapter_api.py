@@ -4,7 +4,7 @@ themselves. Real repositories on disk."""
 
 from __future__ import annotations
 
-from conftest import fsck, run_git
+from helpers import fsck, run_git
 
 from qvc.codec import serde
 from qvc.store.format import MODE_BLOB

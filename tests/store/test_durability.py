@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import pygit2  # noqa: E402
-from conftest import child_env, fsck  # noqa: E402
+from helpers import child_env, fsck  # noqa: E402
 
 import qvc.plumbing.durability  # noqa: E402
 from qvc import Checkpoint, CheckpointConfig, DurabilityMode, GitCheckpointStore  # noqa: E402
@@ -39,6 +39,8 @@ def state_for(thread: str, cid: str, step: int) -> dict:
 
 
 def put(store, thread: str, cid: str, step: int) -> None:
+    # Kept apart from helpers.put: its source and state_for's are sent to child processes
+    # (inspect.getsource), which do not import the test helpers.
     store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step,
                                                     state_data=state_for(thread, cid, step)), {"source": "test"})
 

@@ -6,16 +6,18 @@ import json
 import subprocess
 import sys
 
-from conftest import child_env
+import helpers
+from helpers import child_env
 
-from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+from qvc import GitCheckpointStore
 from qvc.inspect.log import log
 
 
 def put(store, thread, cid, step, parent_id=None):
+    """``helpers.put``; a put with a parent is a time travel, asked for (kept: it passes ``expected_head``)."""
     extra = {} if parent_id is None else {"expected_head": store.head(thread)}  # time travel, asked for
-    return store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step, parent_id=parent_id,
-                                                          state_data={"step": step, "status": "ok"}), {}, **extra)
+    return helpers.put(store, thread, cid, step, {"step": step, "status": "ok"}, parent_id=parent_id, metadata={},
+                       **extra)
 
 
 def test_thread_heads_and_a_limited_log_all_agree_with_the_full_walk(tmp_path):

@@ -16,6 +16,7 @@ import sys
 import threading
 from pathlib import Path
 
+import helpers
 import pytest
 
 from qvc import (
@@ -45,8 +46,9 @@ def cp(cid: str, thread: str = "t1", step: int = 0, state=None, parent_id=None) 
 
 
 def put(store, cid, thread="t1", step=0, state=None, parent_id=None, metadata=None):
-    meta = {"source": "loop", "step": step} if metadata is None else metadata
-    return store.put(CheckpointConfig(thread), cp(cid, thread, step, state, parent_id), meta, {})
+    """``helpers.put`` with this file's defaults (kept: id first, thread "t1", step 0, state ``{"x": step}``)."""
+    return helpers.put(store, thread, cid, step, {"x": step} if state is None else state, parent_id=parent_id,
+                       metadata=metadata)
 
 
 # -- types ------------------------------------------------------------------------------

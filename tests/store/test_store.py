@@ -7,8 +7,9 @@ import os
 import re
 from pathlib import Path
 
+import helpers
 import pytest
-from conftest import run_git
+from helpers import run_git
 
 from qvc import (
     Checkpoint,
@@ -36,8 +37,9 @@ def cp(cid, thread="t1", step=0, state=None, parent_id=None):
 
 
 def put(store, cid, thread="t1", step=0, state=None, parent_id=None, metadata=None, new_versions=None):
-    meta = {"source": "loop", "step": step} if metadata is None else metadata
-    return store.put(CheckpointConfig(thread), cp(cid, thread, step, state, parent_id), meta, new_versions or {})
+    """``helpers.put`` with this file's defaults (kept: id first, thread "t1", step 0, state ``{"x": step}``)."""
+    return helpers.put(store, thread, cid, step, {"x": step} if state is None else state, parent_id=parent_id,
+                       metadata=metadata, new_versions=new_versions)
 
 
 def ids(store, thread="t1", **kw):

@@ -18,7 +18,9 @@ ROOT = HERE.parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore  # noqa: E402
+from helpers import put  # noqa: E402
+
+from qvc import CheckpointConfig, GitCheckpointStore  # noqa: E402
 from qvc.errors import StoreClosedError  # noqa: E402
 from qvc.plumbing.repository import CONSOLIDATE_AT  # noqa: E402
 
@@ -29,11 +31,6 @@ ROUNDS = 12
 def qvc_threads(before: set[threading.Thread]) -> list[threading.Thread]:
     """The threads alive now, not in ``before``, whose names say they are qvc's."""
     return [t for t in threading.enumerate() if t not in before and t.name.startswith("qvc-")]
-
-
-def put(store: GitCheckpointStore, thread: str, cid: str, step: int) -> None:
-    store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step,
-                                                   state_data={"step": step, "thread": thread}), {})
 
 
 def run_together(targets: list) -> None:

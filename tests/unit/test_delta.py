@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 
 import pytest
+from helpers import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -51,7 +52,7 @@ def test_apply_rejects_a_delta_for_another_base():
         delta.apply(base, d[:-2])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.binary(min_size=0, max_size=3000), st.lists(st.tuples(st.integers(0, 3000), st.integers(0, 200),
                                                                 st.binary(max_size=100)), max_size=6))
 def test_any_edit_of_the_base_rebuilds_exactly(base, edits):

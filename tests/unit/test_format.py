@@ -6,7 +6,7 @@ import datetime as dt
 import re
 
 import pytest
-from conftest import fsck, run_git
+from helpers import examples, fsck, run_git
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -94,7 +94,7 @@ def test_escape_trailer_round_trips_hostile_strings(value):
     assert unescape_trailer(escaped) == value
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(TEXT)
 def test_escape_trailer_round_trip_property(value):
     escaped = escape_trailer(value)
@@ -108,7 +108,7 @@ def test_plain_values_are_not_escaped():
         assert unescape_trailer(value) == value
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(step=st.integers(-(2**63), 2**63), source=TEXT, changed=st.lists(TEXT, max_size=25),
        checkpoint_id=TEXT, thread_id=TEXT)
 def test_commit_message_and_parse_trailers_round_trip(step, source, changed, checkpoint_id, thread_id):

@@ -6,12 +6,13 @@ import shutil
 import subprocess
 import sys
 
+import helpers
 import pytest
-from conftest import child_env, run_git
+from helpers import child_env, examples, run_git
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+from qvc import CheckpointConfig, GitCheckpointStore
 from qvc.codec import serde
 from qvc.errors import CorruptionError
 from qvc.plumbing.objects import MODE_TREE
@@ -27,8 +28,8 @@ def _msgs(n: int) -> list[dict]:
 
 
 def _put(store, thread: str, cid: str, step: int, state: dict, parent_id: str | None = None) -> str:
-    store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step, state_data=state,
-                                                   parent_id=parent_id), {"source": "loop"})
+    """``helpers.put``, returning the new head commit (kept: these tests address commits)."""
+    helpers.put(store, thread, cid, step, state, parent_id=parent_id, metadata={"source": "loop"})
     return store.head(thread)
 
 
@@ -462,7 +463,7 @@ def test_lru_weight_bound():
     assert len(cache) == 10  # clear() forgot the weight too
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(size=st.integers(1, 6), max_weight=st.integers(0, 20),
        ops=st.lists(st.tuples(st.integers(0, 8), st.binary(max_size=12)), max_size=40))
 def test_lru_bounds_property(size, max_weight, ops):

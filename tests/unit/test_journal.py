@@ -12,7 +12,7 @@ import zlib
 
 import msgpack
 import pytest
-from conftest import child_env
+from helpers import child_env, examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -70,7 +70,7 @@ def test_empty_record_round_trips_and_bookkeeping_fields_are_not_encoded():
     assert back.stored == 0 and back.oids == []  # in-memory bookkeeping only
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(objects=st.lists(st.tuples(st.sampled_from(["blob", "tree", "commit"]), st.binary(max_size=300)), max_size=6),
        refs=st.lists(st.tuples(st.text(min_size=1, max_size=30), st.none() | HEX, st.none() | HEX), max_size=5),
        base=st.booleans(),

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import helpers
 import pytest
 
-from qvc import Checkpoint, CheckpointConfig, InvalidInputError, UnknownCheckpointError
+from qvc import InvalidInputError, UnknownCheckpointError
 from qvc.inspect.log import PLACEHOLDERS, check_format, format_entry, log
 from qvc.store.revisions import Revision, parse_range, parse_revision
 
 
 def put(store, thread: str, cid: str, step: int, state: dict) -> str:
-    store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step, state_data=state),
-              {"source": "loop"})
+    """``helpers.put``, returning the new head commit (kept: these tests address commits)."""
+    helpers.put(store, thread, cid, step, state, metadata={"source": "loop"})
     return store.head(thread)
 
 

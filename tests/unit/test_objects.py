@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from conftest import fsck, run_git
+from helpers import examples, fsck, run_git
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -73,7 +73,7 @@ def test_the_empty_tree():
 _NAMES = st.text(alphabet="ab.-_0/~é", min_size=1, max_size=6).filter(lambda s: "/" not in s and s not in (".", ".."))
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(st.dictionaries(_NAMES, st.tuples(st.sampled_from([MODE_BLOB, MODE_TREE, 0o100755]),
                                          st.binary(min_size=20, max_size=20)), max_size=12))
 def test_tree_bytes_matches_git_mktree_for_any_names(tmp_path_factory, entries):

@@ -8,7 +8,7 @@ import sys
 
 import pygit2
 import pytest
-from conftest import child_env, run_git
+from helpers import child_env, run_git
 
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore, InvalidInputError
 from qvc.errors import CorruptionError, NotARepositoryError

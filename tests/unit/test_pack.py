@@ -8,7 +8,7 @@ import re
 import zlib
 
 import pytest
-from conftest import fsck, run_git
+from helpers import examples, fsck, run_git
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -295,7 +295,7 @@ def test_deflate_round_trips_through_zlib_at_every_window_size(size):
         assert d.decompress(out) + d.flush() == data and d.eof and d.unused_data == b""
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.binary(max_size=5000))
 def test_deflate_round_trip_property(data):
     assert zlib.decompress(pack.deflate(data)) == data

@@ -6,8 +6,9 @@ import uuid
 
 import pygit2
 import pytest
+from helpers import put
 
-from qvc import Checkpoint, CheckpointConfig, InvalidThreadIdError
+from qvc import CheckpointConfig, InvalidThreadIdError
 from qvc.store.refnames import HEADS, MAX_ENCODED, decode_thread, encode_thread, head_ref, superseded_prefix, writes_ref
 
 AWKWARD = [
@@ -137,17 +138,11 @@ def test_invalid_thread_ids_raise(bad):
 # -- through the store ------------------------------------------------------------------
 
 
-def _put(store, thread_id, cid, step=0, state=None):
-    return store.put(CheckpointConfig(thread_id),
-                     Checkpoint(id=cid, thread_id=thread_id, step=step, state_data=state or {"t": thread_id}),
-                     {"source": "loop", "step": step}, {})
-
-
 @pytest.mark.parametrize("thread_id", ALL, ids=_ids(ALL))
 def test_store_put_get_list_threads_on_awkward_id(store, thread_id):
-    returned = _put(store, thread_id, "c0", 0)
+    returned = put(store, thread_id, "c0", 0, {"t": thread_id})
     assert returned == CheckpointConfig(thread_id, "c0")
-    _put(store, thread_id, "c1", 1, {"t": thread_id, "n": 1})
+    put(store, thread_id, "c1", 1, {"t": thread_id, "n": 1})
     tup = store.get_tuple(CheckpointConfig(thread_id))
     assert tup.checkpoint.id == "c1"
     assert tup.checkpoint.thread_id == thread_id
@@ -161,7 +156,7 @@ def test_store_put_get_list_threads_on_awkward_id(store, thread_id):
 
 def test_store_all_awkward_ids_side_by_side(store, git):
     for i, thread_id in enumerate(ALL):
-        _put(store, thread_id, f"c{i}", 0)
+        put(store, thread_id, f"c{i}", 0, {"t": thread_id})
     assert store.threads() == sorted(ALL)
     for i, thread_id in enumerate(ALL):
         latest = store.get(CheckpointConfig(thread_id))
@@ -181,7 +176,7 @@ def test_store_reopen_keeps_awkward_ids(repo_path):
 
     with GitCheckpointStore(repo_path) as s:
         for i, thread_id in enumerate(ALL):
-            _put(s, thread_id, f"c{i}", 0)
+            put(s, thread_id, f"c{i}", 0, {"t": thread_id})
     with GitCheckpointStore(repo_path, create=False) as s:
         assert s.threads() == sorted(ALL)
         assert s.get(CheckpointConfig("a" * 300)).thread_id == "a" * 300

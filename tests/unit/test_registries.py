@@ -9,10 +9,11 @@ import sys
 import time
 
 import pytest
-from conftest import child_env, publish_open
+from helpers import child_env
 
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
 from qvc.errors import InvalidInputError, QvcError
+from qvc.plumbing.repository import publish_open
 from qvc.store.prefixes import PrefixCollisionError, owner_of, prefixes, register_prefix
 from qvc.store.threadnames import RACY_NS, ThreadNames
 from qvc.store.writekeys import writes_commit

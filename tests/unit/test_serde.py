@@ -14,6 +14,7 @@ from pathlib import Path
 
 import msgpack
 import pytest
+from helpers import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -328,7 +329,7 @@ _DEEP = st.integers(min_value=1, max_value=3000).map(lambda n: b"\x91" * n + b"\
 HOSTILE = st.one_of(st.binary(max_size=200), _EXT, _MUTATED, _TRUNCATED, _DEEP)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(HOSTILE)
 def test_loads_on_arbitrary_bytes_returns_or_raises_corruption_error(data):
     try:
@@ -415,7 +416,7 @@ _VALUES = st.recursive(
 )
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_VALUES)
 def test_round_trip_property(value):
     assert same(value, roundtrip(value))

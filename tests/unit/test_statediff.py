@@ -9,6 +9,7 @@ import math
 import zoneinfo
 
 import pytest
+from helpers import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -336,13 +337,13 @@ _VALUES = st.recursive(
 )
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_VALUES, max_size=30), st.lists(_VALUES, min_size=1, max_size=5))
 def test_appending_is_always_only_adds_at_the_end(prefix, tail):
     assert diff1(prefix, prefix + tail) == [Change((len(prefix) + i,), "add", None, v) for i, v in enumerate(tail)]
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_VALUES, _VALUES)
 def test_diff_is_empty_exactly_when_values_are_identical(a, b):
     changes = diff1(a, b)

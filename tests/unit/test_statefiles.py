@@ -12,6 +12,7 @@ import zoneinfo
 from pathlib import Path
 
 import pytest
+from helpers import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -269,7 +270,7 @@ def test_file_name_examples():
 
 
 @given(st.text())
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 def test_file_names_decode_back(name):
     fname = field_filename(name)
     assert fname.isascii() and fname.endswith(".json") and not fname.startswith(".")
@@ -559,7 +560,7 @@ _VALUES = st.recursive(
 _STATES = st.dictionaries(st.text(max_size=12) | st.sampled_from(NASTY_NAMES), _VALUES, max_size=5)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_STATES, st.dictionaries(_KEYS, _VALUES, max_size=3))
 def test_random_states_round_trip_through_files(state, meta):
     with tempfile.TemporaryDirectory() as tmp:
@@ -572,7 +573,7 @@ def test_random_states_round_trip_through_files(state, meta):
         assert same(read_state(target)[0], state)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_VALUES)
 def test_random_values_round_trip_through_json_text(value):
     assert same(loads_tagged(dumps_tagged(value)), value)
