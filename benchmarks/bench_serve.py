@@ -30,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from qvc import GitCheckpointStore  # noqa: E402
-from qvc.inspect.views import thread_line_json  # noqa: E402
+from qvc.readers.views import thread_line_json  # noqa: E402
 from qvc.runs import Runs  # noqa: E402
 from samples.scripted_agent import ScriptedModel, drive, make_tools  # noqa: E402
 

@@ -84,8 +84,8 @@ def fetch(store: GitCheckpointStore, remote: str = "origin", threads=None, **opt
 
 
 def watch(store: GitCheckpointStore, threads=None, **options):
-    """Follow ``store``'s repository live; see :func:`qvc.inspect.watch.watch`."""
-    from qvc.inspect.watch import watch as _watch
+    """Follow ``store``'s repository live; see :func:`qvc.readers.watch.watch`."""
+    from qvc.readers.watch import watch as _watch
 
     return _watch(store, threads, **options)
 

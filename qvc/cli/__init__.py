@@ -1,8 +1,8 @@
 """The ``qvc`` command line: a thin click shell over the library.
 
-Every command is a library call (:mod:`qvc.store`, :mod:`qvc.store.revisions`, :mod:`qvc.inspect.log`,
-:mod:`qvc.inspect.statediff`, :mod:`qvc.inspect.workdir`, :mod:`qvc.inspect.fsck`,
-:mod:`qvc.inspect.status`, :mod:`qvc.runs`, :mod:`qvc.remotes`, ...); the command modules only parse
+Every command is a library call (:mod:`qvc.store`, :mod:`qvc.store.revisions`, :mod:`qvc.readers.log`,
+:mod:`qvc.readers.statediff`, :mod:`qvc.readers.workdir`, :mod:`qvc.readers.fsck`,
+:mod:`qvc.readers.status`, :mod:`qvc.runs`, :mod:`qvc.remotes`, ...); the command modules only parse
 arguments and print. Errors are one line on stderr with a distinct exit status (see :data:`EXIT_CODES`);
 ``--json`` output is stable and documented in docs/cli.md.
 
@@ -42,7 +42,7 @@ from qvc.cli.app import (
     main,
     run,
 )
-from qvc.inspect.dates import ago
+from qvc.readers.dates import ago
 
 __all__ = ["EXIT_CODES", "EXIT_CONFLICT", "EXIT_CORRUPT", "EXIT_DURABILITY", "EXIT_ERROR", "EXIT_NOT_A_REPO",
            "EXIT_NOT_FOUND", "EXIT_USAGE", "ago", "cli", "exit_code", "main", "run"]

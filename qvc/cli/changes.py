@@ -26,8 +26,8 @@ def diff(a: str, b: str | None, stat: bool, full: bool, as_json: bool) -> None:
       qvc diff RUN@3 RUN@5      # a run between two of its checkpoints (message indexes)
     """
     # deferred: start-up speed
-    from qvc.inspect.statediff import format_diff, format_stat, to_json
-    from qvc.inspect.views import diff_commits
+    from qvc.readers.statediff import format_diff, format_stat, to_json
+    from qvc.readers.views import diff_commits
 
     store = session().store()
     ra = revision(store, a)

@@ -1,4 +1,4 @@
-"""Following a repository live (:mod:`qvc.inspect.watch`): ``qvc watch``, and the follow part of
+"""Following a repository live (:mod:`qvc.readers.watch`): ``qvc watch``, and the follow part of
 ``qvc log --follow`` (:func:`follow_log`, which :mod:`qvc.cli.history` calls)."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def event_text(e) -> str:
 
 
 def event_line(e) -> str:
-    """One event as a line of text (``--json`` prints :meth:`qvc.inspect.watch.WatchEvent.to_json`)."""
+    """One event as a line of text (``--json`` prints :meth:`qvc.readers.watch.WatchEvent.to_json`)."""
     return f"{datetime.fromtimestamp(e.observed):%H:%M:%S} {style(f'{e.kind:<10}', fg='cyan')} {event_text(e)}"
 
 
@@ -80,7 +80,7 @@ def watch(threads: tuple[str, ...], as_json: bool, poll: float | None) -> None:
       qvc watch
       qvc watch run-7 --json | jq .id
     """
-    from qvc.inspect.watch import watch as watch_repository  # deferred: start-up speed
+    from qvc.readers.watch import watch as watch_repository  # deferred: start-up speed
 
     store = session().store()
     kw = {"hints": "poll", "poll_interval": poll} if poll else {}
@@ -102,8 +102,8 @@ def follow_log(store, name: str | None, limit: int | None, as_json: bool,
     ``qvc watch --json`` form. ``compact``: entries are one line each, so notes have no blank
     line after them."""
     # deferred: start-up speed
-    from qvc.inspect.log import entry, log
-    from qvc.inspect.watch import watch as watch_repository
+    from qvc.readers.log import entry, log
+    from qvc.readers.watch import watch as watch_repository
 
     head = store.current()
     thread = head.thread if name in (None, "HEAD") else name

@@ -11,8 +11,8 @@ from qvc.cli.following import follow_log
 from qvc.cli.output import emit_json, page, short, style, value_width
 from qvc.cli.runs import show_run
 from qvc.errors import CorruptionError, InvalidInputError, NotFoundError
-from qvc.inspect.dates import ago
-from qvc.inspect.views import iso
+from qvc.readers.dates import ago
+from qvc.readers.views import iso
 
 
 class PathsAfterDashes(click.Command):
@@ -71,9 +71,9 @@ def log(name: str | None, limit: int | None, oneline: bool, graph: bool, all_: b
       qvc log --follow --oneline run-7
     """
     # deferred: start-up speed
-    from qvc.inspect.log import check_format
-    from qvc.inspect.log import graph as draw
-    from qvc.inspect.log import log as walk
+    from qvc.readers.log import check_format
+    from qvc.readers.log import graph as draw
+    from qvc.readers.log import log as walk
 
     fields = click.get_current_context().meta.get("after_dashes", [])
     selecting = bool(reverse or since or until or grep or fields or patch or stat)
@@ -119,8 +119,8 @@ def history_range(store, name: str | None):
 
 
 def date(text: str | None, option: str) -> float | None:
-    """A ``--since`` / ``--until`` value as a Unix time (git's date forms, :mod:`qvc.inspect.dates`)."""
-    from qvc.inspect.dates import parse_date  # deferred: start-up speed
+    """A ``--since`` / ``--until`` value as a Unix time (git's date forms, :mod:`qvc.readers.dates`)."""
+    from qvc.readers.dates import parse_date  # deferred: start-up speed
 
     if text is None:
         return None
@@ -132,7 +132,7 @@ def date(text: str | None, option: str) -> float | None:
 
 def entry_diffs(store, e, fields) -> list:
     """The field diffs of a log entry against its parent (only ``fields`` when given)."""
-    from qvc.inspect.views import diff_commits  # deferred: start-up speed
+    from qvc.readers.views import diff_commits  # deferred: start-up speed
 
     diffs = diff_commits(store, None, e.commit)
     return [d for d in diffs if d.field in fields] if fields else diffs
@@ -142,7 +142,7 @@ def entry_json(store, e, fields, with_diff: bool) -> dict:
     """A log entry's ``--json`` form; with -p or --stat, its ``"diff"`` (as ``qvc diff --json``)."""
     data = e.to_json()
     if with_diff:
-        from qvc.inspect.statediff import to_json  # deferred: start-up speed
+        from qvc.readers.statediff import to_json  # deferred: start-up speed
 
         data["diff"] = to_json(entry_diffs(store, e, fields))
     return data
@@ -150,7 +150,7 @@ def entry_json(store, e, fields, with_diff: bool) -> dict:
 
 def entry_diff(store, e, fields, patch: bool, stat: bool) -> list[str]:
     """The --stat and -p lines printed under a log entry, then a blank line."""
-    from qvc.inspect.statediff import format_diff, format_stat  # deferred: start-up speed
+    from qvc.readers.statediff import format_diff, format_stat  # deferred: start-up speed
 
     diffs = entry_diffs(store, e, fields)
     lines: list[str] = []
@@ -165,7 +165,7 @@ def entry_diff(store, e, fields, patch: bool, stat: bool) -> list[str]:
 
 def decorations(entry, head) -> str:
     """`` (HEAD -> t, other, superseded)``: the names pointing at a log entry, as git decorates."""
-    from qvc.inspect.log import decorations as names  # deferred: start-up speed
+    from qvc.readers.log import decorations as names  # deferred: start-up speed
 
     found = names(entry, head.thread, head.commit)
     return f" ({', '.join(found)})" if found else ""
@@ -175,7 +175,7 @@ def entry_lines(e, head, oneline: bool, fmt: str | None = None) -> list[str]:
     """One log entry as text: ``fmt`` (--format) expanded, one line with --oneline, else a block
     ending in a blank line."""
     if fmt is not None:
-        from qvc.inspect.log import format_entry  # deferred: start-up speed
+        from qvc.readers.log import format_entry  # deferred: start-up speed
 
         return format_entry(e, fmt, head_thread=head.thread, head_commit=head.commit).split("\n")
     status = f" [{e.status}]" if e.status else ""
@@ -203,8 +203,8 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool) -
       qvc show 3f2a9c --json
     """
     # deferred: start-up speed
-    from qvc.inspect.statediff import shorten
-    from qvc.inspect.views import checkpoint_json, state_of
+    from qvc.readers.statediff import shorten
+    from qvc.readers.views import checkpoint_json, state_of
     from qvc.store.revisions import parse_revision
 
     store = session().store()
@@ -267,8 +267,8 @@ def blame(field: str, name: str | None, full: bool, as_json: bool) -> None:
       qvc blame scratch run-7~3 --json
     """
     # deferred: start-up speed
-    from qvc.inspect.blame import blame as attribute
-    from qvc.inspect.statediff import format_path, shorten
+    from qvc.readers.blame import blame as attribute
+    from qvc.readers.statediff import format_path, shorten
 
     store = session().store()
     lines = attribute(store, field, revision(store, name).commit)

@@ -46,7 +46,7 @@ def fsck(as_json: bool) -> None:
       qvc fsck && echo healthy
       qvc fsck || qvc branch -D broken-thread   # a thread whose ref points at a lost object
     """
-    from qvc.inspect.fsck import fsck as check  # deferred: start-up speed
+    from qvc.readers.fsck import fsck as check  # deferred: start-up speed
 
     report = check(session().store())
     if as_json:

@@ -10,7 +10,7 @@ import click
 from qvc.cli.app import cli, session
 from qvc.cli.output import emit_json, out, qname, short, style, warn
 from qvc.errors import InvalidInputError
-from qvc.inspect.dates import ago
+from qvc.readers.dates import ago
 
 
 @cli.command()
@@ -51,7 +51,7 @@ def status(as_json: bool) -> None:
     Example:
       qvc status
     """
-    from qvc.inspect.status import status as repo_status  # deferred: start-up speed
+    from qvc.readers.status import status as repo_status  # deferred: start-up speed
 
     st = repo_status(session().store())
     if st.damaged:

@@ -8,7 +8,7 @@ import click
 from qvc.cli.app import cli, session
 from qvc.cli.output import emit_json, page, short, style, value_width
 from qvc.errors import InvalidInputError, UnknownRunError
-from qvc.inspect.dates import ago
+from qvc.readers.dates import ago
 
 
 def show_run(store, ref: str, full: bool, as_json: bool) -> bool:
@@ -23,7 +23,7 @@ def show_run(store, ref: str, full: bool, as_json: bool) -> bool:
     if as_json:
         emit_json(shown.to_dict())
         return True
-    from qvc.inspect.statediff import shorten  # deferred: start-up speed
+    from qvc.readers.statediff import shorten  # deferred: start-up speed
 
     run = shown.run if isinstance(shown, Snapshot) else shown
     width = value_width()

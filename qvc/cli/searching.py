@@ -1,4 +1,4 @@
-"""Searching history (:mod:`qvc.inspect.bisect`): ``qvc bisect run``."""
+"""Searching history (:mod:`qvc.readers.bisect`): ``qvc bisect run``."""
 
 from __future__ import annotations
 
@@ -44,8 +44,8 @@ def run(good: str, bad: str, as_json: bool) -> int | None:
       qvc bisect run --good run-7~40 --bad run-7 -- python check.py
       qvc bisect run --good r-7@4 --bad r-7 --json -- sh -c 'grep -q ok "$QVC_STATE_DIR"/status.json'
     """
-    from qvc.inspect.bisect import bisect as search  # deferred: start-up speed
-    from qvc.inspect.bisect import run_test
+    from qvc.readers.bisect import bisect as search  # deferred: start-up speed
+    from qvc.readers.bisect import run_test
 
     argv = click.get_current_context().meta.get("after_dashes", [])
     if not argv:

@@ -9,8 +9,8 @@ from qvc.cli.app import cli, complete_names, revision, session
 from qvc.cli.output import emit_json, out, page, qname, short, style, warn
 from qvc.cli.workdir import checkout_to
 from qvc.errors import CorruptionError, InvalidInputError, InvalidThreadIdError, UnknownThreadError
-from qvc.inspect.dates import ago
-from qvc.inspect.views import iso
+from qvc.readers.dates import ago
+from qvc.readers.views import iso
 
 
 def new_thread_name(name: str) -> str:
@@ -97,7 +97,7 @@ def branch(names: tuple[str, ...], verbose: bool, delete: bool, force_delete: bo
 
 def delete_threads(store, names: tuple[str, ...], force: bool) -> None:
     """``qvc branch -d/-D``: check every thread first (unless ``force``), then delete them all."""
-    from qvc.inspect.views import kept_lines  # deferred: start-up speed
+    from qvc.readers.views import kept_lines  # deferred: start-up speed
 
     current = store.current().thread
     for name in names:
@@ -122,7 +122,7 @@ def delete_threads(store, names: tuple[str, ...], force: bool) -> None:
 
 def list_threads(store, verbose: bool, as_json: bool) -> None:
     """``qvc branch [-v] [--json]``."""
-    from qvc.inspect.views import thread_json  # deferred: start-up speed
+    from qvc.readers.views import thread_json  # deferred: start-up speed
 
     current = store.current().thread
     if not verbose:  # names only: nothing to read per thread
@@ -218,7 +218,7 @@ def reset(name: str, as_json: bool) -> None:
     Example:
       qvc reset HEAD~3
     """
-    from qvc.inspect.views import is_kept_line  # deferred: start-up speed
+    from qvc.readers.views import is_kept_line  # deferred: start-up speed
 
     store = session().store(write=True)
     head = store.current()

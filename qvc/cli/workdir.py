@@ -1,4 +1,4 @@
-"""Working directories (:mod:`qvc.inspect.workdir`, :mod:`qvc.edit.workdir`): ``qvc checkout --to DIR``
+"""Working directories (:mod:`qvc.readers.workdir`, :mod:`qvc.edit.workdir`): ``qvc checkout --to DIR``
 (through :func:`checkout_to`, which ``qvc checkout`` calls) and ``qvc commit DIR``."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from qvc.cli.output import emit_json, out, qname, short, warn
 def checkout_to(store, name: str | None, to: str, as_json: bool, force: bool = False) -> None:
     """``qvc checkout [CHECKPOINT] --to DIR [--force]``: the checkpoint's state as files in ``to``;
     refuses to overwrite edited field files there unless ``force``."""
-    from qvc.inspect.workdir import checkout_to_directory  # deferred: start-up speed
+    from qvc.readers.workdir import checkout_to_directory  # deferred: start-up speed
 
     done = checkout_to_directory(store, revision(store, name).commit, to, force=force)
     for field, why in done.damaged.items():

@@ -1,7 +1,7 @@
 """A directory of state files stored back as a checkpoint: ``qvc commit DIR``.
 
-The directory is one :func:`qvc.inspect.workdir.checkout_to_directory` wrote (one JSON file per
-field, :mod:`qvc.inspect.statefiles`), then people edited: :func:`commit_directory` stores it as
+The directory is one :func:`qvc.readers.workdir.checkout_to_directory` wrote (one JSON file per
+field, :mod:`qvc.readers.statefiles`), then people edited: :func:`commit_directory` stores it as
 a new checkpoint on the current thread, a child of the checkpoint it came from when that is on
 the current thread (so editing an older checkpoint is time travel), else of the thread's head.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from qvc.errors import CorruptionError, InvalidInputError, StorageError
-from qvc.inspect.statefiles import read_state, record_state
+from qvc.readers.statefiles import read_state, record_state
 from qvc.store.format import HEADER
 from qvc.store.refnames import decode_name
 from qvc.types import Checkpoint, CheckpointConfig
@@ -36,7 +36,7 @@ class CommittedDirectory:
 
 
 def commit_directory(store: GitCheckpointStore, directory: str | os.PathLike, message: str = "") -> CommittedDirectory:
-    """Store the state in ``directory`` (as :func:`qvc.inspect.workdir.checkout_to_directory` wrote
+    """Store the state in ``directory`` (as :func:`qvc.readers.workdir.checkout_to_directory` wrote
     it, then edited) as a new checkpoint on the current thread, and move the thread's head to it.
 
     Its parent is the checkpoint the directory was written from (the manifest's ``commit``) when
@@ -45,7 +45,7 @@ def commit_directory(store: GitCheckpointStore, directory: str | os.PathLike, me
     "message": message, "edited_from": <the manifest's id>}``. A parent older than the head is
     time travel: the newer line is kept as a superseded line (``time_travel`` in the result).
     Once stored, the directory's manifest names the new checkpoint
-    (:func:`qvc.inspect.statefiles.record_state`), so the next commit from it builds on this one.
+    (:func:`qvc.readers.statefiles.record_state`), so the next commit from it builds on this one.
 
     Writes through :meth:`~qvc.store.git_store.GitCheckpointStore.put`, so the checkpoint is durable
     on return when the store's durability is SYNC (the default). Raises

@@ -78,7 +78,7 @@ class RefReader:
     """The refs of the repository at ``path`` (loose files, ``packed-refs``, ``HEAD``); never writes.
 
     Every call reads the files afresh (``packed-refs`` is parsed again only when it changed),
-    so it sees other processes' ref moves; :mod:`qvc.inspect.watch` diffs its snapshots.
+    so it sees other processes' ref moves; :mod:`qvc.readers.watch` diffs its snapshots.
     """
 
     def __init__(self, path: str):

@@ -1,6 +1,6 @@
 """The ``qvc serve`` application: the checkpoint timeline of a repository over HTTP, and its page.
 
-Every endpoint is one library call (:mod:`qvc.inspect.views`, :mod:`qvc.inspect.log`, :mod:`qvc.runs`, the
+Every endpoint is one library call (:mod:`qvc.readers.views`, :mod:`qvc.readers.log`, :mod:`qvc.runs`, the
 store); the routers map paths to them (:mod:`~qvc.server.routes_read`, :mod:`~qvc.server.routes_runs`,
 :mod:`~qvc.server.routes_actions`, :mod:`~qvc.server.routes_events`, :mod:`~qvc.server.routes_page`),
 :mod:`~qvc.server.responses` maps library errors to status codes, and :mod:`~qvc.server.guard`

@@ -1,7 +1,7 @@
 """The live-update source of ``qvc serve``: the repository's changes, as JSON events.
 
 :func:`change_events` is the one place the server learns that the repository changed. It is
-a :func:`qvc.inspect.watch.watch` (inotify hints, the refs re-read on each, polling
+a :func:`qvc.readers.watch.watch` (inotify hints, the refs re-read on each, polling
 where inotify is unavailable), so it sees the writes of every process.
 """
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Dict, Iterator, Optional
 
-from qvc.inspect import watch as live
-from qvc.inspect.watch import Watcher
+from qvc.readers import watch as live
+from qvc.readers.watch import Watcher
 from qvc.store.git_store import GitCheckpointStore
 
 
@@ -23,7 +23,7 @@ def watch(store: GitCheckpointStore, interval: float = 0.5) -> Watcher:
 
 def change_events(watcher: Watcher, stop: threading.Event, interval: float = 0.5
                   ) -> Iterator[Optional[Dict[str, Any]]]:
-    """Yield each change (:meth:`qvc.inspect.watch.WatchEvent.to_json`) as it is seen, until ``stop`` is set.
+    """Yield each change (:meth:`qvc.readers.watch.WatchEvent.to_json`) as it is seen, until ``stop`` is set.
 
     ``None`` is yielded after every quiet ``interval`` seconds, so a consumer can check on its
     client without waiting for a change. Reads only; never blocks writers.

@@ -1,7 +1,7 @@
 """The request and response shapes of ``qvc serve``: FastAPI validates requests with them and
 derives the served OpenAPI document from them.
 
-They mirror the library's JSON forms (:mod:`qvc.inspect.views`, ``to_dict()`` of :mod:`qvc.runs`); values
+They mirror the library's JSON forms (:mod:`qvc.readers.views`, ``to_dict()`` of :mod:`qvc.runs`); values
 of state, metadata, pending writes and run fields are the lossless tagged JSON of
 :mod:`qvc.codec.tagged` (``Any`` here).
 """

@@ -16,7 +16,7 @@ import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 
-from qvc.inspect.watch import Watcher
+from qvc.readers.watch import Watcher
 from qvc.server import events
 from qvc.server.deps import Reader, ServerState, State
 

@@ -1,6 +1,6 @@
 """The read routes of ``qvc serve``: the repository, its threads, a thread's line, a checkpoint
-and a diff. Each is one library call (:mod:`qvc.inspect.status`, :mod:`qvc.inspect.views`,
-:mod:`qvc.inspect.statediff`) over the application's read-only store (:data:`~qvc.server.deps.Reader`):
+and a diff. Each is one library call (:mod:`qvc.readers.status`, :mod:`qvc.readers.views`,
+:mod:`qvc.readers.statediff`) over the application's read-only store (:data:`~qvc.server.deps.Reader`):
 no lock, no journal, and the writes of other processes are seen at the next request.
 """
 
@@ -12,9 +12,9 @@ from typing import Annotated, Any, Dict, List, Optional
 from fastapi import APIRouter, Path, Query
 
 from qvc.errors import CorruptionError
-from qvc.inspect.statediff import to_json
-from qvc.inspect.status import status as repository_status
-from qvc.inspect.views import checkpoint_json, diff_commits, run_of_thread, thread_json, thread_line_json
+from qvc.readers.statediff import to_json
+from qvc.readers.status import status as repository_status
+from qvc.readers.views import checkpoint_json, diff_commits, run_of_thread, thread_json, thread_line_json
 from qvc.server import models
 from qvc.server.deps import Reader, State, revision
 from qvc.server.responses import ERRORS
@@ -28,7 +28,7 @@ router = APIRouter(tags=["read"], responses=ERRORS)
 
 def thread_rows(store: GitCheckpointStore, threads: List[str], current: Optional[str],
                 count: bool = True) -> List[Dict[str, Any]]:
-    """:func:`~qvc.inspect.views.thread_json` of each of ``threads`` (``current`` is the current
+    """:func:`~qvc.readers.views.thread_json` of each of ``threads`` (``current`` is the current
     thread's name; ``count=False`` skips counting checkpoints). A damaged thread (see ``qvc
     fsck``) is logged as a warning and left out, so the others are still listed."""
     out = []

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Path, Query
 
 from qvc.codec.tagged import to_jsonable
 from qvc.errors import InvalidInputError
-from qvc.inspect.views import run_of_thread
+from qvc.readers.views import run_of_thread
 from qvc.runs import RunStatus
 from qvc.server import models
 from qvc.server.deps import ReadRuns

@@ -29,7 +29,7 @@ from traps import HOOKS, PROGRAM_KEYS, arm
 from qvc import CheckpointConfig, GitCheckpointStore, fork_checkpoint
 from qvc.codec import serde
 from qvc.errors import InvalidInputError
-from qvc.inspect.fsck import fsck as qvc_fsck
+from qvc.readers.fsck import fsck as qvc_fsck
 from qvc.runs import Runs
 
 

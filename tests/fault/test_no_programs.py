@@ -26,9 +26,9 @@ from traps import PROGRAM_KEYS, arm, use_hooks_dir
 
 import qvc
 from qvc import CheckpointConfig, GitCheckpointStore
-from qvc.inspect.fsck import fsck as qvc_fsck
-from qvc.inspect.log import graph
 from qvc.plumbing import launcher
+from qvc.readers.fsck import fsck as qvc_fsck
+from qvc.readers.log import graph
 from qvc.remotes.remote import add_remote, remotes
 
 pytestmark = pytest.mark.usefixtures("isolated_git")

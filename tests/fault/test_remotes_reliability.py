@@ -39,7 +39,7 @@ from traps import arm, marker_of_key
 
 import qvc
 from qvc import CheckpointConfig, GitCheckpointStore, PushRejectedError, QvcError, fork_checkpoint
-from qvc.inspect.fsck import fsck as qvc_fsck
+from qvc.readers.fsck import fsck as qvc_fsck
 from qvc.remotes.remote import add_remote
 
 # what the server's receive-pack may run, from the server repository's own hooks and config

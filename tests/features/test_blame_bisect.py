@@ -1,4 +1,4 @@
-"""``qvc.inspect.blame`` and ``qvc.inspect.bisect`` on real repositories (the tests of bisect are
+"""``qvc.readers.blame`` and ``qvc.readers.bisect`` on real repositories (the tests of bisect are
 real Python callables here; tests/cli/test_blame_bisect_cli.py runs real commands)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import helpers
 import pytest
 
 from qvc import InvalidInputError, NotFoundError, QvcError
-from qvc.inspect.bisect import bisect, bisect_line, verdict
-from qvc.inspect.blame import blame
+from qvc.readers.bisect import bisect, bisect_line, verdict
+from qvc.readers.blame import blame
 from qvc.store.fork import fork_thread
 
 

@@ -24,7 +24,7 @@ from qvc import (
     UnknownThreadError,
     fork_checkpoint,
 )
-from qvc.inspect.fsck import fsck
+from qvc.readers.fsck import fsck
 from qvc.remotes.remote import add_remote, remote_threads, remotes, remove_remote
 from qvc.store.revisions import parse_revision
 

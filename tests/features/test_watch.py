@@ -1,4 +1,4 @@
-"""Following a repository live (qvc.inspect.watch, ``qvc watch``, ``qvc log --follow``).
+"""Following a repository live (qvc.readers.watch, ``qvc watch``, ``qvc log --follow``).
 
 Writers are real processes (tests/workers/watch_worker.py); the watcher runs in this process or as the
 real ``qvc`` command. No file-system events are faked: inotify is the kernel's, the polling

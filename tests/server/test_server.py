@@ -504,7 +504,7 @@ def test_non_loopback_needs_a_token(repo):
 
 
 def test_server_stack_is_imported_only_by_serve(repo):
-    probe = ("import sys, qvc, qvc.cli, qvc.runs, qvc.inspect.views; "
+    probe = ("import sys, qvc, qvc.cli, qvc.runs, qvc.readers.views; "
              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('fastapi', 'uvicorn', 'starlette')))")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=child_env(), timeout=30)
     assert done.stdout.strip() == "[]", done.stderr

@@ -10,7 +10,7 @@ import helpers
 from helpers import child_env
 
 from qvc import GitCheckpointStore
-from qvc.inspect.log import log
+from qvc.readers.log import log
 
 
 def put(store, thread, cid, step, parent_id=None):

@@ -1,4 +1,4 @@
-"""qvc.inspect.dates: the date forms of ``qvc log --since/--until`` (git's)."""
+"""qvc.readers.dates: the date forms of ``qvc log --since/--until`` (git's)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import pytest
 
 from qvc.errors import InvalidInputError
-from qvc.inspect.dates import parse_date
+from qvc.readers.dates import parse_date
 
 NOW = 1_796_000_000.0  # a fixed clock
 

@@ -21,7 +21,7 @@ LAYERS = {
     "qvc.codec": 0.5,  # the serializers: every layer above may use them, they use only errors and types
     "qvc.plumbing": 1,
     "qvc.store": 2,
-    "qvc.inspect": 3, "qvc.edit": 3, "qvc.remotes": 3, "qvc.runs": 3, "qvc.qitos": 3, "qvc.integrations": 3,
+    "qvc.readers": 3, "qvc.edit": 3, "qvc.remotes": 3, "qvc.runs": 3, "qvc.qitos": 3, "qvc.integrations": 3,
     "qvc.server": 4,
     "qvc.cli": 5,
     "qvc": 6, "qvc.__main__": 6,
@@ -177,7 +177,7 @@ def test_the_plumbing_rule_covers_every_adapter():
 
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if m not in INTEGRATIONS))
 def test_no_reader_names_an_integration(module):
-    """Readers (inspect, remotes, watch, the server, the command line) reach an adapter's values
+    """Readers (readers, remotes, watch, the server, the command line) reach an adapter's values
     only through registries (:mod:`qvc.store.viewers`, :mod:`qvc.store.prefixes`), never by
     importing it."""
     named = sorted(t for t in GRAPH[module] if t in INTEGRATIONS)

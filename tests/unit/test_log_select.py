@@ -1,4 +1,4 @@
-"""qvc.inspect.log's selection and --format, and qvc.store.revisions.parse_range, on a real store."""
+"""qvc.readers.log's selection and --format, and qvc.store.revisions.parse_range, on a real store."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import helpers
 import pytest
 
 from qvc import InvalidInputError, UnknownCheckpointError
-from qvc.inspect.log import PLACEHOLDERS, check_format, format_entry, log
+from qvc.readers.log import PLACEHOLDERS, check_format, format_entry, log
 from qvc.store.revisions import Revision, parse_range, parse_revision
 
 

@@ -1,4 +1,4 @@
-"""The read-side package reads: no module of ``qvc.inspect`` calls a method that writes a repository.
+"""The read-side package reads: no module of ``qvc.readers`` calls a method that writes a repository.
 
 Writers live with the store (``qvc.store.fork``) or in ``qvc.edit``. The check is by name: a
 call of ``.put(...)``, ``.reset(...)``, ``.transaction(...)`` and the like on anything but the
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-import qvc.inspect
+import qvc.readers
 
-READ_SIDE = Path(qvc.inspect.__file__).parent
+READ_SIDE = Path(qvc.readers.__file__).parent
 WRITES = {"put", "aput", "put_writes", "aput_writes", "reset", "delete", "adelete", "delete_thread",
           "rename_thread", "checkout", "transaction", "move_ref", "write_checkpoint", "rewrite_commit",
           "fork_checkpoint", "fork_thread", "commit_directory"}

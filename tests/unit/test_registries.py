@@ -97,7 +97,7 @@ def test_showing_a_plain_checkpoint_imports_no_framework(tmp_path):
     path = tmp_path / "r.qvc"
     with GitCheckpointStore(path) as store:
         sha = put(store, "t", "c1", x=1)
-    out = _show(path, f"from qvc.inspect.views import checkpoint_json\n"
+    out = _show(path, f"from qvc.readers.views import checkpoint_json\n"
                       f"shown = checkpoint_json(store, {sha!r})\n"
                       "out = [shown['state'], sorted(m for m in sys.modules if m.split('.')[0] in "
                       "('langgraph', 'agno') or m.startswith('qvc.integrations'))]")

@@ -1,4 +1,4 @@
-"""qvc.inspect.statediff: exact, structural, readable diffs of two states."""
+"""qvc.readers.statediff: exact, structural, readable diffs of two states."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from qvc.codec.tagged import loads_tagged
 from qvc.errors import InvalidInputError, SerializationError
-from qvc.inspect.statediff import (
+from qvc.readers.statediff import (
     ITEMS_LIMIT,
     Change,
     FieldDiff,

@@ -1,4 +1,4 @@
-"""qvc.inspect.statefiles and qvc.codec.tagged: a state as human-editable JSON files, read back losslessly."""
+"""qvc.readers.statefiles and qvc.codec.tagged: a state as human-editable JSON files, read back losslessly."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from qvc.codec import serde
 from qvc.codec.tagged import dumps_tagged, from_jsonable, loads_tagged, to_jsonable
 from qvc.errors import InvalidInputError, SerializationError
-from qvc.inspect.statefiles import (
+from qvc.readers.statefiles import (
     MANIFEST,
     field_filename,
     field_from_filename,
@@ -583,7 +583,7 @@ def test_random_values_round_trip_through_json_text(value):
 
 
 def test_local_changes_lists_edited_deleted_and_added_field_files(tmp_path):
-    from qvc.inspect.statefiles import local_changes
+    from qvc.readers.statefiles import local_changes
 
     target = tmp_path / "s"
     assert local_changes(target) == []  # missing: nothing of ours to overwrite
@@ -599,7 +599,7 @@ def test_local_changes_lists_edited_deleted_and_added_field_files(tmp_path):
 
 
 def test_record_state_makes_what_was_read_the_new_base(tmp_path):
-    from qvc.inspect.statefiles import MANIFEST, local_changes, record_state
+    from qvc.readers.statefiles import MANIFEST, local_changes, record_state
 
     target = tmp_path / "s"
     write_state({"a": 1, "b": 2}, target, meta={"id": "old"})

@@ -46,11 +46,11 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from qvc.errors import CorruptionError, InvalidInputError, StoreClosedError
-from qvc.inspect.log import source_of
 from qvc.plumbing import leases
 from qvc.plumbing.odb import RefReader
 from qvc.plumbing.reflog import ReflogEntry
 from qvc.plumbing.repository import publish_open
+from qvc.readers.log import source_of
 from qvc.store.refnames import (
     HEADS,
     SUPERSEDED,

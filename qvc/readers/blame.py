@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from qvc.codec import serde
 from qvc.codec.tagged import to_jsonable
 from qvc.errors import NotFoundError
-from qvc.inspect.views import iso
+from qvc.readers.views import iso
 from qvc.store.refnames import encode_name
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ class BlameLine:
     """One part of a field and the checkpoint it comes from.
 
     ``path`` is ``()`` for the whole value (a scalar), ``(index,)`` for a list item and
-    ``(key,)`` for a mapping's key, as :class:`qvc.inspect.statediff.Change` paths are.
+    ``(key,)`` for a mapping's key, as :class:`qvc.readers.statediff.Change` paths are.
     """
 
     path: tuple

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from qvc.codec import serde
 from qvc.errors import CorruptionError, InvalidInputError
-from qvc.inspect.dates import ago
 from qvc.plumbing.objects import MODE_BLOB
+from qvc.readers.dates import ago
 from qvc.store.format import HEADER
 from qvc.store.refnames import HEADS, SUPERSEDED, decode_name, decode_thread, encode_name
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from qvc.errors import InvalidInputError, QvcError
-from qvc.inspect.workdir import checkout_to_directory
 from qvc.plumbing.launcher import run_user_command
+from qvc.readers.workdir import checkout_to_directory
 
 if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore
@@ -151,7 +151,7 @@ def _named(store: GitCheckpointStore, commit: str) -> Checkpointed:
 
 def run_test(store: GitCheckpointStore, commit: str, argv: Sequence[str], *, stdout: Any = None) -> int:
     """Run ``argv`` with checkpoint commit ``commit``'s state checked out in a fresh temporary
-    directory (one JSON file per field, as :func:`qvc.inspect.workdir.checkout_to_directory`
+    directory (one JSON file per field, as :func:`qvc.readers.workdir.checkout_to_directory`
     writes it; removed afterwards), named by ``$QVC_STATE_DIR``, with ``$QVC_CHECKPOINT`` (the
     checkpoint id), ``$QVC_COMMIT`` and ``$QVC_REPO`` (the repository) set; returns its exit
     status (negative: the signal that killed it). ``stdout`` is where its output goes (default:

@@ -1,7 +1,7 @@
 """A checkpoint's state in a directory of JSON files: ``qvc checkout --to DIR``.
 
 :func:`checkout_to_directory` writes a checkpoint's state into a directory (one JSON file per
-field, :mod:`qvc.inspect.statefiles`) with a manifest naming the checkpoint it came from;
+field, :mod:`qvc.readers.statefiles`) with a manifest naming the checkpoint it came from;
 people edit, delete or add field files; :func:`qvc.edit.workdir.commit_directory` (the write
 side, ``qvc commit DIR``) stores the directory back as a new checkpoint.
 """
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from qvc.errors import LocalChangesError
-from qvc.inspect.statefiles import local_changes, write_state
+from qvc.readers.statefiles import local_changes, write_state
 
 if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore
@@ -36,14 +36,14 @@ def checkout_to_directory(store: GitCheckpointStore, commit: str, directory: str
                           force: bool = False) -> CheckedOutDirectory:
     """Write the state of checkpoint commit ``commit`` (a full SHA: resolve names with
     :func:`qvc.store.revisions.parse_revision`) into ``directory``: one JSON file per field and
-    the manifest (:func:`qvc.inspect.statefiles.write_state`), whose metadata names the checkpoint
+    the manifest (:func:`qvc.readers.statefiles.write_state`), whose metadata names the checkpoint
     (``id``, ``thread``, ``step``, ``commit``) for :func:`qvc.edit.workdir.commit_directory`.
 
     Nothing in the repository changes (HEAD does not move); ``store`` may be read-only. Each
     file is replaced atomically and fsynced, and the directory is fsynced, before this returns.
     ``directory`` is created if missing; an existing one must be empty or written by qvc before.
     Field files edited, deleted or added there since qvc wrote (or committed) them are local
-    changes (:func:`qvc.inspect.statefiles.local_changes`): unless ``force``, they raise
+    changes (:func:`qvc.readers.statefiles.local_changes`): unless ``force``, they raise
     :class:`~qvc.errors.LocalChangesError` listing them, and nothing is written.
     Raises :class:`~qvc.errors.InvalidInputError` for a directory that holds other files or
     cannot be written, :class:`~qvc.errors.SerializationError` for state that JSON files cannot

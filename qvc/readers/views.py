@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from qvc.codec.tagged import to_jsonable
 from qvc.errors import CorruptionError, NotFoundError, UnknownThreadError
-from qvc.inspect.log import entry, log
+from qvc.readers.log import entry, log
 from qvc.store.refnames import superseded_prefix
 from qvc.store.viewers import view_state
 
@@ -69,13 +69,13 @@ def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] =
 
 def diff_commits(store: GitCheckpointStore, a: Optional[str], b: str,
                  damaged: dict[str, str] | None = None) -> list:
-    """The field diffs (:func:`qvc.inspect.statediff.diff_states`) from commit ``a`` to ``b``; ``a=None``
+    """The field diffs (:func:`qvc.readers.statediff.diff_states`) from commit ``a`` to ``b``; ``a=None``
     compares ``b`` with its parent (everything added for a first checkpoint).
 
     With ``damaged`` (a dict), a field damaged on either side is not compared: it is named in
     ``damaged`` with why, and the healthy fields are compared; without it, it raises
     :class:`~qvc.errors.CorruptionError`."""
-    from qvc.inspect.statediff import diff_states  # deferred: start-up time (every CLI command loads this module)
+    from qvc.readers.statediff import diff_states  # deferred: start-up time (every CLI command loads this module)
 
     bad: dict[str, str] = {}
 
