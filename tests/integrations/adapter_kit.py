@@ -303,7 +303,7 @@ class AdapterKit:
 
     @pytest.mark.slow
     def test_writers_killed_again_and_again_recover(self, tmp_path: Path) -> None:
-        self._kill_and_recover(tmp_path / "k.qvc", rounds=8, seed=_seed())
+        self._kill_and_recover(tmp_path / "k.qvc", rounds=6, seed=_seed())
 
     @pytest.mark.parametrize("server", ["path", "daemon"])
     def test_push_and_clone_carry_everything(self, tmp_path: Path, isolated_git: Path, server: str) -> None:
