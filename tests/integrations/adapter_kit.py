@@ -12,8 +12,8 @@ The kit then checks, on real repositories, with real git and real ``qvc`` subpro
 - after every operation of the driver's script (writes, forks, continues, deletes): ``git fsck
   --strict`` is clean, the threads the adapter says it wrote are the repository's threads, and
   qvc's readers read each of them: ``qvc branch``, ``qvc log`` (each thread's line, in order, and
-  every checkpoint in ``qvc log --all``), ``qvc show`` (its head) and
-  ``GitCheckpointStore.read`` of every checkpoint;
+  every checkpoint in ``qvc log --all``), ``qvc show`` (its head), run in a process of their own
+  (:class:`QvcReaders`), and ``GitCheckpointStore.read`` of every checkpoint;
 - a SIGKILL at a random moment of a child process writing in a loop through the adapter
   recovers: the repository reopens through the adapter, fsck is clean, the readers read it, and
   every write the child acknowledged (printed after the call returned) reads back;
@@ -32,6 +32,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -125,31 +126,69 @@ def qvc_cli(path: Optional[Path], *args: str) -> str:
     return proc.stdout
 
 
-# Runs each command of argv[1] (a JSON list of argument lists) through the CLI's entry point, one
-# after the other in one fresh process (a process per command would cost an interpreter start and
-# the CLI's imports each time), and prints [[exit status, stdout, stderr], ...] as JSON.
+# Reads lines from stdin, each a JSON list of argument lists; runs each command through the CLI's
+# entry point, one after the other, and writes one JSON line: [[exit status, stdout, stderr], ...].
 _READERS = """
 import contextlib, io, json, sys
 from qvc.cli import main
-done = []
-for args in json.loads(sys.argv[1]):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(args)
-    done.append([code, out.getvalue(), err.getvalue()])
-sys.__stdout__.write(json.dumps(done))
+for line in sys.stdin:
+    done = []
+    for args in json.loads(line):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(args)
+        done.append([code, out.getvalue(), err.getvalue()])
+    sys.__stdout__.write(json.dumps(done) + "\\n")
+    sys.__stdout__.flush()
 """
 
 
-def qvc_many(path: Path, commands: List[tuple]) -> List[str]:
-    """Run several read-only ``qvc`` commands on ``path`` in one fresh subprocess (the CLI's
-    ``main``, as ``qvc`` runs it); assert each exits 0; return their stdouts in order."""
+class QvcReaders:
+    """A separate process that runs read-only ``qvc`` commands through the CLI's ``main``, as the
+    ``qvc`` command does, batch after batch: it pays the interpreter's start and the CLI's imports
+    (a framework's, for its viewer) once, and every command still opens the repository anew.
+    A context manager; :func:`qvc_many` without one starts a fresh process per batch."""
+
+    def __init__(self) -> None:
+        self.errors = tempfile.TemporaryFile(mode="w+")  # not a pipe: a chatty reader never blocks
+        self.proc = subprocess.Popen([sys.executable, "-c", _READERS], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.errors, text=True, env=child_env())
+
+    def run(self, argv: List[List[str]]) -> list:
+        """Run one batch; returns ``[[exit status, stdout, stderr], ...]``."""
+        self.proc.stdin.write(json.dumps(argv) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.wait(timeout=60)
+            self.errors.seek(0)
+            raise AssertionError(f"the qvc readers' process exited {self.proc.returncode}:\n{self.errors.read()}")
+        return json.loads(line)
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+        self.proc.stdout.close()
+        self.errors.close()
+
+    def __enter__(self) -> QvcReaders:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def qvc_many(path: Path, commands: List[tuple], readers: Optional[QvcReaders] = None) -> List[str]:
+    """Run several read-only ``qvc`` commands on ``path`` in ``readers`` (default: a fresh
+    :class:`QvcReaders` process); assert each exits 0; return their stdouts in order."""
     argv = [["--no-pager", "--color=never", "--repo", str(path), *args] for args in commands]
-    proc = subprocess.run([sys.executable, "-c", _READERS, json.dumps(argv)], capture_output=True, text=True,
-                          env=child_env(), timeout=300, stdin=subprocess.DEVNULL)
-    assert proc.returncode == 0, f"the qvc readers' process exited {proc.returncode}:\n{proc.stderr}"
+    if readers is None:
+        with QvcReaders() as fresh:
+            results = fresh.run(argv)
+    else:
+        results = readers.run(argv)
     outs = []
-    for args, (code, out, err) in zip(commands, json.loads(proc.stdout), strict=True):
+    for args, (code, out, err) in zip(commands, results, strict=True):
         assert code == 0, f"qvc {' '.join(args)} exited {code}:\n{out}\n{err}"
         outs.append(out)
     return outs
@@ -171,9 +210,10 @@ class Seen:
 
 
 def check_readable(driver: AdapterDriver, handle: Any, path: Path, when: str,
-                   previous: Optional[Seen] = None) -> Seen:
+                   previous: Optional[Seen] = None, readers: Optional[QvcReaders] = None) -> Seen:
     """fsck and every reader of qvc over what the adapter says it wrote (see the module docstring);
-    with ``previous``, the per-thread CLI reads only for threads that changed since."""
+    with ``previous``, the per-thread CLI reads only for threads that changed since; the CLI in
+    ``readers`` (default: a fresh process)."""
     where = f"{driver.name}, {when}"
     fsck(path)
     lines = driver.lines(handle)
@@ -181,7 +221,7 @@ def check_readable(driver: AdapterDriver, handle: Any, path: Path, when: str,
     changed = [t for t in lines if previous is None or previous.lines.get(t) != lines[t]
                or previous.checkpoints.get(t) != every[t]]
     outs = qvc_many(path, [("branch", "--json"), ("log", "--all", "--json"),
-                           *[c for t in changed for c in (("log", "--json", t), ("show", t))]])
+                           *[c for t in changed for c in (("log", "--json", t), ("show", t))]], readers)
     branches = {b["thread"]: b for b in json.loads(outs[0])}
     assert set(branches) == set(lines), f"{where}: qvc branch lists {sorted(branches)}, the adapter {sorted(lines)}"
     logged_all = {e["id"] for e in json.loads(outs[1])}
@@ -228,11 +268,11 @@ class _Acks:
                     self.other.append(line)
                 self.cond.notify_all()
 
-    def wait_for(self, n: int, proc: subprocess.Popen, timeout: float = 120) -> None:
+    def wait_for(self, n: int, proc: subprocess.Popen, errors: Path, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
         with self.cond:
             while len(self.tokens) < n:
-                assert proc.poll() is None, f"the writer exited {proc.returncode}: {proc.stderr.read()}"
+                assert proc.poll() is None, f"the writer exited {proc.returncode}: {errors.read_text()[-3000:]}"
                 assert time.monotonic() < deadline, f"the writer acknowledged {len(self.tokens)} of {n} writes"
                 self.cond.wait(0.05)
 
@@ -240,11 +280,13 @@ class _Acks:
 def kill_a_writer(driver: AdapterDriver, path: Path, rng: random.Random) -> List[str]:
     """Start the driver's writer, SIGKILL it after a few acknowledged writes and a random delay (so
     mostly inside a write), and return every token it acknowledged."""
-    proc = subprocess.Popen(driver.writer(path), env=child_env(), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    errors = path.parent / f"{path.name}.writer-stderr"
+    with open(errors, "w") as err:  # a file, not a pipe: a chatty child never blocks on it
+        proc = subprocess.Popen(driver.writer(path), env=child_env(), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=err, text=True)
     try:
         acks = _Acks(proc)
-        acks.wait_for(rng.randint(*KILL_AFTER_ACKS), proc)
+        acks.wait_for(rng.randint(*KILL_AFTER_ACKS), proc, errors)
         time.sleep(rng.uniform(0.0, 0.08))
         proc.send_signal(signal.SIGKILL)
     finally:
@@ -252,8 +294,7 @@ def kill_a_writer(driver: AdapterDriver, path: Path, rng: random.Random) -> List
             proc.kill()
         proc.wait(timeout=60)
     acks.thread.join(timeout=30)
-    assert proc.returncode == -signal.SIGKILL, f"the writer exited {proc.returncode}: {proc.stderr.read()}"
-    proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL, f"the writer exited {proc.returncode}: {errors.read_text()[-3000:]}"
     return list(acks.tokens)
 
 
@@ -271,14 +312,15 @@ class AdapterKit:
         try:
             threads: Set[str] = set()
             last: Optional[Seen] = None
-            for op in self.driver.script():
-                op.run(handle)
-                last = check_readable(self.driver, handle, path, f"after {op.label!r}", last)
-                threads |= set(last.lines)
+            with QvcReaders() as readers:
+                for op in self.driver.script():
+                    op.run(handle)
+                    last = check_readable(self.driver, handle, path, f"after {op.label!r}", last, readers)
+                    threads |= set(last.lines)
             assert len(threads) >= 2, f"{self.driver.name}: the script should write more than one thread"
         finally:
             self.driver.close(handle)
-        handle = self.driver.open(path)  # and read again by a fresh adapter
+        handle = self.driver.open(path)  # and read again by a fresh adapter, with readers in a fresh process
         try:
             check_readable(self.driver, handle, path, "reopened")
         finally:
