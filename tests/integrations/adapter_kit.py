@@ -45,7 +45,8 @@ from git_servers import GitDaemon
 
 from qvc import GitCheckpointStore
 
-#: How long the default tier lets a child write before a kill (its first acknowledged writes).
+#: The kill comes after this many acknowledged writes (a random number in the range, inclusive)
+#: and then a random delay, so mostly in the middle of the next write.
 KILL_AFTER_ACKS = (1, 4)
 
 
@@ -202,8 +203,8 @@ def in_order(wanted: List[str], seen: List[str]) -> bool:
 
 @dataclass
 class Seen:
-    """What :func:`check_readable` checked last: the threads of an unchanged thread are not run
-    through ``qvc log THREAD`` and ``qvc show THREAD`` again."""
+    """What :func:`check_readable` saw last: a thread whose line and checkpoints did not change
+    since is not run through ``qvc log THREAD`` and ``qvc show THREAD`` again."""
 
     lines: Dict[str, List[str]]
     checkpoints: Dict[str, Set[str]]
@@ -251,7 +252,6 @@ class _Acks:
 
     def __init__(self, proc: subprocess.Popen):
         self.tokens: List[str] = []
-        self.other: List[str] = []
         self.cond = threading.Condition()
         self.thread = threading.Thread(target=self._read, args=(proc.stdout,), daemon=True)
         self.thread.start()
@@ -260,13 +260,10 @@ class _Acks:
         for raw in stream:
             if not raw.endswith("\n"):  # cut by the kill: not acknowledged
                 break
-            line = raw.rstrip("\n")
-            with self.cond:
-                if line.startswith("ack "):
-                    self.tokens.append(line[4:])
-                else:
-                    self.other.append(line)
-                self.cond.notify_all()
+            if raw.startswith("ack "):  # other lines are the framework's own output
+                with self.cond:
+                    self.tokens.append(raw[4:-1])
+                    self.cond.notify_all()
 
     def wait_for(self, n: int, proc: subprocess.Popen, errors: Path, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
