@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Set
 
 import pytest
-from conftest import child_env, fsck, run_git
 from git_servers import GitDaemon
+from helpers import child_env, fsck, run_git
 
 from qvc import GitCheckpointStore
 
