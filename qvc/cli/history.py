@@ -219,7 +219,7 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool) -
         return
     damaged: dict[str, str] = {}  # fields whose blob does not read: marked, the others shown
     tup = store.read(rev.commit, damaged=damaged)
-    info = store.commit(rev.commit)
+    info = store.commit_info(rev.commit)
     cp = tup.checkpoint
     state = state_of(store, rev.commit, cp.state_data) if not damaged else cp.state_data
     for f in fields:

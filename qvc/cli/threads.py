@@ -85,7 +85,7 @@ def branch(names: tuple[str, ...], verbose: bool, delete: bool, force_delete: bo
             raise click.UsageError("usage: qvc branch NEW [CHECKPOINT]")
         rev = revision(store, names[1] if len(names) == 2 else None)
         made = fork(store, rev, names[0])
-        source = store.commit(rev.commit).checkpoint_id
+        source = store.commit_info(rev.commit).checkpoint_id
         if as_json:
             emit_json({"thread": made.thread_id, "id": made.checkpoint_id, "from": source})
         else:
@@ -115,7 +115,7 @@ def delete_threads(store, names: tuple[str, ...], force: bool) -> None:
                                         "deleted too (see `qvc log --all`); use -D to delete anyway")
     for name in names:
         tip = store.head(name)
-        was = short(store.commit(tip).checkpoint_id) if store.damage(tip) is None else f"{tip[:12]}, damaged"
+        was = short(store.commit_info(tip).checkpoint_id) if store.damage(tip) is None else f"{tip[:12]}, damaged"
         store.delete_thread(name)
         out(f"Deleted thread {qname(name)} (was {was}; data stays until `qvc gc --prune`)")
 
@@ -199,7 +199,7 @@ def checkout(name: str | None, new: str | None, to: str | None, force: bool, as_
     else:
         rev = revision(store, name)
         head = store.checkout(commit=rev.commit)
-        message = f"HEAD is now at {short(store.commit(rev.commit).checkpoint_id)} (detached)"
+        message = f"HEAD is now at {short(store.commit_info(rev.commit).checkpoint_id)} (detached)"
     if as_json:
         emit_json({"thread": head.thread, "head": head.commit, "detached": head.detached})
     else:
@@ -226,7 +226,7 @@ def reset(name: str, as_json: bool) -> None:
         raise InvalidInputError("HEAD is detached: check out a thread to reset it")
     rev = revision(store, name)
     done = store.reset(head.thread, rev.commit)
-    info = store.commit(store.head(head.thread))
+    info = store.commit_info(store.head(head.thread))
     kept = head.commit is not None and head.commit != info.hex and is_kept_line(store, head.thread, head.commit)
     if as_json:
         emit_json({"thread": head.thread, "id": done.checkpoint_id, "commit": info.hex, "step": info.step})

@@ -66,14 +66,14 @@ def commit_directory(store: GitCheckpointStore, directory: str | os.PathLike, me
     base = meta.get("commit") if isinstance(meta.get("commit"), str) else None
     if base is not None:
         try:
-            info = store.commit(base)
+            info = store.commit_info(base)
         except CorruptionError:  # not in this repository (or damaged): commit on the head
             base = None
         else:
             if info.thread_id != head.thread:
                 base = None
     parent = base or head.commit
-    pinfo = store.commit(parent) if parent else None
+    pinfo = store.commit_info(parent) if parent else None
     step = (pinfo.step or 0) + 1 if pinfo else 0
     cid = uuid.uuid4().hex
     metadata = {"source": "update", "step": step, "message": message, "edited_from": meta.get("id")}

@@ -11,7 +11,10 @@ A repository has three lock files under ``qvc/`` (see docs/durability.md, "The l
 * ``qvc/pack.lock``: a merge of packs holds it exclusively, so two merges never race.
 
 Journals are locked too (their owner holds its journal exclusively while the store is open);
-:func:`try_flock` and :func:`flocked` are how the plumbing takes and tests those.
+:func:`try_flock` and :func:`flocked` are how the plumbing takes and tests those. The layers
+above take their own locks (the id-index build, a clone's owner, a run's recorder) with
+:func:`open_lock_file`, :func:`try_flock` and :func:`wait_flock` too: no other module calls
+``flock``.
 
 Imports nothing of qvc: the modules that use a lock sit above this one.
 """
@@ -49,6 +52,11 @@ def try_flock(fd: int, *, shared: bool = False) -> bool:
         return True
     except BlockingIOError:
         return False
+
+
+def wait_flock(fd: int, *, shared: bool = False) -> None:
+    """Take ``flock`` on ``fd``, waiting for other holders to release it."""
+    fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
 
 
 def unlock(fd: int) -> None:

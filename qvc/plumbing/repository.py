@@ -180,6 +180,11 @@ class Repository:
         self._flusher = Worker(self._sync_journal, max_lag) if durability is DurabilityMode.ASYNC else None
         #: called with each record after it is journaled (and, in SYNC mode, durable); must not block
         self.listeners: list[Callable[[Record], None]] = []
+        #: called when a transaction marks itself as rewriting history (:meth:`Transaction.rewrite_history`),
+        #: before it moves its first ref: what is derived from history and kept on disk (the
+        #: checkpoint-id index) is retired here, so a rewriter killed before it finishes leaves
+        #: nothing that names what it deleted
+        self.rewrite_listeners: list[Callable[[], None]] = []
         self._created = 0  # refs this store created: a hint for packing refs (qvc.plumbing.refpack)
         self.listeners.append(self._count_created)
         self._closed = False
@@ -379,6 +384,12 @@ class Repository:
         return not recovery.finish_publication(self, name)
 
     # -- durability -------------------------------------------------------------------
+
+    def rewriting(self) -> None:
+        """Tell :attr:`rewrite_listeners` that a transaction is about to rewrite history.
+        :meth:`Transaction.rewrite_history` calls it; nothing else should."""
+        for listener in self.rewrite_listeners:
+            listener()
 
     def commit_record(self, record: Record) -> None:
         """Journal ``record``, apply the durability mode (SYNC: durable on return), tell the

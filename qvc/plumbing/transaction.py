@@ -39,6 +39,9 @@ class TransactionHost(Protocol):
     def commit_record(self, record: Record) -> None:
         """Journal ``record``, apply the durability mode, tell the listeners."""
 
+    def rewriting(self) -> None:
+        """Tell the rewrite listeners that this transaction is about to rewrite history."""
+
     def finish_dead_writer(self, name: str) -> bool:
         """Roll a dead store's lease on ``name`` forward."""
 
@@ -81,9 +84,11 @@ class Transaction:
       Then each of :attr:`Repository.listeners` is called with the record (caches follow
       writes this way). A transaction that moved no ref leaves no trace but unreferenced
       objects (removed by ``qvc purge``).
-    * :meth:`rewrite_history` marks a change that deletes or rewrites history: at the end the
-      record (if it moved a ref) is flushed in every mode, then ``qvc/generation`` gets a new
-      token, which tells every process to rebuild what it derived from history.
+    * :meth:`rewrite_history` marks a change that deletes or rewrites history: at once each of
+      :attr:`Repository.rewrite_listeners` is called (what is derived from history and kept on
+      disk is retired before any ref moves); at the end the record (if it moved a ref) is
+      flushed in every mode, then ``qvc/generation`` gets a new token, which tells every process
+      to rebuild what it derived from history.
 
     A transaction is used by one Python thread. Ref moves are not undone when the block raises:
     what was applied is journaled, so recovery can always roll a crash forward or back.
@@ -139,12 +144,15 @@ class Transaction:
         self.record.refs.extend(moves)
 
     def rewrite_history(self) -> None:
-        """Mark this transaction as deleting or rewriting history (see the class docstring).
+        """Mark this transaction as deleting or rewriting history (see the class docstring): call
+        it after the reads that plan the rewrite and before its first ref move, since the rewrite
+        listeners run now (the first time only).
 
         The new generation token is noted in the record, so recovery knows it as this writer's."""
         if self._token is None:
             self._token = os.urandom(8).hex()
             self.record.seen[GENERATION] = [None, self._token]
+            self.repo.rewriting()
 
     def prepend_reflog(self, name: str, entries: list[ReflogEntry]) -> None:
         """Put ``entries`` (newest first, as :meth:`Repository.reflog` gives them) before the

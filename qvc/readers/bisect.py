@@ -116,7 +116,7 @@ def bisect(store: GitCheckpointStore, good: str, bad: str, test: Callable[[str],
         mid = _pick(lo, hi, skipped)
         if mid is None:
             break
-        info = store.commit(line[mid])
+        info = store.commit_info(line[mid])
         status = test(line[mid])
         said = verdict(status)
         tested.append(Tested(info.checkpoint_id, info.hex, info.step, status, said))
@@ -145,7 +145,7 @@ def _pick(lo: int, hi: int, skipped: set[int]) -> int | None:
 
 
 def _named(store: GitCheckpointStore, commit: str) -> Checkpointed:
-    info = store.commit(commit)
+    info = store.commit_info(commit)
     return Checkpointed(info.checkpoint_id, commit, info.step, info.thread_id)
 
 

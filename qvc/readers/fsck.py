@@ -76,7 +76,7 @@ def fsck(store: GitCheckpointStore, *, objects: bool = True) -> FsckReport:
             thread = store.thread_of_ref(name)
             where = f"thread {thread!r} ({name})"
             try:
-                owner = store.commit(tip).thread_id
+                owner = store.commit_info(tip).thread_id
             except QvcError as exc:
                 report.problems.append(f"{where}: {exc}")
                 continue
@@ -92,7 +92,7 @@ def fsck(store: GitCheckpointStore, *, objects: bool = True) -> FsckReport:
                 continue
             seen.add(commit)
             try:
-                info = store.commit(commit)
+                info = store.commit_info(commit)
             except QvcError as exc:
                 report.problems.append(f"{where}: {exc}" if commit == tip else
                                        f"{where}: commit {commit[:12]}: {exc}")

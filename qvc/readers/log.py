@@ -63,7 +63,7 @@ def source_of(info: CommitInfo) -> str:
 def entry(store: GitCheckpointStore, commit: str, heads: dict[str, list[str]] | None = None,
           superseded: bool = False) -> LogEntry:
     """The log entry of one checkpoint commit."""
-    info = store.commit(commit)
+    info = store.commit_info(commit)
     mine = store.tree_entries(commit)
     theirs = store.tree_entries(info.parent) if info.parent is not None else {}
     # added or changed, then removed (as in the commit subject); entries compare by (mode, id)
@@ -168,7 +168,7 @@ def _walk(store: GitCheckpointStore, start: str | None, all: bool, hidden: set[s
         for info in store.first_parents(start):
             if info.thread_id not in threads:
                 break
-        threads |= {store.commit(start).thread_id}
+        threads |= {store.commit_info(start).thread_id}
         for thread in sorted(t for t in threads if t is not None):
             tip = store.head(thread)
             if tip is not None:
@@ -196,19 +196,19 @@ def _walk(store: GitCheckpointStore, start: str | None, all: bool, hidden: set[s
     # Newest first, but never a parent before any of its children (git log --date-order).
     children = dict.fromkeys(everything, 0)
     for commit in everything:
-        for parent in store.commit(commit).parents:
+        for parent in store.commit_info(commit).parents:
             if parent in children:
                 children[parent] += 1
-    queue = [(-store.commit(c).time, c) for c, n in children.items() if n == 0]
+    queue = [(-store.commit_info(c).time, c) for c, n in children.items() if n == 0]
     heapq.heapify(queue)
     while queue:
         _, commit = heapq.heappop(queue)
         yield entry(store, commit, heads, superseded=commit not in on_live)
-        for parent in store.commit(commit).parents:
+        for parent in store.commit_info(commit).parents:
             if parent in children:
                 children[parent] -= 1
                 if children[parent] == 0:
-                    heapq.heappush(queue, (-store.commit(parent).time, parent))
+                    heapq.heappush(queue, (-store.commit_info(parent).time, parent))
 
 
 def _git_order(store: GitCheckpointStore, limit: int | None) -> list[tuple[str, bool]] | None:
@@ -243,7 +243,7 @@ def _reachable_from(store: GitCheckpointStore, tips: set[str]) -> set[str]:
         if commit in out:
             continue
         out.add(commit)
-        stack.extend(store.commit(commit).parents)
+        stack.extend(store.commit_info(commit).parents)
     return out
 
 

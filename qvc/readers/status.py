@@ -42,7 +42,7 @@ def status(store: GitCheckpointStore) -> RepoStatus:
     """The status of the repository ``store`` has open (reads only; never blocks writers)."""
     head = store.current()
     damaged = store.damage(head.commit) if head.commit else None  # a broken head: the rest still reads
-    info = store.commit(head.commit) if head.commit and damaged is None else None
+    info = store.commit_info(head.commit) if head.commit and damaged is None else None
     counts = {HEADS: 0, SUPERSEDED: 0, WRITES: 0}
     for name, _ in store.repository.refs("refs/"):
         for prefix in counts:

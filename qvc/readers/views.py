@@ -42,7 +42,7 @@ def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] =
     """
     damaged: dict[str, str] = {}
     tup = store.read(sha, damaged=damaged)
-    info = store.commit(sha)
+    info = store.commit_info(sha)
     cp = tup.checkpoint
     state = state_of(store, sha, cp.state_data) if not damaged else cp.state_data
     for f in fields:
@@ -87,7 +87,7 @@ def diff_commits(store: GitCheckpointStore, a: Optional[str], b: str,
         bad.update(here)
         return state_of(store, sha, data) if not here else data
 
-    old, new = (state(store.commit(b).parent) if a is None else state(a)), state(b)
+    old, new = (state(store.commit_info(b).parent) if a is None else state(a)), state(b)
     if bad and damaged is not None:
         damaged.update(bad)
         old = {k: v for k, v in old.items() if k not in bad}

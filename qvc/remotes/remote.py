@@ -37,7 +37,6 @@ Transport is the ``git`` executable (see :mod:`qvc.remotes.transfer` for why).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import re
 import shutil
@@ -59,6 +58,7 @@ from qvc.errors import (
 )
 from qvc.plumbing import launcher
 from qvc.plumbing.durability import harden
+from qvc.plumbing.locking import open_lock_file, try_flock, wait_flock
 from qvc.remotes.transfer import (
     ProgressCallback,
     TransferProgress,
@@ -301,7 +301,7 @@ def _selected_refs(store: GitCheckpointStore, threads: Optional[Iterable[str]]) 
     for name, tip in repo.refs(WRITES):
         try:
             # keyed by a commit SHA (resolve takes a checkpoint id too); an opaque key names no checkpoint
-            if store.commit(store.resolve(name[len(WRITES):])).thread_id in names:
+            if store.commit_info(store.resolve(name[len(WRITES):])).thread_id in names:
                 refs[name] = tip
         except QvcError:  # a writes ref whose checkpoint is gone (or not a commit): not this thread's
             continue
@@ -497,7 +497,7 @@ def remote_threads(store: GitCheckpointStore, name: str) -> list[str]:
         thread = decode_thread(component)
         if thread is None:
             try:
-                thread = store.commit(tip).thread_id or component
+                thread = store.commit_info(tip).thread_id or component
             except QvcError:  # not a checkpoint commit (the remote holds refs no qvc wrote)
                 thread = component
         out.append(thread)
@@ -678,8 +678,8 @@ def clone(url: str, path: str | os.PathLike, *, remote: str = "origin", progress
     os.makedirs(parent, exist_ok=True)
     _sweep_dead_clones(parent)
     tmp = tempfile.mkdtemp(prefix=_CLONE_PREFIX, dir=parent)
-    owner = os.open(os.path.join(tmp, "owner.lock"), os.O_CREAT | os.O_RDWR, 0o600)
-    fcntl.flock(owner, fcntl.LOCK_EX)  # held until this process ends: tells a live clone from a killed one
+    owner = open_lock_file(os.path.join(tmp, "owner.lock"))
+    wait_flock(owner)  # held until this process ends: tells a live clone from a killed one
     work = os.path.join(tmp, "repo")
     state = TransferProgress("clone", remote)
     try:
@@ -762,10 +762,13 @@ def _sweep_dead_clones(parent: str) -> None:
         except OSError:
             continue
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            free = try_flock(fd)
         except OSError:
+            free = False
+        if not free:
+            os.close(fd)
             continue  # a clone in progress
-        else:  # the lock file goes last, so a sweep killed midway is finished by the next one
+        try:  # the lock file goes last, so a sweep killed midway is finished by the next one
             for name in os.listdir(folder):  # the repository, and the folder its creation used
                 if name != "owner.lock":
                     shutil.rmtree(os.path.join(folder, name), ignore_errors=True)

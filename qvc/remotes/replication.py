@@ -223,7 +223,7 @@ def replication_status(store: GitCheckpointStore) -> list[ReplicationStatus]:
             if done == tip:
                 continue
             behind += 1
-            floor = store.commit(done).time if done else float("-inf")
+            floor = store.commit_info(done).time if done else float("-inf")
             for info in store.first_parents(tip):  # the checkpoints newer than what was pushed
                 if info.hex == done or info.time <= floor:
                     break

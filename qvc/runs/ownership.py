@@ -8,12 +8,12 @@ other hosts are judged by their heartbeat against a lease. Imports :mod:`qvc.sto
 
 from __future__ import annotations
 
-import fcntl
 import os
 import socket
 import time
 from typing import Optional
 
+from qvc.plumbing.locking import open_lock_file, try_flock
 from qvc.runs.model import OwnerStatus, Run, RunStatus
 from qvc.store.refnames import encode_thread
 
@@ -29,10 +29,8 @@ class RunLock:
         """Take the lock without waiting: True once held, False if another open lock holds it."""
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+            fd = open_lock_file(self.path)
+            if not try_flock(fd):
                 os.close(fd)
                 return False
             try:
@@ -51,12 +49,9 @@ class RunLock:
         except FileNotFoundError:
             return False
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
+            return not try_flock(fd)
         finally:
             os.close(fd)
-        return False
 
     def release(self, unlink: bool = False) -> None:
         """Drop the lock if held (a no-op otherwise); ``unlink`` removes the lock file first."""

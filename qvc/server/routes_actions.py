@@ -42,7 +42,7 @@ def thread_action(store: GitCheckpointStore, thread: str, deleted: Optional[str]
     """The answer to a thread action (:class:`models.ThreadAction`): ``thread``'s head in
     ``store`` now (all ``None`` once the thread is gone) and what was ``deleted``, if anything."""
     head = store.head(thread)
-    info = store.commit(head) if head else None
+    info = store.commit_info(head) if head else None
     return {"thread": thread, "head": head, "id": info.checkpoint_id if info else None,
             "step": info.step if info else None, "deleted": deleted}
 
@@ -135,7 +135,7 @@ def delete_checkpoint(open_writer: Writer, name: str) -> Dict[str, Any]:
     """Delete one checkpoint; its children are re-parented onto its parent."""
     with open_writer() as store:
         sha = revision(store, name)
-        info = store.commit(sha)
+        info = store.commit_info(sha)
         if info.thread_id is None:
             raise InvalidInputError(f"checkpoint {name!r} belongs to no thread")
         store.delete(CheckpointConfig(info.thread_id, sha))

@@ -85,5 +85,5 @@ def diff(reader: Reader, b: str = Query(description="The new checkpoint"),
     """What changed from A to B, field by field and item by item (`qvc diff --json`)."""
     new = revision(reader, b)
     old = revision(reader, a) if a is not None else None
-    return {"a": old if a is not None else reader.commit(new).parent, "b": new,
+    return {"a": old if a is not None else reader.commit_info(new).parent, "b": new,
             "fields": to_json(diff_commits(reader, old, new))}

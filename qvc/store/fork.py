@@ -56,7 +56,7 @@ def fork_thread(store: GitCheckpointStore, sha: str, new: str) -> CheckpointConf
     """
     if store.head(new) is not None:
         raise CheckpointConflictError(f"thread {new!r} already exists")
-    info = store.commit(sha)
+    info = store.commit_info(sha)
     return fork_checkpoint(store, CheckpointConfig(info.thread_id or "", sha), new)
 
 

@@ -178,7 +178,7 @@ class GitCheckpointStore(CheckpointStore):
         """The commit SHA of a thread's head, or ``None`` for a thread with no checkpoints."""
         return self._repo.ref(head_ref(thread_id))
 
-    def commit(self, sha: str) -> CommitInfo:
+    def commit_info(self, sha: str) -> CommitInfo:
         """What a checkpoint commit says (id, thread, step, parents, time, message), without its
         state. Raises :class:`CorruptionError` if it is missing or malformed."""
         return self._history.commit(sha)
@@ -747,7 +747,7 @@ class GitCheckpointStore(CheckpointStore):
                     rekeyed.append((writes_ref(new), None, wtip))
                 dropped.append((writes_ref(old), wtip, None))
             cause = f"delete: checkpoint {info.checkpoint_id}"
-            self._rewriter.begin(tx)
+            tx.rewrite_history()
             for name, old, new in rekeyed + moves + dropped:
                 tx.move_ref(name, old, new, cause)
 
@@ -789,7 +789,7 @@ class GitCheckpointStore(CheckpointStore):
                 writes.update(tx.refs(keyed_prefix(thread)))
             if not refs and not writes:
                 return
-            self._rewriter.begin(tx)
+            tx.rewrite_history()
             # the threads' refs first: a crash part-way leaves only unreachable pending writes
             for name, tip in refs + list(writes.items()):
                 tx.move_ref(name, tip, None)
@@ -834,7 +834,7 @@ class GitCheckpointStore(CheckpointStore):
                 moves += [(keyed_prefix(new) + ref[len(prefix):], None, wtip), (ref, wtip, None)]
             moves += [(name, tip, None) for name, tip in tips]
             reflog = self._repo.reflog(head_ref(old))
-            self._rewriter.begin(tx)
+            tx.rewrite_history()
             for name, was, now in moves:
                 tx.move_ref(name, was, now, f"branch: renamed {old} to {new}")
             if reflog:  # carry the old reflog over, under the new name
@@ -982,7 +982,7 @@ class GitCheckpointStore(CheckpointStore):
                 return
             superseded = tx.refs(superseded_prefix(thread))
             gone = {keyed_ref(thread, self._history.commit(s).checkpoint_id) for s in shas}
-            self._rewriter.begin(tx)
+            tx.rewrite_history()
             self._rewriter.settle(tx, thread, head, superseded, set(shas), keep=keep)
             for ref, tip in tx.refs(keyed_prefix(thread)):
                 if ref in gone:
@@ -1001,7 +1001,7 @@ class GitCheckpointStore(CheckpointStore):
             keep = index.ids[index.latest]
             superseded = tx.refs(superseded_prefix(thread))
             writes = [(r, t) for r, t in tx.refs(keyed_prefix(thread)) if r != keyed_ref(thread, index.latest)]
-            self._rewriter.begin(tx)
+            tx.rewrite_history()
             new = self._rewriter.commit(tx, keep, []) if self._history.commit(keep).parents else keep
             if new != head:
                 tx.move_ref(head_ref(thread), head, new, "prune: kept the latest checkpoint")

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from qvc.errors import CorruptionError
 from qvc.plumbing.journal import fsync_dir
+from qvc.plumbing.locking import open_lock_file, wait_flock
 from qvc.plumbing.objects import parse_tree
 from qvc.plumbing.repository import GENERATION
 from qvc.store.format import HEADER, decode_header, parse_trailers
@@ -173,6 +174,7 @@ class History:
         self._generation: tuple | None = None
         self._threads = LRU(256)  # thread id -> ThreadIndex
         repo.listeners.append(self.observe)
+        repo.rewrite_listeners.append(self.forget_index)
         if not repo.readonly:
             self._index_replayed(getattr(repo.recovery, "moved", None) or {})
 
@@ -342,8 +344,8 @@ class History:
 
     def forget_index(self) -> None:
         """Make the next lookup (in any process) rebuild the durable index from the refs: called
-        (by :meth:`qvc.store.rewrite.Rewriter.begin`, and here when a write raced a rewrite)
-        before a delete or rewrite moves refs, so that a writer killed before it starts the new
+        (as a :attr:`Repository.rewrite_listeners` callback, and here when a write raced a
+        rewrite) before a delete or rewrite moves refs, so that a writer killed before it starts the new
         generation leaves no index naming what it deleted. A build running meanwhile (it may have
         read the refs before this delete moves them) then does not mark its index complete."""
         where = self._ids_dir()
@@ -394,17 +396,16 @@ class History:
         a delete that removed that file meanwhile (:meth:`forget_index`) leaves no marker, so an
         index whose walk read the refs before the delete moved them is never trusted.
         """
-        import fcntl
         import shutil
 
         parent = os.path.dirname(where)
         try:
             os.makedirs(parent, exist_ok=True)
-            lock = os.open(os.path.join(parent, "build.lock"), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
+            lock = open_lock_file(os.path.join(parent, "build.lock"))
         except OSError:
             return False
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            wait_flock(lock)
             if os.path.exists(os.path.join(where, _COMPLETE)):
                 return True  # another builder finished meanwhile
             os.makedirs(where, exist_ok=True)

@@ -89,7 +89,7 @@ def parse_revision(store: GitCheckpointStore, text: str, *, names: Names | None 
     rev = parse_revision(store, inner, names=names)
     commit = rev.commit
     for i in range(steps):
-        parent = store.commit(commit).parent
+        parent = store.commit_info(commit).parent
         if parent is None:
             raise UnknownCheckpointError(f"{text!r}: only {i} checkpoint(s) before {inner!r}")
         commit = parent

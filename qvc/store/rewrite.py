@@ -4,16 +4,16 @@ Deleting a checkpoint (re-parenting its descendants), deleting the checkpoints o
 pruning a thread to its latest checkpoint, and copying or renaming a thread all rewrite commits.
 They do it through a :class:`Rewriter`, inside the caller's transaction:
 
-1. the caller plans what to rewrite (reads only), then calls :meth:`Rewriter.begin`, which marks
-   the transaction as rewriting history (a new ``qvc/generation`` token when it ends, so every
-   process drops what it derived from history) and retires the durable checkpoint-id index
-   *before* any ref moves (a rewriter killed before its token is written leaves an index that is
-   rebuilt, never one naming a deleted checkpoint);
+1. the caller plans what to rewrite (reads only), then marks the transaction as rewriting
+   history (:meth:`~qvc.plumbing.transaction.Transaction.rewrite_history`: a new
+   ``qvc/generation`` token when it ends, so every process drops what it derived from history);
 2. it writes the copies (:meth:`Rewriter.commit`, :meth:`Rewriter.line`, :meth:`Rewriter.relabel`,
    :meth:`Rewriter.drop`) and moves its refs.
 
-In-memory caches follow by themselves: :meth:`qvc.store.history.History.observe` sees the
-rewriting record and drops them. Nobody else calls ``forget_index``.
+Caches follow by themselves, as listeners of the repository: the durable checkpoint-id index is
+retired when the transaction is marked, before any ref moves (a rewriter killed before its token
+is written leaves an index that is rebuilt, never one naming a deleted checkpoint), and
+:meth:`qvc.store.history.History.observe` sees the rewriting record and drops what it holds.
 """
 
 from __future__ import annotations
@@ -36,12 +36,6 @@ class Rewriter:
     def __init__(self, repo: Repository, history: History):
         self._repo = repo
         self._history = history
-
-    def begin(self, tx: Transaction) -> None:
-        """Mark ``tx`` as rewriting history; call it after the planning reads (checkpoint lookups)
-        and before the first ref move (see the module docstring)."""
-        tx.rewrite_history()
-        self._history.forget_index()
 
     def commit(self, tx: Transaction, sha: str, parents: Sequence[str], *, thread: str | None = None,
                header_update: Mapping[str, Any] | None = None) -> str:

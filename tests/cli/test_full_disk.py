@@ -168,7 +168,7 @@ def test_the_library_on_a_full_disk(small_fs):
             acknowledged.append(cp.id)
         assert isinstance(failure, StorageError) and isinstance(failure, OSError), repr(failure)
         assert failure.errno == errno.ENOSPC and "No space left on device" in str(failure)
-        assert acknowledged and store.commit(store.head("t")).checkpoint_id == acknowledged[-1]
+        assert acknowledged and store.commit_info(store.head("t")).checkpoint_id == acknowledged[-1]
         with pytest.raises(StorageError) as again:  # still full: the same error, nothing stored
             store.put(CheckpointConfig("t"), Checkpoint(id="x", thread_id="t", step=0,
                                                         state_data={"blob": os.urandom(8000).hex()}), {})

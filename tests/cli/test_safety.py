@@ -156,7 +156,7 @@ def test_a_stale_put_is_a_conflict_naming_the_thread(work):
                       {}, expected_head=old)
         store.put(CheckpointConfig("new"), Checkpoint(id="n0", thread_id="new", step=0, state_data={}),
                   {}, expected_head=None)
-        assert store.commit(store.head("new")).checkpoint_id == "n0"
+        assert store.commit_info(store.head("new")).checkpoint_id == "n0"
 
 
 def test_concurrent_commits_on_one_thread(work):

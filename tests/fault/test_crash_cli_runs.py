@@ -52,7 +52,7 @@ def kill_cli_loop(tmp_path: Path, kills: int, seed: int) -> dict:
     for k in range(kills):
         with GitCheckpointStore(repo) as store:
             before = store.head("t")
-            parent = store.commit(before).parent
+            parent = store.commit_info(before).parent
         if rng.random() < 0.6 or parent is None:
             work = tmp_path / f"w{k}"
             subprocess.run(qvc_cmd(repo, "checkout", "t", "--to", str(work)), check=True, env=child_env(),
@@ -82,7 +82,7 @@ def kill_cli_loop(tmp_path: Path, kills: int, seed: int) -> dict:
                 assert head in ({parent} if finished else {before, parent}), f"{where} head {head}"
             else:
                 if moved or finished:
-                    info = store.commit(head)
+                    info = store.commit_info(head)
                     assert info.parent == before, f"{where} new head's parent is not the old head"
                     tup = store.read(head)
                     assert tup.checkpoint.state_data.get(f"f{k}") == {"k": k}, f"{where} edit missing"

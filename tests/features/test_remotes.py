@@ -195,7 +195,7 @@ def test_many_machines_one_remote(tmp_path, servers):
         # after a fetch, two can fork the remote's line locally and push that
         qvc.fetch(two)
         tip = parse_revision(two, "origin/shared").commit
-        fork_checkpoint(two, CheckpointConfig("shared", two.commit(tip).checkpoint_id), new_thread_id="shared-2")
+        fork_checkpoint(two, CheckpointConfig("shared", two.commit_info(tip).checkpoint_id), new_thread_id="shared-2")
         qvc.push(two, threads=["shared-2"])
         assert parse_revision(two, "shared-2~1").commit == one.head("shared")
         # the same thread created independently on two machines: a conflict too

@@ -71,7 +71,7 @@ def test_fetch_named_threads_brings_only_those(tmp_path, hub):
         assert len(superseded) == 1 and "/run-00/" in superseded[0]
         assert result.writes_merged == 2  # the pending writes of run-00-1 and run-07-1
         sha = store.repository.ref("refs/remotes/origin/run-07")
-        line = [store.commit(c.hex).checkpoint_id for c in store.first_parents(sha)]
+        line = [store.commit_info(c.hex).checkpoint_id for c in store.first_parents(sha)]
         assert line == ["run-07-2", "run-07-1", "run-07-0"]
         assert store.pending_writes_at(store.resolve("run-07-1"))[0].value == {"n": 7}
         with pytest.raises(UnknownThreadError):

@@ -28,7 +28,7 @@ def test_a_fork_inside_a_thread_is_a_time_travel_with_a_superseded_line(tmp_path
         b = _put(store, "t", "b", 2, "a")
         c = _put(store, "t", "c", 3, "b")
         d = _put(store, "t", "d", 4, "a")  # forks from an inner checkpoint
-        assert store.head("t") == d and store.commit(d).parents == (a,)
+        assert store.head("t") == d and store.commit_info(d).parents == (a,)
         assert run_git(repo, "for-each-ref", "--format=%(refname)", "refs/qvc/superseded/t/").stdout.split() == [
             f"refs/qvc/superseded/t/{c}"]
         index = store.thread_index("t")
@@ -39,7 +39,7 @@ def test_a_fork_inside_a_thread_is_a_time_travel_with_a_superseded_line(tmp_path
         _put(store, "t", "b", 20, "a")
         index = store.thread_index("t")
         assert set(index.ids) == {"a", "b", "c", "d"} and index.ids["b"] != b
-        assert store.commit(index.ids["c"]).parent == a and store.commit(index.ids["b"]).parent == a
+        assert store.commit_info(index.ids["c"]).parent == a and store.commit_info(index.ids["b"]).parent == a
         assert run_git(repo, "rev-list", "--min-parents=2", "--all").stdout.split() == []
     fsck(repo)
 
@@ -68,7 +68,7 @@ def test_thread_indexes_follow_rewrites_in_this_and_other_stores(tmp_path):
         assert set(one.thread_index("t").ids) == {"a", "c"}
         one.copy_threads([("t", "u")])
         assert set(two.thread_index("u").ids) == {"a", "c"}
-        assert two.commit(two.head("u")).thread_id == "u"
+        assert two.commit_info(two.head("u")).thread_id == "u"
         one.prune_thread("u")
         assert list(two.thread_index("u").ids) == ["c"]
         two.delete_threads(["t", "u", "missing"], missing_ok=True)

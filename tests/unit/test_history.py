@@ -101,7 +101,7 @@ def built(tmp_path):
         shas["g1"] = _foreign(path, [shas["g0"]], entries, "Step: 7\n\nnot a checkpoint, whatever it says")
         run_git(path, "update-ref", "refs/heads/foreign", shas["g1"])
         shas["q0"] = _put(store, "foreign", "q0", 8, {"msgs": _msgs(72), "n": 100, "a/b": 2, "extra": "new"})
-        assert store.commit(shas["q0"]).parent == shas["g1"]
+        assert store.commit_info(shas["q0"]).parent == shas["g1"]
     return path, shas
 
 

@@ -35,7 +35,7 @@ def test_selection_then_limit_then_reverse(store, line):
     assert ids(log(store, head, exclude=line[4])) == ["c6", "c5"]
     assert ids(log(store, head, exclude=head)) == []
     assert ids(log(store, head, grep=r"^step [15] ")) == ["c5", "c1"]
-    t = store.commit(line[2]).time
+    t = store.commit_info(line[2]).time
     assert set(ids(log(store, head, since=t, until=t))) >= {"c2"}  # inclusive
     assert ids(log(store, head, until=t - 10_000)) == []
     assert ids(log(store, None, all=True, exclude=line[5])) == ["c6"]

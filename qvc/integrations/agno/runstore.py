@@ -142,7 +142,7 @@ class AgnoRunStore:
             self._last.pop(thread, None)
             return None
         cached = self._last.get(thread)
-        if cached is not None and self.store.commit(sha).checkpoint_id == cached.id:
+        if cached is not None and self.store.commit_info(sha).checkpoint_id == cached.id:
             return cached
         tup = self.store.get_tuple(CheckpointConfig(thread, sha))
         return _Point.of(tup) if tup is not None else None

@@ -101,7 +101,7 @@ class AgnoSessionStore:
             self._last.pop(thread, None)
             return None
         cached = self._last.get(thread)
-        if cached is not None and self.store.commit(sha).checkpoint_id == cached[0]:
+        if cached is not None and self.store.commit_info(sha).checkpoint_id == cached[0]:
             return cached
         tup = self.store.get_tuple(CheckpointConfig(thread))
         if tup is None:

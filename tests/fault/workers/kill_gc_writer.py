@@ -66,7 +66,7 @@ def main(argv: list[str]) -> int:
                         state_data=make_state("shared", cid, n))
         for attempt in range(1, RETRIES + 1):
             head = store.head("shared")
-            parent = travel or (store.commit(head).checkpoint_id if head else "-")
+            parent = travel or (store.commit_info(head).checkpoint_id if head else "-")
             try:
                 store.put(CheckpointConfig("shared"), cp, {"source": "loop"}, expected_head=head)
             except CheckpointConflictError:
