@@ -309,7 +309,7 @@ class Watcher:
             component = ref[len(HEADS):]
             thread = decode_thread(component)
             if thread is None:
-                thread = (self._store.commit(tip).thread_id if tip else None) or component
+                thread = (self._store.commit_info(tip).thread_id if tip else None) or component
             self._names[ref] = thread
         return thread
 
@@ -349,7 +349,7 @@ class Watcher:
         if cause is not None and cause.startswith(_RENAMED) and cause.endswith(f" to {thread}"):
             was = cause[len(_RENAMED):-len(f" to {thread}")]
             self._renamed.add(HEADS + encode_thread(was))
-            info = self._store.commit(tip)
+            info = self._store.commit_info(tip)
             return [WatchEvent("rename", thread, info.checkpoint_id, tip, from_thread=was, cause=cause,
                                observed=now)]
         own, base = [], None
@@ -394,7 +394,7 @@ class Watcher:
             if self._reader.ref(name, settle=False) == was:
                 new.refs[name] = was
                 kept = (name[len(SUPERSEDED):],)
-        head = self._store.commit(tip)
+        head = self._store.commit_info(tip)
         events = [WatchEvent("reset", thread, head.checkpoint_id, tip, previous=was, step=head.step,
                              superseded=kept, cause=_last_reflog(self._path, ref, tip), observed=now)]
         return events + [self._checkpoint(thread, i, now) for i in reversed(fresh)]
@@ -414,7 +414,7 @@ class Watcher:
         if sha is None:  # an opaque writes ref (another layout's): no checkpoint of the store to report
             return []
         try:
-            info = self._store.commit(sha)
+            info = self._store.commit_info(sha)
         except CorruptionError:  # the checkpoint was deleted meanwhile
             return []
         return [WatchEvent("writes", info.thread_id, info.checkpoint_id, sha, writes=tip, observed=now)]

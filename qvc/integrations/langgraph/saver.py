@@ -348,8 +348,8 @@ class QvcSaver(BaseCheckpointSaver[str]):
         hexid = index.ids.get(cid) if (index is not None and cid is not None) else None
         parent_id = self._header(hexid)[0].get("parent_id") if hexid is not None else None
         while parent_id and remaining and index is not None and hexid is not None:
-            first = self._store.commit(hexid).parent
-            if first is None or self._store.commit(first).checkpoint_id != parent_id:
+            first = self._store.commit_info(hexid).parent
+            if first is None or self._store.commit_info(first).checkpoint_id != parent_id:
                 first = index.ids.get(parent_id)  # a parent put after its child (kept as given)
             if first is None:
                 break
