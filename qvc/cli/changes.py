@@ -32,8 +32,8 @@ def diff(a: str, b: str | None, stat: bool, full: bool, as_json: bool) -> None:
     store = session().store()
     ra = revision(store, a)
     damaged: dict[str, str] = {}
-    diffs = diff_commits(store, None, ra.commit, damaged) if b is None else \
-        diff_commits(store, ra.commit, revision(store, b).commit, damaged)
+    diffs = diff_commits(store, None, ra.commit, damaged, plain=as_json) if b is None else \
+        diff_commits(store, ra.commit, revision(store, b).commit, damaged, plain=as_json)
     for field, why in damaged.items():  # the healthy fields are compared all the same
         warn(f"field {field!r} not compared: {why} (see `qvc fsck`)")
     if as_json:

@@ -130,11 +130,12 @@ def date(text: str | None, option: str) -> float | None:
         raise click.BadParameter(str(exc), param_hint=option) from None
 
 
-def entry_diffs(store, e, fields) -> list:
-    """The field diffs of a log entry against its parent (only ``fields`` when given)."""
+def entry_diffs(store, e, fields, *, plain: bool = False) -> list:
+    """The field diffs of a log entry against its parent (only ``fields`` when given; an adapter's
+    values as plain data with ``plain``, for ``--json``)."""
     from qvc.readers.views import diff_commits  # deferred: start-up speed
 
-    diffs = diff_commits(store, None, e.commit)
+    diffs = diff_commits(store, None, e.commit, plain=plain)
     return [d for d in diffs if d.field in fields] if fields else diffs
 
 
@@ -144,7 +145,7 @@ def entry_json(store, e, fields, with_diff: bool) -> dict:
     if with_diff:
         from qvc.readers.statediff import to_json  # deferred: start-up speed
 
-        data["diff"] = to_json(entry_diffs(store, e, fields))
+        data["diff"] = to_json(entry_diffs(store, e, fields, plain=True))
     return data
 
 

@@ -25,11 +25,11 @@ def iso(ts: int | float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).isoformat()
 
 
-def state_of(store: GitCheckpointStore, sha: str, state: dict) -> dict:
+def state_of(store: GitCheckpointStore, sha: str, state: dict, *, plain: bool = False) -> dict:
     """The state to show people: as the viewer registered for the checkpoint's writer shows it
     (:func:`qvc.store.viewers.view_state`; an adapter's values decoded by its framework when that
     is installed), else ``state`` as stored."""
-    return view_state(store, sha, state)
+    return view_state(store, sha, state, plain=plain)
 
 
 def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] = ()) -> dict[str, Any]:
@@ -44,7 +44,7 @@ def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] =
     tup = store.read(sha, damaged=damaged)
     info = store.commit_info(sha)
     cp = tup.checkpoint
-    state = state_of(store, sha, cp.state_data) if not damaged else cp.state_data
+    state = state_of(store, sha, cp.state_data, plain=True) if not damaged else cp.state_data
     for f in fields:
         if f in damaged:
             raise CorruptionError(damaged[f])
@@ -68,13 +68,14 @@ def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] =
 
 
 def diff_commits(store: GitCheckpointStore, a: Optional[str], b: str,
-                 damaged: dict[str, str] | None = None) -> list:
+                 damaged: dict[str, str] | None = None, *, plain: bool = False) -> list:
     """The field diffs (:func:`qvc.readers.statediff.diff_states`) from commit ``a`` to ``b``; ``a=None``
     compares ``b`` with its parent (everything added for a first checkpoint).
 
     With ``damaged`` (a dict), a field damaged on either side is not compared: it is named in
     ``damaged`` with why, and the healthy fields are compared; without it, it raises
-    :class:`~qvc.errors.CorruptionError`."""
+    :class:`~qvc.errors.CorruptionError`. ``plain``: an adapter's values as plain data (for the
+    JSON forms; see :func:`state_of`)."""
     from qvc.readers.statediff import diff_states  # deferred: start-up time (every CLI command loads this module)
 
     bad: dict[str, str] = {}
@@ -85,7 +86,7 @@ def diff_commits(store: GitCheckpointStore, a: Optional[str], b: str,
         here: dict[str, str] = {}
         data = store.read(sha, damaged=here if damaged is not None else None).checkpoint.state_data
         bad.update(here)
-        return state_of(store, sha, data) if not here else data
+        return state_of(store, sha, data, plain=plain) if not here else data
 
     old, new = (state(store.commit_info(b).parent) if a is None else state(a)), state(b)
     if bad and damaged is not None:

@@ -86,4 +86,4 @@ def diff(reader: Reader, b: str = Query(description="The new checkpoint"),
     new = revision(reader, b)
     old = revision(reader, a) if a is not None else None
     return {"a": old if a is not None else reader.commit_info(new).parent, "b": new,
-            "fields": to_json(diff_commits(reader, old, new))}
+            "fields": to_json(diff_commits(reader, old, new, plain=True))}

@@ -30,10 +30,12 @@ if TYPE_CHECKING:
 #: The entry-point group viewers are declared in (``[project.entry-points."qvc.viewers"]``).
 GROUP = "qvc.viewers"
 
-#: ``viewer(store, sha, state) -> state to show``: ``state`` is the checkpoint's ``state_data`` as
-#: the store read it; the viewer returns the fields people should see (a new dict), or raises
-#: :class:`~qvc.errors.CorruptionError` when they do not decode.
-Viewer = Callable[["GitCheckpointStore", str, "dict[str, Any]"], "dict[str, Any]"]
+#: ``viewer(store, sha, state, plain=False) -> state to show``: ``state`` is the checkpoint's
+#: ``state_data`` as the store read it; the viewer returns the fields people should see (a new
+#: dict), or raises :class:`~qvc.errors.CorruptionError` when they do not decode. With
+#: ``plain=True`` (the JSON forms: ``--json``, ``qvc serve``) the values are plain data a JSON
+#: form holds (dicts, lists, strings, numbers, ...), not the framework's objects.
+Viewer = Callable[..., "dict[str, Any]"]
 
 #: Header keys :class:`~qvc.store.git_store.GitCheckpointStore` writes itself: no viewer is looked
 #: up for them (a checkpoint with only these never reads the entry points).
@@ -78,9 +80,10 @@ def viewer_for(key: str) -> Optional[Viewer]:
         return viewer
 
 
-def view_state(store: GitCheckpointStore, sha: str, state: dict[str, Any]) -> dict[str, Any]:
+def view_state(store: GitCheckpointStore, sha: str, state: dict[str, Any], *, plain: bool = False) -> dict[str, Any]:
     """The state of checkpoint commit ``sha`` to show people: ``state`` (its ``state_data``) as
-    the viewer of one of its header's keys shows it, or ``state`` itself when no key has one.
+    the viewer of one of its header's keys shows it (as plain data with ``plain``, see
+    :data:`Viewer`), or ``state`` itself when no key has one.
     Reads the checkpoint's header; raises what the viewer raises
     (:class:`~qvc.errors.CorruptionError` for values that do not decode)."""
     for key in store.header(sha)[0]:
@@ -88,5 +91,5 @@ def view_state(store: GitCheckpointStore, sha: str, state: dict[str, Any]) -> di
             continue
         viewer = viewer_for(key)
         if viewer is not None:
-            return viewer(store, sha, state)
+            return viewer(store, sha, state, plain=plain)
     return state

@@ -39,6 +39,29 @@ def qvc(capsys, *args: str) -> str:
     return out.out
 
 
+def test_the_json_forms_show_langchain_messages_as_plain_data(tmp_path, capsys):
+    """``--json`` (and so ``qvc serve``) shows LangChain messages as their fields, the way people
+    read them; the text form keeps the objects' own rendering."""
+    from langgraph.graph import MessagesState
+
+    g = StateGraph(MessagesState)
+    g.add_node("bot", lambda s: {"messages": [("ai", "hello")]})
+    g.add_edge(START, "bot")
+    path = tmp_path / "m.qvc"
+    with QvcSaver(path) as saver:
+        g.compile(checkpointer=saver).invoke({"messages": [("user", "hi")]}, {"configurable": {"thread_id": "m"}})
+    repo = ["--repo", str(path)]
+
+    shown = json.loads(qvc(capsys, *repo, "show", "--json", "m"))
+    assert [(m["type"], m["content"]) for m in shown["state"]["messages"]] == [("human", "hi"), ("ai", "hello")]
+    diff = json.loads(qvc(capsys, *repo, "diff", "--json", "m"))
+    added = next(d for d in diff if d["field"] == "messages")["changes"]
+    assert [c["new"]["content"] for c in added if c["op"] == "add"] == ["hello"]
+    log = json.loads(qvc(capsys, *repo, "log", "--json", "-p", "m"))
+    assert any(d["field"] == "messages" for d in log[0]["diff"])
+    assert "HumanMessage(content='hi'" in qvc(capsys, *repo, "show", "m")
+
+
 def test_log_show_diff_on_a_langgraph_repository(tmp_path, capsys):
     path = tmp_path / "g.qvc"
     with QvcSaver(path) as saver:

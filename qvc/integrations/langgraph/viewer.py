@@ -10,6 +10,7 @@ Imports LangGraph (through :mod:`.values`) and :mod:`qvc.store`.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from qvc.integrations.langgraph.values import channel_values
@@ -19,8 +20,25 @@ from qvc.store.git_store import GitCheckpointStore
 HEADER_KEY = "langgraph"
 
 
-def view(store: GitCheckpointStore, sha: str, state: dict[str, Any]) -> dict[str, Any]:
+def view(store: GitCheckpointStore, sha: str, state: dict[str, Any], *, plain: bool = False) -> dict[str, Any]:
     """The channel values of the LangGraph checkpoint in commit ``sha``, decoded
     (:func:`~qvc.integrations.langgraph.values.channel_values`; ``state``, the stored
-    ``[type, bytes]`` pairs, is read again from ``sha``). Raises :class:`~qvc.errors.CorruptionError`."""
-    return channel_values(store, sha)
+    ``[type, bytes]`` pairs, is read again from ``sha``). With ``plain``, pydantic models (LangChain
+    messages among them) are their ``model_dump(mode="json")`` and dataclasses their fields, so a
+    JSON form holds them. Raises :class:`~qvc.errors.CorruptionError`."""
+    values = channel_values(store, sha)
+    return {name: _plain(value) for name, value in values.items()} if plain else values
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with the framework objects inside dicts, lists and tuples made plain data."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    dump = getattr(value, "model_dump", None)
+    if callable(dump) and not isinstance(value, type):
+        return _plain(dump(mode="json"))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _plain(dataclasses.asdict(value))
+    return value
