@@ -579,18 +579,6 @@ class GitCheckpointStore(CheckpointStore):
         self._history.remember(new, counts, {decode_name(n): raw for n, (_, raw) in fields.items()})
         return new
 
-    def rewrite_commit(self, tx: Transaction, sha: str, parents: Sequence[str], *, thread: str | None = None,
-                       header_update: Mapping[str, Any] | None = None) -> str:
-        """Write into ``tx`` a copy of commit ``sha`` with ``parents`` instead of its own; return its SHA.
-
-        Everything else (tree, message, author, times) is kept, so an unchanged copy has the
-        same SHA. With ``thread``, the copy is relabelled as a checkpoint of that thread (its
-        header's ``thread_id``, updated with ``header_update``, its versions record re-based on
-        the new first parent, and its ``Thread`` trailer). Moves no ref. Raises
-        :class:`CorruptionError` if the commit (or, to relabel, its checkpoint header) does not read.
-        """
-        return self._rewriter.commit(tx, sha, parents, thread=thread, header_update=header_update)
-
     def descends(self, commit: str | None, ancestor: str) -> bool:
         """Whether commit ``commit`` is ``ancestor`` or has it among its ancestors (any parent).
         ``False`` for ``None``. Raises :class:`CorruptionError` if either is not in the repository."""

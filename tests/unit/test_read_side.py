@@ -16,8 +16,9 @@ import qvc.readers
 
 READ_SIDE = Path(qvc.readers.__file__).parent
 WRITES = {"put", "aput", "put_writes", "aput_writes", "reset", "delete", "adelete", "delete_thread",
-          "rename_thread", "checkout", "transaction", "move_ref", "write_checkpoint", "rewrite_commit",
-          "fork_checkpoint", "fork_thread", "commit_directory"}
+          "rename_thread", "checkout", "transaction", "move_ref", "write_checkpoint",
+          "fork_checkpoint", "fork_thread", "commit_directory", "put_entries", "put_checkpoint_writes",
+          "drop_checkpoints", "prune_thread", "copy_threads", "delete_threads"}
 
 
 def writes_called(path: Path) -> list[str]:
