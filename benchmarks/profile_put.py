@@ -6,7 +6,7 @@
 The state is bench_store.py's ([1] put: 5 fields, ~4.5 KB). The store lives in a temporary
 directory under ``benchmarks/out/`` (not tmpfs: the flush is part of what is measured) and is
 removed afterwards. Profiled wall time includes waiting for locks, which is the point: a put
-that waits for the publisher shows it under ``Repository._store_objects``.
+that waits for the publisher shows it under ``Publication.make_readable`` (``qvc.plumbing.publication``).
 """
 
 from __future__ import annotations
