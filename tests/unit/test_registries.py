@@ -138,7 +138,7 @@ def test_a_langgraph_checkpoint_is_shown_through_its_viewer(langgraph_repo):
 def test_a_registered_viewer_takes_precedence(langgraph_repo):
     path, sha = langgraph_repo
     out = _show(path, f"from qvc.store.viewers import register_viewer, view_state\n"
-                      "register_viewer('langgraph', lambda store, sha, state: {'seen': sorted(state)})\n"
+                      "register_viewer('langgraph', lambda store, sha, state, plain=False: {'seen': sorted(state)})\n"
                       f"out = [view_state(store, {sha!r}, store.read({sha!r}).checkpoint.state_data),"
                       " 'langgraph' in sys.modules]")
     assert out == [{"seen": ["n"]}, False]
