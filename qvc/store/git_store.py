@@ -151,6 +151,12 @@ class GitCheckpointStore(CheckpointStore):
         """Make every write so far durable; raise :class:`~qvc.errors.DurabilityError` on failure."""
         self._repo.flush()
 
+    def raise_if_failed(self) -> None:
+        """Raise :class:`~qvc.errors.DurabilityError` if an earlier flush failed (in the background
+        or not). Sticky until the store is reopened: after a failed flush nothing later can be
+        promised durable. Reads call it first, so a reader learns of a lost write."""
+        self._repo.raise_if_failed()
+
     def close(self) -> None:
         """Flush and release the repository. Idempotent.
 

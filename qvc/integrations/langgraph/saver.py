@@ -265,7 +265,7 @@ class QvcSaver(BaseCheckpointSaver[str]):
         ``None`` for an empty thread or an unknown id. ``pending_writes`` are in LangGraph's
         ``writes_sort_key`` order (task path, task id, index).
         """
-        self._store.repository.raise_if_failed()
+        self._store.raise_if_failed()
         name = thread_name(*_address(config))
         index = self._store.thread_index(name)
         if index is None:
@@ -288,7 +288,7 @@ class QvcSaver(BaseCheckpointSaver[str]):
         keeps checkpoints whose metadata equals each given key's value; ``before`` keeps ids
         smaller than its ``checkpoint_id``; ``limit`` caps the count.
         """
-        self._store.repository.raise_if_failed()
+        self._store.raise_if_failed()
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
             raise InvalidInputError(f"limit must be a non-negative integer, not {limit!r}")
         wanted = None
@@ -338,7 +338,7 @@ class QvcSaver(BaseCheckpointSaver[str]):
         """
         if not channels:
             return {}
-        self._store.repository.raise_if_failed()
+        self._store.raise_if_failed()
         name = thread_name(*_address(config))
         index = self._store.thread_index(name)
         collected: dict[str, list] = {ch: [] for ch in channels}
