@@ -11,11 +11,26 @@ from helpers import run_git, use_quick_profile  # helpers also puts the checkout
 from qvc import GitCheckpointStore
 
 
+def _quick_tier(config) -> bool:
+    return " ".join((config.getoption("markexpr", "") or "").split()) == "not slow"
+
+
 def pytest_configure(config) -> None:
     """``-m "not slow"`` given explicitly selects the quick tier (see README.md); the default
     run (no ``-m``) keeps the full budgets."""
-    if " ".join((config.getoption("markexpr", "") or "").split()) == "not slow":
+    if _quick_tier(config):
         use_quick_profile()
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """The quick tier also leaves out the modules marked ``heavy`` (the fault suites' kill,
+    power-loss and fleet loops); the default run and CI run them."""
+    if not _quick_tier(config):
+        return
+    heavy = [item for item in items if item.get_closest_marker("heavy")]
+    if heavy:
+        config.hook.pytest_deselected(items=heavy)
+        items[:] = [item for item in items if not item.get_closest_marker("heavy")]
 
 
 @pytest.fixture

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.heavy  # a kill, power-loss or fleet loop: left out of the quick tier
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 if str(ROOT) not in sys.path:
@@ -397,6 +399,7 @@ def test_dead_writers_journal_does_not_resurrect_a_deleted_thread(tmp_path):
 DELETES_LATER = """
 import sys
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+
 store = GitCheckpointStore(sys.argv[1])
 for n in range(3):
     store.put(CheckpointConfig("doomed"), Checkpoint(id=f"D-{n}", thread_id="doomed", step=n, state_data={"n": n}), {})

@@ -38,6 +38,8 @@ from test_crash import slow_enabled  # noqa: E402
 
 from qvc import CheckpointConfig, CheckpointConflictError, GitCheckpointStore, fork_checkpoint  # noqa: E402
 
+pytestmark = pytest.mark.heavy  # a kill, power-loss or fleet loop: left out of the quick tier
+
 
 def run_gc_loop(path: Path, stop: threading.Event, out: dict) -> None:
     n = 0

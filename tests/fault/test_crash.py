@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.heavy  # a kill, power-loss or fleet loop: left out of the quick tier
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 if str(ROOT) not in sys.path:
@@ -775,6 +777,7 @@ def test_recovery_keeps_a_later_writers_generation(tmp_path):
 PURGER = """
 import sys
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+
 s = GitCheckpointStore(sys.argv[1], fsync=False)
 for i in range(400):
     t = f"t{i % 4}"

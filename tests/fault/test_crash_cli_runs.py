@@ -29,6 +29,8 @@ from test_crash import slow_enabled
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
 from qvc.runs import Runs
 
+pytestmark = pytest.mark.heavy  # a kill, power-loss or fleet loop: left out of the quick tier
+
 
 def qvc_cmd(repo: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "qvc", "--repo", str(repo), *args]
@@ -109,6 +111,7 @@ def test_kill_cli_commit_and_reset_many(tmp_path, request):
 RECORDER = r"""
 import sys
 from qvc.runs import Message, Runs, ToolCall
+
 repo, run_id = sys.argv[1], sys.argv[2]
 runs = Runs(repo)
 rec = runs.start("question", system="sys", run_id=run_id, session_id="s", cadence="tool-batch")

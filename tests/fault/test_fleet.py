@@ -23,10 +23,13 @@ from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
 from qvc.plumbing import refpack
 from qvc.plumbing.repository import MERGE_PACKS_AT
 
+pytestmark = pytest.mark.heavy  # a kill, power-loss or fleet loop: left out of the quick tier
+
 # Puts PUTS checkpoints on its own thread, acknowledging each, then waits to be killed.
 WRITER = r"""
 import sys, time
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+
 path, thread, puts = sys.argv[1], sys.argv[2], int(sys.argv[3])
 store = GitCheckpointStore(path)
 for i in range(puts):

@@ -43,6 +43,8 @@ from test_model import loose_objects, qvc_fsck, wait_for_git  # noqa: E402
 
 from qvc import CheckpointConfig, GitCheckpointStore  # noqa: E402
 
+pytestmark = pytest.mark.heavy  # a kill, power-loss or fleet loop: left out of the quick tier
+
 WRITER = HERE / "workers" / "kill_gc_writer.py"
 WRITERS = {"A": ("sync", True), "B": ("async", True), "C": ("sync", False)}  # name: (mode, on shared)
 LOOSE_LIMIT = 50

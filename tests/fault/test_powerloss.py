@@ -51,8 +51,8 @@ from qvc import GitCheckpointStore  # noqa: E402
 from qvc.errors import QvcError  # noqa: E402
 
 # .ci/run installs strace, so in CI (CI=true) the suite never skips for want of it.
-pytestmark = pytest.mark.skipif(shutil.which("strace") is None and not os.environ.get("CI"),
-                                reason="strace is not installed")
+pytestmark = [pytest.mark.heavy, pytest.mark.skipif(shutil.which("strace") is None and not os.environ.get("CI"),
+                                reason="strace is not installed")]
 
 MODES = ["sync", "async", "exit"]
 # crash points per mode in the default run (each checked in several variants)

@@ -47,7 +47,8 @@ SERVER_SIDE = {f"{where}-{hook}" for where in ("hook", "hookspath") for hook in 
     "pre-receive", "update", "post-update", "reference-transaction", "proc-receive", "push-to-checkout",
     "post-receive")} | {marker_of_key("core.alternateRefsCommand")}
 
-pytestmark = pytest.mark.usefixtures("isolated_git")  # git with no system or global config of the machine
+pytestmark = [pytest.mark.heavy,  # a kill loop: left out of the quick tier
+              pytest.mark.usefixtures("isolated_git")]  # git with no system or global config of the machine
 
 
 def qvc_cmd(*args: str) -> list[str]:

@@ -17,7 +17,7 @@ import qvc
 from qvc import CheckpointConfig, GitCheckpointStore, PendingWrite, UnknownThreadError
 from qvc.remotes.remote import add_remote, clone
 
-pytestmark = pytest.mark.usefixtures("isolated_git")
+pytestmark = [pytest.mark.heavy, pytest.mark.usefixtures("isolated_git")]
 
 THREADS = 60
 
