@@ -129,14 +129,10 @@ class GitBackend(Backend):
 
     def refs(self, prefix: str) -> list[tuple[str, str]]:
         """``(name, hex target)`` of every direct ref under ``prefix`` in git's files, once other
-        stores' leases under it are settled (:func:`qvc.plumbing.leases.settle`)."""
-        self.reader.loose_names(prefix)  # waits for other stores' leases under prefix (see leases.settle)
-        direct = pygit2.enums.ReferenceType.DIRECT
-        try:  # read them all first: callers read objects meanwhile, which may reopen self.git
-            return [(ref.name, str(ref.target)) for ref in self.git.references.iterator()
-                    if ref.name.startswith(prefix) and ref.type == direct]
-        except pygit2.GitError as exc:
-            raise CorruptionError(f"{self.path}: refs are unreadable: {exc}") from None
+        stores' leases under it are settled (:func:`qvc.plumbing.leases.settle`). Read from the
+        files (:meth:`qvc.plumbing.odb.RefReader.refs`): only the directories under ``prefix`` are
+        scanned, where libgit2's iterator reads every ref of the repository."""
+        return list(self.reader.refs(prefix))
 
     def head(self, resolve: Callable[[str], str | None]) -> tuple[str | None, str | None]:
         """``(ref name, commit)`` HEAD stands for, the ref's commit given by ``resolve``."""

@@ -106,8 +106,9 @@ class RefReader:
         self._packed_refs = (stamp, refs)
         return refs
 
-    def _loose(self, name: str, depth: int = 0) -> str | None:
-        """The target of a loose ref file (following ``ref:`` links), or ``None`` if there is none."""
+    def _loose(self, name: str, depth: int = 0, *, follow: bool = True) -> str | None:
+        """The target of a loose ref file (following ``ref:`` links; ``None`` for one without
+        ``follow``), or ``None`` if there is none."""
         try:
             fd = os.open(os.path.join(self.path, name), os.O_RDONLY | os.O_CLOEXEC)
         except (FileNotFoundError, NotADirectoryError):
@@ -119,6 +120,8 @@ class RefReader:
         finally:
             os.close(fd)
         if text.startswith("ref: "):
+            if not follow:
+                return None
             if depth >= 5:
                 raise CorruptionError(f"ref {name}: too many symbolic links")
             found = self._loose(text[5:], depth + 1)
@@ -138,7 +141,8 @@ class RefReader:
         return found if found is not None else self._packed().get(name)
 
     def refs(self, prefix: str) -> Iterator[tuple[str, str]]:
-        """``(name, hex target)`` of every direct ref whose name starts with ``prefix``.
+        """``(name, hex target)`` of every direct ref whose name starts with ``prefix`` (a symbolic
+        one, such as ``refs/remotes/<remote>/HEAD``, is not listed).
 
         Loose refs are read before ``packed-refs``: ``git pack-refs`` and libgit2 write the new
         ``packed-refs`` before they remove the loose files, so a ref moving into ``packed-refs``
@@ -146,7 +150,7 @@ class RefReader:
         """
         out: dict[str, str] = {}
         for name in self.loose_names(prefix):
-            target = self._loose(name)
+            target = self._loose(name, follow=False)
             if target is not None:
                 out[name] = target
         for name, target in self._packed().items():

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import time
 from typing import Any, Callable, Iterator, Mapping, Optional, Protocol, Sequence
 
 from qvc.codec import serde
@@ -32,7 +31,7 @@ from qvc.plumbing.reflog import ReflogEntry
 from qvc.plumbing.repository import Repository, Transaction
 from qvc.store.base import CheckpointStore
 from qvc.store.format import HEADER, TreeBuilder, commit_message, decode_header, encode_header, object_id
-from qvc.store.history import LRU, CommitInfo, History, ThreadIndex
+from qvc.store.history import CommitInfo, History, ThreadIndex
 from qvc.store.refnames import (
     HEADS,
     SUPERSEDED,
@@ -78,7 +77,6 @@ SERVICES: list[Callable[[GitCheckpointStore], Optional[Service]]] = []
 UNCHECKED: Any = object()
 
 _PUT_RETRIES = 100
-_RACY = 2  # seconds: a file identity younger than this may hide a change made in the same clock tick
 _HEXISH = re.compile(r"^[0-9a-fA-F]{4,40}$")
 
 class GitCheckpointStore(CheckpointStore):
@@ -106,8 +104,6 @@ class GitCheckpointStore(CheckpointStore):
         self._history = History(self._repo)
         self._writes = PendingWrites(self._repo, self._history)
         self._rewriter = Rewriter(self._repo, self._history)
-        self._lines = LRU(1024)  # thread -> (identity of its superseded refs, their tips)
-        self._repo.listeners.append(self._observe)
         self._services: list[Service] = []
         if not readonly:
             for start in SERVICES:
@@ -853,28 +849,9 @@ class GitCheckpointStore(CheckpointStore):
         return self._history.thread_index(thread, [head, *self._superseded_tips(thread)])
 
     def _superseded_tips(self, thread: str) -> list[str]:
-        """The tips of the thread's superseded lines, sorted. Listing refs reads every ref of the
-        repository, so the answer is cached while the thread's superseded-ref directory and
-        ``packed-refs`` keep their identity (a move, or another store's lease on a ref there,
-        changes the directory); an identity younger than :data:`_RACY` seconds is not trusted
-        (two changes within one tick of the file system's clock look the same). This store's own
-        moves drop the cache (:meth:`_observe`)."""
-        prefix = superseded_prefix(thread)
-        stamp = (self._repo.file_identity(prefix.rstrip("/")), self._repo.file_identity("packed-refs"))
-        found = self._lines.get(thread)
-        if found is not None and found[0] == stamp:
-            return found[1]
-        tips = sorted(tip for _, tip in self._repo.refs(prefix))
-        now = time.time_ns()
-        if all(s is None or now - s[1] > _RACY * 1e9 for s in stamp):
-            self._lines.put(thread, (stamp, tips))
-        return tips
-
-    def _observe(self, record: Any) -> None:
-        """A :attr:`Repository.listeners` callback: a move of a superseded ref drops the cache of
-        superseded tips (:meth:`_superseded_tips`)."""
-        if any(name.startswith(SUPERSEDED) for name, _, _ in record.refs):
-            self._lines.clear()
+        """The tips of the thread's superseded lines, sorted (a scan of the thread's superseded-ref
+        directory and of ``packed-refs``, parsed again only when it changed)."""
+        return sorted(tip for _, tip in self._repo.refs(superseded_prefix(thread)))
 
     def put_entries(self, thread_id: str, header: dict[str, Any], metadata: dict[str, Any],
                     entries_of: Callable[[str | None, Callable[[str, bytes], bytes]], dict[str, Entry]], *,
