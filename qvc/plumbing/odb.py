@@ -9,6 +9,7 @@ It never writes.
 
 from __future__ import annotations
 
+import bisect
 import mmap
 import os
 import re
@@ -84,6 +85,7 @@ class RefReader:
     def __init__(self, path: str):
         self.path = path
         self._packed_refs: tuple[tuple, dict[str, str]] | None = None
+        self._packed_names: tuple[dict[str, str], list[str]] | None = None  # (the dict, its names sorted)
 
     def _packed(self) -> dict[str, str]:
         path = os.path.join(self.path, "packed-refs")
@@ -105,6 +107,22 @@ class RefReader:
                     refs[name] = sha
         self._packed_refs = (stamp, refs)
         return refs
+
+    def _packed_under(self, prefix: str) -> list[tuple[str, str]]:
+        """The packed refs whose name starts with ``prefix`` (a range of the sorted names, found by
+        bisection: ``packed-refs`` may hold tens of thousands)."""
+        refs = self._packed()
+        names = self._packed_names
+        if names is None or names[0] is not refs:
+            names = self._packed_names = (refs, sorted(refs))
+        ordered = names[1]
+        out = []
+        for i in range(bisect.bisect_left(ordered, prefix), len(ordered)):
+            name = ordered[i]
+            if not name.startswith(prefix):
+                break
+            out.append((name, refs[name]))
+        return out
 
     def _loose(self, name: str, depth: int = 0, *, follow: bool = True) -> str | None:
         """The target of a loose ref file (following ``ref:`` links; ``None`` for one without
@@ -153,9 +171,8 @@ class RefReader:
             target = self._loose(name, follow=False)
             if target is not None:
                 out[name] = target
-        for name, target in self._packed().items():
-            if name.startswith(prefix):
-                out.setdefault(name, target)
+        for name, target in self._packed_under(prefix):
+            out.setdefault(name, target)
         return iter(sorted(out.items()))
 
     def names(self, prefix: str) -> set[str]:
@@ -166,7 +183,7 @@ class RefReader:
         before ``packed-refs`` is read, as in :meth:`refs`.
         """
         out = set(self.loose_names(prefix))
-        out.update(name for name in self._packed() if name.startswith(prefix))
+        out.update(name for name, _ in self._packed_under(prefix))
         return out
 
     def loose_names(self, prefix: str) -> list[str]:
@@ -185,7 +202,9 @@ class RefReader:
     def walk(self, prefix: str) -> Iterator[str]:
         """Every file under ``refs/`` whose name starts with ``prefix``, lock files included
         (nothing waited for, nothing read)."""
-        dirs = ["refs"]
+        # Names under ``prefix`` live in the directory its last ``/`` ends (or below): start there.
+        top = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        dirs = [top] if top.startswith("refs/") or top == "refs" else ["refs"]
         while dirs:
             rel = dirs.pop()
             try:

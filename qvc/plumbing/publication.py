@@ -125,11 +125,16 @@ class Publication:
         return bool(self._leases)
 
     def unpublished(self, prefix: str) -> dict[str, str | None]:
-        """Name → value of this store's leased refs under ``prefix``."""
+        """Name → value of this store's leased refs under ``prefix``.
+
+        Read without the state lock, as :meth:`leased` is (a publish holds it while it builds a
+        pack, and a reader must not wait for that): the copy of the leases is taken at once, and
+        :meth:`publish` writes a lease's ref file before it drops the lease, so a caller that reads
+        git's files after this call finds each lease either here or there."""
         if not self._leases:
             return {}
-        with self._state:
-            return {n: lease.value for n, lease in self._leases.items() if n.startswith(prefix)}
+        held = list(self._leases.items())  # one copy, made without letting another thread run
+        return {n: lease.value for n, lease in held if n.startswith(prefix)}
 
     def touched(self) -> list[str]:
         """The refs this store moved, sorted (what a restarted journal records as its base)."""
