@@ -843,7 +843,10 @@ class GitCheckpointStore(CheckpointStore):
         kept older lines as second parents). ``None`` for a thread without checkpoints. Cached;
         always right for the refs as read now (rewrites in any process drop the cache)."""
         thread = check_thread_id(thread_id)
-        head = self.head(thread)
+        return self._thread_index(thread, self.head(thread))
+
+    def _thread_index(self, thread: str, head: str | None) -> ThreadIndex | None:
+        """:meth:`thread_index` for a head the caller has just read."""
         if head is None:
             return None
         return self._history.thread_index(thread, [head, *self._superseded_tips(thread)])
@@ -883,7 +886,7 @@ class GitCheckpointStore(CheckpointStore):
             for _ in range(_PUT_RETRIES):
                 with self._repo.transaction() as tx:
                     head = tx.ref(ref)
-                    index = self.thread_index(thread) if head is not None else None
+                    index = self._thread_index(thread, head)
                     existing = index.ids.get(cid) if index else None
                     parent = index.ids.get(parent_id) if (index and parent_id) else None
                     if parent not in made:
@@ -966,7 +969,7 @@ class GitCheckpointStore(CheckpointStore):
         thread = check_thread_id(thread_id)
         with self._repo.transaction() as tx:
             head = tx.ref(head_ref(thread))
-            index = self.thread_index(thread) if head is not None else None
+            index = self._thread_index(thread, head)
             if index is None or index.latest is None:
                 return
             keep = index.ids[index.latest]
