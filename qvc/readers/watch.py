@@ -60,7 +60,7 @@ from qvc.store.refnames import (
     encode_thread,
     superseded_prefix,
 )
-from qvc.store.writekeys import writes_commit
+from qvc.store.writes import writes_commit
 
 if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore

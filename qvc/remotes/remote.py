@@ -82,7 +82,7 @@ from qvc.store.refnames import (
     head_ref,
     superseded_prefix,
 )
-from qvc.store.writekeys import writes_commit
+from qvc.store.writes import writes_commit
 
 CHUNK = 500  # refspecs per git run
 _CLONE_PREFIX = ".qvc-clone-"  # a clone's work folder next to its destination
@@ -638,7 +638,7 @@ def _merge_writes(store: GitCheckpointStore, name: str, result: FetchResult) -> 
 
 def _unreadable_writes(store: GitCheckpointStore, key: str, tip: str) -> str | None:
     """Why the writes ref keyed by ``key`` at ``tip`` does not read (``None``: it does): the store's
-    pending writes must decode; an opaque writes ref (:mod:`qvc.store.writekeys`) needs a commit
+    pending writes must decode; an opaque writes ref (:func:`qvc.store.writes.writes_commit`) needs a commit
     and tree that read."""
     try:
         if writes_commit(key) is not None:

@@ -11,6 +11,11 @@ they were first written. Two kinds of refs hold them:
   checkpoint's ``put`` finished). The ``lg/`` name is historical (the LangGraph saver was its
   first user) and is kept so that repositories written before stay readable as they are.
 
+Readers tell the two apart by the key after ``refs/qvc/writes/`` (:func:`writes_commit`): a commit
+SHA is the store's; any other key is an *opaque* writes ref, which readers carry like any ref
+(push, fetch and clone take it in when its commit and tree read) and otherwise leave alone
+(``qvc watch`` reports no event for it), without knowing whose layout it is.
+
 Every upsert goes through :meth:`PendingWrites.upsert`, one compare-and-swap loop: read the
 ref's tip, merge the new items into its tree (an item marked ``keep_first`` does not replace an
 existing entry of its key; any other item does), commit on top, move the ref; on a conflict
@@ -19,8 +24,9 @@ merge again on top of the other writer's commit.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from qvc.codec import serde
 from qvc.errors import CheckpointConflictError
@@ -32,10 +38,17 @@ if TYPE_CHECKING:
     from qvc.plumbing.repository import Repository
     from qvc.store.history import History
 
+_SHA = re.compile(r"[0-9a-f]{40}")
 ORDER = ".order"
 #: Writes keyed by thread and caller's key: ``<KEYED><encoded thread>/<encoded key>``.
 KEYED = WRITES + "lg/"
 RETRIES = 100
+
+
+def writes_commit(key: str) -> Optional[str]:
+    """The checkpoint commit SHA the writes ref keyed by ``key`` (the part of its name after the
+    writes namespace) belongs to, or ``None`` for an opaque writes ref."""
+    return key if _SHA.fullmatch(key) else None
 
 
 def keyed_prefix(thread: str) -> str:

@@ -16,7 +16,7 @@ from qvc.errors import InvalidInputError, QvcError
 from qvc.plumbing.repository import publish_open
 from qvc.store.prefixes import PrefixCollisionError, owner_of, prefixes, register_prefix
 from qvc.store.threadnames import RACY_NS, ThreadNames
-from qvc.store.writekeys import writes_commit
+from qvc.store.writes import writes_commit
 
 
 def put(store: GitCheckpointStore, thread: str, cid: str, **state) -> str:
