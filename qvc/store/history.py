@@ -213,11 +213,7 @@ class History:
         rescan of the pack directory on every put).
         """
         if GENERATION in record.seen:  # a rewrite: what was derived from the old history goes
-            with self._lock:
-                self._threads.clear()
-                self._by_id.clear()
-                self._indexed.clear()
-                self._tips.clear()
+            self._drop_derived()
         ids: list[tuple[str, str]] = []
         written: dict[str, CommitInfo] = {}  # the commits this record wrote
         for (kind, data), oid in zip(record.objects, record.oids, strict=True):
@@ -465,12 +461,18 @@ class History:
         except FileNotFoundError:
             gen = None
         if gen != self._generation:
-            with self._lock:
-                self._by_id.clear()
-                self._indexed.clear()
-                self._tips.clear()
-                self._threads.clear()
-                self._generation = gen
+            self._drop_derived(gen)
+
+    def _drop_derived(self, generation: tuple | None | bool = False) -> None:
+        """Forget what was derived from history in memory (ids, walked tips, thread indexes), after
+        a rewrite; with ``generation``, remember it as the one now seen."""
+        with self._lock:
+            self._by_id.clear()
+            self._indexed.clear()
+            self._tips.clear()
+            self._threads.clear()
+            if generation is not False:
+                self._generation = generation
 
     def thread_index(self, thread: str, tips: list[str]) -> ThreadIndex:
         """The index of ``thread``'s checkpoints reachable from ``tips`` (walking every parent, so

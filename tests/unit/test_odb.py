@@ -164,3 +164,29 @@ def test_readonly_store_writes_nothing(tmp_path):
         assert ro.get(CheckpointConfig("t")).state_data == {"a": 1}
         assert ro.current().thread == "main"
     assert sorted(p.relative_to(path) for p in path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_refs_under_a_prefix_are_what_libgit2_lists_as_direct_refs(tmp_path, packed):
+    """A writing store lists refs from the files (only the prefix's directories, and packed-refs
+    by bisection): the same direct refs libgit2 lists, never a symbolic one, nothing beside the prefix."""
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path, fsync=False) as store:
+        for thread in ("a", "ab", "b/c", "b/d", "c"):
+            store.put(CheckpointConfig(thread), Checkpoint(id=f"id-{thread}", thread_id=thread, step=0,
+                                                           state_data={"n": 1}), {})
+    tip = run_git(path, "rev-parse", "refs/heads/a").stdout.strip()
+    run_git(path, "update-ref", "refs/remotes/origin/a", tip)
+    run_git(path, "symbolic-ref", "refs/remotes/origin/HEAD", "refs/remotes/origin/a")
+    if packed:
+        run_git(path, "pack-refs", "--all")
+    git = pygit2.Repository(os.fspath(path))
+    direct = pygit2.enums.ReferenceType.DIRECT
+    try:
+        with GitCheckpointStore(path) as store:
+            for prefix in ("refs/heads/", "refs/heads/a", "refs/heads/b/", "refs/remotes/", "refs/", "refs/nothere/"):
+                expected = sorted((r.name, str(r.target)) for r in git.references.iterator()
+                                  if r.name.startswith(prefix) and r.type == direct)
+                assert sorted(store.repository.refs(prefix)) == expected, prefix
+    finally:
+        git.free()
