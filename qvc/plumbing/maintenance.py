@@ -21,7 +21,9 @@ def _prepare(repo: Repository) -> None:
     """Flush everything, and remove lock files crashed writers left (git refuses to touch a
     locked ref). Under the exclusive lock no qvc writer is mid-write, so every lock is stale."""
     repo.harden()
-    remove_stale_files(repo, 0.0, RecoveryReport())
+    report = RecoveryReport()
+    remove_stale_files(repo, 0.0, report)
+    repo.recovered(report.moved)
 
 
 def purge(repo: Repository, lock_fd: int) -> None:

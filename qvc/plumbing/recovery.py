@@ -228,13 +228,16 @@ def lease_moves(path: str, name: str, serial: int) -> tuple[list[tuple[str | Non
     return moves_under(moves, serial), objects
 
 
-def adopt_lease(repo: RecoveryHost, name: str, holder: str) -> bool:
+def adopt_lease(repo: RecoveryHost, name: str, holder: str,
+                moved: dict[str, tuple[str | None, str | None]] | None = None) -> bool:
     """Finish a dead store's lease on ref ``name`` (see :mod:`qvc.plumbing.leases`) while other
     stores run: roll the ref forward to the last value the dead store's journal moved it to
     under that lease (its objects written first, as one pack, if git's files lack them),
     append those moves to the reflog, and release the lock. Returns whether it did; ``False``
     if the holder turns out to be alive or another process is adopting it. The journal stays
     for the next open's full recovery, which then finds the ref where the journal left it.
+    A ref it moves is noted in ``moved`` (as :attr:`RecoveryReport.moved` notes it), so that the
+    caller can tell what derives from history (:attr:`Repository.recovery_listeners`).
 
     Nothing but the lease's own journaled moves decides: no one else can have moved the ref
     while the lock was in place, whatever happened to ``packed-refs`` or the ref's file.
@@ -273,6 +276,8 @@ def adopt_lease(repo: RecoveryHost, name: str, holder: str) -> bool:
             os.unlink(lock)
             return True
         _publish_through_lock(repo, name, value, moves, "recovery: a crashed writer's move", serial)
+        if moved is not None:
+            moved[name] = (moves[0][0], value)
         return True
     finally:
         if fd >= 0:
@@ -436,7 +441,7 @@ def remove_stale_files(repo: RecoveryHost, older_than: float, report: RecoveryRe
                         if journal_alive(repo, holder):
                             continue
                         try:
-                            if not adopt_lease(repo, ref, holder):
+                            if not adopt_lease(repo, ref, holder, report.moved):
                                 continue  # alive after all, or adopted by another process
                             report.locks_removed.append(os.path.relpath(path, repo.path))
                             continue

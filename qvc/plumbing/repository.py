@@ -185,6 +185,11 @@ class Repository:
         #: checkpoint-id index) is retired here, so a rewriter killed before it finishes leaves
         #: nothing that names what it deleted
         self.rewrite_listeners: list[Callable[[], None]] = []
+        #: called with the refs this process moved for dead writers while running (adopting their
+        #: leases), as ``{name: (value before, value after)}``: what is derived from history (the
+        #: checkpoint-id index) learns of commits whose writer died before its listeners ran.
+        #: What recovery on open moved is in :attr:`recovery` (``moved``).
+        self.recovery_listeners: list[Callable[[dict[str, tuple[str | None, str | None]]], None]] = []
         self._created = 0  # refs this store created: a hint for packing refs (qvc.plumbing.refpack)
         self.listeners.append(self._count_created)
         self._closed = False
@@ -379,9 +384,19 @@ class Repository:
         holder = leases.holder(self.path, name)
         if holder is not None:
             if not recovery.journal_alive(self, holder):
-                recovery.adopt_lease(self, name, holder)
+                moved: dict[str, tuple[str | None, str | None]] = {}
+                recovery.adopt_lease(self, name, holder, moved)
+                self.recovered(moved)
             return os.path.lexists(leases.lock_path(self.path, name))
         return not recovery.finish_publication(self, name)
+
+    def recovered(self, moved: dict[str, tuple[str | None, str | None]]) -> None:
+        """Tell :attr:`recovery_listeners` of refs this process moved for dead writers (``moved``
+        as :attr:`RecoveryReport.moved <qvc.plumbing.recovery.RecoveryReport.moved>`); nothing
+        if it is empty."""
+        if moved:
+            for listener in self.recovery_listeners:
+                listener(moved)
 
     # -- durability -------------------------------------------------------------------
 

@@ -175,6 +175,7 @@ class History:
         self._threads = LRU(256)  # thread id -> ThreadIndex
         repo.listeners.append(self.observe)
         repo.rewrite_listeners.append(self.forget_index)
+        repo.recovery_listeners.append(self._index_replayed)
         if not repo.readonly:
             self._index_replayed(getattr(repo.recovery, "moved", None) or {})
 
@@ -257,8 +258,9 @@ class History:
                 self.forget_index()
 
     def _index_replayed(self, moved: dict[str, tuple[str | None, str | None]]) -> None:
-        """Index what crashed writers' replayed journals moved refs to, where the refs still are
-        (a writer killed between its ref move and its append to the index)."""
+        """Index what crashed writers' replayed journals (on open) or adopted leases (while
+        running) moved refs to, where the refs still are (a writer killed between its journal
+        append and its append to the index)."""
         ids: list[tuple[str, str]] = []
         for name, (first, last) in moved.items():
             if last is None or name.startswith(WRITES):

@@ -122,6 +122,51 @@ def test_a_writer_meeting_a_dead_writers_lease_rolls_it_forward(tmp_path):
     fsck(path)
 
 
+KILLED_BEFORE_INDEXING = """
+import os, signal, sys
+import qvc.plumbing.publication as publication
+publication.PUBLISH_LAG = 600.0  # keeps its puts to itself: the thread stays leased
+from qvc.store import history
+real = history.History.observe
+armed = False
+def observe(self, record):  # SIGKILL this process once "lost" is journaled, before it is indexed
+    if armed:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(self, record)
+history.History.observe = observe
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+s = GitCheckpointStore(sys.argv[1], durability="async")
+s.put(CheckpointConfig("t"), Checkpoint(id="kept", thread_id="t", step=0, state_data={"x": 0}), {})
+print("ACK", flush=True)
+armed = True
+s.put(CheckpointConfig("t"), Checkpoint(id="lost", thread_id="t", step=1, state_data={"x": 1}), {})
+"""
+
+
+@pytest.mark.parametrize("adopter", ["put", "gc"])
+def test_a_retry_of_a_put_killed_in_flight_after_another_writer_adopted_it_stores_nothing_twice(tmp_path, adopter):
+    """A writer killed after journaling a put but before indexing its id leaves a lease that the
+    next writer (or maintenance) rolls forward. Retrying that put (same id, same content) must
+    find it: the adopter indexes what it rolled forward (the retry once appended a second "lost")."""
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path) as mine:  # open before the other writer dies: its open recovers nothing
+        _put(mine, "u", "other", 0)
+        proc = subprocess.run([sys.executable, "-c", KILLED_BEFORE_INDEXING, os.fspath(path)], env=child_env(),
+                              capture_output=True, text=True, timeout=60)
+        assert proc.stdout.split() == ["ACK"] and proc.returncode == -9, proc.stderr[-3000:]
+        if adopter == "put":
+            _put(mine, "t", "after", 2)  # meets the dead writer's lease and rolls it forward
+        else:
+            mine.gc()
+        line = ["after", "lost", "kept"] if adopter == "put" else ["lost", "kept"]
+        assert [t.checkpoint.id for t in mine.list(CheckpointConfig("t"))] == line
+        mine.put(CheckpointConfig("t"), Checkpoint(id="lost", thread_id="t", step=1, state_data={"x": 1}), {})
+        assert [t.checkpoint.id for t in mine.list(CheckpointConfig("t"))] == line
+    with GitCheckpointStore(path) as reopened:
+        assert [t.checkpoint.id for t in reopened.list(CheckpointConfig("t"))] == line
+    fsck(path)
+
+
 def test_a_reader_waits_for_another_process_to_publish_what_it_acknowledged(tmp_path):
     path = tmp_path / "r.qvc"
     GitCheckpointStore(path).close()
