@@ -84,7 +84,8 @@ class GenerationWatch:
         try:
             st = os.stat(self._path)
         except FileNotFoundError:
-            self._set(None, None, None)
+            if self._fd is not None or self._seen != (None, None):
+                self._set(None, None, None)
             return None, None
         seen = self._seen
         if seen[0] == (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size):
@@ -193,11 +194,13 @@ class IdIndex:
 
     def _parse(self, data: bytes) -> None:
         for sha, cid in _LINE.findall(data):
-            key, hexid = cid.decode("utf-8", "surrogateescape"), sha.decode()
-            last = self._map.get(key)
-            if last is not None and last != hexid:
-                self._older.setdefault(key, []).append(last)
-            self._map[key] = hexid
+            self._note(cid.decode("utf-8", "surrogateescape"), sha.decode())
+
+    def _note(self, checkpoint_id: str, hexid: str) -> None:
+        last = self._map.get(checkpoint_id)
+        if last is not None and last != hexid:
+            self._older.setdefault(checkpoint_id, []).append(last)
+        self._map[checkpoint_id] = hexid
 
     def _reset(self) -> None:
         if self._fd is not None:
@@ -214,8 +217,8 @@ class IdIndex:
         """Append ``(checkpoint id, commit hex)`` lines to generation ``token``'s index: to its
         log, else to the file being built, in one write; to neither if there is none (the next
         build walks the refs). Call it only after the refs naming the commits moved."""
-        data = b"".join(f"{hexid} {cid}\n".encode("utf-8", "surrogateescape")
-                        for cid, hexid in pairs if "\n" not in cid)  # trailers never hold one: no forged line
+        pairs = [(cid, hexid) for cid, hexid in pairs if "\n" not in cid]  # trailers never hold one: no forged line
+        data = b"".join(f"{hexid} {cid}\n".encode("utf-8", "surrogateescape") for cid, hexid in pairs)
         if not data or self._readonly:
             return
         log = os.path.join(self.root, token + LOG)
@@ -226,7 +229,8 @@ class IdIndex:
                     os.write(self._fd, data)
                     end = os.lseek(self._fd, 0, os.SEEK_CUR)
                     if end - len(data) == self._offset:  # nothing else came between: known as written
-                        self._parse(data)
+                        for cid, hexid in pairs:
+                            self._note(cid, hexid)
                         self._offset = end
                     return
             except OSError:
