@@ -288,6 +288,12 @@ class History:
         (:meth:`IdIndex.forget <qvc.store.idindex.IdIndex.forget>`)."""
         self._ids.forget(self._current_token())
 
+    def close(self) -> None:
+        """Let go of the files the durable index and the generation watch hold open (used again,
+        they are opened again)."""
+        self._ids.close()
+        self._watch.close()
+
     def _indexed_id(self, checkpoint_id: str, token: str) -> str | None | bool:
         """The commit the durable index of generation ``token`` gives ``checkpoint_id`` (the last
         line naming it whose commit says so), ``None`` if it has none, ``False`` if there is no
