@@ -192,3 +192,26 @@ def test_a_repository_with_the_old_shard_layout_reads_identically(tmp_path):
         assert {cid: store.resolve(cid) for cid in shas} == shas
         assert [len(list(store.list(CheckpointConfig(f"t{t}")))) for t in range(3)] == [4, 4, 4]
     assert set(os.listdir(path / IDS)) == {"build.lock", token + ".log"}
+
+
+def test_a_writer_appending_during_a_build_is_in_the_log(tmp_path):
+    """A writer whose ref moved after the build's walk read the refs appends to the file being
+    built, so the finished log holds its line."""
+    index, writer = IdIndex(str(tmp_path)), IdIndex(str(tmp_path))
+
+    def walk() -> list[tuple[str, str]]:
+        writer.append([("late", "b" * 40)], "0")  # moved after the walk read the refs
+        return [("early", "a" * 40)]
+
+    assert index.build("0", walk)
+    assert index.find("late", "0", list) == ["b" * 40]
+    assert index.find("early", "0", list) == ["a" * 40]
+
+
+def test_a_log_rebuilt_by_another_index_replaces_what_was_read(tmp_path):
+    first, second = IdIndex(str(tmp_path)), IdIndex(str(tmp_path))
+    assert first.find("gone", "0", lambda: [("gone", "a" * 40)]) == ["a" * 40]
+    second.forget("0")  # a delete, in another process
+    assert second.find("kept", "0", lambda: [("kept", "c" * 40)]) == ["c" * 40]
+    assert first.find("gone", "0", list) == []  # not the deleted line it had read
+    assert first.find("kept", "0", list) == ["c" * 40]
