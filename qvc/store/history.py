@@ -20,7 +20,7 @@ from qvc.errors import CorruptionError
 from qvc.plumbing.objects import parse_tree
 from qvc.plumbing.repository import GENERATION
 from qvc.store.format import HEADER, decode_header, parse_trailers
-from qvc.store.idindex import GenerationWatch, IdIndex, token_name
+from qvc.store.idindex import IDS, GenerationWatch, IdIndex, token_name  # noqa: F401 (IDS: kept importable here)
 from qvc.store.refnames import WRITES, decode_name
 
 if TYPE_CHECKING:

@@ -154,19 +154,19 @@ class IdIndex:
         if there is no complete index to ask. Without one (and unless read-only) it builds it
         first, from ``walk()``: every ``(checkpoint id, commit hex)`` on a ref, read after the
         build started (see :meth:`build`)."""
+        with self._lock:  # followed and asked at once: a forget in another thread cannot come between
+            if self._follow(token):
+                return self._candidates(checkpoint_id)
+        if self._readonly or not self.build(token, walk):
+            return None
         with self._lock:
-            followed = self._follow(token)
-        if not followed:
-            if self._readonly or not self.build(token, walk):
-                return None
-            with self._lock:
-                if not self._follow(token):
-                    return None
-        with self._lock:
-            last = self._map.get(checkpoint_id)
-            if last is None:
-                return []
-            return [last, *reversed(self._older.get(checkpoint_id, ()))]
+            return self._candidates(checkpoint_id) if self._follow(token) else None
+
+    def _candidates(self, checkpoint_id: str) -> list[str]:
+        last = self._map.get(checkpoint_id)
+        if last is None:
+            return []
+        return [last, *reversed(self._older.get(checkpoint_id, ()))]
 
     def _follow(self, token: str) -> bool:
         """Bring the in-memory index up to the log of ``token``; ``False`` if there is none."""
