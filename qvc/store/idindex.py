@@ -19,8 +19,9 @@ never reused for another file while it compares inode numbers.
   time, under ``qvc/ids/build.lock``) creates ``<generation>.building`` first, then walks every
   ref's history and appends what it finds, then renames the file to ``<generation>.log``.
   Writers append to the log, else to the file being built (never creating either), and only
-  after their refs moved: a write either moved its ref before the walk read the refs (the walk
-  finds it) or appends to the file being built or to the finished log. ``delete`` and other
+  after their refs moved, checking by a stat after the move that the log they hold open is
+  still the one at its path: a write either moved its ref before the walk read the refs (the
+  walk finds it) or appends to the file being built or to the finished log. ``delete`` and other
   history rewrites start a new generation, so an index never names a deleted checkpoint; old
   generations' logs (and the shard directories of the layout before this one) are removed by
   the next build. Before a delete moves a ref it removes the current log and any ``building``
