@@ -46,6 +46,7 @@ from qvc.store.refnames import (
     writes_ref,
 )
 from qvc.store.rewrite import Rewriter
+from qvc.store.summaries import Summaries, Summary
 from qvc.store.writes import Item, PendingWrites, entry_key, keyed_prefix, keyed_ref
 from qvc.types import (
     Checkpoint,
@@ -104,6 +105,7 @@ class GitCheckpointStore(CheckpointStore):
         self._history = History(self._repo)
         self._writes = PendingWrites(self._repo, self._history)
         self._rewriter = Rewriter(self._repo, self._history)
+        self._summaries = Summaries(self._repo, self._history)
         self._services: list[Service] = []
         if not readonly:
             for start in SERVICES:
@@ -346,28 +348,22 @@ class GitCheckpointStore(CheckpointStore):
             return out
         return serde.loads(self._blob(raw), what)
 
-    def _tuple(self, hexid: str, with_writes: set[str] | None = None, damaged: dict | None = None) -> CheckpointTuple:
-        info = self._history.commit(hexid)
-        entries = self._history.entries(info)
-        if HEADER not in entries:
-            raise CorruptionError(f"commit {hexid[:12]} is not a qvc checkpoint (no {HEADER} entry)")
-        header, metadata = decode_header(self._blob(entries[HEADER][1]), f"checkpoint {hexid[:12]} header")
+    def _tuple(self, hexid: str, with_writes: set[str] | None = None, damaged: dict | None = None,
+               summary: Summary | None = None) -> CheckpointTuple:
+        s = summary if summary is not None else self._summaries.get(hexid)
+        header, metadata = decode_header(s.header, f"checkpoint {hexid[:12]} header")
         state = {}
-        for n, (mode, raw) in entries.items():
-            if n == HEADER:
-                continue
+        versions = {}
+        for (n, mode, raw), version in zip(s.fields, s.versions, strict=True):
             name = decode_name(n)
+            versions[name] = version
             try:
                 state[name] = self._field(name, mode, raw, hexid)
             except CorruptionError as exc:
                 if damaged is None:
                     raise
                 damaged[name] = str(exc)
-        versions = self._history.versions(hexid)
-        parent_config = None
-        if info.parent is not None:
-            pinfo = self._history.commit(info.parent)
-            parent_config = CheckpointConfig(pinfo.thread_id or "", pinfo.checkpoint_id)
+        parent_config = CheckpointConfig(s.parent_thread, s.parent_id) if s.parent is not None else None
         try:
             checkpoint = Checkpoint(
                 id=header["id"], thread_id=header["thread_id"], step=header["step"], state_data=state,
@@ -425,28 +421,50 @@ class GitCheckpointStore(CheckpointStore):
         if superseded:
             tips += [tip for _, tip in sorted(self._repo.refs(superseded_prefix(thread)),
                                               key=lambda item: -self._history.commit(item[1]).time)]
-        return self._iter_lines(tips, stop, limit, before)
+        return self._iter_lines(thread, tips, stop, limit, before)
 
-    def _iter_lines(self, tips: list[str], stop: str | None, limit: int | None,
+    def _iter_lines(self, thread: str, tips: list[str], stop: str | None, limit: int | None,
                     before: str | None) -> Iterator[CheckpointTuple]:
+        """The checkpoints of the lines ending at ``tips``, from their summaries: those in memory,
+        else the thread's summary file (read on the first miss), else git; what git gave is
+        added to the file when the walk ends (:mod:`qvc.store.summaries`)."""
         seen: set[str] = set()
         with_writes = {name[len(WRITES):] for name, _ in self._repo.refs(WRITES)}
         waiting = stop is not None
         count = 0
-        for tip in tips:
-            for info in self._history.first_parents(tip):
-                if info.hex in seen:
-                    break
-                seen.add(info.hex)
-                if waiting:
-                    waiting = info.hex != stop
-                    continue
-                if limit is not None and count >= limit:
-                    return
-                count += 1
-                yield self._tuple(info.hex, with_writes)
-        if waiting:
-            raise UnknownCheckpointError(f"before={before!r} is not on the listed line")
+        summaries = self._summaries
+        walked: list[Summary] = []
+        loaded = False
+        complete = False
+        try:
+            for tip in tips:
+                hexid: str | None = tip
+                while hexid is not None and hexid not in seen:
+                    seen.add(hexid)
+                    if waiting:  # not listed: only its first parent is needed
+                        waiting = hexid != stop
+                        known = summaries.known(hexid)
+                        hexid = known.parent if known is not None else self._history.commit(hexid).parent
+                        continue
+                    if limit is not None and count >= limit:
+                        return
+                    s = summaries.known(hexid)
+                    if s is None and not loaded:
+                        summaries.load(thread)
+                        loaded = True
+                        s = summaries.known(hexid)
+                    if s is None:
+                        s = summaries.get(hexid)
+                    walked.append(s)
+                    hexid = s.parent
+                    count += 1
+                    yield self._tuple(s.sha, with_writes, summary=s)
+            complete = stop is None
+            if waiting:
+                raise UnknownCheckpointError(f"before={before!r} is not on the listed line")
+        finally:
+            if loaded:
+                summaries.save(thread, walked, seen if complete else None)
 
     def threads(self) -> list[str]:
         """Every thread id, sorted."""
