@@ -46,7 +46,7 @@ from qvc.store.refnames import (
     writes_ref,
 )
 from qvc.store.rewrite import Rewriter
-from qvc.store.summaries import Summaries, Summary
+from qvc.store.summaries import MISSING, Summaries, Summary
 from qvc.store.writes import Item, PendingWrites, entry_key, keyed_prefix, keyed_ref
 from qvc.types import (
     Checkpoint,
@@ -334,9 +334,17 @@ class GitCheckpointStore(CheckpointStore):
     # -- reading --------------------------------------------------------------------------
 
     def _blob(self, raw: bytes) -> bytes:
-        return self._history.blob(raw)
+        data = self._summaries.blobs.get(raw)  # what a thread's summary file held
+        return data if data is not None else self._history.blob(raw)
 
     def _field(self, name: str, mode: int, raw: bytes, hexid: str) -> Any:
+        if mode != MODE_TREE:
+            value = self._summaries.values.get(raw, MISSING)
+            if value is not MISSING:
+                return value
+            value = serde.loads(self._blob(raw), f"checkpoint {hexid[:12]} field {name!r}")
+            self._summaries.remember_value(raw, value)
+            return value
         what = f"checkpoint {hexid[:12]} field {name!r}"
         if mode == MODE_TREE:
             out: list = []
@@ -353,16 +361,19 @@ class GitCheckpointStore(CheckpointStore):
         s = summary if summary is not None else self._summaries.get(hexid)
         header, metadata = decode_header(s.header, f"checkpoint {hexid[:12]} header")
         state = {}
-        versions = {}
-        for (n, mode, raw), version in zip(s.fields, s.versions, strict=True):
-            name = decode_name(n)
-            versions[name] = version
-            try:
-                state[name] = self._field(name, mode, raw, hexid)
-            except CorruptionError as exc:
-                if damaged is None:
-                    raise
-                damaged[name] = str(exc)
+        known = self._summaries.values
+        for name, (_, mode, raw) in zip(s.names, s.fields, strict=True):
+            value = known.get(raw, MISSING)  # an immutable value decoded before
+            if value is MISSING:
+                try:
+                    value = self._field(name, mode, raw, hexid)
+                except CorruptionError as exc:
+                    if damaged is None:
+                        raise
+                    damaged[name] = str(exc)
+                    continue
+            state[name] = value
+        versions = dict(zip(s.names, s.versions, strict=True))
         parent_config = CheckpointConfig(s.parent_thread, s.parent_id) if s.parent is not None else None
         try:
             checkpoint = Checkpoint(
@@ -1046,12 +1057,15 @@ class GitCheckpointStore(CheckpointStore):
 
         Runs ``git`` (repack and prune) under the exclusive maintenance lock, so it waits for
         writers in every process; hardens everything and restarts this store's journal.
-        Journals of other open stores may still hold deleted values until they close.
+        Journals of other open stores may still hold deleted values until they close. The
+        thread summary files (:mod:`qvc.store.summaries`, which copy headers and small field
+        blobs) are removed first; later lists write them again from what the refs reach.
         """
         from qvc.plumbing import maintenance  # deferred, as in gc
 
         try:
             with self._repo.exclusive() as lock_fd:
+                self._summaries.drop()
                 maintenance.purge(self._repo, lock_fd)
         except StorageError:
             raise

@@ -12,8 +12,10 @@ afresh on every call) reach SHAs the file does not hold, which are read from git
 Nothing in the file is trusted to say which checkpoints a thread has; the refs say that.
 
 ``qvc/threads/<encoded thread>`` (``qvc.store.refnames.encode_thread``) holds the summaries a
-list of that thread read: a magic line, then frames ``<u32 length><u32 CRC-32><msgpack record>``
-(big-endian), appended with ``O_APPEND`` by any writable store and never fsynced. A reader stops
+list of that thread read, and the field blobs they name up to :data:`INLINE_MAX` bytes (blobs
+are immutable too: a cold list then reads no object from git for them): a magic line, then
+frames ``<u32 length><u32 CRC-32><payload>`` (big-endian; a msgpack summary, or a blob),
+appended with ``O_APPEND`` by any writable store and never fsynced. A reader stops
 at the first frame that is short, fails its CRC or does not decode (a torn append, a power cut):
 what follows is read from git, and the next store that appends rewrites the file whole (a
 temporary file renamed over it), as it does when the file holds many summaries the thread's
@@ -24,15 +26,18 @@ is always safe.
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import os
+import shutil
 import struct
 import threading
 import zlib
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgpack
 
 from qvc.errors import CorruptionError
+from qvc.plumbing.objects import MODE_BLOB
 from qvc.store.format import HEADER, decode_header
 from qvc.store.history import LRU
 from qvc.store.refnames import decode_name, encode_thread
@@ -43,7 +48,24 @@ if TYPE_CHECKING:
 
 THREADS = "qvc/threads"  # one summary file per thread (see the module docstring)
 MAGIC = b"qvc-summaries 1\n"
+BLOB = b"B"  # a blob frame's payload: ``B``, the raw blob id, the blob's bytes
+INLINE_MAX = 16 * 1024  # larger field blobs are read from git
+FILE_MAX = 32 * 2**20  # no blob frames are added past this size
+MEMORY_MAX = 100_000  # summaries kept in memory
+BLOBS_MAX = 64 * 2**20  # bytes of blobs read from the files kept in memory
 _FRAME = struct.Struct(">II")
+
+
+#: :meth:`Summaries.value` of a blob whose decoded value is not kept.
+MISSING: Any = object()
+# Decoded values of these types are shared between the tuples that hold them: nothing can
+# change them in place, so a caller cannot alter what another read returns.
+_IMMUTABLE = frozenset({str, bytes, int, float, bool, type(None), complex, _dt.datetime, _dt.date, _dt.time,
+                        _dt.timedelta})
+
+
+def _weight(value: Any) -> int:
+    return len(value) if type(value) in (str, bytes) else 64
 
 
 class Summary(NamedTuple):
@@ -56,6 +78,7 @@ class Summary(NamedTuple):
     header: bytes  # the ``.qvc`` blob
     fields: tuple[tuple[str, int, bytes], ...]  # (encoded name, mode, raw id), in tree order
     versions: tuple[int, ...]  # state version of each field, aligned with ``fields``
+    names: tuple[str, ...]  # each field's name, decoded (derived from ``fields``; not stored)
 
 
 def summarize(history: History, sha: str) -> Summary:
@@ -73,8 +96,9 @@ def summarize(history: History, sha: str) -> Summary:
         pinfo = history.commit(info.parent)
         parent_thread, parent_id = pinfo.thread_id or "", pinfo.checkpoint_id
     fields = tuple((n, mode, raw) for n, (mode, raw) in entries.items() if n != HEADER)
-    return Summary(sha, info.parent, parent_thread, parent_id, header, fields,
-                   tuple(versions[decode_name(n)] for n, _, _ in fields))
+    names = tuple(decode_name(n) for n, _, _ in fields)
+    return Summary(sha, info.parent, parent_thread, parent_id, header, fields, tuple(versions[n] for n in names),
+                   names)
 
 
 def _encode(s: Summary) -> bytes:
@@ -92,38 +116,54 @@ def _decode(payload: bytes) -> Summary:
         payload, raw=False, use_list=False, unicode_errors="surrogateescape", strict_map_key=False)
     if len(sha) != 20 or len(fields) != len(versions) or type(header) is not bytes:
         raise ValueError("not a summary")
-    return Summary(sha.hex(), parent.hex() if parent is not None else None, pthread, pid, header, fields, versions)
+    return Summary(sha.hex(), parent.hex() if parent is not None else None, pthread, pid, header, fields, versions,
+                   tuple(decode_name(n) for n, _, _ in fields))
 
 
-def parse(data: bytes) -> tuple[list[Summary], int, bool]:
-    """``(summaries, bytes parsed, whole)`` of a summary file's bytes after its magic line: the
-    frames up to the first bad one (``whole`` is false when one was found)."""
-    out, pos, end = [], 0, len(data)
+def _blob_frame(raw: bytes, data: bytes) -> bytes:
+    payload = BLOB + raw + data
+    return _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def parse(data: bytes) -> tuple[list[Summary], list[tuple[bytes, bytes]], int, bool]:
+    """``(summaries, blobs, bytes parsed, whole)`` of a summary file's bytes after its magic
+    line: the frames up to the first bad one (``whole`` is false when one was found)."""
+    out, blobs, pos, end = [], [], 0, len(data)
+    view, unpack, crc32, blob = memoryview(data), _FRAME.unpack_from, zlib.crc32, BLOB[0]
     while pos < end:
         if pos + 8 > end:
-            return out, pos, False
-        length, crc = _FRAME.unpack_from(data, pos)
-        payload = data[pos + 8:pos + 8 + length]
-        if length == 0 or len(payload) != length or zlib.crc32(payload) != crc:
-            return out, pos, False
-        try:
-            out.append(_decode(payload))
-        except (ValueError, TypeError, AttributeError, msgpack.UnpackException):
-            return out, pos, False
-        pos += 8 + length
-    return out, pos, True
+            return out, blobs, pos, False
+        length, crc = unpack(data, pos)
+        start, pos = pos, pos + 8 + length
+        payload = view[start + 8:pos]
+        if length == 0 or pos > end or crc32(payload) != crc:
+            return out, blobs, start, False
+        if data[start + 8] == blob:
+            if length < 21:
+                return out, blobs, start, False
+            blobs.append((data[start + 9:start + 29], data[start + 29:pos]))
+        else:
+            try:
+                out.append(_decode(payload))
+            except (ValueError, TypeError, AttributeError, msgpack.UnpackException):
+                return out, blobs, start, False
+    return out, blobs, pos, True
 
 
 class _File:
     """What this process read of one thread's summary file."""
 
-    __slots__ = ("ino", "offset", "shas", "torn")
+    __slots__ = ("ino", "offset", "shas", "blobs", "torn")
 
     def __init__(self) -> None:
         self.ino: int | None = None
         self.offset = 0  # bytes of the file read (magic line included)
         self.shas: set[str] = set()  # summaries the file holds
+        self.blobs: set[bytes] = set()  # field blobs the file holds
         self.torn = False  # a bad frame or magic line: the next append rewrites the file
+
+    def reset(self, ino: int | None) -> None:
+        self.ino, self.offset, self.shas, self.blobs, self.torn = ino, 0, set(), set(), False
 
 
 class Summaries:
@@ -135,8 +175,21 @@ class Summaries:
         self.history = history
         self.dir = os.path.join(repo.path, THREADS)
         self._lock = threading.Lock()
-        self._memory = LRU(100_000)  # sha -> Summary
+        self._memory: dict[str, Summary] = {}  # sha -> Summary (emptied past MEMORY_MAX)
         self._files: LRU = LRU(256)  # thread -> _File
+        #: raw blob id -> its decoded value, for immutable values only (:meth:`remember_value`);
+        #: ``values.get(raw, MISSING)`` reads it.
+        self.values = LRU(65536, 16 * 2**20, _weight)
+        #: raw blob id -> the blob's bytes, as the summary files held them (emptied past
+        #: BLOBS_MAX bytes); ``blobs.get(raw)`` reads it.
+        self.blobs: dict[bytes, bytes] = {}
+        self._blob_bytes = 0
+
+    def remember_value(self, raw: bytes, value: Any) -> None:
+        """Keep the decoded value of field blob ``raw`` if nothing can change it in place (a
+        str, bytes, number, ``None``, date or time); blobs are immutable, so it stays right."""
+        if type(value) in _IMMUTABLE:
+            self.values.put(raw, value)
 
     def known(self, sha: str) -> Summary | None:
         """The summary of ``sha`` if this process has it in memory (no I/O)."""
@@ -147,14 +200,33 @@ class Summaries:
         found = self._memory.get(sha)
         if found is None:
             found = summarize(self.history, sha)
-            self._memory.put(sha, found)
+            self._remember([found])
         return found
+
+    def _remember(self, summaries: list[Summary]) -> None:
+        memory = self._memory
+        if len(memory) + len(summaries) > MEMORY_MAX:
+            memory.clear()  # a cache: what is dropped is read again from the files or git
+        for s in summaries:
+            memory[s.sha] = s
+
+    def drop(self) -> None:
+        """Forget every summary and blob, in memory and on disk (``qvc/threads`` is removed):
+        :meth:`~qvc.store.git_store.GitCheckpointStore.purge` runs it, since the files copy
+        headers and field blobs of checkpoints that may since have been deleted."""
+        with self._lock:
+            self._memory.clear()
+            self._files.clear()
+            self.blobs.clear()
+            self._blob_bytes = 0
+            self.values.clear()
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def _path(self, thread: str) -> str:
         return os.path.join(self.dir, encode_thread(thread))
 
     def load(self, thread: str) -> set[str]:
-        """Read what the thread's file holds beyond what this process read of it (one ``stat``,
+        """Read what the thread's file holds beyond what this process read of it (one ``open``,
         and a read when it grew or was replaced) into memory; return the SHAs it holds."""
         with self._lock:
             state = self._files.get(thread)
@@ -164,12 +236,12 @@ class Summaries:
             try:
                 fd = os.open(self._path(thread), os.O_RDONLY | os.O_CLOEXEC)
             except OSError:
-                state.ino, state.offset, state.shas, state.torn = None, 0, set(), False
+                state.reset(None)
                 return state.shas
             try:
                 st = os.fstat(fd)
                 if st.st_ino != state.ino or st.st_size < state.offset:
-                    state.ino, state.offset, state.shas, state.torn = st.st_ino, 0, set(), False
+                    state.reset(st.st_ino)
                 if st.st_size == state.offset or state.torn:
                     state.torn = state.torn or st.st_size < len(MAGIC)  # only a rename creates one, whole
                     return state.shas
@@ -184,18 +256,46 @@ class Summaries:
                     state.torn = True  # torn, not ours, or another version: replaced at the next append
                     return state.shas
                 start = len(MAGIC)
-            found, used, whole = parse(data[start:])
+            found, blobs, used, whole = parse(data[start:] if start else data)
             state.offset += start + used
-            state.torn = not whole and start + used < len(data)
-            for s in found:
-                self._memory.put(s.sha, s)
-                state.shas.add(s.sha)
+            state.torn = not whole
+            self._remember(found)
+            state.shas.update(s.sha for s in found)
+            if blobs:
+                size = sum(len(b) for _, b in blobs)
+                if self._blob_bytes + size > BLOBS_MAX:
+                    self.blobs.clear()
+                    self._blob_bytes = 0
+                self.blobs.update(blobs)
+                self._blob_bytes += size
+                state.blobs.update(raw for raw, _ in blobs)
             return state.shas
 
+    def _blob_frames(self, summaries: list[Summary], state: _File, budget: int) -> list[bytes]:
+        """Frames of the field blobs of ``summaries`` that the file lacks and this process has
+        (read for the list that summarized them), each at most :data:`INLINE_MAX` bytes, while
+        the file stays under :data:`FILE_MAX`."""
+        out, added = [], set()
+        for s in summaries:
+            for _, mode, raw in s.fields:
+                if mode != MODE_BLOB or raw in state.blobs or raw in added:
+                    continue
+                data = self.blobs.get(raw)
+                if data is None:
+                    data = self.history.known_blob(raw)
+                if data is None or len(data) > INLINE_MAX or budget < len(data):
+                    continue
+                budget -= len(data) + 29
+                added.add(raw)
+                out.append(_blob_frame(raw, data))
+        state.blobs |= added
+        return out
+
     def save(self, thread: str, fresh: list[Summary], reached: set[str] | None = None) -> None:
-        """Add ``fresh`` summaries to the thread's file (no-op in a read-only store; errors are
-        ignored: the file is a cache). ``reached``, when the caller walked every line it lists,
-        lets a file holding far more summaries than that be rewritten with those reached only."""
+        """Add ``fresh`` summaries, and the field blobs they name that this process has read, to
+        the thread's file (no-op in a read-only store; errors are ignored: the file is a cache).
+        ``reached``, when the caller walked every line it lists, lets a file holding far more
+        summaries than that be rewritten with those reached only."""
         if self.repo.readonly:
             return
         with self._lock:
@@ -209,11 +309,13 @@ class Summaries:
             path = self._path(thread)
             try:
                 if state.torn or state.ino is None or shrink:
-                    keep = [s for s in (self._memory.get(h) for h in state.shas
-                                        if reached is None or h in reached) if s is not None]
+                    # only what the refs reach now: never what a delete (then purge) removed
+                    keep = [s for s in (self._memory.get(h) for h in state.shas if h in reached)
+                            if s is not None] if reached is not None else []
                     self._rewrite(path, state, keep + fresh)
                 else:
-                    data = b"".join(_encode(s) for s in fresh)
+                    blobs = self._blob_frames(fresh, state, FILE_MAX - state.offset)
+                    data = b"".join(blobs) + b"".join(_encode(s) for s in fresh)
                     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
                     try:
                         if os.fstat(fd).st_ino != state.ino:
@@ -226,7 +328,9 @@ class Summaries:
                 return
 
     def _rewrite(self, path: str, state: _File, summaries: list[Summary]) -> None:
-        data = MAGIC + b"".join(_encode(s) for s in summaries)
+        state.blobs = set()
+        data = MAGIC + b"".join(self._blob_frames(summaries, state, FILE_MAX)) + b"".join(
+            _encode(s) for s in summaries)
         tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
             try:
@@ -243,6 +347,8 @@ class Summaries:
         except OSError:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+            state.reset(state.ino)
+            state.torn = True
             raise
         state.ino, state.offset, state.torn = ino, len(data), False
         state.shas = {s.sha for s in summaries}

@@ -43,7 +43,7 @@ def held(path, thread="t"):
     with open(summary_file(path, thread), "rb") as f:
         data = f.read()
     assert data.startswith(MAGIC)
-    found, used, whole = parse(data[len(MAGIC):])
+    found, blobs, used, whole = parse(data[len(MAGIC):])
     return {s.sha for s in found}, whole
 
 
@@ -203,3 +203,20 @@ def test_limit_and_before_still_cut_the_line(tmp_path):
         assert [t[0].checkpoint_id for t in listing(store, limit=3)] == ["c0007", "c0006", "c0005"]
         assert [t[0].checkpoint_id for t in listing(store, before="c0003", limit=2)] == ["c0002", "c0001"]
         assert listing(store) == truth(path)
+
+
+def test_small_field_blobs_come_from_the_file_too(tmp_path):
+    path = str(tmp_path / "r.qvc")
+    with GitCheckpointStore(path) as store:
+        for step in range(20):
+            helpers.put(store, "t", f"c{step:04d}", step, {"n": step, "text": "x" * (step % 4), "big": "y" * 20000,
+                                                          "items": [step, {"k": [1, 2]}]})
+        first = listing(store)
+    with GitCheckpointStore(path) as store:
+        assert listing(store) == first
+        read = set(store.history._blobs)  # read from git: only the one blob too large to inline
+        assert len(read) == 1 and len(store.history.blob(read.pop())) > 20000
+        again = listing(store)
+        assert again == first
+        again[0][1].state_data["items"][1]["k"].append(3)  # a caller changing what it got ...
+        assert listing(store) == first  # ... changes nothing another read returns
