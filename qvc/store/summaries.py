@@ -52,6 +52,7 @@ BLOB = b"B"  # a blob frame's payload: ``B``, the raw blob id, the blob's bytes
 INLINE_MAX = 16 * 1024  # larger field blobs are read from git
 FILE_MAX = 32 * 2**20  # no blob frames are added past this size
 MEMORY_MAX = 100_000  # summaries kept in memory
+_FRAME_MAX = INLINE_MAX + 2**20  # no frame is longer (a length past it is garbage)
 BLOBS_MAX = 64 * 2**20  # bytes of blobs read from the files kept in memory
 _FRAME = struct.Struct(">II")
 
@@ -127,14 +128,18 @@ def _blob_frame(raw: bytes, data: bytes) -> bytes:
 
 def parse(data: bytes) -> tuple[list[Summary], list[tuple[bytes, bytes]], int, bool]:
     """``(summaries, blobs, bytes parsed, whole)`` of a summary file's bytes after its magic
-    line: the frames up to the first bad one (``whole`` is false when one was found)."""
+    line: the frames up to the first bad one (``whole`` is false when one was found). A last
+    frame cut short is not parsed but not bad either: it may be an append still being written
+    (if a crash cut it, the next append makes it bad)."""
     out, blobs, pos, end = [], [], 0, len(data)
     view, unpack, crc32, blob = memoryview(data), _FRAME.unpack_from, zlib.crc32, BLOB[0]
     while pos < end:
         if pos + 8 > end:
-            return out, blobs, pos, False
+            return out, blobs, pos, True
         length, crc = unpack(data, pos)
         start, pos = pos, pos + 8 + length
+        if pos > end and length <= _FRAME_MAX:
+            return out, blobs, start, True
         payload = view[start + 8:pos]
         if length == 0 or pos > end or crc32(payload) != crc:
             return out, blobs, start, False
@@ -153,7 +158,7 @@ def parse(data: bytes) -> tuple[list[Summary], list[tuple[bytes, bytes]], int, b
 class _File:
     """What this process read of one thread's summary file."""
 
-    __slots__ = ("ino", "offset", "shas", "blobs", "torn")
+    __slots__ = ("ino", "offset", "shas", "blobs", "torn", "partial")
 
     def __init__(self) -> None:
         self.ino: int | None = None
@@ -161,9 +166,10 @@ class _File:
         self.shas: set[str] = set()  # summaries the file holds
         self.blobs: set[bytes] = set()  # field blobs the file holds
         self.torn = False  # a bad frame or magic line: the next append rewrites the file
+        self.partial = False  # the last frame read was cut short (being appended, or torn)
 
     def reset(self, ino: int | None) -> None:
-        self.ino, self.offset, self.shas, self.blobs, self.torn = ino, 0, set(), set(), False
+        self.ino, self.offset, self.shas, self.blobs, self.torn, self.partial = ino, 0, set(), set(), False, False
 
 
 class Summaries:
@@ -233,43 +239,48 @@ class Summaries:
             if state is None:
                 state = _File()
                 self._files.put(thread, state)
-            try:
-                fd = os.open(self._path(thread), os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
-                state.reset(None)
-                return state.shas
-            try:
-                st = os.fstat(fd)
-                if st.st_ino != state.ino or st.st_size < state.offset:
-                    state.reset(st.st_ino)
-                if st.st_size == state.offset or state.torn:
-                    state.torn = state.torn or st.st_size < len(MAGIC)  # only a rename creates one, whole
-                    return state.shas
-                data = os.pread(fd, st.st_size - state.offset, state.offset)
-            except OSError:
-                return state.shas
-            finally:
-                os.close(fd)
-            start = 0
-            if state.offset == 0:
-                if not data.startswith(MAGIC):
-                    state.torn = True  # torn, not ours, or another version: replaced at the next append
-                    return state.shas
-                start = len(MAGIC)
-            found, blobs, used, whole = parse(data[start:] if start else data)
-            state.offset += start + used
-            state.torn = not whole
-            self._remember(found)
-            state.shas.update(s.sha for s in found)
-            if blobs:
-                size = sum(len(b) for _, b in blobs)
-                if self._blob_bytes + size > BLOBS_MAX:
-                    self.blobs.clear()
-                    self._blob_bytes = 0
-                self.blobs.update(blobs)
-                self._blob_bytes += size
-                state.blobs.update(raw for raw, _ in blobs)
+            return self._load(thread, state)
+
+    def _load(self, thread: str, state: _File) -> set[str]:
+        """:meth:`load` of ``state``, the lock held."""
+        try:
+            fd = os.open(self._path(thread), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            state.reset(None)
             return state.shas
+        try:
+            st = os.fstat(fd)
+            if st.st_ino != state.ino or st.st_size < state.offset:
+                state.reset(st.st_ino)
+            if st.st_size == state.offset or state.torn:
+                state.torn = state.torn or st.st_size < len(MAGIC)  # only a rename creates one, whole
+                return state.shas
+            data = os.pread(fd, st.st_size - state.offset, state.offset)
+        except OSError:
+            return state.shas
+        finally:
+            os.close(fd)
+        start = 0
+        if state.offset == 0:
+            if not data.startswith(MAGIC):
+                state.torn = True  # torn, not ours, or another version: replaced at the next append
+                return state.shas
+            start = len(MAGIC)
+        found, blobs, used, whole = parse(data[start:] if start else data)
+        state.offset += start + used
+        state.torn = not whole
+        state.partial = whole and start + used < len(data)
+        self._remember(found)
+        state.shas.update(s.sha for s in found)
+        if blobs:
+            size = sum(len(b) for _, b in blobs)
+            if self._blob_bytes + size > BLOBS_MAX:
+                self.blobs.clear()
+                self._blob_bytes = 0
+            self.blobs.update(blobs)
+            self._blob_bytes += size
+            state.blobs.update(raw for raw, _ in blobs)
+        return state.shas
 
     def _blob_frames(self, summaries: list[Summary], state: _File, budget: int) -> list[bytes]:
         """Frames of the field blobs of ``summaries`` that the file lacks and this process has
@@ -302,6 +313,9 @@ class Summaries:
             state = self._files.get(thread)
             if state is None:
                 return  # not loaded: which summaries it holds is unknown
+            if state.partial:  # finished by now, unless a crash cut it: then it is torn
+                self._load(thread, state)
+                state.torn = state.torn or state.partial
             fresh = [s for s in fresh if s.sha not in state.shas]
             shrink = reached is not None and len(state.shas) > 4 * len(reached) + 1024
             if not fresh and not state.torn and not shrink:

@@ -220,3 +220,36 @@ def test_small_field_blobs_come_from_the_file_too(tmp_path):
         assert again == first
         again[0][1].state_data["items"][1]["k"].append(3)  # a caller changing what it got ...
         assert listing(store) == first  # ... changes nothing another read returns
+
+
+def test_processes_listing_while_another_puts_agree_with_git(tmp_path):
+    """Several processes list (and so append to the same file) while another puts: every list
+    is a prefix-closed line of what was put, and afterwards the file and git agree."""
+    path = str(tmp_path / "r.qvc")
+    with GitCheckpointStore(path) as store:
+        put_many(store, "t", 3)
+    lister = textwrap.dedent(f"""
+        from qvc import CheckpointConfig, GitCheckpointStore
+        for _ in range(25):
+            with GitCheckpointStore({path!r}) as s:
+                got = [t.checkpoint.id for t in s.list(CheckpointConfig("t"))]
+            assert got == [f"c{{n:04d}}" for n in range(len(got) - 1, -1, -1)], got
+    """)
+    putter = textwrap.dedent(f"""
+        import helpers
+        from helpers import make_state
+        from qvc import GitCheckpointStore
+        with GitCheckpointStore({path!r}) as s:
+            for step in range(3, 40):
+                helpers.put(s, "t", f"c{{step:04d}}", step, make_state("t", f"c{{step}}", step))
+    """)
+    env = helpers.child_env()
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(helpers.__file__), env.get("PYTHONPATH", "")])
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env) for code in (putter, lister, lister, lister)]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0, 0, 0]
+    with GitCheckpointStore(path) as store:
+        got = listing(store)
+    assert len(got) == 40
+    shas, whole = held(path)
+    assert whole and shas >= set(_shas(path))
+    assert got == truth(path)
