@@ -374,7 +374,9 @@ class GitCheckpointStore(CheckpointStore):
                     continue
             state[name] = value
         versions = dict(zip(s.names, s.versions, strict=True))
-        parent_config = CheckpointConfig(s.parent_thread, s.parent_id) if s.parent is not None else None
+        configs = self._summaries.configs.get(hexid)  # frozen: shared by every tuple of the checkpoint
+        parent_config = configs[1] if configs is not None else (
+            CheckpointConfig(s.parent_thread, s.parent_id) if s.parent is not None else None)
         try:
             checkpoint = Checkpoint(
                 id=header["id"], thread_id=header["thread_id"], step=header["step"], state_data=state,
@@ -385,7 +387,10 @@ class GitCheckpointStore(CheckpointStore):
             )
         except (KeyError, TypeError) as exc:
             raise CorruptionError(f"checkpoint {hexid[:12]} header lacks {exc}") from None
-        config = CheckpointConfig(checkpoint.thread_id, checkpoint.id)
+        if configs is None:
+            configs = (CheckpointConfig(checkpoint.thread_id, checkpoint.id), parent_config)
+            self._summaries.remember_configs(hexid, configs)
+        config = configs[0]
         writes = None if with_writes is not None and hexid not in with_writes else self.pending_writes_at(hexid)
         return CheckpointTuple(config, checkpoint, metadata, parent_config, writes)
 

@@ -189,7 +189,16 @@ class Summaries:
         #: raw blob id -> the blob's bytes, as the summary files held them (emptied past
         #: BLOBS_MAX bytes); ``blobs.get(raw)`` reads it.
         self.blobs: dict[bytes, bytes] = {}
+        #: commit sha -> ``(CheckpointConfig, parent CheckpointConfig or None)`` of its tuples
+        #: (:meth:`remember_configs`).
+        self.configs: dict[str, tuple] = {}
         self._blob_bytes = 0
+
+    def remember_configs(self, sha: str, configs: tuple) -> None:
+        """Keep the (frozen) ``(config, parent config)`` of the checkpoint in commit ``sha``."""
+        if len(self.configs) >= MEMORY_MAX:
+            self.configs.clear()
+        self.configs[sha] = configs
 
     def remember_value(self, raw: bytes, value: Any) -> None:
         """Keep the decoded value of field blob ``raw`` if nothing can change it in place (a
@@ -222,6 +231,7 @@ class Summaries:
         headers and field blobs of checkpoints that may since have been deleted."""
         with self._lock:
             self._memory.clear()
+            self.configs.clear()
             self._files.clear()
             self.blobs.clear()
             self._blob_bytes = 0
