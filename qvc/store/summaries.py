@@ -14,7 +14,8 @@ Nothing in the file is trusted to say which checkpoints a thread has; the refs s
 ``qvc/threads/<encoded thread>`` (``qvc.store.refnames.encode_thread``) holds the summaries a
 list of that thread read, and the field blobs they name up to :data:`INLINE_MAX` bytes (blobs
 are immutable too: a cold list then reads no object from git for them): a magic line, then
-frames ``<u32 length><u32 CRC-32><payload>`` (big-endian; a msgpack summary, or a blob),
+frames ``<u32 length><u32 CRC-32><payload>`` (big-endian; a kind byte and a msgpack array of
+summaries or of blobs),
 appended with ``O_APPEND`` by any writable store and never fsynced. A reader stops
 at the first frame that is short, fails its CRC or does not decode (a torn append, a power cut):
 what follows is read from git, and the next store that appends rewrites the file whole (a
@@ -48,11 +49,12 @@ if TYPE_CHECKING:
 
 THREADS = "qvc/threads"  # one summary file per thread (see the module docstring)
 MAGIC = b"qvc-summaries 1\n"
-BLOB = b"B"  # a blob frame's payload: ``B``, the raw blob id, the blob's bytes
+SUMMARIES = b"S"  # a frame of summaries: ``S``, a msgpack array of summary records
+BLOBS = b"B"  # a frame of field blobs: ``B``, a msgpack array ``[id, bytes, id, bytes, ...]``
 INLINE_MAX = 16 * 1024  # larger field blobs are read from git
 FILE_MAX = 32 * 2**20  # no blob frames are added past this size
 MEMORY_MAX = 50_000  # summaries kept in memory
-_FRAME_MAX = INLINE_MAX + 2**20  # no frame is longer (a length past it is garbage)
+_FRAME_MAX = 64 * 2**20  # no frame is longer (a length past it is garbage)
 BLOBS_MAX = 64 * 2**20  # bytes of blobs read from the files kept in memory
 _FRAME = struct.Struct(">II")
 
@@ -102,28 +104,34 @@ def summarize(history: History, sha: str) -> Summary:
                    names)
 
 
-def _encode(s: Summary) -> bytes:
-    payload = msgpack.packb(
-        [bytes.fromhex(s.sha), bytes.fromhex(s.parent) if s.parent else None, s.parent_thread, s.parent_id,
-         s.header, [list(f) for f in s.fields], list(s.versions)],
-        use_bin_type=True, unicode_errors="surrogateescape")
+def _record(s: Summary) -> list:
+    return [bytes.fromhex(s.sha), bytes.fromhex(s.parent) if s.parent else None, s.parent_thread, s.parent_id,
+            s.header, [list(f) for f in s.fields], list(s.versions)]
+
+
+def _frame(kind: bytes, items: list) -> bytes:
+    payload = kind + msgpack.packb(items, use_bin_type=True, unicode_errors="surrogateescape")
     return _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
 
 
-def _decode(payload: bytes) -> Summary:
+def _frames(kind: bytes, items: list, size: int) -> list[bytes]:
+    """``items`` in frames of ``kind``, ``size`` items each at most."""
+    return [_frame(kind, items[i:i + size]) for i in range(0, len(items), size)]
+
+
+def encode(summaries: list[Summary]) -> bytes:
+    """The summary frames of ``summaries``."""
+    return b"".join(_frames(SUMMARIES, [_record(s) for s in summaries], 1024))
+
+
+def _summary(record: tuple) -> Summary:
     """Raises ValueError, TypeError or AttributeError for a record that is not a summary (the
-    CRC already vouches for the bytes: only their shape is checked)."""
-    sha, parent, pthread, pid, header, fields, versions = msgpack.unpackb(
-        payload, raw=False, use_list=False, unicode_errors="surrogateescape", strict_map_key=False)
+    frame's CRC already vouches for the bytes: only their shape is checked)."""
+    sha, parent, pthread, pid, header, fields, versions = record
     if len(sha) != 20 or len(fields) != len(versions) or type(header) is not bytes:
         raise ValueError("not a summary")
     return Summary(sha.hex(), parent.hex() if parent is not None else None, pthread, pid, header, fields, versions,
                    tuple(decode_name(n) for n, _, _ in fields))
-
-
-def _blob_frame(raw: bytes, data: bytes) -> bytes:
-    payload = BLOB + raw + data
-    return _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
 
 
 def parse(data: bytes) -> tuple[list[Summary], list[tuple[bytes, bytes]], int, bool]:
@@ -131,27 +139,33 @@ def parse(data: bytes) -> tuple[list[Summary], list[tuple[bytes, bytes]], int, b
     line: the frames up to the first bad one (``whole`` is false when one was found). A last
     frame cut short is not parsed but not bad either: it may be an append still being written
     (if a crash cut it, the next append makes it bad)."""
-    out, blobs, pos, end = [], [], 0, len(data)
-    view, unpack, crc32, blob = memoryview(data), _FRAME.unpack_from, zlib.crc32, BLOB[0]
+    out: list[Summary] = []
+    blobs: list[tuple[bytes, bytes]] = []
+    pos, end = 0, len(data)
+    view = memoryview(data)
     while pos < end:
         if pos + 8 > end:
             return out, blobs, pos, True
-        length, crc = unpack(data, pos)
+        length, crc = _FRAME.unpack_from(data, pos)
         start, pos = pos, pos + 8 + length
         if pos > end and length <= _FRAME_MAX:
             return out, blobs, start, True
         payload = view[start + 8:pos]
-        if length == 0 or pos > end or crc32(payload) != crc:
+        if length < 2 or pos > end or zlib.crc32(payload) != crc:
             return out, blobs, start, False
-        if data[start + 8] == blob:
-            if length < 21:
-                return out, blobs, start, False
-            blobs.append((data[start + 9:start + 29], data[start + 29:pos]))
-        else:
-            try:
-                out.append(_decode(payload))
-            except (ValueError, TypeError, AttributeError, msgpack.UnpackException):
-                return out, blobs, start, False
+        kind = data[start + 8:start + 9]
+        try:
+            items = msgpack.unpackb(payload[1:], raw=False, use_list=False, unicode_errors="surrogateescape",
+                                    strict_map_key=False)
+            if kind == SUMMARIES:
+                out += [_summary(r) for r in items]
+            elif kind == BLOBS:
+                it = iter(items)
+                blobs += zip(it, it, strict=True)
+            else:
+                raise ValueError("unknown frame")
+        except (ValueError, TypeError, AttributeError, msgpack.UnpackException):
+            return out, blobs, start, False
     return out, blobs, pos, True
 
 
@@ -292,11 +306,12 @@ class Summaries:
             state.blobs.update(raw for raw, _ in blobs)
         return state.shas
 
-    def _blob_frames(self, summaries: list[Summary], state: _File, budget: int) -> list[bytes]:
+    def _blob_frames(self, summaries: list[Summary], state: _File, budget: int) -> bytes:
         """Frames of the field blobs of ``summaries`` that the file lacks and this process has
         (read for the list that summarized them), each at most :data:`INLINE_MAX` bytes, while
         the file stays under :data:`FILE_MAX`."""
-        out, added = [], set()
+        items: list[bytes] = []
+        added: set[bytes] = set()
         for s in summaries:
             for _, mode, raw in s.fields:
                 if mode != MODE_BLOB or raw in state.blobs or raw in added:
@@ -306,11 +321,11 @@ class Summaries:
                     data = self.history.known_blob(raw)
                 if data is None or len(data) > INLINE_MAX or budget < len(data):
                     continue
-                budget -= len(data) + 29
+                budget -= len(data) + 24
                 added.add(raw)
-                out.append(_blob_frame(raw, data))
+                items += (raw, data)
         state.blobs |= added
-        return out
+        return b"".join(_frames(BLOBS, items, 2048))
 
     def save(self, thread: str, fresh: list[Summary], reached: set[str] | None = None) -> None:
         """Add ``fresh`` summaries, and the field blobs they name that this process has read, to
@@ -338,8 +353,7 @@ class Summaries:
                             if s is not None] if reached is not None else []
                     self._rewrite(path, state, keep + fresh)
                 else:
-                    blobs = self._blob_frames(fresh, state, FILE_MAX - state.offset)
-                    data = b"".join(blobs) + b"".join(_encode(s) for s in fresh)
+                    data = self._blob_frames(fresh, state, FILE_MAX - state.offset) + encode(fresh)
                     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
                     try:
                         if os.fstat(fd).st_ino != state.ino:
@@ -353,8 +367,7 @@ class Summaries:
 
     def _rewrite(self, path: str, state: _File, summaries: list[Summary]) -> None:
         state.blobs = set()
-        data = MAGIC + b"".join(self._blob_frames(summaries, state, FILE_MAX)) + b"".join(
-            _encode(s) for s in summaries)
+        data = MAGIC + self._blob_frames(summaries, state, FILE_MAX) + encode(summaries)
         tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
             try:
