@@ -340,11 +340,13 @@ class GitCheckpointStore(CheckpointStore):
     def _field(self, name: str, mode: int, raw: bytes, hexid: str) -> Any:
         if mode != MODE_TREE:
             value = self._summaries.values.get(raw, MISSING)
-            if value is not MISSING:
-                return value
-            value = serde.loads(self._blob(raw), f"checkpoint {hexid[:12]} field {name!r}")
-            self._summaries.remember_value(raw, value)
+            if value is MISSING:
+                value = self._decode_field(name, mode, raw, hexid)
             return value
+        return self._decode_field(name, mode, raw, hexid)
+
+    def _decode_field(self, name: str, mode: int, raw: bytes, hexid: str) -> Any:
+        """:meth:`_field` for a value not kept decoded."""
         what = f"checkpoint {hexid[:12]} field {name!r}"
         if mode == MODE_TREE:
             out: list = []
@@ -354,7 +356,9 @@ class GitCheckpointStore(CheckpointStore):
                     raise CorruptionError(f"{what}: chunk {chunk[0]} is not a list")
                 out.extend(part)
             return out
-        return serde.loads(self._blob(raw), what)
+        value = serde.loads(self._blob(raw), what)
+        self._summaries.remember_value(raw, value)
+        return value
 
     def _tuple(self, hexid: str, with_writes: set[str] | None = None, damaged: dict | None = None,
                summary: Summary | None = None) -> CheckpointTuple:
@@ -366,7 +370,7 @@ class GitCheckpointStore(CheckpointStore):
             value = known.get(raw, MISSING)  # an immutable value decoded before
             if value is MISSING:
                 try:
-                    value = self._field(name, mode, raw, hexid)
+                    value = self._decode_field(name, mode, raw, hexid)
                 except CorruptionError as exc:
                     if damaged is None:
                         raise

@@ -56,6 +56,7 @@ FILE_MAX = 32 * 2**20  # no blob frames are added past this size
 MEMORY_MAX = 50_000  # summaries kept in memory
 _FRAME_MAX = 64 * 2**20  # no frame is longer (a length past it is garbage)
 BLOBS_MAX = 64 * 2**20  # bytes of blobs read from the files kept in memory
+VALUES_MAX, VALUES_BYTES = 65536, 16 * 2**20  # decoded immutable values kept in memory
 _FRAME = struct.Struct(">II")
 
 
@@ -199,7 +200,8 @@ class Summaries:
         self._files: LRU = LRU(256)  # thread -> _File
         #: raw blob id -> its decoded value, for immutable values only (:meth:`remember_value`);
         #: ``values.get(raw, MISSING)`` reads it.
-        self.values = LRU(65536, 16 * 2**20, _weight)
+        self.values: dict[bytes, Any] = {}
+        self._value_bytes = 0
         #: raw blob id -> the blob's bytes, as the summary files held them (emptied past
         #: BLOBS_MAX bytes); ``blobs.get(raw)`` reads it.
         self.blobs: dict[bytes, bytes] = {}
@@ -218,7 +220,14 @@ class Summaries:
         """Keep the decoded value of field blob ``raw`` if nothing can change it in place (a
         str, bytes, number, ``None``, date or time); blobs are immutable, so it stays right."""
         if type(value) in _IMMUTABLE:
-            self.values.put(raw, value)
+            weight = _weight(value)
+            if weight > VALUES_BYTES // 16:
+                return
+            if len(self.values) >= VALUES_MAX or self._value_bytes + weight > VALUES_BYTES:
+                self.values.clear()  # a cache: what is dropped is decoded again
+                self._value_bytes = 0
+            self.values[raw] = value
+            self._value_bytes += weight
 
     def known(self, sha: str) -> Summary | None:
         """The summary of ``sha`` if this process has it in memory (no I/O)."""
@@ -250,6 +259,7 @@ class Summaries:
             self.blobs.clear()
             self._blob_bytes = 0
             self.values.clear()
+            self._value_bytes = 0
             shutil.rmtree(self.dir, ignore_errors=True)
 
     def _path(self, thread: str) -> str:
