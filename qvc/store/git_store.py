@@ -46,7 +46,7 @@ from qvc.store.refnames import (
     writes_ref,
 )
 from qvc.store.rewrite import Rewriter
-from qvc.store.summaries import MISSING, Summaries, Summary
+from qvc.store.summaries import MISSING, Summaries, Summary, summarize
 from qvc.store.writes import Item, PendingWrites, entry_key, keyed_prefix, keyed_ref
 from qvc.types import (
     Checkpoint,
@@ -208,9 +208,11 @@ class GitCheckpointStore(CheckpointStore):
 
         With ``damaged`` (a dict), a state field whose blob is missing or does not decode is left
         out of ``state_data`` and ``damaged[field]`` says why, so the healthy fields stay
-        readable; the commit and its header must still read.
+        readable; the commit and its header must still read. Every object is read from git
+        (never the summary files' copies, :mod:`qvc.store.summaries`), so fsck and damage
+        reports see what git holds.
         """
-        return self._tuple(sha, damaged=damaged)
+        return self._tuple(sha, damaged=damaged, from_git=True)
 
     def damage(self, sha: str) -> str | None:
         """Why commit ``sha`` cannot be read as a checkpoint commit (missing, malformed, no
@@ -345,32 +347,39 @@ class GitCheckpointStore(CheckpointStore):
             return value
         return self._decode_field(name, mode, raw, hexid)
 
-    def _decode_field(self, name: str, mode: int, raw: bytes, hexid: str) -> Any:
-        """:meth:`_field` for a value not kept decoded."""
+    def _decode_field(self, name: str, mode: int, raw: bytes, hexid: str, from_git: bool = False) -> Any:
+        """:meth:`_field` for a value not kept decoded; ``from_git``: its blobs as git has them
+        (not the summary files' copies)."""
         what = f"checkpoint {hexid[:12]} field {name!r}"
+        blob = self._history.blob if from_git else self._blob
         if mode == MODE_TREE:
             out: list = []
             for chunk in sorted(self._history.tree(raw).items()):
-                part = serde.loads(self._blob(chunk[1][1]), what)
+                part = serde.loads(blob(chunk[1][1]), what)
                 if not isinstance(part, list):
                     raise CorruptionError(f"{what}: chunk {chunk[0]} is not a list")
                 out.extend(part)
             return out
-        value = serde.loads(self._blob(raw), what)
+        value = serde.loads(blob(raw), what)
         self._summaries.remember_value(raw, value)
         return value
 
     def _tuple(self, hexid: str, with_writes: set[str] | None = None, damaged: dict | None = None,
-               summary: Summary | None = None) -> CheckpointTuple:
-        s = summary if summary is not None else self._summaries.get(hexid)
+               summary: Summary | None = None, from_git: bool = False) -> CheckpointTuple:
+        """The checkpoint tuple of commit ``hexid``; ``from_git`` reads every object from git (as
+        :meth:`read` does for fsck and damage reports), not from summaries and values kept."""
+        if from_git:
+            s = summarize(self._history, hexid)
+        else:
+            s = summary if summary is not None else self._summaries.get(hexid)
         header, metadata = decode_header(s.header, f"checkpoint {hexid[:12]} header")
         state = {}
-        known = self._summaries.values
+        known = self._summaries.values if not from_git else {}
         for name, (_, mode, raw) in zip(s.names, s.fields, strict=True):
             value = known.get(raw, MISSING)  # an immutable value decoded before
             if value is MISSING:
                 try:
-                    value = self._decode_field(name, mode, raw, hexid)
+                    value = self._decode_field(name, mode, raw, hexid, from_git)
                 except CorruptionError as exc:
                     if damaged is None:
                         raise

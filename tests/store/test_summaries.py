@@ -253,3 +253,33 @@ def test_processes_listing_while_another_puts_agree_with_git(tmp_path):
     shas, whole = held(path)
     assert whole and shas >= set(_shas(path))
     assert got == truth(path)
+
+
+def test_read_and_fsck_see_damage_the_summary_files_would_hide(tmp_path):
+    """``read`` (what fsck and damage reports use) reads git's objects, never the files' copies."""
+    from pathlib import Path
+
+    from qvc.readers.fsck import fsck
+
+    path = str(tmp_path / "r.qvc")
+    with GitCheckpointStore(path) as store:
+        put_many(store, "t", 3)
+        first = listing(store)
+    sha = _shas(path)[0]
+    blob = run_git(path, "rev-parse", f"{sha}:score").stdout.strip()
+    repo = Path(path)
+    for pack in list((repo / "objects" / "pack").glob("*.pack")):
+        data = pack.read_bytes()
+        pack.unlink()
+        pack.with_suffix(".idx").unlink()
+        run_git(path, "unpack-objects", "-q", input=data, text=False)
+    obj = repo / "objects" / blob[:2] / blob[2:]
+    obj.chmod(0o644)
+    obj.write_bytes(b"not zlib at all")
+    with GitCheckpointStore(path) as store:
+        assert listing(store) == first  # the file's copy of the blob: the value as it was stored
+        damaged: dict = {}
+        store.read(sha, damaged=damaged)
+        assert set(damaged) == {"score"}
+        report = fsck(store)
+        assert any("'score'" in p for p in report.problems), report.problems
