@@ -60,7 +60,7 @@ VALUES_MAX, VALUES_BYTES = 65536, 16 * 2**20  # decoded immutable values kept in
 _FRAME = struct.Struct(">II")
 
 
-#: :meth:`Summaries.value` of a blob whose decoded value is not kept.
+#: What ``Summaries.values.get(raw, MISSING)`` gives for a blob whose decoded value is not kept.
 MISSING: Any = object()
 # Decoded values of these types are shared between the tuples that hold them: nothing can
 # change them in place, so a caller cannot alter what another read returns.
