@@ -445,16 +445,17 @@ class GitCheckpointStore(CheckpointStore):
             if before.checkpoint_id is None:
                 raise InvalidInputError("before: the config names no checkpoint (its checkpoint_id is None)")
             before = before.checkpoint_id
+        generation = self._repo.generation()  # before the refs: a delete after it stops the summaries' save
         start = self._target(config)
         stop = self.resolve(before) if before is not None else None
         tips = [start] if start else []
         if superseded:
             tips += [tip for _, tip in sorted(self._repo.refs(superseded_prefix(thread)),
                                               key=lambda item: -self._history.commit(item[1]).time)]
-        return self._iter_lines(thread, tips, stop, limit, before)
+        return self._iter_lines(thread, tips, stop, limit, before, generation)
 
     def _iter_lines(self, thread: str, tips: list[str], stop: str | None, limit: int | None,
-                    before: str | None) -> Iterator[CheckpointTuple]:
+                    before: str | None, generation: str | None) -> Iterator[CheckpointTuple]:
         """The checkpoints of the lines ending at ``tips``, from their summaries: those in memory,
         else the thread's summary file (read on the first miss), else git; what git gave is
         added to the file when the walk ends (:mod:`qvc.store.summaries`)."""
@@ -494,7 +495,7 @@ class GitCheckpointStore(CheckpointStore):
                 raise UnknownCheckpointError(f"before={before!r} is not on the listed line")
         finally:
             if loaded:
-                summaries.save(thread, walked, seen if complete else None)
+                summaries.save(thread, walked, seen if complete else None, generation=generation)
 
     def threads(self) -> list[str]:
         """Every thread id, sorted."""

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgpack
 
-from qvc.errors import CorruptionError
+from qvc.errors import CorruptionError, QvcError
 from qvc.plumbing.objects import MODE_BLOB
 from qvc.store.format import HEADER, decode_header
 from qvc.store.history import LRU
@@ -337,13 +337,27 @@ class Summaries:
         state.blobs |= added
         return b"".join(_frames(BLOBS, items, 2048))
 
-    def save(self, thread: str, fresh: list[Summary], reached: set[str] | None = None) -> None:
+    def save(self, thread: str, fresh: list[Summary], reached: set[str] | None = None, *,
+             generation: str | None = None) -> None:
         """Add ``fresh`` summaries, and the field blobs they name that this process has read, to
         the thread's file (no-op in a read-only store; errors are ignored: the file is a cache).
         ``reached``, when the caller walked every line it lists, lets a file holding far more
-        summaries than that be rewritten with those reached only."""
+        summaries than that be rewritten with those reached only. ``generation`` is
+        ``qvc/generation`` as the caller read it before it read the refs it walked: if a delete
+        replaced it since, nothing is saved (what was walked may be what the delete removed, and
+        a purge must not find it written back). The check and the write hold the shared
+        maintenance lock, so a purge (under the exclusive one) is wholly before or after them."""
         if self.repo.readonly:
             return
+        try:
+            with self.repo.writing():
+                if self.repo.generation() != generation:
+                    return
+                self._save(thread, fresh, reached)
+        except QvcError:
+            return  # a failed flush, a closed store: the file is only a cache
+
+    def _save(self, thread: str, fresh: list[Summary], reached: set[str] | None) -> None:
         with self._lock:
             state = self._files.get(thread)
             if state is None:

@@ -283,3 +283,24 @@ def test_read_and_fsck_see_damage_the_summary_files_would_hide(tmp_path):
         assert set(damaged) == {"score"}
         report = fsck(store)
         assert any("'score'" in p for p in report.problems), report.problems
+
+
+def test_a_list_that_straddles_a_delete_and_purge_writes_nothing_back(tmp_path):
+    """A list walks the refs it read when it began; if a delete (then a purge) ran meanwhile, what
+    it walked may be what they removed, and must not reach the summary file after the purge."""
+    path = str(tmp_path / "r.qvc")
+    with GitCheckpointStore(path) as writer:
+        put_many(writer, "t", 3)
+    with GitCheckpointStore(path) as lister, GitCheckpointStore(path) as deleter:
+        walk = lister.list(CheckpointConfig("t"))
+        assert [next(walk).checkpoint.id for _ in range(3)] == ["c0002", "c0001", "c0000"]  # not saved yet
+        deleter.delete_thread("t")
+        deleter.purge()
+        assert list(walk) == []  # the walk ends: its save finds the generation replaced
+        assert not os.path.exists(summary_file(path))
+        assert listing(lister) == []
+    with GitCheckpointStore(path) as store:  # an ordinary list still writes the file
+        put_many(store, "u", 2)
+    with GitCheckpointStore(path) as store:
+        assert len(listing(store, "u")) == 2
+    assert os.path.exists(summary_file(path, "u"))
