@@ -7,6 +7,7 @@ previous value), and reopening must restore every acknowledged checkpoint from t
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import signal
@@ -149,10 +150,12 @@ def wal_files(path) -> list[str]:
 
 
 class SyncSpy:
-    """Counts fdatasync/fsync/sync calls per Python thread name, and syncfs calls via qvc.plumbing.durability."""
+    """Counts fdatasync/fsync/sync calls per Python thread name, and syncfs calls via qvc.plumbing.durability;
+    keeps the paths flushed by fdatasync/fsync in ``paths``."""
 
     def __init__(self, monkeypatch):
         self.calls: list[tuple[str, str]] = []
+        self.paths: list[str] = []
         self._lock = threading.Lock()
         for name in ("fdatasync", "fsync"):
             real = getattr(os, name)
@@ -175,6 +178,9 @@ class SyncSpy:
         def wrapper(*args):
             with self._lock:
                 self.calls.append((name, threading.current_thread().name))
+                if args:
+                    with contextlib.suppress(OSError):
+                        self.paths.append(os.readlink(f"/proc/self/fd/{args[0]}"))
             return real(*args)
 
         return wrapper
@@ -261,9 +267,20 @@ def test_exit_mode_visible_soon_durable_at_close(tmp_path, monkeypatch):
         assert {t for _, t in spy.calls} <= {"qvc-publisher"}, spy.calls
         assert journal.durable == journal.appended
         assert os.path.exists(jpath)
+        spy.reset()
     finally:
         store.close()
-    assert spy.count("harden") >= 1, f"close() did not flush the git files: {spy.calls}"
+    # close() flushed exactly the git files this store wrote (not the whole file system): each
+    # pack and index, each ref and reflog, and the directories holding them
+    assert spy.count("harden") == 0, f"close() flushed the whole file system: {spy.calls}"
+    flushed = set(spy.paths)
+    real = os.path.realpath(path)
+    wrote = [os.path.join(real, "objects", "pack", n) for n in os.listdir(path / "objects" / "pack")]
+    wrote += [os.path.join(real, sub, "refs", "heads", f"e{i}") for i in range(4) for sub in ("", "logs")]
+    missing = [w for w in wrote if w not in flushed and os.path.normpath(w) not in flushed]
+    assert not missing, f"close() did not flush {missing}: {spy.paths}"
+    for d in ("objects/pack", "refs/heads", "logs/refs/heads", "logs/refs", "logs", ""):
+        assert os.path.normpath(os.path.join(real, d)) in flushed, f"close() did not flush the directory {d!r}"
     assert not os.path.exists(jpath), "close() kept the journal"
     assert wal_files(path) == []
     with GitCheckpointStore(path) as again:
