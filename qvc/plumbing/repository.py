@@ -122,16 +122,23 @@ def _create(path: str, *, fsync: bool = True) -> None:
         raise StorageError.of(exc, path, "cannot create repository") from None
 
 
+#: what a new repository needs on stable storage to open as one (git's HEAD, objects/ and refs/,
+#: qvc's format key in config, the journal's directory); the rest init writes (description,
+#: hooks/, info/) git does without
+_ESSENTIAL_FILES = ("HEAD", "config")
+_ESSENTIAL_DIRS = ("objects/pack", "objects", "refs/heads", "refs", f"{QVC_DIR}/journal", QVC_DIR, "")
+
+
 def _flush_tree(top: str) -> None:
-    """Flush every file and directory under ``top`` (a repository just built: a few of each)."""
-    for where, _, files in os.walk(top):
-        for name in files:
-            fd = os.open(os.path.join(where, name), os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                os.fdatasync(fd)
-            finally:
-                os.close(fd)
-        fsync_dir(where)
+    """Flush what a repository just built at ``top`` needs to open (files, then directories)."""
+    for name in _ESSENTIAL_FILES:
+        fd = os.open(os.path.join(top, name), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+    for name in _ESSENTIAL_DIRS:
+        fsync_dir(os.path.join(top, name))
 
 
 class Repository:

@@ -8,6 +8,7 @@ previous value), and reopening must restore every acknowledged checkpoint from t
 from __future__ import annotations
 
 import contextlib
+import errno
 import inspect
 import os
 import signal
@@ -30,6 +31,8 @@ from helpers import child_env, fsck  # noqa: E402
 
 import qvc.plumbing.durability  # noqa: E402
 from qvc import Checkpoint, CheckpointConfig, DurabilityMode, GitCheckpointStore  # noqa: E402
+from qvc.plumbing import durability  # noqa: E402
+from qvc.plumbing.durability import DirtyPaths  # noqa: E402
 
 # -- helpers -----------------------------------------------------------------------------------
 
@@ -748,3 +751,95 @@ def test_recovery_repairs_broken_refs_no_journal_record_names(tmp_path):
         assert store.head("keep") == parent
         assert store.get_tuple(CheckpointConfig("a")).checkpoint.id == "a-1"
     fsck(path)
+
+
+# -- what hardening flushes --------------------------------------------------------------------
+
+
+def _noted(tmp_path) -> tuple[DirtyPaths, str, str]:
+    """A DirtyPaths of ``tmp_path`` with a new file in new directories and an appended one noted."""
+    root = os.path.realpath(tmp_path)
+    dirty = DirtyPaths(root)
+    deep = os.path.join(root, "logs", "refs", "heads")
+    os.makedirs(deep)
+    dirty.made_dirs(deep)
+    new = os.path.join(deep, "t")
+    with open(new, "wb") as f:
+        f.write(b"line\n")
+    old = os.path.join(root, "packed-refs")
+    with open(old, "wb") as f:
+        f.write(b"# pack-refs\n")
+    dirty.wrote(new, old)
+    return dirty, new, old
+
+
+def test_dirty_paths_flush_exactly_what_was_noted(tmp_path, monkeypatch):
+    dirty, new, old = _noted(tmp_path)
+    root = dirty.root
+    spy = SyncSpy(monkeypatch)
+    dirty.flush()
+    assert spy.count("harden") == 0
+    assert sorted(spy.paths) == sorted([new, old, os.path.join(root, "logs", "refs", "heads"),
+                                        os.path.join(root, "logs", "refs"), os.path.join(root, "logs"), root])
+    assert spy.count("fdatasync") == 2 and spy.count("fsync") == 4, spy.calls
+    spy.reset()
+    spy.paths.clear()
+    dirty.flush()
+    assert spy.calls == [], "a second flush flushed again what the first made durable"
+
+
+def test_dirty_paths_skip_files_gone_and_flush_the_parent_of_directories_gone(tmp_path, monkeypatch):
+    dirty, new, old = _noted(tmp_path)
+    os.unlink(new)  # packed since, or deleted
+    os.rmdir(os.path.dirname(new))  # git removes emptied ref directories
+    spy = SyncSpy(monkeypatch)
+    dirty.flush()
+    assert new not in spy.paths and old in spy.paths
+    assert spy.paths.count(os.path.join(dirty.root, "logs", "refs")) == 2, spy.paths  # its own, and for heads/
+
+
+def test_dirty_paths_many_files_are_flushed_with_one_syncfs(tmp_path, monkeypatch):
+    dirty, _, _ = _noted(tmp_path)
+    for i in range(durability.FLUSH_EACH):
+        path = os.path.join(dirty.root, f"f{i}")
+        open(path, "wb").close()
+        dirty.wrote(path)
+    spy = SyncSpy(monkeypatch)
+    dirty.flush()
+    assert spy.count("harden") == 1 and spy.count(("fdatasync", "fsync")) == 0, spy.calls
+    spy.reset()
+    dirty.flush()
+    assert spy.calls == []
+
+
+def test_dirty_paths_keep_what_a_failed_flush_did_not_flush(tmp_path, monkeypatch):
+    dirty, new, old = _noted(tmp_path)
+    real = os.fdatasync
+
+    def failing(fd):
+        raise OSError(errno.EIO, "injected")
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    with pytest.raises(OSError):
+        dirty.flush()
+    monkeypatch.setattr(os, "fdatasync", real)
+    spy = SyncSpy(monkeypatch)
+    dirty.flush()
+    assert new in spy.paths and old in spy.paths and dirty.root in spy.paths, spy.paths
+
+
+def test_dirty_paths_without_fsync_forget_and_never_flush(tmp_path, monkeypatch):
+    dirty, _, _ = _noted(tmp_path)
+    spy = SyncSpy(monkeypatch)
+    dirty.flush(fsync=False)
+    assert spy.calls == [] and len(dirty) == 0
+
+
+def test_a_store_shares_its_dirty_paths_with_the_writers(tmp_path):
+    """The writers find the collector by the repository's path (durability.dirty): one per path
+    in a process, held by each open store."""
+    with GitCheckpointStore(tmp_path / "repo.qvc", fsync=False) as store:
+        assert durability.dirty(store.repository.path) is store.repository.dirty
+        put(store, "t", "t-0000", 0)
+        store.repository.publish()
+        assert len(store.repository.dirty) > 0
