@@ -30,6 +30,7 @@ them git's), which queue behind every other writer of the disk; compare figures 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -130,13 +131,16 @@ def fresh_round(workdir: str, dirty_mb: int = 0) -> dict[str, float]:
                       {"source": "bench"})
             t2 = time.perf_counter()
             put = dict(meter.flushes)
-            if dirty_mb:
-                with open(os.path.join(workdir, "other-program.bin"), "wb") as f:
+            other = os.path.join(path, "other-program.bin")
+            if dirty_mb:  # a new file (ext4 starts writing a truncated one back at once), removed below
+                with open(other, "xb") as f:
                     for _ in range(dirty_mb):
                         f.write(CHUNK)
             t2, figures["put"] = time.perf_counter(), t2 - t1
             store.close()
             t3 = time.perf_counter()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(other)
         figures = {"open": t1 - t0, "put": figures.get("put", t2 - t1), "close": t3 - t2}
         for k, v in meter.flushes.items():
             figures[f"open {k}"] = float(opened[k])
