@@ -484,15 +484,10 @@ class Repository:
         packs, ref files, reflogs and the directories holding them; see
         :class:`~qvc.plumbing.durability.DirtyPaths`), not the whole file system. Raises
         ``OSError`` if a flush fails (the journal is then kept as it is)."""
-        with self._harden_lock:
-            # The bulk first, while puts go on: what is published so far, flushed.
+        # no move may slip between the publish and the restart (publication's locks first, as publish takes them)
+        with self._harden_lock, self.publication.frozen():
             self.publish()
             self.dirty.flush(fsync=self.fsync)
-            # No move may slip between the last publish and the restart (publication's locks
-            # first, as publish takes them); only what was published meanwhile is flushed here.
-            with self.publication.frozen():
-                self.publish()
-                self.dirty.flush(fsync=self.fsync)
             names = self.publication.touched()
             self.journal.restart(Record(refs=[(n, None, self.ref(n)) for n in names], base=True))
 
