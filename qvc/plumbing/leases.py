@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from qvc.errors import CheckpointConflictError
+from qvc.plumbing.durability import dirty
 from qvc.plumbing.locking import LOCK, flocked
 from qvc.plumbing.reflog import ZERO
 
@@ -85,6 +86,7 @@ def take(repo_path: str, name: str, holder: str, serial: int | None = None) -> i
     except FileNotFoundError:
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
+            dirty(repo_path).made_dirs(os.path.dirname(path))
             fd = os.open(path, flags, 0o644)
         except FileExistsError:
             return None
@@ -236,11 +238,13 @@ def append_reflog(repo_path: str, name: str, lines: bytes) -> None:
         fd = os.open(path, flags, 0o644)
     except FileNotFoundError:
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        dirty(repo_path).made_dirs(os.path.dirname(path))
         fd = os.open(path, flags, 0o644)
     try:
         os.write(fd, lines)
     finally:
         os.close(fd)
+    dirty(repo_path).wrote(path)
 
 
 def publish(repo_path: str, name: str, lease: Lease, who: str, *, log: bool, head_too: bool) -> None:
@@ -259,5 +263,6 @@ def publish(repo_path: str, name: str, lease: Lease, who: str, *, log: bool, hea
     os.pwrite(lease.fd, value, 0)  # over the tag, then cut to it: the lock is never empty, so
     os.ftruncate(lease.fd, len(value))  # recovery tells a publication cut short (the value) from git's lock
     os.rename(lock_path(repo_path, name), os.path.join(repo_path, name))
+    dirty(repo_path).wrote(os.path.join(repo_path, name))
     os.close(lease.fd)
     lease.fd = -1

@@ -18,7 +18,7 @@ import threading
 from typing import Callable
 
 from qvc.plumbing import pack
-from qvc.plumbing.durability import Worker
+from qvc.plumbing.durability import Worker, dirty
 from qvc.plumbing.journal import fsync_dir
 from qvc.plumbing.locking import LockProtocol, pack_lock
 
@@ -62,6 +62,7 @@ class PackSet:
     def write(self, objects: list[tuple[str, bytes]], oids: list[bytes]) -> str:
         """Write ``objects`` (``(kind, data)``, ids ``oids``) as one new small pack; return its base path."""
         base = pack.write(self.pack_dir, objects, oids)
+        dirty(self.path).wrote(base + ".pack", base + ".idx")  # not flushed here: the journal has them
         with self._packs_lock:
             self._small.append(base)
         return base

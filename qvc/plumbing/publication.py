@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 from qvc.errors import CheckpointConflictError
 from qvc.plumbing import leases
 from qvc.plumbing.backend import Backend
-from qvc.plumbing.durability import Worker
+from qvc.plumbing.durability import Worker, dirty
 from qvc.plumbing.journal import GENERATION, Journal, Record
 from qvc.plumbing.leases import Lease
 from qvc.plumbing.libgit2 import pygit2
@@ -253,6 +253,10 @@ class Publication:
                         f"{name}: locked by another writer for over {LOCK_WAIT:.0f} s") from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.05)
+        # libgit2 removed the ref's file and reflog, and rewrote packed-refs if it held the ref
+        dirty(self.path).wrote(os.path.join(self.path, "packed-refs"))
+        dirty(self.path).changed(os.path.dirname(os.path.join(self.path, name)),
+                                 os.path.dirname(os.path.join(self.path, "logs", name)))
 
     def _cas(self, name: str, old: str | None, new: str | None, message: str | None) -> None:
         git = self._backend.git

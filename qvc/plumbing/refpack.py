@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from qvc.plumbing.durability import harden
+from qvc.plumbing.durability import dirty, harden
 from qvc.plumbing.journal import fsync_dir
 from qvc.plumbing.launcher import run_git
 from qvc.plumbing.pack import write_all
@@ -93,6 +93,8 @@ def pack_refs(repo_path: str, *, fsync: bool = True) -> bool:
     proc = run_git(repo_path, *settings, "pack-refs", "--all", "--prune")
     if proc.returncode != 0:
         return False
+    # git flushed packed-refs (core.fsync) but not its rename, nor the removals of loose refs
+    dirty(repo_path).changed(repo_path)
     with contextlib.suppress(FileNotFoundError):
         os.truncate(os.path.join(repo_path, CREATED), 0)
     return True
@@ -217,6 +219,9 @@ def commit_graph(repo_path: str, *, fsync: bool = True) -> bool:
     proc = run_git(repo_path, *settings, "commit-graph", "write", "--reachable", "--split", "--no-progress")
     if proc.returncode != 0:
         return False
+    # git flushed the graph's files (core.fsync) but not their directory entries
+    dirty(repo_path).changed(os.path.join(repo_path, os.path.dirname(GRAPH)),
+                             os.path.join(repo_path, "objects", "info"))
     with contextlib.suppress(FileNotFoundError):
         os.truncate(os.path.join(repo_path, UNGRAPHED), 0)
     return True

@@ -42,8 +42,8 @@ from qvc.errors import (
 )
 from qvc.plumbing import launcher, leases, pack, recovery, refpack
 from qvc.plumbing.backend import MISS_RETRIES, QVC_DIR, Backend, GitBackend, ReadOnlyBackend
-from qvc.plumbing.durability import DurabilityMode, Worker, harden
-from qvc.plumbing.journal import GENERATION, Journal, Record
+from qvc.plumbing.durability import DirtyPaths, DurabilityMode, Worker, dirty
+from qvc.plumbing.journal import GENERATION, Journal, Record, fsync_dir
 from qvc.plumbing.libgit2 import configured, pygit2
 from qvc.plumbing.locking import EXCLUSIVE_TRIES, PACK_LOCK, LockProtocol, excluding
 from qvc.plumbing.objects import TYPE_NAMES, TYPES, parse_tree
@@ -89,8 +89,9 @@ def publish_open(path: str | os.PathLike) -> None:
 launcher.BEFORE_GIT.append(publish_open)
 
 
-def _create(path: str) -> None:
-    """Create a bare repository at ``path`` atomically (built aside, then renamed into place)."""
+def _create(path: str, *, fsync: bool = True) -> None:
+    """Create a bare repository at ``path`` atomically (built aside, then renamed into place);
+    with ``fsync``, durable on return (a store's flushes cover only the files it writes)."""
     parent = os.path.dirname(path) or "."
     import tempfile
 
@@ -107,7 +108,11 @@ def _create(path: str) -> None:
         repo.config["receive.denyNonFastForwards"] = "false"
         repo.free()
         os.makedirs(os.path.join(tmp, QVC_DIR, "journal"))
+        if fsync:
+            _flush_tree(tmp)
         os.rename(tmp, path)
+        if fsync:
+            fsync_dir(parent)
     except (OSError, pygit2.GitError) as exc:
         import shutil
 
@@ -116,6 +121,24 @@ def _create(path: str) -> None:
             return  # another process created it first; opening it will validate it
         raise StorageError.of(exc, path, "cannot create repository") from None
 
+
+#: what a new repository needs on stable storage to open as one (git's HEAD, objects/ and refs/,
+#: qvc's format key in config, the journal's directory); the rest init writes (description,
+#: hooks/, info/) git does without
+_ESSENTIAL_FILES = ("HEAD", "config")
+_ESSENTIAL_DIRS = ("objects/pack", "objects", "refs/heads", "refs", f"{QVC_DIR}/journal", QVC_DIR, "")
+
+
+def _flush_tree(top: str) -> None:
+    """Flush what a repository just built at ``top`` needs to open (files, then directories)."""
+    for name in _ESSENTIAL_FILES:
+        fd = os.open(os.path.join(top, name), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+    for name in _ESSENTIAL_DIRS:
+        fsync_dir(os.path.join(top, name))
 
 
 class Repository:
@@ -145,7 +168,7 @@ class Repository:
                 raise NotARepositoryError(f"{self.path}: no such qvc repository")
             if os.path.isdir(self.path):
                 os.rmdir(self.path)
-            _create(self.path)
+            _create(self.path, fsync=fsync)
         self.readonly = readonly
         (ReadOnlyBackend if readonly else GitBackend).check(self.path)
         self.qvc_dir = os.path.join(self.path, QVC_DIR)
@@ -157,6 +180,8 @@ class Repository:
         #: the maintenance lock and the gate (read-only stores never write, so hold neither)
         self.locks = LockProtocol(self.path, readonly=readonly)
         self._harden_lock = threading.Lock()
+        #: what this process wrote to git's files since they were last hardened (see :meth:`harden`)
+        self.dirty: DirtyPaths = dirty(self.path)
         self.pack_dir = self.backend.pack_dir
         #: the packs this store wrote and merged, and the packer thread
         self.packs = PackSet(self.path, self.locks, fsync=fsync, closing=lambda: self._closed,
@@ -453,11 +478,16 @@ class Repository:
             self._pack_refs_quietly()
 
     def harden(self) -> None:
-        """Publish, flush the git files themselves and restart the journal (it is then redundant)."""
+        """Publish, flush the git files themselves and restart the journal (it is then redundant).
+
+        Flushes what this process wrote to git's files since the last harden (:attr:`dirty`:
+        packs, ref files, reflogs and the directories holding them; see
+        :class:`~qvc.plumbing.durability.DirtyPaths`), not the whole file system. Raises
+        ``OSError`` if a flush fails (the journal is then kept as it is)."""
         # no move may slip between the publish and the restart (publication's locks first, as publish takes them)
         with self._harden_lock, self.publication.frozen():
             self.publish()
-            harden(self.path, fsync=self.fsync)
+            self.dirty.flush(fsync=self.fsync)
             names = self.publication.touched()
             self.journal.restart(Record(refs=[(n, None, self.ref(n)) for n in names], base=True))
 
@@ -613,7 +643,7 @@ class Repository:
             self._pack_refs_quietly()
             try:
                 journal.sync()
-                harden(self.path, fsync=self.fsync)
+                self.dirty.flush(fsync=self.fsync)  # git's files this process wrote: then the journal may go
                 # After a failed flush the journal is the only trustworthy record: keep it for replay.
                 journal.close(remove=error is None)
             except OSError as exc:

@@ -13,6 +13,7 @@ import threading
 from typing import Iterable, Protocol
 
 from qvc.plumbing import pack
+from qvc.plumbing.durability import dirty
 from qvc.plumbing.journal import GENERATION, Record, fsync_dir
 from qvc.plumbing.libgit2 import pygit2
 from qvc.plumbing.reflog import ZERO, ReflogEntry
@@ -165,6 +166,7 @@ class Transaction:
         with open(path + ".qvc-rename", "wb") as f:
             f.write("".join(lines).encode() + tail)
         os.replace(path + ".qvc-rename", path)
+        dirty(self.repo.path).wrote(path)
 
     def set_head(self, target: str) -> None:
         """Point HEAD at a ref name (``refs/heads/...``, possibly unborn) or detach it at a commit SHA.
@@ -187,6 +189,7 @@ class Transaction:
                 with contextlib.suppress(OSError):
                     os.truncate(log, size)
             raise
+        dirty(repo.path).wrote(log)  # libgit2 logged the move there
         if repo.fsync:
             fd = os.open(os.path.join(repo.path, "HEAD"), os.O_RDONLY | os.O_CLOEXEC)
             try:
@@ -212,3 +215,4 @@ class Transaction:
             with open(tmp, "w") as f:
                 f.write(self._token)
             os.replace(tmp, path)
+            dirty(self.repo.path).wrote(path)

@@ -45,6 +45,7 @@ import threading
 import zlib
 from typing import Callable
 
+from qvc.plumbing.durability import dirty
 from qvc.plumbing.journal import GENERATION, fsync_dir
 from qvc.plumbing.locking import open_lock_file, wait_flock
 
@@ -136,6 +137,7 @@ class IdIndex:
 
     def __init__(self, repo_path: str, *, readonly: bool = False, fsync: bool = True):
         self.root = os.path.join(repo_path, IDS)
+        self._dirty = dirty(repo_path)  # what the store's close flushes (appends are not flushed here)
         self._readonly = readonly
         self._fsync = fsync
         self._lock = threading.Lock()
@@ -228,6 +230,7 @@ class IdIndex:
                 st = os.stat(log)
                 if self._fd is not None and token == self._token and (st.st_dev, st.st_ino) == self._ino:
                     os.write(self._fd, data)
+                    self._dirty.wrote(log)
                     end = os.lseek(self._fd, 0, os.SEEK_CUR)
                     if end - len(data) == self._offset:  # nothing else came between: known as written
                         for cid, hexid in pairs:
@@ -245,6 +248,7 @@ class IdIndex:
                 continue
             try:
                 os.write(fd, data)
+                self._dirty.wrote(name)
             except OSError:
                 pass
             finally:
@@ -301,6 +305,8 @@ class IdIndex:
                 os.rename(building, log)
             except FileNotFoundError:
                 return False  # a delete forgot this index meanwhile: lookups walk the refs
+            self._dirty.made_dirs(self.root)
+            self._dirty.wrote(log)
             for name in os.listdir(self.root):  # earlier generations' indexes, in any layout
                 if name not in (token + LOG, _LOCK):
                     path = os.path.join(self.root, name)

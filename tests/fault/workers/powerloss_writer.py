@@ -2,7 +2,7 @@
 
 Usage::
 
-    python tests/fault/workers/powerloss_writer.py REPO MODE MARKERS
+    python tests/fault/workers/powerloss_writer.py REPO MODE MARKERS [harden]
 
 It opens ``GitCheckpointStore(REPO, durability=MODE, max_lag=MAX_LAG)`` and runs :data:`SCRIPT`:
 puts on new and existing threads, pending writes, a fork, a time-travel reset, deletes. Around
@@ -13,6 +13,12 @@ After every acknowledgement it prints ``VIEW k <json>`` (the repository as :func
 reads it) to stdout, and ``VIEW 0`` before the first operation. It ends with ``os._exit``
 (in ASYNC mode after waiting for the flusher): the store is never closed, so nothing is
 hardened at the end.
+
+With ``harden``, in every mode, the first ``flush`` of the script hardens instead (as a journal
+past its size limit does: git's files flushed, the journal restarted), and the store is closed
+at the end, both flushing each file the store wrote (never the whole file system);
+``FLUSHED`` follows each (everything acknowledged is durable then, the journal no longer
+holds it).
 """
 
 from __future__ import annotations
@@ -80,13 +86,24 @@ def view(store) -> dict:
 
 def main(argv: list[str]) -> int:
     path, mode, markers = argv[:3]
+    hardening = argv[3:4] == ["harden"]
+    if hardening:  # flush file by file however many there are: what the test checks
+        from qvc.plumbing import durability
+
+        durability.FLUSH_EACH = 1 << 30
     from qvc import Checkpoint, CheckpointConfig, DurabilityMode, GitCheckpointStore, fork_checkpoint
 
     store = GitCheckpointStore(path, durability=DurabilityMode(mode), max_lag=MAX_LAG)
     mark = os.open(markers, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     print("VIEW 0", json.dumps(view(store)), flush=True)
     k = 0
+    hardened = False
     for op, *args in SCRIPT:
+        if op == "flush" and hardening and not hardened:
+            store.repository.harden()
+            os.write(mark, b"FLUSHED\n")
+            hardened = True
+            continue
         if op == "flush":
             if mode == "exit":
                 store.flush()
@@ -120,7 +137,11 @@ def main(argv: list[str]) -> int:
         print(f"VIEW {k}", json.dumps(view(store)), flush=True)
     if mode == "async":  # the flusher covers the last acknowledgements too (the window test reads it)
         time.sleep(MAX_LAG * 3)
-    store.repository.publish()  # the publisher's last batch ends inside the trace, not cut by _exit
+    if hardening:
+        store.close()
+        os.write(mark, b"FLUSHED\n")
+    else:
+        store.repository.publish()  # the publisher's last batch ends inside the trace, not cut by _exit
     sys.stdout.flush()
     os._exit(0)
 
