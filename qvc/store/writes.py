@@ -35,6 +35,7 @@ unreachable (and ``qvc purge`` erases them).
 
 from __future__ import annotations
 
+import functools
 import re
 import zlib
 from dataclasses import dataclass
@@ -69,7 +70,13 @@ def writes_commit(key: str) -> Optional[str]:
 
 def keyed_prefix(thread: str) -> str:
     """The ref prefix of every keyed pending-writes ref of ``thread`` (its :func:`thread_writes_ref`
-    and the per-key refs of repositories written before)."""
+    and the per-key refs of repositories written before). Raises
+    :class:`~qvc.errors.InvalidThreadIdError` for what cannot be a thread id."""
+    return _keyed_prefix(thread) if isinstance(thread, str) else f"{KEYED}{encode_thread(thread)}/"
+
+
+@functools.lru_cache(maxsize=1024)  # every read and write of keyed writes encodes its thread
+def _keyed_prefix(thread: str) -> str:
     return f"{KEYED}{encode_thread(thread)}/"
 
 
@@ -78,21 +85,25 @@ def thread_writes_ref(thread: str) -> str:
     return keyed_prefix(thread) + ALL
 
 
-def _encoded_key(key: str) -> str:
-    return encode_thread(key) if key else "%"
-
-
 def keyed_ref(thread: str, key: str) -> str:
     """The per-key ref that held ``thread``'s pending writes under the caller's ``key`` in
     repositories written before :func:`thread_writes_ref` (``%`` for an empty key). Read and
     cleaned up, never written."""
-    return keyed_prefix(thread) + _encoded_key(key)
+    return keyed_prefix(thread) + key_path(key)[2]
 
 
 def key_path(key: str) -> tuple[str, str, str]:
     """Where the set of writes under the caller's ``key`` lives in a :func:`thread_writes_ref` tree:
-    two fan-out levels (hex digits of ``crc32(encoded key) & 0xFF``), then the encoded key."""
-    name = _encoded_key(key)
+    two fan-out levels (hex digits of ``crc32(encoded key) & 0xFF``), then the encoded key (``%``
+    for an empty key). Raises :class:`~qvc.errors.InvalidThreadIdError` for a key that is no string."""
+    if not isinstance(key, str):
+        encode_thread(key)  # raises
+    return _key_path(key)
+
+
+@functools.lru_cache(maxsize=4096)  # a thread's recent checkpoint ids, read and written again and again
+def _key_path(key: str) -> tuple[str, str, str]:
+    name = encode_thread(key) if key else "%"
     crc = zlib.crc32(name.encode()) & 0xFF
     return f"{crc >> 4:x}", f"{crc & 0xF:x}", name
 
