@@ -9,10 +9,12 @@ hold them, each a chain of commits (one per upsert that changed something):
 * ``refs/qvc/writes/lg/<thread>/%all``: every set of writes keyed by the thread and a caller's
   key (the LangGraph adapter keys them by checkpoint id, since LangGraph may write them before
   the checkpoint's ``put`` finished). The commit's tree holds each key's set at
-  :func:`key_path`: ``<h>/<l>/<encoded key>/``, ``h`` and ``l`` the high and low hex digit of
-  ``crc32(encoded key) & 0xFF``, so an upsert rewrites four small trees (root, two fan-out
-  levels, the key's set) however many keys the thread has, and its lease stays with the ref
-  from one upsert to the next. ``%all`` is no encoded key (keys escape ``%`` as ``%25``).
+  :func:`key_path`: ``<d1>/<d2>/<d3>/<d4>/<encoded key>/``, the ``d`` the base-4 digits of
+  ``crc32(encoded key) & 0xFF``, most significant first, so an upsert rewrites six small trees
+  (four of at most four entries, the one holding the key's set among those of the same digits,
+  and the set) however many keys the thread has (the ids of unchanged siblings are what an
+  upsert pays in bytes: four levels of four pay fewer than two of sixteen), and the ref keeps
+  its lease from one upsert to the next. ``%all`` is no encoded key (keys escape ``%`` as ``%25``).
   The ``lg/`` name is historical (the LangGraph saver was its first user).
 
 Repositories written before kept one ref per key, ``refs/qvc/writes/lg/<thread>/<encoded key>``
@@ -57,6 +59,8 @@ ORDER = ".order"
 KEYED = WRITES + "lg/"
 #: The name, under a thread's :func:`keyed_prefix`, of the ref holding all its keyed writes.
 ALL = "%all"
+#: Fan-out of a thread writes ref's tree: ``LEVELS`` levels of ``1 << BITS`` subtrees each.
+BITS, LEVELS = 2, 4
 RETRIES = 100
 
 Tree = dict[str, Entry]
@@ -89,23 +93,25 @@ def keyed_ref(thread: str, key: str) -> str:
     """The per-key ref that held ``thread``'s pending writes under the caller's ``key`` in
     repositories written before :func:`thread_writes_ref` (``%`` for an empty key). Read and
     cleaned up, never written."""
-    return keyed_prefix(thread) + key_path(key)[2]
+    return keyed_prefix(thread) + key_path(key)[-1]
 
 
-def key_path(key: str) -> tuple[str, str, str]:
+def key_path(key: str) -> tuple[str, ...]:
     """Where the set of writes under the caller's ``key`` lives in a :func:`thread_writes_ref` tree:
-    two fan-out levels (hex digits of ``crc32(encoded key) & 0xFF``), then the encoded key (``%``
-    for an empty key). Raises :class:`~qvc.errors.InvalidThreadIdError` for a key that is no string."""
+    :data:`LEVELS` fan-out levels named by the digits (:data:`BITS` bits each, most significant
+    first) of ``crc32(encoded key) & 0xFF``, then the encoded key (``%`` for an empty key).
+    Raises :class:`~qvc.errors.InvalidThreadIdError` for a key that is no string."""
     if not isinstance(key, str):
         encode_thread(key)  # raises
     return _key_path(key)
 
 
 @functools.lru_cache(maxsize=4096)  # a thread's recent checkpoint ids, read and written again and again
-def _key_path(key: str) -> tuple[str, str, str]:
+def _key_path(key: str) -> tuple[str, ...]:
     name = encode_thread(key) if key else "%"
     crc = zlib.crc32(name.encode()) & 0xFF
-    return f"{crc >> 4:x}", f"{crc & 0xF:x}", name
+    mask = (1 << BITS) - 1
+    return (*(f"{crc >> (BITS * (LEVELS - 1 - i)) & mask:x}" for i in range(LEVELS)), name)
 
 
 def entry_key(*parts: str) -> str:
@@ -259,7 +265,7 @@ class PendingWrites:
         for name, child in self._history.tree(entry[1]).items():
             if child[0] != MODE_TREE:
                 out[name] = child
-            elif len(at) == 2:  # a key's set
+            elif len(at) == LEVELS:  # a key's set
                 if keep((*at, name)):
                     out[name] = child
                 else:

@@ -73,14 +73,14 @@ def _old_writes(repo, thread: str = "t") -> list[str]:
     names = []
     for line in run_git(repo, "ls-tree", "-r", "-d", tip).stdout.splitlines():
         meta, path = line.split("\t")
-        if path.count("/") != 2:
+        if path.count("/") != 4:
             continue  # a fan-out level
         tree = meta.split()[2]
         env = {**os.environ, "GIT_AUTHOR_NAME": "qvc", "GIT_AUTHOR_EMAIL": "qvc@localhost",
                "GIT_COMMITTER_NAME": "qvc", "GIT_COMMITTER_EMAIL": "qvc@localhost"}
         commit = subprocess.run(["git", f"--git-dir={repo}", "commit-tree", tree], input="old writes\n", text=True,
                                 capture_output=True, check=True, env=env).stdout.strip()
-        name = f"refs/qvc/writes/lg/{thread}/{path.split('/')[2]}"
+        name = f"refs/qvc/writes/lg/{thread}/{path.split('/')[4]}"
         run_git(repo, "update-ref", name, commit, "")
         names.append(name)
     run_git(repo, "update-ref", "-d", one, tip)

@@ -109,9 +109,9 @@ def test_keyed_writes_of_every_checkpoint_share_one_ref_per_thread(tmp_path):
         assert _writes_refs(repo) == ["refs/qvc/writes/lg/t/%all"]
         assert store.checkpoint_writes("t", ids[0]) == [("a", b"again"), ("b", b"x")]
         assert all(store.checkpoint_writes("t", c) == [("a", c.encode()), ("b", b"x")] for c in ids[1:])
-        # each set under two fan-out levels, so an upsert rewrites a few small trees
-        sets = [p for p in run_git(repo, "ls-tree", "-r", "-d", "--name-only", tip).stdout.split() if p.count("/") == 2]
-        assert sorted(p.split("/")[2] for p in sets) == ids
+        # each set under four fan-out levels, so an upsert rewrites a few small trees
+        sets = [p for p in run_git(repo, "ls-tree", "-r", "-d", "--name-only", tip).stdout.split() if p.count("/") == 4]
+        assert sorted(p.split("/")[4] for p in sets) == ids
         # drop: those sets go, as a root commit (nothing dropped stays reachable through the ref)
         index = store.thread_index("t")
         store.drop_checkpoints("t", [index.ids[c] for c in ids[10:20]])
@@ -187,3 +187,15 @@ def test_concurrent_keyed_writes_from_two_processes_on_one_thread_all_land(tmp_p
             assert mine == [f"{name}{i}" for i in range(40)]
     assert _writes_refs(repo) == ["refs/qvc/writes/lg/t/%all"]
     fsck(repo)
+
+
+def test_a_keys_set_is_at_the_base4_digits_of_the_crc32_of_its_encoded_name():
+    import zlib
+
+    from qvc.store.writes import key_path, keyed_ref, thread_writes_ref
+
+    for key, encoded in (("c1", "c1"), ("Run/1", "%52un%2F1"), ("", "%"), ("%all", "%25all")):
+        crc = zlib.crc32(encoded.encode()) & 0xFF
+        assert key_path(key) == (str(crc >> 6), str(crc >> 4 & 3), str(crc >> 2 & 3), str(crc & 3), encoded)
+        assert keyed_ref("t", key) == f"refs/qvc/writes/lg/t/{encoded}" != thread_writes_ref("t")
+    assert thread_writes_ref("a/b") == "refs/qvc/writes/lg/a%2Fb/%all"
