@@ -965,8 +965,7 @@ class GitCheckpointStore(CheckpointStore):
             gone, paths = {keyed_ref(thread, c) for c in ids}, {key_path(c) for c in ids}
             tx.rewrite_history()
             self._rewriter.settle(tx, thread, head, superseded, set(shas), keep=keep)
-            self._writes.drop_keyed(tx, thread_writes_ref(thread), lambda p: p not in paths,
-                                    "drop: writes of deleted checkpoints\n")
+            self._writes.drop_keyed(tx, thread_writes_ref(thread), paths, "drop: writes of deleted checkpoints\n")
             for ref, tip in tx.refs(keyed_prefix(thread)):
                 if ref in gone:  # written before the thread's one writes ref
                     tx.move_ref(ref, tip, None)
@@ -990,8 +989,7 @@ class GitCheckpointStore(CheckpointStore):
             new = self._rewriter.commit(tx, keep, []) if self._history.commit(keep).parents else keep
             if new != head:
                 tx.move_ref(head_ref(thread), head, new, "prune: kept the latest checkpoint")
-            latest = key_path(index.latest)
-            self._writes.drop_keyed(tx, one, lambda p: p == latest, "prune: kept the latest checkpoint's writes\n")
+            self._writes.keep_keyed(tx, one, key_path(index.latest), "prune: kept the latest checkpoint's writes\n")
             for ref, tip in superseded + writes:
                 tx.move_ref(ref, tip, None)
 

@@ -31,8 +31,8 @@ Every upsert goes through :meth:`PendingWrites.upsert`, one compare-and-swap loo
 ref's tip, merge the new items into its set (an item marked ``keep_first`` does not replace an
 existing entry of its key; any other item does), commit on top, move the ref; on a conflict
 merge again on top of the other writer's commit. Rewrites that drop sets
-(:meth:`PendingWrites.drop_keyed`) commit a root commit instead, so that the dropped writes are
-unreachable (and ``qvc purge`` erases them).
+(:meth:`PendingWrites.drop_keyed`, :meth:`PendingWrites.keep_keyed`) commit a root commit
+instead, so that the dropped writes are unreachable (and ``qvc purge`` erases them).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import functools
 import re
 import zlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Collection, Optional, Sequence
 
 from qvc.codec import serde
 from qvc.errors import CheckpointConflictError
@@ -184,25 +184,40 @@ class PendingWrites:
                 return
         raise CheckpointConflictError(f"pending writes {ref}: too many concurrent writers")
 
-    def drop_keyed(self, tx: Transaction, ref: str, keep: Callable[[tuple[str, ...]], bool], message: str) -> None:
-        """In the rewrite ``tx``, remove from the thread writes ref ``ref`` (:func:`thread_writes_ref`)
-        every key's set whose :func:`key_path` ``keep`` rejects, as a new root commit (the
-        dropped writes become unreachable); delete ``ref`` if no set is left. Nothing moves when
-        nothing is dropped. Retries on a concurrent upsert; raises
-        :class:`CheckpointConflictError` after :data:`RETRIES` of them."""
+    def drop_keyed(self, tx: Transaction, ref: str, paths: Collection[tuple[str, ...]], message: str) -> None:
+        """In the rewrite ``tx``, remove the key sets at ``paths`` (:func:`key_path`) from the thread
+        writes ref ``ref`` (:func:`thread_writes_ref`) as a new root commit (the dropped writes become
+        unreachable); delete ``ref`` if no set is left. Nothing moves when none of them is there.
+        Retries on a concurrent upsert; raises :class:`CheckpointConflictError` after :data:`RETRIES`."""
+        self._rewrite(tx, ref, message, lambda root: self._without(tx, root, list(paths)))
+
+    def keep_keyed(self, tx: Transaction, ref: str, path: tuple[str, ...], message: str) -> None:
+        """In the rewrite ``tx``, keep only the key set at ``path`` in the thread writes ref ``ref``,
+        as :meth:`drop_keyed` drops (the ref goes if that set is not there either)."""
+
+        def only(root: Entry) -> Entry | None:
+            found = self._subtree(self._history.tree(root[1]), path[:-1])
+            entry = None if found is None else found.get(path[-1])
+            return None if entry is None or entry[0] != MODE_TREE else self._put(tx, {}, path, entry)
+
+        self._rewrite(tx, ref, message, only)
+
+    def _rewrite(self, tx: Transaction, ref: str, message: str, edit: Callable[[Entry], Entry | None]) -> None:
+        """Move ``ref`` to a root commit of ``edit(its tree)`` (``None``: delete it), retrying on a
+        concurrent upsert; no move when the tree stays."""
         for _ in range(RETRIES):
             old = tx.ref(ref)
             if old is None:
                 return
-            info = self._history.commit(old)
-            tree, changed = self._kept(tx, (MODE_TREE, info.tree), (), keep)
-            if not changed:
+            root: Entry = (MODE_TREE, self._history.commit(old).tree)
+            tree = edit(root)
+            if tree == root:
                 return
             new = None if tree is None else tx.write("commit", commit_bytes(tree[1].hex(), [], message)).hex()
             try:
                 tx.move_ref(ref, old, new)
             except CheckpointConflictError:
-                continue  # an upsert meanwhile: drop again from its commit
+                continue  # an upsert meanwhile: edit its commit
             return
         raise CheckpointConflictError(f"pending writes {ref}: too many concurrent writers")
 
@@ -256,25 +271,26 @@ class PendingWrites:
             entries[name] = new
         return (MODE_TREE, tx.write("tree", tree_bytes(entries))) if entries else None
 
-    def _kept(self, tx: Transaction, entry: Entry, at: tuple[str, ...],
-              keep: Callable[[tuple[str, ...]], bool]) -> tuple[Entry | None, bool]:
-        """The tree ``entry`` (at ``at`` in a thread writes ref's tree) without the key sets
-        ``keep`` rejects, written into ``tx`` if changed (``None``: nothing left), and whether it changed."""
-        out: Tree = {}
+    def _without(self, tx: Transaction, entry: Entry, paths: list[tuple[str, ...]]) -> Entry | None:
+        """The tree ``entry`` without what is at ``paths`` (and the trees that leaves empty), written
+        into ``tx`` where it changed; ``entry`` itself if nothing is there (``None``: nothing left).
+        Reads only the trees along ``paths``."""
+        tree = dict(self._history.tree(entry[1]))
+        groups: dict[str, list[tuple[str, ...]]] = {}
+        for p in paths:
+            groups.setdefault(p[0], []).append(p[1:])
         changed = False
-        for name, child in self._history.tree(entry[1]).items():
-            if child[0] != MODE_TREE:
-                out[name] = child
-            elif len(at) == LEVELS:  # a key's set
-                if keep((*at, name)):
-                    out[name] = child
+        for name, rest in groups.items():
+            child = tree.get(name)
+            if child is None or child[0] != MODE_TREE:
+                continue
+            new = None if any(not r for r in rest) else self._without(tx, child, rest)
+            if new != child:
+                changed = True
+                if new is None:
+                    del tree[name]
                 else:
-                    changed = True
-            else:
-                sub, sub_changed = self._kept(tx, child, (*at, name), keep)
-                changed = changed or sub_changed
-                if sub is not None:
-                    out[name] = sub
+                    tree[name] = new
         if not changed:
-            return entry, False
-        return ((MODE_TREE, tx.write("tree", tree_bytes(out))) if out else None), True
+            return entry
+        return (MODE_TREE, tx.write("tree", tree_bytes(tree))) if tree else None

@@ -199,3 +199,30 @@ def test_a_keys_set_is_at_the_base4_digits_of_the_crc32_of_its_encoded_name():
         assert key_path(key) == (str(crc >> 6), str(crc >> 4 & 3), str(crc >> 2 & 3), str(crc & 3), encoded)
         assert keyed_ref("t", key) == f"refs/qvc/writes/lg/t/{encoded}" != thread_writes_ref("t")
     assert thread_writes_ref("a/b") == "refs/qvc/writes/lg/a%2Fb/%all"
+
+
+def test_rewrites_move_a_threads_writes_ref_only_when_its_sets_change(tmp_path):
+    repo = tmp_path / "m.qvc"
+
+    def tip() -> str | None:
+        out = run_git(repo, "for-each-ref", "--format=%(objectname)", "refs/qvc/writes/lg/t/%all").stdout.strip()
+        return out or None
+
+    with GitCheckpointStore(repo) as store:
+        for i, cid in enumerate("abcd"):
+            _put(store, "t", cid, i, "abcd"[i - 1] if i else None)
+        store.put_checkpoint_writes("t", "b", [Item("k", b"b")], "m\n")
+        store.put_checkpoint_writes("t", "d", [Item("k", b"d")], "m\n")
+        before = tip()
+        store.drop_checkpoints("t", [store.thread_index("t").ids["c"]])  # no writes: the ref stays
+        assert tip() == before
+        store.prune_thread("t")  # keeps d's set only: a root commit
+        assert tip() != before and run_git(repo, "rev-list", "--count", tip()).stdout.strip() == "1"
+        assert store.checkpoint_writes("t", "d") == [("k", b"d")] and store.checkpoint_writes("t", "b") == []
+        after = tip()
+        store.prune_thread("t")  # nothing left to drop
+        assert tip() == after
+        _put(store, "t", "e", 5, "d")
+        store.prune_thread("t")  # the latest has no writes: the ref goes
+        assert tip() is None and store.checkpoint_writes("t", "d") == []
+    fsck(repo)
