@@ -200,8 +200,8 @@ def dumps(value: Any, path: str = "value") -> bytes:
 
 def loads(data: bytes, what: str = "object") -> Any:
     """Decode bytes written by :func:`dumps`; raise :class:`CorruptionError` naming ``what``."""
-    try:
-        return _unpack(data)
+    try:  # the outermost value is no extension: only the ext hook's nested calls count depth
+        return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_ext_hook, use_list=True)
     except RecursionError:
         raise CorruptionError(f"{what}: msgpack data nested too deeply") from None
     except Exception as exc:  # msgpack raises many unrelated types on hostile input

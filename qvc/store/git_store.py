@@ -46,6 +46,7 @@ from qvc.store.refnames import (
     writes_ref,
 )
 from qvc.store.rewrite import Rewriter
+from qvc.store.summaries import MISSING, Summaries, Summary, summarize
 from qvc.store.writes import Item, PendingWrites, entry_key, key_path, keyed_prefix, keyed_ref, thread_writes_ref
 from qvc.types import (
     Checkpoint,
@@ -104,6 +105,7 @@ class GitCheckpointStore(CheckpointStore):
         self._history = History(self._repo)
         self._writes = PendingWrites(self._repo, self._history)
         self._rewriter = Rewriter(self._repo, self._history)
+        self._summaries = Summaries(self._repo, self._history)
         self._services: list[Service] = []
         if not readonly:
             for start in SERVICES:
@@ -164,6 +166,7 @@ class GitCheckpointStore(CheckpointStore):
         for service in services:
             service.close()
         self._repo.close()
+        self._history.close()
 
     def __enter__(self) -> GitCheckpointStore:
         return self
@@ -206,9 +209,11 @@ class GitCheckpointStore(CheckpointStore):
 
         With ``damaged`` (a dict), a state field whose blob is missing or does not decode is left
         out of ``state_data`` and ``damaged[field]`` says why, so the healthy fields stay
-        readable; the commit and its header must still read.
+        readable; the commit and its header must still read. Every object is read from git
+        (never the summary files' copies, :mod:`qvc.store.summaries`), so fsck and damage
+        reports see what git holds.
         """
-        return self._tuple(sha, damaged=damaged)
+        return self._tuple(sha, damaged=damaged, from_git=True)
 
     def damage(self, sha: str) -> str | None:
         """Why commit ``sha`` cannot be read as a checkpoint commit (missing, malformed, no
@@ -332,42 +337,60 @@ class GitCheckpointStore(CheckpointStore):
     # -- reading --------------------------------------------------------------------------
 
     def _blob(self, raw: bytes) -> bytes:
-        return self._history.blob(raw)
+        data = self._summaries.blobs.get(raw)  # what a thread's summary file held
+        return data if data is not None else self._history.blob(raw)
 
     def _field(self, name: str, mode: int, raw: bytes, hexid: str) -> Any:
+        if mode != MODE_TREE:
+            value = self._summaries.values.get(raw, MISSING)
+            if value is MISSING:
+                value = self._decode_field(name, mode, raw, hexid)
+            return value
+        return self._decode_field(name, mode, raw, hexid)
+
+    def _decode_field(self, name: str, mode: int, raw: bytes, hexid: str, from_git: bool = False) -> Any:
+        """:meth:`_field` for a value not kept decoded; ``from_git``: its blobs as git has them
+        (not the summary files' copies)."""
         what = f"checkpoint {hexid[:12]} field {name!r}"
+        blob = self._history.blob if from_git else self._blob
         if mode == MODE_TREE:
             out: list = []
             for chunk in sorted(self._history.tree(raw).items()):
-                part = serde.loads(self._blob(chunk[1][1]), what)
+                part = serde.loads(blob(chunk[1][1]), what)
                 if not isinstance(part, list):
                     raise CorruptionError(f"{what}: chunk {chunk[0]} is not a list")
                 out.extend(part)
             return out
-        return serde.loads(self._blob(raw), what)
+        value = serde.loads(blob(raw), what)
+        self._summaries.remember_value(raw, value)
+        return value
 
-    def _tuple(self, hexid: str, with_writes: set[str] | None = None, damaged: dict | None = None) -> CheckpointTuple:
-        info = self._history.commit(hexid)
-        entries = self._history.entries(info)
-        if HEADER not in entries:
-            raise CorruptionError(f"commit {hexid[:12]} is not a qvc checkpoint (no {HEADER} entry)")
-        header, metadata = decode_header(self._blob(entries[HEADER][1]), f"checkpoint {hexid[:12]} header")
+    def _tuple(self, hexid: str, with_writes: set[str] | None = None, damaged: dict | None = None,
+               summary: Summary | None = None, from_git: bool = False) -> CheckpointTuple:
+        """The checkpoint tuple of commit ``hexid``; ``from_git`` reads every object from git (as
+        :meth:`read` does for fsck and damage reports), not from summaries and values kept."""
+        if from_git:
+            s = summarize(self._history, hexid)
+        else:
+            s = summary if summary is not None else self._summaries.get(hexid)
+        header, metadata = decode_header(s.header, f"checkpoint {hexid[:12]} header")
         state = {}
-        for n, (mode, raw) in entries.items():
-            if n == HEADER:
-                continue
-            name = decode_name(n)
-            try:
-                state[name] = self._field(name, mode, raw, hexid)
-            except CorruptionError as exc:
-                if damaged is None:
-                    raise
-                damaged[name] = str(exc)
-        versions = self._history.versions(hexid)
-        parent_config = None
-        if info.parent is not None:
-            pinfo = self._history.commit(info.parent)
-            parent_config = CheckpointConfig(pinfo.thread_id or "", pinfo.checkpoint_id)
+        known = self._summaries.values if not from_git else {}
+        for name, (_, mode, raw) in zip(s.names, s.fields, strict=True):
+            value = known.get(raw, MISSING)  # an immutable value decoded before
+            if value is MISSING:
+                try:
+                    value = self._decode_field(name, mode, raw, hexid, from_git)
+                except CorruptionError as exc:
+                    if damaged is None:
+                        raise
+                    damaged[name] = str(exc)
+                    continue
+            state[name] = value
+        versions = dict(zip(s.names, s.versions, strict=True))
+        configs = self._summaries.configs.get(hexid)  # frozen: shared by every tuple of the checkpoint
+        parent_config = configs[1] if configs is not None else (
+            CheckpointConfig(s.parent_thread, s.parent_id) if s.parent is not None else None)
         try:
             checkpoint = Checkpoint(
                 id=header["id"], thread_id=header["thread_id"], step=header["step"], state_data=state,
@@ -378,7 +401,10 @@ class GitCheckpointStore(CheckpointStore):
             )
         except (KeyError, TypeError) as exc:
             raise CorruptionError(f"checkpoint {hexid[:12]} header lacks {exc}") from None
-        config = CheckpointConfig(checkpoint.thread_id, checkpoint.id)
+        if configs is None:
+            configs = (CheckpointConfig(checkpoint.thread_id, checkpoint.id), parent_config)
+            self._summaries.remember_configs(hexid, configs)
+        config = configs[0]
         writes = None if with_writes is not None and hexid not in with_writes else self.pending_writes_at(hexid)
         return CheckpointTuple(config, checkpoint, metadata, parent_config, writes)
 
@@ -419,34 +445,57 @@ class GitCheckpointStore(CheckpointStore):
             if before.checkpoint_id is None:
                 raise InvalidInputError("before: the config names no checkpoint (its checkpoint_id is None)")
             before = before.checkpoint_id
+        generation = self._repo.generation()  # before the refs: a delete after it stops the summaries' save
         start = self._target(config)
         stop = self.resolve(before) if before is not None else None
         tips = [start] if start else []
         if superseded:
             tips += [tip for _, tip in sorted(self._repo.refs(superseded_prefix(thread)),
                                               key=lambda item: -self._history.commit(item[1]).time)]
-        return self._iter_lines(tips, stop, limit, before)
+        return self._iter_lines(thread, tips, stop, limit, before, generation)
 
-    def _iter_lines(self, tips: list[str], stop: str | None, limit: int | None,
-                    before: str | None) -> Iterator[CheckpointTuple]:
+    def _iter_lines(self, thread: str, tips: list[str], stop: str | None, limit: int | None,
+                    before: str | None, generation: str | None) -> Iterator[CheckpointTuple]:
+        """The checkpoints of the lines ending at ``tips``, from their summaries: those in memory,
+        else the thread's summary file (read on the first miss), else git; what git gave is
+        added to the file when the walk ends (:mod:`qvc.store.summaries`)."""
         seen: set[str] = set()
         with_writes = {name[len(WRITES):] for name, _ in self._repo.refs(WRITES)}
         waiting = stop is not None
         count = 0
-        for tip in tips:
-            for info in self._history.first_parents(tip):
-                if info.hex in seen:
-                    break
-                seen.add(info.hex)
-                if waiting:
-                    waiting = info.hex != stop
-                    continue
-                if limit is not None and count >= limit:
-                    return
-                count += 1
-                yield self._tuple(info.hex, with_writes)
-        if waiting:
-            raise UnknownCheckpointError(f"before={before!r} is not on the listed line")
+        summaries = self._summaries
+        walked: list[Summary] = []
+        loaded = False
+        complete = False
+        try:
+            for tip in tips:
+                hexid: str | None = tip
+                while hexid is not None and hexid not in seen:
+                    seen.add(hexid)
+                    if waiting:  # not listed: only its first parent is needed
+                        waiting = hexid != stop
+                        known = summaries.known(hexid)
+                        hexid = known.parent if known is not None else self._history.commit(hexid).parent
+                        continue
+                    if limit is not None and count >= limit:
+                        return
+                    s = summaries.known(hexid)
+                    if s is None and not loaded:
+                        summaries.load(thread)
+                        loaded = True
+                        s = summaries.known(hexid)
+                    if s is None:
+                        s = summaries.get(hexid)
+                    walked.append(s)
+                    hexid = s.parent
+                    count += 1
+                    yield self._tuple(s.sha, with_writes, summary=s)
+            complete = stop is None
+            if waiting:
+                raise UnknownCheckpointError(f"before={before!r} is not on the listed line")
+        finally:
+            if loaded:
+                summaries.save(thread, walked, seen if complete else None, generation=generation)
 
     def threads(self) -> list[str]:
         """Every thread id, sorted."""
@@ -1039,12 +1088,15 @@ class GitCheckpointStore(CheckpointStore):
 
         Runs ``git`` (repack and prune) under the exclusive maintenance lock, so it waits for
         writers in every process; hardens everything and restarts this store's journal.
-        Journals of other open stores may still hold deleted values until they close.
+        Journals of other open stores may still hold deleted values until they close. The
+        thread summary files (:mod:`qvc.store.summaries`, which copy headers and small field
+        blobs) are removed first; later lists write them again from what the refs reach.
         """
         from qvc.plumbing import maintenance  # deferred, as in gc
 
         try:
             with self._repo.exclusive() as lock_fd:
+                self._summaries.drop()
                 maintenance.purge(self._repo, lock_fd)
         except StorageError:
             raise

@@ -3,61 +3,30 @@
 Everything here is derived from git objects and refs, so it is right for any history,
 including one written by another process or tool; the caches only make it fast.
 
-The checkpoint-id index is kept on disk, so that no process has to read every commit of the
-repository before its first put (which checks that the id is new) or its first lookup of a
-checkpoint by id. ``qvc/ids/<generation>/`` holds 256 append-only files of ``<commit sha>
-<checkpoint id>`` lines, the file chosen by the id's CRC-32; a lookup reads one of them.
-
-* Every store appends the checkpoint commits it writes (it is one of the repository's
-  listeners), and the tips of refs its transactions moved without writing their commits
-  (``qvc fetch``), walked down to the ref's previous value. A store that recovered a crashed
-  writer's journal appends the history of each ref the journal moved that still points where
-  the journal left it (walked down to where the journal found it).
-* The index is trusted once its ``complete`` marker exists. The first store to find none (a new
-  generation, or the directory lost) rebuilds it: it creates the directory first, then walks
-  every ref's history and appends what it finds, then writes the marker. Writers running
-  meanwhile append to the same directory, so nothing moved after the walk read the refs is
-  missed. ``delete`` and other history rewrites start a new generation (the token in
-  ``qvc/generation``), so an index never names a deleted checkpoint; old generations' indexes
-  are removed by the rebuild. Before a delete moves a ref it removes the current index's marker,
-  so a deleter killed before it wrote its new token leaves an index that is rebuilt, not trusted,
-  and a running build's ``building`` file (the marker-to-be), so a build that read the refs
-  before the delete moved them is not trusted either.
-* Each answer is checked against the commit itself (its ``Checkpoint-Id`` trailer); a line torn
-  by a crash is skipped. Deleting ``qvc/ids`` is always safe: it is rebuilt on first use.
-* Commits that reach the repository without qvc (``git push`` into it) are not appended; a
-  lookup by id that misses the index walks every ref as before (and finds them), while a put's
-  check that its id is new trusts the index, as it trusted the in-memory index before.
+The checkpoint ids of every checkpoint on a ref are indexed durably (:mod:`qvc.store.idindex`):
+History appends what its repository's writes and recoveries put on refs, and asks the index
+before it walks the refs; each answer is checked against the commit itself.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import threading
-import zlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator
 
 from qvc.errors import CorruptionError
-from qvc.plumbing.journal import fsync_dir
-from qvc.plumbing.locking import open_lock_file, wait_flock
 from qvc.plumbing.objects import parse_tree
 from qvc.plumbing.repository import GENERATION
 from qvc.store.format import HEADER, decode_header, parse_trailers
+from qvc.store.idindex import IDS, GenerationWatch, IdIndex, token_name  # noqa: F401 (IDS: kept importable here)
 from qvc.store.refnames import WRITES, decode_name
 
 if TYPE_CHECKING:
     from qvc.plumbing.journal import Record
     from qvc.plumbing.repository import Repository
 
-IDS = "qvc/ids"  # the durable checkpoint-id index (see the module docstring)
-_COMPLETE = "complete"
-_BUILDING = "building"  # a build in progress; a delete removes it, so that build is not trusted
-_TOKEN = re.compile(r"[0-9A-Za-z]{1,64}")
-_LINE = re.compile(rb"^([0-9a-f]{40}) ", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -171,7 +140,9 @@ class History:
         self._by_id: dict[str, str] = {}
         self._indexed: set[str] = set()
         self._tips: dict[str, str] = {}
-        self._generation: tuple | None = None
+        self._generation: tuple | None = None  # identity of the qvc/generation the caches derive from
+        self._watch = GenerationWatch(repo.path)
+        self._ids = IdIndex(repo.path, readonly=repo.readonly, fsync=repo.fsync)
         self._threads = LRU(256)  # thread id -> ThreadIndex
         repo.listeners.append(self.observe)
         repo.rewrite_listeners.append(self.forget_index)
@@ -248,9 +219,9 @@ class History:
         if ids and not self.repo.readonly:
             seen = {v[1] or "0" for n, v in record.seen.items() if n != GENERATION and isinstance(v, list)
                     and len(v) >= 2 and (v[1] is None or isinstance(v[1], str))}
-            current = self._ids_dir()
-            if {os.path.join(os.path.dirname(current), self._token(g)) for g in seen} <= {current}:
-                self._append_ids(ids, current)
+            current = self._current_token()  # read after the refs moved
+            if {token_name(g) for g in seen} <= {current}:
+                self._ids.append(ids, current)
             else:
                 # A delete started a new generation while this write moved its refs: whether this
                 # write's commits survived it is for a walk of the refs to say. Make the next
@@ -272,7 +243,7 @@ class History:
                 continue
             ids += self._checkpoints(self._walk_new(last, first))
         if ids:
-            self._append_ids(ids)
+            self._ids.append(ids, self._current_token())
 
     def _walk_new(self, tip: str, old: str | None) -> list[str]:
         """Commits reachable from ``tip`` down to (not including) ``old`` and its ancestors' walk."""
@@ -302,140 +273,52 @@ class History:
                 out.append((info.checkpoint_id, hexid))
         return out
 
-    # -- the durable checkpoint-id index ---------------------------------------------------
+    # -- the durable checkpoint-id index (qvc.store.idindex) ---------------------------------
 
-    def _ids_dir(self) -> str:
-        return os.path.join(self.repo.path, IDS, self._token(self.repo.generation() or "0"))
-
-    @staticmethod
-    def _token(generation: str) -> str:
-        if _TOKEN.fullmatch(generation):
-            return generation
-        return f"x{zlib.crc32(generation.encode('utf-8', 'surrogateescape')):08x}"  # not written by qvc
-
-    @staticmethod
-    def _shard(checkpoint_id: str) -> str:
-        return f"{zlib.crc32(checkpoint_id.encode('utf-8', 'surrogateescape')) & 0xFF:02x}"
-
-    def _append_ids(self, pairs: list[tuple[str, str]], where: str | None = None) -> None:
-        """Append ``(checkpoint id, sha)`` lines to the index (one write per file touched)."""
-        where = where or self._ids_dir()
-        lines: dict[str, list[bytes]] = {}
-        for cid, hexid in pairs:
-            if "\n" in cid:
-                continue  # trailers never hold one; a line must not be forged
-            lines.setdefault(self._shard(cid), []).append(f"{hexid} {cid}\n".encode("utf-8", "surrogateescape"))
-        for shard, chunk in lines.items():
-            path = os.path.join(where, shard)
-            try:
-                try:
-                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-                except FileNotFoundError:
-                    os.makedirs(where, exist_ok=True)
-                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-                try:
-                    os.write(fd, b"".join(chunk))
-                finally:
-                    os.close(fd)
-            except OSError:
-                return  # a cache: lookups that miss it walk the refs
+    def _current_token(self) -> str:
+        """The current generation's token, as the index names its files (one stat)."""
+        return token_name(self._watch.current()[1])
 
     def forget_index(self) -> None:
         """Make the next lookup (in any process) rebuild the durable index from the refs: called
         (as a :attr:`Repository.rewrite_listeners` callback, and here when a write raced a
-        rewrite) before a delete or rewrite moves refs, so that a writer killed before it starts the new
-        generation leaves no index naming what it deleted. A build running meanwhile (it may have
-        read the refs before this delete moves them) then does not mark its index complete."""
-        where = self._ids_dir()
-        for name in (_COMPLETE, _BUILDING):
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(where, name))
-        with contextlib.suppress(OSError):
-            if self.repo.fsync:
-                fsync_dir(where)
+        rewrite) before a delete or rewrite moves refs, so that a writer killed before it starts
+        the new generation leaves no index naming what it deleted. A build running meanwhile (it
+        may have read the refs before this delete moves them) then does not complete
+        (:meth:`IdIndex.forget <qvc.store.idindex.IdIndex.forget>`)."""
+        self._ids.forget(self._current_token())
 
-    def _indexed_id(self, checkpoint_id: str) -> str | None | bool:
-        """The commit the durable index gives ``checkpoint_id`` (checked against the commit),
-        ``None`` if it has none, ``False`` if there is no complete index to ask."""
-        where = self._ids_dir()
-        if not os.path.exists(os.path.join(where, _COMPLETE)):  # one stat: another process may have reset it
-            if self.repo.readonly or not self._build(where):
-                return False
-        try:
-            with open(os.path.join(where, self._shard(checkpoint_id)), "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            return None
-        except OSError:
+    def close(self) -> None:
+        """Let go of the files the durable index and the generation watch hold open (used again,
+        they are opened again)."""
+        self._ids.close()
+        self._watch.close()
+
+    def _indexed_id(self, checkpoint_id: str, token: str) -> str | None | bool:
+        """The commit the durable index of generation ``token`` gives ``checkpoint_id`` (the last
+        line naming it whose commit says so), ``None`` if it has none, ``False`` if there is no
+        complete index to ask (it is built first, unless the repository is read-only)."""
+        found = self._ids.find(checkpoint_id, token, self._walk_all)
+        if found is None:
             return False
-        needle = b" " + checkpoint_id.encode("utf-8", "surrogateescape") + b"\n"
-        end = len(data)
-        while True:  # the last line naming the id wins
-            at = data.rfind(needle, 0, end)
-            if at < 0:
-                return None
-            start = data.rfind(b"\n", 0, at) + 1
-            end = at
-            if at - start == 40 and _LINE.match(data, start):
-                hexid = data[start:at].decode()
-                try:
-                    if self.commit(hexid).checkpoint_id == checkpoint_id:
-                        return hexid
-                except CorruptionError:
-                    pass
-
-    def _build(self, where: str) -> bool:
-        """Rebuild the durable index in ``where`` from every ref (see the module docstring).
-
-        One builder at a time (``qvc/ids/build.lock``). The files ``where`` held are removed
-        first (they may name checkpoints a killed delete removed), and only then are the refs
-        read: a writer appends either to a removed file, before the refs are read (so the walk
-        finds its commits), or to a new one. The marker is the build's ``building`` file renamed:
-        a delete that removed that file meanwhile (:meth:`forget_index`) leaves no marker, so an
-        index whose walk read the refs before the delete moved them is never trusted.
-        """
-        import shutil
-
-        parent = os.path.dirname(where)
-        try:
-            os.makedirs(parent, exist_ok=True)
-            lock = open_lock_file(os.path.join(parent, "build.lock"))
-        except OSError:
-            return False
-        try:
-            wait_flock(lock)
-            if os.path.exists(os.path.join(where, _COMPLETE)):
-                return True  # another builder finished meanwhile
-            os.makedirs(where, exist_ok=True)
-            for name in os.listdir(where):  # before the walk: writers from now on append to new files
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(where, name))
-            os.close(os.open(os.path.join(where, _BUILDING), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
-            with self._lock:
-                self._tips.clear()  # walk every ref again, not only those that moved
-                self._indexed.clear()
-                self._by_id.clear()
-            self.refresh()
-            with self._lock:
-                pairs = list(self._by_id.items())
-            self._append_ids(pairs, where)
+        for hexid in found:
             try:
-                fd = os.open(os.path.join(where, _BUILDING), os.O_WRONLY | os.O_CLOEXEC)  # never re-created here
-            except FileNotFoundError:
-                return False  # a delete forgot this index meanwhile: lookups walk the refs
-            try:
-                os.write(fd, f"{len(pairs)}\n".encode())
-            finally:
-                os.close(fd)
-            os.rename(os.path.join(where, _BUILDING), os.path.join(where, _COMPLETE))
-            for name in os.listdir(parent):  # earlier generations' indexes
-                if name != os.path.basename(where) and name != "build.lock":
-                    shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
-            return True
-        except OSError:
-            return False
-        finally:
-            os.close(lock)
+                if self.commit(hexid).checkpoint_id == checkpoint_id:
+                    return hexid
+            except CorruptionError:
+                pass
+        return None
+
+    def _walk_all(self) -> list[tuple[str, str]]:
+        """``(checkpoint id, commit hex)`` of every commit reachable from a ref, read now (a build
+        of the durable index: every ref is walked again, not only those that moved)."""
+        with self._lock:
+            self._tips.clear()
+            self._indexed.clear()
+            self._by_id.clear()
+        self.refresh()
+        with self._lock:
+            return list(self._by_id.items())
 
     def known_blob(self, raw: bytes) -> bytes | None:
         """A blob's bytes if they are cached (written or read by this process), else ``None``;
@@ -456,14 +339,13 @@ class History:
 
     # -- the checkpoint-id index ----------------------------------------------------------
 
-    def _check_generation(self) -> None:
-        try:
-            st = os.stat(os.path.join(self.repo.path, GENERATION))
-            gen = (st.st_ino, st.st_mtime_ns, st.st_size)
-        except FileNotFoundError:
-            gen = None
+    def _check_generation(self) -> str:
+        """Drop what was derived in memory if ``qvc/generation`` changed since it was last seen
+        (one stat); return its token, as the durable index names its files."""
+        gen, token = self._watch.current()
         if gen != self._generation:
             self._drop_derived(gen)
+        return token_name(token)
 
     def _drop_derived(self, generation: tuple | None | bool = False) -> None:
         """Forget what was derived from history in memory (ids, walked tips, thread indexes), after
@@ -542,13 +424,14 @@ class History:
 
     def lookup(self, checkpoint_id: str, *, refresh: bool = True) -> str | None:
         """The commit holding ``checkpoint_id`` (exact id): from what this process wrote or read,
-        else the durable index (one file read), else, with ``refresh``, a walk of every ref whose
-        tip moved. Without ``refresh`` a miss means the id is new to every qvc writer."""
-        self._check_generation()
+        else the durable index (in memory, after a stat of its log), else, with ``refresh``, a walk
+        of every ref whose tip moved. Without ``refresh`` a miss means the id is new to every qvc
+        writer."""
+        token = self._check_generation()
         hexid = self._by_id.get(checkpoint_id)
         if hexid is not None:
             return hexid
-        found = self._indexed_id(checkpoint_id)
+        found = self._indexed_id(checkpoint_id, token)
         if found:
             return found
         if found is False and not self._tips:

@@ -140,8 +140,13 @@ def writes_ref(commit_hex: str) -> str:
     return WRITES + commit_hex
 
 
+_PLAIN_NAME = re.compile(r"[^%/\\\x00-\x1f\x7f.][^%/\\\x00-\x1f\x7f]*")
+
+
 def encode_name(name: str) -> str:
     """A git tree entry name for a state field: readable, reversible, never ``.``-led or ``/``-bearing."""
+    if _PLAIN_NAME.fullmatch(name):  # the usual field name: nothing to escape
+        return name
     out = []
     for i, c in enumerate(name):
         if c in "%/\\" or ord(c) < 32 or ord(c) == 127 or (i == 0 and c == "."):

@@ -92,3 +92,20 @@ def test_deleted_run_is_unrecoverable_after_purge(tmp_path):
         assert runs.get("kept").status == RunStatus.COMPLETED
     hits = found_in(path, [secret.encode()])
     assert not hits, f"a deleted run's messages are still in the repository: {hits}"
+
+
+def test_listed_then_deleted_values_are_unrecoverable_after_purge(tmp_path):
+    """A list writes the thread's summary file (``qvc/threads/``, a copy of headers and small
+    field blobs); purge removes it with the rest."""
+    path = tmp_path / "r.qvc"
+    secret = f"SECRET-{uuid.uuid4().hex}"
+    with GitCheckpointStore(path) as store:
+        put(store, "t", "a", state={"v": "kept"})
+        put(store, "t", "b", state={"v": secret}, metadata={"note": secret + "-meta"})
+        assert len(list(store.list(CheckpointConfig("t")))) == 2
+        assert any(secret.encode() in f.read_bytes() for f in (path / "qvc" / "threads").iterdir())
+        store.delete(CheckpointConfig("t"))
+        assert [t.checkpoint.id for t in store.list(CheckpointConfig("t"))] == ["a"]
+        store.purge()
+        assert [t.checkpoint.id for t in store.list(CheckpointConfig("t"))] == ["a"]
+    assert not found_in(path, [secret.encode()])

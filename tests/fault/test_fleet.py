@@ -233,7 +233,8 @@ def test_a_fresh_store_finds_ids_in_the_durable_index(tmp_path, lost):
         store.put(CheckpointConfig("t3"), Checkpoint(id="id-3", thread_id="t3", step=0, state_data={"n": 3}), {})
         assert len(list(store.list(CheckpointConfig("t3")))) == 1
         assert store.resolve("id-7") == store.head("t7")
-    assert (ids / (os.listdir(ids)[0]) / "complete").exists()
+    logs = [p.name for p in ids.glob("*.log")]  # one generation's log, and nothing else but the build lock
+    assert len(logs) == 1 and logs == [n for n in os.listdir(ids) if n != "build.lock"]
 
 
 def test_one_line_reflogs_are_compacted_and_still_read(tmp_path):

@@ -1,0 +1,217 @@
+"""qvc.store.idindex: the durable checkpoint-id index (one log a generation) and the generation
+token read once, on real repositories, with real processes where a second process matters."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zlib
+
+import helpers
+from helpers import child_env
+
+from qvc import CheckpointConfig, GitCheckpointStore
+from qvc.plumbing.journal import GENERATION
+from qvc.store.history import History
+from qvc.store.idindex import IDS, GenerationWatch, IdIndex, token_name
+
+
+def _put(store, thread: str, cid: str, step: int) -> str:
+    helpers.put(store, thread, cid, step, {"n": step})
+    return store.head(thread)
+
+
+def _logs(path) -> list[str]:
+    return sorted(n for n in os.listdir(path / IDS) if n.endswith(".log"))
+
+
+def _token(path) -> str:
+    return token_name(GenerationWatch(str(path)).current()[1])
+
+
+def test_the_index_is_one_log_that_grows_with_the_index(tmp_path):
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path, fsync=False) as store:
+        shas = {f"c{i}": _put(store, "t", f"c{i}", i) for i in range(30)}
+        assert History(store.repository).lookup("c0") == shas["c0"]  # builds it
+    assert _logs(path) == [_token(path) + ".log"]
+    assert set(os.listdir(path / IDS)) == {"build.lock", _token(path) + ".log"}
+    lines = (path / IDS / _logs(path)[0]).read_bytes().splitlines()
+    assert {line.decode() for line in lines} == {f"{sha} {cid}" for cid, sha in shas.items()}
+
+
+def test_forget_removes_the_log_and_the_next_lookup_rebuilds_it(tmp_path):
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path, fsync=False) as store:
+        shas = {f"c{i}": _put(store, "t", f"c{i}", i) for i in range(5)}
+        history = History(store.repository)
+        assert history.lookup("c1", refresh=False) == shas["c1"]
+        history.forget_index()
+        assert _logs(path) == []  # no index: not trusted by any process
+        assert History(store.repository).lookup("c3", refresh=False) == shas["c3"]  # rebuilt from the refs
+        assert _logs(path) == [_token(path) + ".log"]
+        assert history.lookup("c4", refresh=False) == shas["c4"]  # the first follows the new log
+
+
+_APPEND = r"""
+import sys
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+with GitCheckpointStore(sys.argv[1], fsync=False) as store:
+    for i in range(int(sys.argv[2])):
+        store.put(CheckpointConfig("other"), Checkpoint(id=f"o{i}", thread_id="other", step=i,
+                                                        state_data={"i": i}), {})
+    print(store.head("other"))
+"""
+
+
+def test_another_process_appends_are_followed_from_the_tail(tmp_path):
+    """A process that read the log reads only what another process appended since, and finds
+    those ids without a walk of the refs."""
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path, fsync=False) as store:
+        mine = _put(store, "t", "mine", 0)
+        index = IdIndex(str(path))
+        token = _token(path)
+        history = History(store.repository)
+        assert index.find("mine", token, history._walk_all) == [mine]
+        size = os.path.getsize(path / IDS / (token + ".log"))
+        proc = subprocess.run([sys.executable, "-c", _APPEND, str(path), "20"], env=child_env(),
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+
+        def refuse() -> list:
+            raise AssertionError("no rebuild: the log exists")
+
+        assert os.path.getsize(path / IDS / (token + ".log")) > size
+        assert index.find("o19", token, refuse) == [proc.stdout.strip()]
+        assert index.find("mine", token, refuse) == [mine]
+        assert index.find("nope", token, refuse) == []
+        assert history.lookup("o7", refresh=False) == store.resolve("o7")
+
+
+def test_the_last_line_wins_and_torn_lines_are_skipped(tmp_path):
+    root = tmp_path / IDS
+    root.mkdir(parents=True)
+    a, b, c = "a" * 40, "b" * 40, "c" * 40
+    (root / "0.log").write_bytes(f"{a} x\n{b} y\n{c} x\n{a[:17]}".encode() + f"{b} z\n{a} w".encode())
+    index = IdIndex(str(tmp_path))
+    assert index.find("x", "0", list) == [c, a]  # the caller checks them against the commits, in this order
+    assert index.find("y", "0", list) == [b]
+    assert index.find("z", "0", list) == []  # its line was glued to a torn one
+    assert index.find("w", "0", list) == []  # not ended yet: read once its newline is there
+    with open(root / "0.log", "ab") as f:
+        f.write(b"\n")
+    assert index.find("w", "0", list) == [a]
+
+
+def test_a_build_a_delete_forgot_is_not_completed(tmp_path):
+    path = tmp_path / "r.qvc"
+    index = IdIndex(str(path))
+
+    def walk() -> list[tuple[str, str]]:
+        index.forget("0")  # a delete starts while the build walks
+        return [("x", "a" * 40)]
+
+    assert not index.build("0", walk)
+    assert _logs(path) == []
+    assert index.find("x", "0", list) == []  # the next build completes (here from an empty walk)
+
+
+def test_generation_watch_follows_every_replacement(tmp_path):
+    path = tmp_path
+    (path / "qvc").mkdir()
+    watch = GenerationWatch(str(path))
+    assert watch.current() == (None, None)
+    seen = set()
+    for i in range(50):  # replaced as qvc replaces it, faster than mtime ticks: the identity still changes
+        tmp = path / "qvc" / "generation.tmp"
+        tmp.write_text(f"{i:016x}")
+        os.replace(tmp, path / GENERATION)
+        identity, token = watch.current()
+        assert token == f"{i:016x}"
+        assert identity not in seen
+        seen.add(identity)
+        assert watch.current() == (identity, token)  # unchanged: one stat, no read
+    os.unlink(path / GENERATION)
+    assert watch.current() == (None, None)
+
+
+_KILLED_DELETE = r"""
+import os, sys
+from qvc import CheckpointConfig, GitCheckpointStore
+real = os.replace
+def replace(src, dst, *a, **k):
+    if str(dst).endswith("qvc/generation"):
+        os._exit(9)  # killed after the delete moved its refs, before it wrote its new token
+    return real(src, dst, *a, **k)
+os.replace = replace
+store = GitCheckpointStore(sys.argv[1], fsync=False)
+store.delete(CheckpointConfig("t", "d2"))
+"""
+
+
+def test_a_killed_delete_leaves_no_index_naming_what_it_deleted(tmp_path):
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path, fsync=False) as store:
+        shas = {f"d{i}": _put(store, "t", f"d{i}", i) for i in range(3)}
+        before = _token(path)
+        assert History(store.repository).lookup("d2", refresh=False) == shas["d2"]  # the index names it
+        proc = subprocess.run([sys.executable, "-c", _KILLED_DELETE, str(path)], env=child_env(),
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 9, proc.stderr
+        assert _token(path) == before  # the new token was never written
+        assert _logs(path) == []  # the log naming d2 went before the delete moved a ref
+        fresh = History(store.repository)
+        assert fresh.lookup("d2", refresh=False) is None  # rebuilt from the refs as the delete left them
+        assert fresh.lookup("d1", refresh=False) == shas["d1"]
+    with GitCheckpointStore(path, fsync=False) as store:  # recovery finishes the delete's generation
+        assert store.get_tuple(CheckpointConfig("any", "d2")) is None
+        assert History(store.repository).lookup("d2") is None
+
+
+def test_a_repository_with_the_old_shard_layout_reads_identically(tmp_path):
+    """The layout before this one (``qvc/ids/<generation>/<xx>`` shards and a ``complete``
+    marker) is not used: the log is built on first need and the old directory removed."""
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path, fsync=False) as store:
+        shas = {f"c{i}": _put(store, f"t{i % 3}", f"c{i}", i // 3) for i in range(12)}
+    token = _token(path)
+    for name in os.listdir(path / IDS):
+        os.unlink(path / IDS / name)
+    old = path / IDS / token
+    old.mkdir()
+    for cid, sha in list(shas.items())[:6]:  # an old index that misses half the ids: never trusted
+        shard = f"{zlib.crc32(cid.encode()) & 0xFF:02x}"
+        with open(old / shard, "a") as f:
+            f.write(f"{sha} {cid}\n")
+    (old / "complete").write_text("6\n")
+    with GitCheckpointStore(path, fsync=False) as store:
+        for i in (9, 11):  # a re-put (of a head) of an id only the refs know is recognized, not stored twice
+            helpers.put(store, f"t{i % 3}", f"c{i}", i // 3, {"n": i // 3})
+        assert {cid: store.resolve(cid) for cid in shas} == shas
+        assert [len(list(store.list(CheckpointConfig(f"t{t}")))) for t in range(3)] == [4, 4, 4]
+    assert set(os.listdir(path / IDS)) == {"build.lock", token + ".log"}
+
+
+def test_a_writer_appending_during_a_build_is_in_the_log(tmp_path):
+    """A writer whose ref moved after the build's walk read the refs appends to the file being
+    built, so the finished log holds its line."""
+    index, writer = IdIndex(str(tmp_path)), IdIndex(str(tmp_path))
+
+    def walk() -> list[tuple[str, str]]:
+        writer.append([("late", "b" * 40)], "0")  # moved after the walk read the refs
+        return [("early", "a" * 40)]
+
+    assert index.build("0", walk)
+    assert index.find("late", "0", list) == ["b" * 40]
+    assert index.find("early", "0", list) == ["a" * 40]
+
+
+def test_a_log_rebuilt_by_another_index_replaces_what_was_read(tmp_path):
+    first, second = IdIndex(str(tmp_path)), IdIndex(str(tmp_path))
+    assert first.find("gone", "0", lambda: [("gone", "a" * 40)]) == ["a" * 40]
+    second.forget("0")  # a delete, in another process
+    assert second.find("kept", "0", lambda: [("kept", "c" * 40)]) == ["c" * 40]
+    assert first.find("gone", "0", list) == []  # not the deleted line it had read
+    assert first.find("kept", "0", list) == ["c" * 40]
