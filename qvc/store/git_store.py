@@ -47,7 +47,7 @@ from qvc.store.refnames import (
 )
 from qvc.store.rewrite import Rewriter
 from qvc.store.summaries import MISSING, Summaries, Summary, summarize
-from qvc.store.writes import Item, PendingWrites, entry_key, keyed_prefix, keyed_ref
+from qvc.store.writes import Item, PendingWrites, entry_key, key_path, keyed_prefix, keyed_ref, thread_writes_ref
 from qvc.types import (
     Checkpoint,
     CheckpointConfig,
@@ -982,14 +982,20 @@ class GitCheckpointStore(CheckpointStore):
 
     def put_checkpoint_writes(self, thread_id: str, checkpoint_id: str, items: Sequence[Item], message: str) -> None:
         """Upsert pending writes of the thread's checkpoint ``checkpoint_id`` (which need not be
-        stored yet: writes may come first) under ``refs/qvc/writes/lg/<thread>/<id>``; see
+        stored yet: writes may come first) into the thread's one writes ref,
+        ``refs/qvc/writes/lg/<thread>/%all`` (:mod:`qvc.store.writes`; writes a repository
+        kept under the checkpoint's own ref before move into it); see
         :meth:`qvc.store.writes.PendingWrites.upsert` for the rules. Durable on return in SYNC mode."""
-        self._writes.upsert(keyed_ref(check_thread_id(thread_id), checkpoint_id), items, message)
+        thread = check_thread_id(thread_id)
+        self._writes.upsert(thread_writes_ref(thread), items, message, path=key_path(checkpoint_id),
+                            legacy=keyed_ref(thread, checkpoint_id))
 
     def checkpoint_writes(self, thread_id: str, checkpoint_id: str) -> list[tuple[str, bytes]]:
         """``(key, stored bytes)`` of the pending writes :meth:`put_checkpoint_writes` stored for
         the thread's checkpoint ``checkpoint_id``, in the order first written (``[]``: none)."""
-        return self._writes.at(keyed_ref(check_thread_id(thread_id), checkpoint_id)) or []
+        thread = check_thread_id(thread_id)
+        return self._writes.keyed(thread_writes_ref(thread), key_path(checkpoint_id),
+                                  keyed_ref(thread, checkpoint_id)) or []
 
     def drop_checkpoints(self, thread_id: str, shas: Sequence[str], *, keep: str | None = None) -> None:
         """Delete the checkpoint commits ``shas`` from the thread's lines, with their keyed pending
@@ -1004,11 +1010,13 @@ class GitCheckpointStore(CheckpointStore):
             if head is None or not shas:
                 return
             superseded = tx.refs(superseded_prefix(thread))
-            gone = {keyed_ref(thread, self._history.commit(s).checkpoint_id) for s in shas}
+            ids = {self._history.commit(s).checkpoint_id for s in shas}
+            gone, paths = {keyed_ref(thread, c) for c in ids}, {key_path(c) for c in ids}
             tx.rewrite_history()
             self._rewriter.settle(tx, thread, head, superseded, set(shas), keep=keep)
+            self._writes.drop_keyed(tx, thread_writes_ref(thread), paths, "drop: writes of deleted checkpoints\n")
             for ref, tip in tx.refs(keyed_prefix(thread)):
-                if ref in gone:
+                if ref in gone:  # written before the thread's one writes ref
                     tx.move_ref(ref, tip, None)
 
     def prune_thread(self, thread_id: str) -> None:
@@ -1023,11 +1031,14 @@ class GitCheckpointStore(CheckpointStore):
                 return
             keep = index.ids[index.latest]
             superseded = tx.refs(superseded_prefix(thread))
-            writes = [(r, t) for r, t in tx.refs(keyed_prefix(thread)) if r != keyed_ref(thread, index.latest)]
+            one = thread_writes_ref(thread)
+            stay = (one, keyed_ref(thread, index.latest))
+            writes = [(r, t) for r, t in tx.refs(keyed_prefix(thread)) if r not in stay]
             tx.rewrite_history()
             new = self._rewriter.commit(tx, keep, []) if self._history.commit(keep).parents else keep
             if new != head:
                 tx.move_ref(head_ref(thread), head, new, "prune: kept the latest checkpoint")
+            self._writes.keep_keyed(tx, one, key_path(index.latest), "prune: kept the latest checkpoint's writes\n")
             for ref, tip in superseded + writes:
                 tx.move_ref(ref, tip, None)
 

@@ -103,7 +103,8 @@ from qvc.types import DurabilityMode
 
 __all__ = ["QvcSaver", "thread_name", "split_thread_name"]
 
-#: Where pending writes live (the store's keyed writes): ``<WRITES_LG><encoded qvc thread>/<encoded checkpoint id>``.
+#: Where pending writes live (the store's keyed writes): ``<WRITES_LG><encoded qvc thread>/%all``
+#: (:mod:`qvc.store.writes`; ``<WRITES_LG><encoded qvc thread>/<encoded checkpoint id>`` before).
 WRITES_LG = KEYED
 _UNESCAPE = re.compile(r"%(25|2F)")
 
