@@ -20,7 +20,10 @@ hold them, each a chain of commits (one per upsert that changed something):
 Repositories written before kept one ref per key, ``refs/qvc/writes/lg/<thread>/<encoded key>``
 (:func:`keyed_ref`), whose commit's tree is the set. They stay readable: a key's writes are
 its subtree in the thread's ref, else its own ref; the first upsert of such a key moves its
-set into the thread's ref and deletes its own ref in the same transaction.
+set into the thread's ref and deletes its own ref in the same transaction. An upsert that finds
+no per-key ref of the thread left adds an empty blob :data:`NO_LEGACY` to the root of the
+thread's tree, after which a read of a key without writes reads no per-key ref (this version
+never writes one again).
 
 Readers tell the kinds apart by the key after ``refs/qvc/writes/`` (:func:`writes_commit`): a commit
 SHA is the store's; any other key is an *opaque* writes ref, which readers carry like any ref
@@ -59,6 +62,8 @@ ORDER = ".order"
 KEYED = WRITES + "lg/"
 #: The name, under a thread's :func:`keyed_prefix`, of the ref holding all its keyed writes.
 ALL = "%all"
+#: An empty blob at the root of a thread writes ref's tree: the thread has no per-key refs left.
+NO_LEGACY = ".nolegacy"
 #: Fan-out of a thread writes ref's tree: ``LEVELS`` levels of ``1 << BITS`` subtrees each.
 BITS, LEVELS = 2, 4
 RETRIES = 100
@@ -150,6 +155,9 @@ class PendingWrites:
             with self._repo.transaction() as tx:
                 old = tx.ref(ref)
                 root = self._history.entries(self._history.commit(old)) if old else {}
+                if legacy is not None and NO_LEGACY not in root and not any(
+                        name != ref for name, _ in tx.refs(ref[:ref.rindex("/") + 1])):
+                    root = {**root, NO_LEGACY: (MODE_BLOB, tx.write("blob", b""))}
                 current = self._subtree(root, path)
                 legacy_tip = None
                 if current is None and legacy is not None:
@@ -189,7 +197,7 @@ class PendingWrites:
         writes ref ``ref`` (:func:`thread_writes_ref`) as a new root commit (the dropped writes become
         unreachable); delete ``ref`` if no set is left. Nothing moves when none of them is there.
         Retries on a concurrent upsert; raises :class:`CheckpointConflictError` after :data:`RETRIES`."""
-        self._rewrite(tx, ref, message, lambda root: self._without(tx, root, list(paths)))
+        self._rewrite(tx, ref, message, lambda root: self._without(tx, root, list(paths), {NO_LEGACY}))
 
     def keep_keyed(self, tx: Transaction, ref: str, path: tuple[str, ...], message: str) -> None:
         """In the rewrite ``tx``, keep only the key set at ``path`` in the thread writes ref ``ref``,
@@ -236,9 +244,12 @@ class PendingWrites:
         ``legacy``'s tip; ``None`` if neither exists."""
         tip = self._repo.ref(ref)
         if tip is not None:
-            found = self._subtree(self._history.entries(self._history.commit(tip)), path)
+            root = self._history.entries(self._history.commit(tip))
+            found = self._subtree(root, path)
             if found is not None:
                 return self._read_set(found, f"{tip[:12]}:{'/'.join(path)}")
+            if NO_LEGACY in root:
+                return None
         return self.at(legacy)
 
     def _read_set(self, entries: Tree, where: str) -> list[tuple[str, bytes]]:
@@ -271,10 +282,11 @@ class PendingWrites:
             entries[name] = new
         return (MODE_TREE, tx.write("tree", tree_bytes(entries))) if entries else None
 
-    def _without(self, tx: Transaction, entry: Entry, paths: list[tuple[str, ...]]) -> Entry | None:
+    def _without(self, tx: Transaction, entry: Entry, paths: list[tuple[str, ...]],
+                 alone: Collection[str] = ()) -> Entry | None:
         """The tree ``entry`` without what is at ``paths`` (and the trees that leaves empty), written
-        into ``tx`` where it changed; ``entry`` itself if nothing is there (``None``: nothing left).
-        Reads only the trees along ``paths``."""
+        into ``tx`` where it changed; ``entry`` itself if nothing is there (``None``: nothing left
+        but names in ``alone``). Reads only the trees along ``paths``."""
         tree = dict(self._history.tree(entry[1]))
         groups: dict[str, list[tuple[str, ...]]] = {}
         for p in paths:
@@ -293,4 +305,4 @@ class PendingWrites:
                     tree[name] = new
         if not changed:
             return entry
-        return (MODE_TREE, tx.write("tree", tree_bytes(tree))) if tree else None
+        return (MODE_TREE, tx.write("tree", tree_bytes(tree))) if set(tree) - set(alone) else None

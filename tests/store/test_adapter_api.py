@@ -112,6 +112,9 @@ def test_keyed_writes_of_every_checkpoint_share_one_ref_per_thread(tmp_path):
         # each set under four fan-out levels, so an upsert rewrites a few small trees
         sets = [p for p in run_git(repo, "ls-tree", "-r", "-d", "--name-only", tip).stdout.split() if p.count("/") == 4]
         assert sorted(p.split("/")[4] for p in sets) == ids
+        # no per-key ref of the thread (the old layout) is left: a read of a key without writes reads none
+        assert ".nolegacy" in run_git(repo, "ls-tree", "--name-only", tip).stdout.split()
+        assert store.checkpoint_writes("t", "no-such-checkpoint") == []
         # drop: those sets go, as a root commit (nothing dropped stays reachable through the ref)
         index = store.thread_index("t")
         store.drop_checkpoints("t", [index.ids[c] for c in ids[10:20]])
