@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -141,6 +142,60 @@ def test_sync_upto_covers_at_least_the_requested_record(tmp_path):
         assert journal.durable == 3
     finally:
         journal.close(remove=True)
+
+
+def test_one_flush_covers_every_record_appended_before_it(tmp_path):
+    """Group commit: a sync for the first record makes the two appended after it durable too,
+    so their own syncs return without another flush."""
+    journal = Journal(str(tmp_path / "j"))
+    try:
+        seqs = [journal.append(r) for r in _records(3)]
+        journal.sync(seqs[0])
+        assert journal.durable == 3
+        journal.sync(seqs[2])  # nothing left to flush
+        assert journal.durable == 3
+    finally:
+        journal.close(remove=True)
+
+
+_SHARED_FLUSHES = """
+import sys, threading
+from qvc.plumbing.journal import Journal, Record
+journal = Journal(sys.argv[1])
+barrier = threading.Barrier(8)
+def worker(t):
+    barrier.wait()
+    for i in range(40):
+        seq = journal.append(Record(refs=[("refs/heads/w%d" % t, None, "%040x" % i)]))
+        journal.sync(seq)
+        assert journal.durable >= seq
+threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+for th in threads:
+    th.start()
+for th in threads:
+    th.join()
+assert journal.durable == journal.appended == 320
+journal.close(remove=True)
+print("OK")
+"""
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+def test_eight_threads_share_flushes(tmp_path):
+    """Eight threads of one process appending and syncing at once (a real process, its
+    ``fdatasync`` calls counted by ``strace``): every sync returns with its record durable,
+    and the flushes number fewer than the syncs, since a flush covers every record appended
+    before it started and the threads that appended meanwhile share the next one."""
+    log = tmp_path / "strace.log"
+    proc = subprocess.run(["strace", "-f", "-qq", "-e", "trace=fdatasync", "-o", str(log), sys.executable, "-c",
+                           _SHARED_FLUSHES, str(tmp_path / "j")], env=child_env(), capture_output=True, text=True,
+                          timeout=120)
+    if proc.returncode != 0 and "ptrace" in proc.stderr:
+        pytest.skip(f"strace cannot trace here: {proc.stderr.strip()[:200]}")
+    assert proc.returncode == 0 and proc.stdout.strip() == "OK", proc.stderr[-2000:]
+    journal_flushes = [line for line in log.read_text().splitlines()
+                       if "fdatasync(" in line and "= 0" in line]
+    assert 0 < len(journal_flushes) < 320, f"{len(journal_flushes)} flushes for 320 syncs"
 
 
 def test_sync_without_fsync_still_advances_durable(tmp_path):
