@@ -55,6 +55,10 @@ BUILDING = ".building"  # a build in progress; a delete removes it, so that buil
 _LOCK = "build.lock"
 _TOKEN = re.compile(r"[0-9A-Za-z]{1,64}")
 _LINE = re.compile(rb"^([0-9a-f]{40}) (.*)$", re.MULTILINE)
+_HEX = re.compile(rb"[0-9a-f]{40}")
+#: a first read of the log longer than this is searched as bytes, not parsed, for the first
+#: RAW_LOOKUPS lookups (parsing 10,000 lines costs a few milliseconds; a search, tens of µs)
+RAW_MIN, RAW_LOOKUPS = 64 * 1024, 64
 
 
 def token_name(generation: str | None) -> str:
@@ -147,6 +151,10 @@ class IdIndex:
         self._offset = 0  # bytes of the log read
         self._map: dict[str, str] = {}  # checkpoint id -> commit hex, from the last line naming it
         self._older: dict[str, list[str]] = {}  # checkpoint id -> earlier lines' commits, oldest first
+        # The log's first read, kept as bytes and searched until it has answered RAW_LOOKUPS
+        # lookups: a process that puts once (a CLI command, a fresh worker) never parses the log.
+        self._raw = b""
+        self._raw_lookups = 0
 
     # -- reading ------------------------------------------------------------------------
 
@@ -167,9 +175,35 @@ class IdIndex:
 
     def _candidates(self, checkpoint_id: str) -> list[str]:
         last = self._map.get(checkpoint_id)
-        if last is None:
-            return []
-        return [last, *reversed(self._older.get(checkpoint_id, ()))]
+        found = [] if last is None else [last, *reversed(self._older.get(checkpoint_id, ()))]
+        if self._raw:  # lines older than every line in the map
+            found += self._search_raw(checkpoint_id)
+            self._raw_lookups += 1
+            if self._raw_lookups >= RAW_LOOKUPS:
+                self._absorb_raw()
+        return found
+
+    def _search_raw(self, checkpoint_id: str) -> list[str]:
+        """The commits the lines of :attr:`_raw` naming ``checkpoint_id`` give, the last first."""
+        data, out = self._raw, []
+        needle = b" " + checkpoint_id.encode("utf-8", "surrogateescape") + b"\n"
+        end = len(data)
+        while (at := data.rfind(needle, 0, end)) >= 0:
+            start = data.rfind(b"\n", 0, at) + 1
+            if at - start == 40 and _HEX.fullmatch(data, start, at):
+                out.append(data[start:at].decode())
+            end = at
+        return out
+
+    def _absorb_raw(self) -> None:
+        """Parse :attr:`_raw` into the map, under the lines read or appended since (newer)."""
+        newer = [(cid, [*self._older.get(cid, ()), last]) for cid, last in self._map.items()]
+        self._map, self._older = {}, {}
+        self._parse(self._raw)
+        self._raw = b""
+        for cid, commits in newer:
+            for hexid in commits:
+                self._note(cid, hexid)
 
     def _follow(self, token: str) -> bool:
         """Bring the in-memory index up to the log of ``token``; ``False`` if there is none."""
@@ -188,7 +222,10 @@ class IdIndex:
             if st.st_size > self._offset:
                 data = os.pread(self._fd, st.st_size - self._offset, self._offset)
                 end = data.rfind(b"\n") + 1  # a line still being written is read next time
-                self._parse(data[:end])
+                if self._offset == 0 and not self._map and end > RAW_MIN:
+                    self._raw, self._raw_lookups = data[:end], 0
+                else:
+                    self._parse(data[:end])
                 self._offset += end
             return True
         except OSError:
@@ -213,6 +250,7 @@ class IdIndex:
         self._offset = 0
         self._map = {}
         self._older = {}
+        self._raw = b""
 
     # -- writing ------------------------------------------------------------------------
 

@@ -215,3 +215,31 @@ def test_a_log_rebuilt_by_another_index_replaces_what_was_read(tmp_path):
     assert second.find("kept", "0", lambda: [("kept", "c" * 40)]) == ["c" * 40]
     assert first.find("gone", "0", list) == []  # not the deleted line it had read
     assert first.find("kept", "0", list) == ["c" * 40]
+
+
+def test_a_long_log_is_searched_as_read_then_parsed_and_answers_the_same(tmp_path):
+    """A first read longer than RAW_MIN is searched as bytes (no parse for a process that puts
+    once), and parsed after RAW_LOOKUPS lookups; either way the last line naming an id comes
+    first, and lines appended since come before the log's."""
+    from qvc.store import idindex
+
+    root = tmp_path / "r.qvc"
+    os.makedirs(root / IDS)
+    sha = [f"{i:040x}" for i in range(3000)]
+    lines = [f"{sha[i]} id-{i}\n" for i in range(2500)] + [f"{sha[2600]} id-7\n", "torn line\n"]
+    (root / IDS / "g.log").write_text("".join(lines))
+    assert len("".join(lines)) > idindex.RAW_MIN
+    index = IdIndex(str(root), fsync=False)
+    assert index.find("id-7", "g", list) == [sha[2600], sha[7]]
+    assert index._raw  # searched, not parsed
+    index.append([("id-9", sha[2700]), ("new", sha[2800])], "g")
+    assert index.find("id-9", "g", list) == [sha[2700], sha[9]]
+    assert index.find("new", "g", list) == [sha[2800]]
+    assert index.find("id-2499", "g", list) == [sha[2499]]
+    assert index.find("absent", "g", list) == [] and index.find("id-2", "g", list) == [sha[2]]
+    for _ in range(idindex.RAW_LOOKUPS):
+        index.find("id-1", "g", list)
+    assert not index._raw  # parsed now, under what came after
+    assert index.find("id-7", "g", list) == [sha[2600], sha[7]]
+    assert index.find("id-9", "g", list) == [sha[2700], sha[9]]
+    assert index.find("new", "g", list) == [sha[2800]] and index.find("absent", "g", list) == []
