@@ -92,22 +92,27 @@ class Backend:
 class GitBackend(Backend):
     """Reads through libgit2 (objects) and :class:`~qvc.plumbing.odb.RefReader` (single refs)."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, git: pygit2.Repository | None = None):
+        """``git``: the calling thread's ``pygit2.Repository`` if one is open already (as
+        :meth:`check` returns it), so that opening a store opens libgit2's repository once."""
         super().__init__(path)
         self.reader = RefReader(path)
+        if git is not None:
+            self._local.git = git
+            self._gits.append(git)
 
     @staticmethod
-    def check(path: str) -> None:
-        """Raise :class:`NotARepositoryError` unless ``path`` is a bare git repository."""
+    def check(path: str) -> pygit2.Repository:
+        """Return a ``pygit2.Repository`` of ``path`` (for :class:`GitBackend`'s constructor);
+        raise :class:`NotARepositoryError` unless ``path`` is a bare git repository."""
         try:
             git = configured().Repository(path)
         except (pygit2.GitError, KeyError, OSError) as exc:
             raise NotARepositoryError(f"{path}: not a qvc repository ({exc})") from None
-        try:
-            if not git.is_bare:
-                raise NotARepositoryError(f"{path}: not a qvc repository (a git work tree, not a bare repository)")
-        finally:
+        if not git.is_bare:
             git.free()
+            raise NotARepositoryError(f"{path}: not a qvc repository (a git work tree, not a bare repository)")
+        return git
 
     def read(self, raw: bytes) -> tuple[int, bytes]:
         """``(type, data)`` of an object in git's files; :class:`CorruptionError` if missing or unreadable."""

@@ -170,12 +170,16 @@ class Repository:
                 os.rmdir(self.path)
             _create(self.path, fsync=fsync)
         self.readonly = readonly
-        (ReadOnlyBackend if readonly else GitBackend).check(self.path)
+        if readonly:
+            ReadOnlyBackend.check(self.path)
+            backend: Backend = ReadOnlyBackend(self.path)
+        else:
+            backend = GitBackend(self.path, GitBackend.check(self.path))  # libgit2's repository opened once
         self.qvc_dir = os.path.join(self.path, QVC_DIR)
         if not readonly:
             os.makedirs(os.path.join(self.qvc_dir, "journal"), exist_ok=True)
         #: how objects and refs are read from git's files
-        self.backend: Backend = ReadOnlyBackend(self.path) if readonly else GitBackend(self.path)
+        self.backend: Backend = backend
         self._local = threading.local()  # .admitted: writes of this thread close() waits for
         #: the maintenance lock and the gate (read-only stores never write, so hold neither)
         self.locks = LockProtocol(self.path, readonly=readonly)
