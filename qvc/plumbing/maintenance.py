@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from qvc.plumbing import refpack
 from qvc.plumbing.durability import harden
 from qvc.plumbing.launcher import git
 from qvc.plumbing.recovery import RecoveryReport, remove_stale_files
@@ -33,6 +34,8 @@ def purge(repo: Repository, lock_fd: int) -> None:
     git(repo.path, "reflog", "expire", "--expire=now", "--all", lock_fd=lock_fd)
     git(repo.path, "repack", "-a", "-d", "-q", lock_fd=lock_fd)
     git(repo.path, "prune", "--expire=now", lock_fd=lock_fd)
+    if os.path.exists(os.path.join(repo.path, refpack.GRAPH)):  # it names commits just pruned
+        refpack.commit_graph(repo.path, fsync=repo.fsync, replace=True)
     harden(repo.path, fsync=repo.fsync)
 
 

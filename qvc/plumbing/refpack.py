@@ -204,9 +204,11 @@ def _append(path: str, data: bytes, fsync: bool) -> bool:
     return created
 
 
-def commit_graph(repo_path: str, *, fsync: bool = True) -> bool:
+def commit_graph(repo_path: str, *, fsync: bool = True, replace: bool = False) -> bool:
     """Write git's commit-graph of every reachable commit (``git commit-graph write --reachable
-    --split``: a new layer for the commits since the last one, merged geometrically by git).
+    --split``: a new layer for the commits since the last one, merged geometrically by git;
+    ``replace``: one new layer instead of every existing one, as after a prune, which removes
+    commits the old layers still name and ``git fsck`` then reports).
 
     It gives git generation numbers, so ``git rev-list --date-order -n 20`` (``qvc log --all
     -n 20``) walks only the newest commits instead of every one (33 ms instead of 103 ms at
@@ -216,7 +218,8 @@ def commit_graph(repo_path: str, *, fsync: bool = True) -> bool:
     """
     settings = ["-c", "core.fsync=reference,derived-metadata", "-c", "core.fsyncMethod=fsync"] if fsync else [
         "-c", "core.fsync=none"]
-    proc = run_git(repo_path, *settings, "commit-graph", "write", "--reachable", "--split", "--no-progress")
+    proc = run_git(repo_path, *settings, "commit-graph", "write", "--reachable",
+                   "--split=replace" if replace else "--split", "--no-progress")
     if proc.returncode != 0:
         return False
     # git flushed the graph's files (core.fsync) but not their directory entries

@@ -213,3 +213,14 @@ def test_commit_graph_is_due_without_one_and_then_after_a_quarter_of_the_refs(re
     assert refpack.graph_due(repo, 0) is False
     assert run_git(repo, "rev-list", "--date-order", "-n", "2", "--all").stdout.count("\n") == 2
     fsck(repo)
+
+
+def test_purge_rewrites_a_commit_graph_that_names_what_it_prunes(repo):
+    """A commit-graph written while a thread was reachable names its commits; purge prunes them
+    after a delete, and must not leave the graph naming them (``git fsck`` fails on it)."""
+    assert refpack.pack_refs(repo) and refpack.commit_graph(repo)
+    with GitCheckpointStore(repo) as store:
+        store.delete_thread(MULTI)
+        store.purge()
+    run_git(repo, "commit-graph", "verify")
+    fsck(repo)
