@@ -570,7 +570,7 @@ class Bench:
     def __init__(self, args: argparse.Namespace, workdir: str):
         self.args, self.workdir = args, workdir
         self.results: dict[str, Any] = {}
-        #: issue 13's figures, one row each: (figure, qvc, sqlite, ratio with its range, target, verdict)
+        #: issue 24's figures, one row each: (figure, qvc, sqlite, ratio with its range, target, verdict)
         self.summary: list[tuple[str, str, str, str, str, str]] = []
         self.quick = args.quick
         self.rounds = args.rounds or (3 if self.quick else 7)
@@ -600,7 +600,7 @@ class Bench:
             return
         rows = [("figure", "qvc", "SqliteSaver", "qvc / sqlite (rounds)", "target", "")] + self.summary
         widths = [max(len(r[i]) for r in rows) for i in range(6)]
-        print("\nissue 13 figures (medians; ratio = median of per-round ratios, range over rounds):")
+        print("\nissue 24 figures (medians; ratio = median of per-round ratios, range over rounds):")
         for r in rows:
             print("    " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
         self.results["summary"] = [dict(zip(rows[0][:5] + ("verdict",), r, strict=True)) for r in self.summary]
