@@ -1005,7 +1005,7 @@ class Bench:
             cpu: dict[str, list[float]] = {name: [] for name in savers}
 
             def runner(name: str, graphs: dict = graphs, savers: dict = savers, lg_mode: str = lg_mode,
-                       steps: dict = steps) -> Callable[[int], list[int]]:
+                       steps: dict = steps, cpu: dict = cpu) -> Callable[[int], list[int]]:
                 def run(n: int) -> list[int]:
                     graph, lat = graphs[name], []
                     conf = {"configurable": {"thread_id": "lg"}}
