@@ -56,13 +56,65 @@ def file_identity(repo_path: str, name: str) -> list | None:
     return None
 
 
-def generation(repo_path: str) -> str | None:
-    """The token in ``qvc/generation`` (replaced by every delete), ``None`` if there is none yet."""
-    try:
-        with open(os.path.join(repo_path, GENERATION), encoding="ascii", errors="replace") as f:
-            return f.read()
-    except FileNotFoundError:
-        return None
+class GenerationWatch:
+    """The token in ``qvc/generation``, read once, then confirmed by one ``stat`` per call.
+
+    ``qvc/generation`` is only ever replaced by a rename (a delete, a rewrite, recovery
+    finishing a killed delete). The watch keeps the file it read open, so no other file can
+    take its inode number while it compares identities: an unchanged identity (device, inode,
+    mtime, size) means the token read is still the current one. Thread-safe.
+    """
+
+    def __init__(self, repo_path: str):
+        self._path = os.path.join(repo_path, GENERATION)
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self._seen: tuple[tuple | None, str | None] = (None, None)
+
+    def current(self) -> tuple[tuple | None, str | None]:
+        """``(identity, token)`` of ``qvc/generation`` now; ``(None, None)`` when there is none.
+        The identity changes whenever the token may have."""
+        try:
+            st = os.stat(self._path)
+        except FileNotFoundError:
+            if self._fd is not None or self._seen != (None, None):
+                self._set(None, None, None)
+            return None, None
+        seen = self._seen
+        if seen[0] == (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size):
+            return seen
+        try:
+            fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            self._set(None, None, None)
+            return None, None
+        try:
+            st = os.fstat(fd)
+            data = b""
+            while chunk := os.read(fd, 4096):
+                data += chunk
+        except BaseException:
+            os.close(fd)
+            raise
+        token = data.decode("ascii", "replace").replace("\r\n", "\n").replace("\r", "\n")  # as text mode reads it
+        identity = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+        self._set(fd, identity, token)
+        return identity, token
+
+    def _set(self, fd: int | None, identity: tuple | None, token: str | None) -> None:
+        with self._lock:
+            old, self._fd = self._fd, fd
+            self._seen = (identity, token)
+        if old is not None:
+            os.close(old)
+
+    def close(self) -> None:
+        """Let go of the file held open (a later :meth:`current` reads it again)."""
+        self._set(None, None, None)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
 
 
 def moved(name: str, old: str | None, current: str | None) -> CheckpointConflictError:
@@ -85,8 +137,11 @@ class Publication:
 
     def __init__(self, path: str, *, backend: Backend, packs: PackSet, locks: LockProtocol,
                  journal: Callable[[], Journal], sync_journal: Callable[[], None],
-                 finish_dead_writer: Callable[[str], bool], after_publish: Callable[[], None]):
+                 finish_dead_writer: Callable[[str], bool], after_publish: Callable[[], None],
+                 generation_watch: GenerationWatch | None = None):
         self.path = path
+        #: ``qvc/generation``, read once and then confirmed by a ``stat`` (each move records it)
+        self.generation = generation_watch or GenerationWatch(path)
         self._backend = backend
         self._packs = packs
         self._locks = locks
@@ -207,11 +262,12 @@ class Publication:
                 if lease is not None:
                     if lease.value != old:
                         raise moved(name, old, lease.value)
-                    record.seen[name] = [lease.identity, generation(self.path), lease.serial]
+                    record.seen[name] = [lease.identity, self.generation.current()[1], lease.serial]
                     lease.value = new
                     lease.moves.append((old, new, why, time.time()))
                     break
-                identity, gen, serial = file_identity(self.path, name), generation(self.path), next(self._serials)
+                identity, gen = file_identity(self.path, name), self.generation.current()[1]
+                serial = next(self._serials)
                 fd = leases.take(self.path, name, os.path.basename(self._get_journal().path), serial)
                 if fd is not None:
                     try:
@@ -240,7 +296,7 @@ class Publication:
         deadline = time.monotonic() + LOCK_WAIT
         delay = 0.0005
         while True:
-            record.seen[name] = [file_identity(self.path, name), generation(self.path)]
+            record.seen[name] = [file_identity(self.path, name), self.generation.current()[1]]
             try:
                 self._cas(name, old, new, message)
                 break

@@ -48,7 +48,7 @@ from qvc.plumbing.libgit2 import configured, pygit2
 from qvc.plumbing.locking import EXCLUSIVE_TRIES, PACK_LOCK, LockProtocol, excluding
 from qvc.plumbing.objects import TYPE_NAMES, TYPES, parse_tree
 from qvc.plumbing.packset import CONSOLIDATE_AT, MERGE_PACKS_AT, SMALL_PACK, PackSet
-from qvc.plumbing.publication import LOCK_WAIT, PUBLISH_LAG, Publication, file_identity, generation
+from qvc.plumbing.publication import LOCK_WAIT, PUBLISH_LAG, GenerationWatch, Publication, file_identity
 from qvc.plumbing.reflog import ReflogEntry, read_reflog
 from qvc.plumbing.transaction import Transaction, TransactionHost
 
@@ -191,10 +191,13 @@ class Repository:
         self.packs = PackSet(self.path, self.locks, fsync=fsync, closing=lambda: self._closed,
                              also=self._pack_refs_if_due)
         #: what this store applied and git's files lack yet, its ref moves, and the publisher
+        #: ``qvc/generation`` read once, then confirmed by one ``stat`` per call (moves record it,
+        #: and what is derived from history follows it)
+        self.generation_watch = GenerationWatch(self.path)
         self.publication = Publication(self.path, backend=self.backend, packs=self.packs, locks=self.locks,
                                        journal=lambda: self.journal, sync_journal=self._sync_journal,
                                        finish_dead_writer=self.finish_dead_writer,
-                                       after_publish=self._maintain_soon)
+                                       after_publish=self._maintain_soon, generation_watch=self.generation_watch)
         self._calls = threading.Condition()  # guards _running and the change of _closed to True
         self._running = 0  # writes and flushes under way (see _admitted): close waits for them
         # Recovery takes the exclusive lock (pausing writers) only when a quick look finds work.
@@ -395,7 +398,7 @@ class Repository:
 
     def generation(self) -> str | None:
         """The token in ``qvc/generation`` (replaced by every delete), ``None`` if there is none yet."""
-        return generation(self.path)
+        return self.generation_watch.current()[1]
 
     def locked_refs(self, prefix: str) -> list[str]:
         """The refs under ``prefix`` that have a lock file now (any store's lease, or git's own)."""
@@ -657,6 +660,7 @@ class Repository:
             leases.OWN.discard(os.path.basename(journal.path))
         self.locks.close()
         self.backend.close()
+        self.generation_watch.close()
         self._local = threading.local()
         if error is not None:
             raise DurabilityError(f"{self.path}: flush failed: {error}") from error

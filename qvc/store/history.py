@@ -20,7 +20,7 @@ from qvc.errors import CorruptionError
 from qvc.plumbing.objects import parse_tree
 from qvc.plumbing.repository import GENERATION
 from qvc.store.format import HEADER, decode_header, parse_trailers
-from qvc.store.idindex import IDS, GenerationWatch, IdIndex, token_name  # noqa: F401 (IDS: kept importable here)
+from qvc.store.idindex import IDS, IdIndex, token_name  # noqa: F401 (IDS: kept importable here)
 from qvc.store.refnames import WRITES, decode_name
 
 if TYPE_CHECKING:
@@ -141,7 +141,7 @@ class History:
         self._indexed: set[str] = set()
         self._tips: dict[str, str] = {}
         self._generation: tuple | None = None  # identity of the qvc/generation the caches derive from
-        self._watch = GenerationWatch(repo.path)
+        self._watch = repo.generation_watch  # the repository's: one read of qvc/generation for all
         self._ids = IdIndex(repo.path, readonly=repo.readonly, fsync=repo.fsync)
         self._threads = LRU(256)  # thread id -> ThreadIndex
         repo.listeners.append(self.observe)
@@ -289,10 +289,8 @@ class History:
         self._ids.forget(self._current_token())
 
     def close(self) -> None:
-        """Let go of the files the durable index and the generation watch hold open (used again,
-        they are opened again)."""
+        """Let go of the file the durable index holds open (used again, it is opened again)."""
         self._ids.close()
-        self._watch.close()
 
     def _indexed_id(self, checkpoint_id: str, token: str) -> str | None | bool:
         """The commit the durable index of generation ``token`` gives ``checkpoint_id`` (the last

@@ -1,4 +1,4 @@
-"""The durable checkpoint-id index, and the generation token read once.
+"""The durable checkpoint-id index.
 
 The index maps every checkpoint id on a ref to its commit, so that no process has to read every
 commit of the repository before its first put (which checks that the id is new) or its first
@@ -46,7 +46,7 @@ import zlib
 from typing import Callable
 
 from qvc.plumbing.durability import dirty
-from qvc.plumbing.journal import GENERATION, fsync_dir
+from qvc.plumbing.journal import fsync_dir
 from qvc.plumbing.locking import open_lock_file, wait_flock
 
 IDS = "qvc/ids"  # the durable checkpoint-id index (see the module docstring)
@@ -67,67 +67,6 @@ def token_name(generation: str | None) -> str:
     if _TOKEN.fullmatch(generation):
         return generation
     return f"x{zlib.crc32(generation.encode('utf-8', 'surrogateescape')):08x}"  # not written by qvc
-
-
-class GenerationWatch:
-    """The token in ``qvc/generation``, read once, then confirmed by one ``stat`` per call.
-
-    ``qvc/generation`` is only ever replaced by a rename (a delete, a rewrite, recovery
-    finishing a killed delete). The watch keeps the file it read open, so no other file can
-    take its inode number while it compares identities: an unchanged identity (device, inode,
-    mtime, size) means the token read is still the current one. Thread-safe.
-    """
-
-    def __init__(self, repo_path: str):
-        self._path = os.path.join(repo_path, GENERATION)
-        self._lock = threading.Lock()
-        self._fd: int | None = None
-        self._seen: tuple[tuple | None, str | None] = (None, None)
-
-    def current(self) -> tuple[tuple | None, str | None]:
-        """``(identity, token)`` of ``qvc/generation`` now; ``(None, None)`` when there is none.
-        The identity changes whenever the token may have."""
-        try:
-            st = os.stat(self._path)
-        except FileNotFoundError:
-            if self._fd is not None or self._seen != (None, None):
-                self._set(None, None, None)
-            return None, None
-        seen = self._seen
-        if seen[0] == (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size):
-            return seen
-        try:
-            fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            self._set(None, None, None)
-            return None, None
-        try:
-            st = os.fstat(fd)
-            data = b""
-            while chunk := os.read(fd, 4096):
-                data += chunk
-        except BaseException:
-            os.close(fd)
-            raise
-        token = data.decode("ascii", "replace").replace("\r\n", "\n").replace("\r", "\n")  # as text mode reads it
-        identity = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
-        self._set(fd, identity, token)
-        return identity, token
-
-    def _set(self, fd: int | None, identity: tuple | None, token: str | None) -> None:
-        with self._lock:
-            old, self._fd = self._fd, fd
-            self._seen = (identity, token)
-        if old is not None:
-            os.close(old)
-
-    def close(self) -> None:
-        """Let go of the file held open (a later :meth:`current` reads it again)."""
-        self._set(None, None, None)
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self.close()
 
 
 class IdIndex:

@@ -1,4 +1,4 @@
-"""qvc.store.idindex: the durable checkpoint-id index (one log a generation) and the generation
+"""qvc.store.idindex: the durable checkpoint-id index (one log a generation), and the generation
 token read once, on real repositories, with real processes where a second process matters."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from helpers import child_env
 
 from qvc import CheckpointConfig, GitCheckpointStore
 from qvc.plumbing.journal import GENERATION
+from qvc.plumbing.publication import GenerationWatch
 from qvc.store.history import History
-from qvc.store.idindex import IDS, GenerationWatch, IdIndex, token_name
+from qvc.store.idindex import IDS, IdIndex, token_name
 
 
 def _put(store, thread: str, cid: str, step: int) -> str:
