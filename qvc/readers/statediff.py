@@ -347,21 +347,10 @@ def _diff_sequence(a: Any, b: Any, path: tuple, out: List[Change], ident: _Ident
                 if keys_a[i1 + k][0] == "item":
                     _diff_value(a[i1 + k], b[j1 + k], path + (j1 + k,), out, ident, field)
             continue
-        # an item with an id on both sides of a replaced run moved: compared, not removed and added
-        moved = {keys_b[j]: j for j in range(j1, j2) if keys_b[j][0] == "item"}
-        paired = {}
-        for i in range(i1, i2):
-            j = moved.pop(keys_a[i], None) if keys_a[i][0] == "item" else None
-            if j is not None:
-                paired[j] = i
-        for i in range(i1, i2):
-            if i not in paired.values():
-                out.append(Change(path + (i,), "remove", a[i], None))
+        for i in range(i1, i2):  # a moved item is removed where it was and added where it is
+            out.append(Change(path + (i,), "remove", a[i], None))
         for j in range(j1, j2):
-            if j in paired:
-                _diff_value(a[paired[j]], b[j], path + (j,), out, ident, field)
-            else:
-                out.append(Change(path + (j,), "add", None, b[j]))
+            out.append(Change(path + (j,), "add", None, b[j]))
 
 
 def _sort_key(value: Any) -> tuple:
