@@ -71,7 +71,8 @@ def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] =
         "parent": {"thread": parent.thread_id, "id": parent.checkpoint_id} if parent else None,
         "created_at": cp.created_at, "time": iso(info.time), "timestamp": info.time,
         "metadata": to_jsonable(tup.metadata, "metadata"), "state": to_jsonable(shown, "state"),
-        "state_versions": cp.state_versions,
+        "state_versions": cp.state_versions if raw or damaged else
+        {f: v for f, v in cp.state_versions.items() if f in state},
         "pending_writes": [{"task": w.task_id, "channel": w.channel, "value": to_jsonable(w.value, "write")}
                            for w in shown_writes(cp.state_data, state, tup.pending_writes or [], raw=raw)],
     }
