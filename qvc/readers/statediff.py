@@ -503,10 +503,14 @@ def message_line(message: dict, *, full: bool = False, width: int = 100) -> str:
     if _failed(message):
         head += " (failed)"
     content = message.get("content")
+    room = max(20, width - len(head) - 2)
     parts = []
-    if content not in (None, "", []):
-        parts.append(_render_str(content, full, max(20, min(STR_LIMIT * 2, width))) if type(content) is str
-                     else shorten(content, full=full, width=width))
+    if content not in (None, "", []):  # a long text as its head and tail, sized to fit the line
+        if type(content) is str:
+            fits = len(json.dumps(content, ensure_ascii=False)) <= room
+            parts.append(_render_str(content, full, len(content) if fits else max(20, min(STR_LIMIT * 2, room - 20))))
+        else:
+            parts.append(shorten(content, full=full, width=room))
     for call in message.get("tool_calls") or ():
         if type(call) is dict:
             args = call.get("args", call.get("arguments"))
