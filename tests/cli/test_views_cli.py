@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any, TypedDict
 
 import pytest
 from helpers import qvc, qvc_json
@@ -324,3 +325,46 @@ def test_an_agno_run_reads_as_its_conversation(tmp_path):
     assert "3 messages added, 1 tool call made" in diff and '+ messages[5] assistant: "final answer"' in diff
     blamed = qvc_json(*repo, "blame", "messages", f"run/{SESSION}/arun")
     assert [b["step"] for b in blamed] == [0, 0, 0, 1, 1, 2]
+
+
+def test_langgraph_objects_other_than_messages_are_plain_json(tmp_path):
+    """Other channel values read as LangGraph's serializer writes them as JSON: a LangChain
+    document's fields, a UUID's and a decimal's text, an enum's value, a datetime in tagged JSON."""
+    pytest.importorskip("langgraph.graph")
+    import datetime as dt
+    import enum
+    import uuid
+    from decimal import Decimal
+
+    from langchain_core.documents import Document
+    from langgraph.graph import END, START, StateGraph
+
+    from qvc.integrations.langgraph import QvcSaver
+
+    class Mode(enum.Enum):
+        FAST = "fast"
+
+    class State(TypedDict, total=False):
+        doc: Any
+        ident: Any
+        price: Any
+        mode: Any
+        when: Any
+
+    g = StateGraph(State)
+    g.add_node("n", lambda s: {"doc": Document(page_content="hello", metadata={"src": "a"}),
+                               "ident": uuid.UUID(int=7), "price": Decimal("1.50"), "mode": Mode.FAST,
+                               "when": dt.datetime(2026, 12, 2, 12, 0, tzinfo=dt.timezone.utc)})
+    g.add_edge(START, "n")
+    g.add_edge("n", END)
+    path = tmp_path / "o.qvc"
+    with QvcSaver(path) as saver:
+        g.compile(checkpointer=saver).invoke({}, {"configurable": {"thread_id": "o"}})
+    shown = qvc_json("--repo", str(path), "show", "o")["state"]
+    clean(json.dumps(shown))
+    assert shown["doc"]["page_content"] == "hello" and shown["doc"]["metadata"] == {"src": "a"}
+    assert shown["ident"] == str(uuid.UUID(int=7)) and shown["price"] == "1.50"
+    assert shown["when"] == {"$datetime": "2026-12-02T12:00:00+00:00"}
+    assert shown["mode"] == "fast"
+    text = qvc("--repo", str(path), "show", "o").stdout
+    assert "Document(" not in text and "UUID(" not in text and "Decimal(" not in text
