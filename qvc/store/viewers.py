@@ -44,8 +44,9 @@ Viewer = Callable[..., "dict[str, Any]"]
 #: up for them (a checkpoint with only these never reads the entry points).
 STORE_KEYS = frozenset({"id", "thread_id", "step", "parent_id", "created_at", "schema_version",
                         "versions_seen", "pending_writes", "versions"})
-#: Metadata ``source`` values qvc's own writers use (``put``, ``qvc commit``, forks): no viewer is
-#: looked up for them.
+#: Metadata ``source`` values of plain checkpoints (qvc's ``put``, ``qvc commit``, forks, and the
+#: ``input``/``loop`` steps LangGraph names, whose checkpoints have a header key): no viewer is
+#: looked up for them, so showing one never reads the entry points.
 STORE_SOURCES = frozenset({"", "put", "update", "fork", "commit", "input", "loop"})
 
 _lock = threading.Lock()
