@@ -44,9 +44,10 @@ class PathsAfterDashes(click.Command):
 @click.option("-p", "--patch", is_flag=True, help="Each checkpoint's field diff against its parent.")
 @click.option("--stat", is_flag=True, help="Each checkpoint's per-field change counts.")
 @click.option("--format", "--pretty", "fmt", metavar="FORMAT", help="Each checkpoint as FORMAT (placeholders below).")
+@click.option("--raw", is_flag=True, help="With -p/--stat: diff the stored fields, not as their viewer shows them.")
 def log(name: str | None, limit: int | None, oneline: bool, graph: bool, all_: bool, as_json: bool,
         follow: bool, reverse: bool, since: str | None, until: str | None, grep: str | None, patch: bool,
-        stat: bool, fmt: str | None) -> None:
+        stat: bool, fmt: str | None, raw: bool) -> None:
     """Show checkpoints, newest first (default: the current thread).
 
     NAME is a thread or a checkpoint; its line is followed back through forks. A..B is B's line
@@ -101,13 +102,13 @@ def log(name: str | None, limit: int | None, oneline: bool, graph: bool, all_: b
     entries = walk(store, start, limit=limit, all=all_, exclude=exclude, fields=fields, since=date(since, "--since"),
                    until=date(until, "--until"), grep=grep, reverse=reverse)
     if as_json:
-        emit_json([entry_json(store, e, fields, patch or stat) for e in entries])
+        emit_json([entry_json(store, e, fields, patch or stat, raw=raw) for e in entries])
         return
     lines = []
     for e in entries:
         lines += entry_lines(e, head, oneline, fmt)
         if patch or stat:
-            lines += entry_diff(store, e, fields, patch, stat)
+            lines += entry_diff(store, e, fields, patch, stat, raw=raw)
     page(lines[:-1] if lines and lines[-1] == "" else lines)
 
 
@@ -130,30 +131,30 @@ def date(text: str | None, option: str) -> float | None:
         raise click.BadParameter(str(exc), param_hint=option) from None
 
 
-def entry_diffs(store, e, fields, *, plain: bool = False) -> list:
-    """The field diffs of a log entry against its parent (only ``fields`` when given; an adapter's
-    values as plain data with ``plain``, for ``--json``)."""
+def entry_diffs(store, e, fields, *, plain: bool = False, raw: bool = False) -> list:
+    """The field diffs of a log entry against its parent (only ``fields`` when given), as the
+    checkpoints' viewers show them (plain data with ``plain``, for ``--json``; stored with ``raw``)."""
     from qvc.readers.views import diff_commits  # deferred: start-up speed
 
-    diffs = diff_commits(store, None, e.commit, plain=plain)
+    diffs = diff_commits(store, None, e.commit, plain=plain, raw=raw)
     return [d for d in diffs if d.field in fields] if fields else diffs
 
 
-def entry_json(store, e, fields, with_diff: bool) -> dict:
+def entry_json(store, e, fields, with_diff: bool, *, raw: bool = False) -> dict:
     """A log entry's ``--json`` form; with -p or --stat, its ``"diff"`` (as ``qvc diff --json``)."""
     data = e.to_json()
     if with_diff:
         from qvc.readers.statediff import to_json  # deferred: start-up speed
 
-        data["diff"] = to_json(entry_diffs(store, e, fields, plain=True))
+        data["diff"] = to_json(entry_diffs(store, e, fields, plain=True, raw=raw))
     return data
 
 
-def entry_diff(store, e, fields, patch: bool, stat: bool) -> list[str]:
+def entry_diff(store, e, fields, patch: bool, stat: bool, *, raw: bool = False) -> list[str]:
     """The --stat and -p lines printed under a log entry, then a blank line."""
     from qvc.readers.statediff import format_diff, format_stat  # deferred: start-up speed
 
-    diffs = entry_diffs(store, e, fields)
+    diffs = entry_diffs(store, e, fields, raw=raw)
     lines: list[str] = []
     if stat:
         lines += format_stat(diffs).split("\n")
@@ -195,8 +196,13 @@ def entry_lines(e, head, oneline: bool, fmt: str | None = None) -> list[str]:
 @click.option("--field", "fields", multiple=True, metavar="NAME", help="Show only this state field (repeatable).")
 @click.option("--full", is_flag=True, help="Do not shorten long strings and lists.")
 @click.option("--json", "as_json", is_flag=True, help="The exact data (lossless tagged JSON).")
-def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool) -> None:
+@click.option("--raw", is_flag=True, help="The stored fields, not as their viewer shows them.")
+def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool, raw: bool) -> None:
     """Show a checkpoint: header, metadata, state and pending writes (default: HEAD).
+
+    The state is shown as its writer's viewer shows it (LangGraph messages and runs as
+    conversations, one message per line; a run's storage bookkeeping hidden); --raw shows the
+    stored fields.
 
     \b
     Example:
@@ -204,8 +210,8 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool) -
       qvc show 3f2a9c --json
     """
     # deferred: start-up speed
-    from qvc.readers.statediff import shorten
-    from qvc.readers.views import checkpoint_json, state_of
+    from qvc.readers.statediff import is_conversation, message_line, shorten
+    from qvc.readers.views import checkpoint_json, shown_writes, state_of
     from qvc.store.revisions import parse_revision
 
     store = session().store()
@@ -216,13 +222,13 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool) -
             raise
         return
     if as_json:
-        emit_json(checkpoint_json(store, rev.commit, fields))
+        emit_json(checkpoint_json(store, rev.commit, fields, raw=raw))
         return
     damaged: dict[str, str] = {}  # fields whose blob does not read: marked, the others shown
     tup = store.read(rev.commit, damaged=damaged)
     info = store.commit_info(rev.commit)
     cp = tup.checkpoint
-    state = state_of(store, rev.commit, cp.state_data) if not damaged else cp.state_data
+    state = state_of(store, rev.commit, cp.state_data, raw=raw) if not damaged else cp.state_data
     for f in fields:
         if f in damaged:
             raise CorruptionError(damaged[f])
@@ -244,8 +250,14 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool) -
     lines += [f"  {style(f, fg='red')}: DAMAGED ({why}; see `qvc fsck`)" for f, why in damaged.items() if not fields]
     for f, v in shown.items():
         version = cp.state_versions.get(f)
-        lines.append(f"  {style(f, fg='green')}{f' (v{version})' if version else ''}: {shorten(v, full, width)}")
-    writes = tup.pending_writes or []
+        label = f"  {style(f, fg='green')}{f' (v{version})' if version else ''}"
+        if is_conversation(v):  # a conversation: one message per line
+            lines.append(f"{label}: {len(v)} message{'' if len(v) == 1 else 's'}")
+            lines += [f"    {i:>3} {message_line(m, full=full, width=max(40, width - 8))}" for i, m in enumerate(v)]
+        else:
+            lines.append(f"{label}: {shorten(v, full, width)}")
+    writes = shown_writes(cp.state_data, state, tup.pending_writes or [], raw=raw) if not damaged \
+        else tup.pending_writes or []
     lines.append(style(f"Pending writes ({len(writes)}):", bold=True) if writes else "Pending writes: none")
     lines += [f"  {w.task_id} {w.channel}: {shorten(w.value, full, width)}" for w in writes]
     page(lines)
@@ -256,11 +268,14 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool) -
 @click.argument("name", required=False, shell_complete=complete_names)
 @click.option("--full", is_flag=True, help="Do not shorten long values.")
 @click.option("--json", "as_json", is_flag=True, help="A JSON array: path, id, commit, step, time, value.")
-def blame(field: str, name: str | None, full: bool, as_json: bool) -> None:
+@click.option("--raw", is_flag=True, help="Blame the stored field, not as its viewer shows it.")
+def blame(field: str, name: str | None, full: bool, as_json: bool, raw: bool) -> None:
     """Show which checkpoint each part of FIELD comes from (default: at HEAD).
 
-    A list field: each item with the checkpoint that added it; a mapping: each key with the
-    checkpoint that gave it its value; anything else: the checkpoint of its last change.
+    A list field: each item with the checkpoint that added it (a conversation: each message,
+    told apart by its id); a mapping: each key with the checkpoint that gave it its value;
+    anything else: the checkpoint of its last change. FIELD is as `qvc show` shows it (a run's
+    `messages`, LangGraph messages by role and content); --raw blames the stored field.
 
     \b
     Example:
@@ -269,10 +284,10 @@ def blame(field: str, name: str | None, full: bool, as_json: bool) -> None:
     """
     # deferred: start-up speed
     from qvc.readers.blame import blame as attribute
-    from qvc.readers.statediff import format_path, shorten
+    from qvc.readers.statediff import format_path, is_message, message_line, shorten
 
     store = session().store()
-    lines = attribute(store, field, revision(store, name).commit)
+    lines = attribute(store, field, revision(store, name).commit, raw=raw)
     if as_json:
         emit_json([b.to_json() for b in lines])
         return
@@ -282,5 +297,8 @@ def blame(field: str, name: str | None, full: bool, as_json: bool) -> None:
         where = format_path(field, b.path)
         head = (f"{style(b.commit[:7], fg='yellow')} {short(b.checkpoint_id):<12} step {str(b.step):<4} "
                 f"{datetime.fromtimestamp(b.time).astimezone():%Y-%m-%d %H:%M:%S}  ")
-        rows.append(f"{head}{where}: {shorten(b.value, full, max(40, width - len(where) - 50))}")
+        room = max(40, width - len(where) - 50)
+        text = f" {message_line(b.value, full=full, width=room)}" if is_message(b.value) and len(b.path) == 1 \
+            else f": {shorten(b.value, full, room)}"
+        rows.append(f"{head}{where}{text}")
     page(rows)
