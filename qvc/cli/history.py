@@ -10,7 +10,7 @@ import click
 
 from qvc.cli.app import cli, complete_names, revision, run_names, session
 from qvc.cli.following import follow_log
-from qvc.cli.output import emit_json, page, short, style, value_width
+from qvc.cli.output import emit_json, page, qname, short, style, value_width
 from qvc.cli.runs import show_run
 from qvc.errors import CorruptionError, InvalidInputError, NotFoundError
 from qvc.readers.dates import ago
@@ -156,7 +156,7 @@ def log(names: tuple[str, ...], limit: int | None, oneline: bool, graph: bool, a
     for e in entries:
         block = entry_lines(e, head, oneline, fmt, decorate)
         if name_only or name_status:
-            names_of = [f"{e.kinds.get(f, 'M')}\t{f}" if name_status else f for f in sorted(e.changed)]
+            names_of = [f"{e.kinds.get(f, 'M')}\t{qname(f)}" if name_status else qname(f) for f in sorted(e.changed)]
             if fmt is not None:
                 block += [""] + names_of
             elif oneline:
@@ -166,7 +166,7 @@ def log(names: tuple[str, ...], limit: int | None, oneline: bool, graph: bool, a
         lines += block
         if patch or stat:
             lines += entry_diff(store, e, fields, patch, stat)
-    page(lines[:-1] if lines and lines[-1] == "" else lines)
+    page(lines[:-1] if lines and lines[-1] == "" else lines, keep="\t" if name_status else "")
 
 
 def date(text: str | None, option: str) -> float | None:

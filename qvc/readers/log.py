@@ -129,13 +129,12 @@ def tag_map(store: GitCheckpointStore) -> dict[str, list[str]]:
 def _peeled(store: GitCheckpointStore, sha: str) -> str | None:
     for _ in range(8):  # a tag of a tag of ...: git peels them all; a short bound against cycles
         try:
-            data = store.repository.read(bytes.fromhex(sha), "tag")
-        except (CorruptionError, ValueError):  # not a tag object: the commit itself (or nothing shown)
-            return sha
-        first = data.split(b"\n", 1)[0]
-        if not first.startswith(b"object "):
+            data = store.repository.read(bytes.fromhex(sha))
+        except (CorruptionError, ValueError):
             return None
-        sha = first[len(b"object "):].decode("ascii", "replace")
+        if not data.startswith(b"object "):  # not a tag object: the commit itself (or nothing shown)
+            return sha
+        sha = data.split(b"\n", 1)[0][len(b"object "):].decode("ascii", "replace")
     return None
 
 
