@@ -37,9 +37,10 @@ class LogCommand(PathsAfterDashes):
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         end = args.index("--") if "--" in args else len(args)
+        valued = {name for p in self.params if isinstance(p, click.Option) and not p.is_flag for name in p.opts}
         options: list[str] = []
         for arg in args[:end]:
-            if re.fullmatch(r"-\d+", arg):
+            if re.fullmatch(r"-\d+", arg) and not (options and options[-1] in valued):  # not --grep -3
                 options += ["-n", arg[1:]]
             else:
                 options.append("--decorate=short" if arg == "--decorate" else arg)

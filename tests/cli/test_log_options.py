@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import time
 from datetime import date, timedelta
 
@@ -197,3 +198,37 @@ def test_graph_refuses_what_git_cannot_draw_here(repo):
     since = log(repo, "--graph", "--all", "--since", "last week").stdout
     assert graph_lines(since) == graph_lines(run_git(repo["path"], "log", "--graph", "--format=%H", "--branches",
                                                      "--glob=refs/qvc/superseded/*", "--since=last week").stdout)
+
+
+@pytest.mark.parametrize("order", ["--topo-order", "--date-order"])
+def test_where_git_cannot_read_the_repository_the_order_is_still_gits(repo, tmp_path, order):
+    """A thread whose head is missing makes `git rev-list --branches` fail: qvc's own walk then
+    lists the readable threads, in the order git gives them."""
+    copy = tmp_path / "copy.qvc"
+    shutil.copytree(repo["path"], copy)
+    (copy / "refs" / "heads" / "broken").write_text("0123456789abcdef0123456789abcdef01234567\n")
+    proc = qvc("--repo", str(copy), "log", "--all", order, "--format=%H")
+    assert "broken" in proc.stderr  # named as damaged, and skipped
+    assert proc.stdout.split() == git_list(repo, order, "t1", "t2")
+
+
+def test_pickaxe_searches_langgraph_messages_as_shown(tmp_path):
+    """-S and -G read a LangGraph checkpoint's messages as people see them (through the viewer),
+    not as the serializer's bytes."""
+    pytest.importorskip("langgraph.graph")
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    from qvc.integrations.langgraph import QvcSaver
+
+    g = StateGraph(MessagesState)
+    g.add_node("bot", lambda s: {"messages": [("ai", "hello from the model")]})
+    g.add_edge(START, "bot")
+    path = tmp_path / "m.qvc"
+    with QvcSaver(path) as saver:
+        g.compile(checkpointer=saver).invoke({"messages": [("user", "hi there")]}, {"configurable": {"thread_id": "m"}})
+    every = json.loads(qvc("--repo", str(path), "log", "--json", "m").stdout)
+    found = json.loads(qvc("--repo", str(path), "log", "--json", "-S", "hello from", "m").stdout)
+    assert [e["commit"] for e in found] == [every[0]["commit"]]  # the step that added the answer
+    asked = json.loads(qvc("--repo", str(path), "log", "--json", "-G", "^hi there$", "m", "--",
+                              "messages").stdout)
+    assert len(asked) == 1 and asked[0]["commit"] == every[1]["commit"]  # the step that took the input
