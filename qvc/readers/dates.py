@@ -56,7 +56,10 @@ def parse_date(text: str, now: float | None = None) -> float:
         absolute = _absolute(text.strip())
         if absolute is not None:
             return absolute
-    found = _Approx(now).read(text.lower())
+    try:
+        found = _Approx(now).read(text.lower())
+    except (OverflowError, ValueError):  # numbers past what the clock holds (99999 years ago)
+        found = None
     if found is None:
         raise InvalidInputError(f"cannot read date {text!r} (try 'last week', '2 days ago', 'yesterday noon', "
                                 "'2026-11-30 14:05', '@1764000000')")
