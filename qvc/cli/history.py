@@ -112,9 +112,9 @@ def log(names: tuple[str, ...], limit: int | None, oneline: bool, graph: bool, a
     fields = click.get_current_context().meta.get("after_dashes", [])
     searching = pickaxe_string is not None or pickaxe_regex is not None
     selecting = bool(reverse or grep or fields or patch or stat or searching or name_only or name_status)
-    if graph and (as_json or selecting or fmt):
+    if graph and (as_json or selecting):
         raise click.UsageError("--graph goes with revisions, -n, --all, --first-parent, --since, --until, "
-                               "--topo-order, --date-order and --decorate only")
+                               "--topo-order, --date-order, --decorate and --format only")
     if name_only and name_status:
         raise click.UsageError("--name-only and --name-status cannot be used together")
     if string_is_regex and pickaxe_string is None:
@@ -139,7 +139,8 @@ def log(names: tuple[str, ...], limit: int | None, oneline: bool, graph: bool, a
     after, before = date(since, "--since"), date(until, "--until")
     if graph:
         text = draw(store, start, limit=limit, all=all_, color=session().color, exclude=exclude,
-                    first_parent=first_parent, order=order, since=after, until=before, decorate=decorate)
+                    first_parent=first_parent, order=order, since=after, until=before, decorate=decorate,
+                    fmt=fmt, head_thread=head.thread, head_commit=head.commit)
         page(text.rstrip("\n").split("\n") if text else [])
         return
     where = None

@@ -353,12 +353,7 @@ def _git_order(store: GitCheckpointStore, starts: list[str], excludes: list[str]
     if proc.returncode != 0:
         return None
     order_found = proc.stdout.split()
-    hidden: set[str] = set()
-    if all and order_found and next(iter(store.repository.refs(SUPERSEDED)), None) is not None:
-        proc = run(store.path, "rev-list", f"--glob={SUPERSEDED}*", "--not", "--branches", "--")
-        if proc.returncode != 0:
-            return None
-        hidden = set(proc.stdout.split())
+    hidden = _superseded_only(store) if all and order_found else set()
     return [(commit, commit in hidden) for commit in order_found]
 
 
@@ -382,12 +377,15 @@ DECORATE = ("short", "full", "no")
 def graph(store: GitCheckpointStore, start: str | Sequence[str] | None = None, *, limit: int | None = None,
           all: bool = False, color: bool = False, exclude: Sequence[str] = (), first_parent: bool = False,
           order: str | None = None, since: float | None = None, until: float | None = None,
-          decorate: str = "short") -> str:
+          decorate: str = "short", fmt: str | None = None, head_thread: str | None = None,
+          head_commit: str | None = None) -> str:
     """The fork graph drawn by ``git log --graph`` (threads as branch decorations), of what
     ``start`` (a commit or several; with ``all`` every thread and superseded line too) reaches
     and ``exclude`` does not, in ``order`` (default ``"topo"``: git's graph order, each line
     drawn whole), at most ``limit`` checkpoints, between ``since`` and ``until`` (inclusive);
-    ``decorate`` is one of :data:`DECORATE`.
+    ``decorate`` is one of :data:`DECORATE`. With ``fmt`` (a ``--format`` as :func:`check_format`
+    returns it), each checkpoint is written as :func:`format_entry` writes it (``head_thread``
+    and ``head_commit`` for ``%d``), each of its lines beside the graph as git draws it.
 
     git is better at laying out a graph than anything we would write; it runs with the
     repository's own configuration neutralized (see :mod:`qvc.plumbing.maintenance`).
@@ -400,8 +398,12 @@ def graph(store: GitCheckpointStore, start: str | Sequence[str] | None = None, *
         raise InvalidInputError(f"unknown --decorate value {decorate!r} (one of: {', '.join(DECORATE)})")
     starts = [start] if isinstance(start, str) else list(start or ())
     refs = "%x01%D%x01" if decorate != "no" else ""
-    fmt = f"%h{refs} %s  %C(dim)%ad · %(trailers:key=Checkpoint-Id,valueonly,separator=%x2C)%Creset"
-    args = ["log", "--graph", f"--{order or 'topo'}-order", "--date=relative", f"--format={fmt}",
+    pieces = _lines_of(fmt) if fmt is not None else []
+    if fmt is not None:  # git leaves a line per piece beside the graph, the commit marked on the first
+        shown = "\x02%H\x02" + "%n" * (len(pieces) - 1)
+    else:
+        shown = f"%h{refs} %s  %C(dim)%ad · %(trailers:key=Checkpoint-Id,valueonly,separator=%x2C)%Creset"
+    args = ["log", "--graph", f"--{order or 'topo'}-order", "--date=relative", f"--format={shown}",
             f"--color={'always' if color else 'never'}", f"--decorate={'full' if decorate == 'full' else 'short'}",
             "--decorate-refs=refs/heads/", "--decorate-refs=HEAD", f"--decorate-refs={TAGS}",
             f"--decorate-refs={SUPERSEDED}"]
@@ -418,7 +420,60 @@ def graph(store: GitCheckpointStore, start: str | Sequence[str] | None = None, *
     elif not starts:
         return ""
     text = git(store.path, *args, *starts, *(f"^{c}" for c in exclude), "--")
+    if fmt is not None:
+        return _formatted(store, text, pieces, all, head_thread, head_commit)
     return _DECORATION.sub(lambda m: _decorate(m.group(1), color), text)
+
+
+def _lines_of(fmt: str) -> list[str]:
+    """``fmt`` cut at its ``%n`` placeholders: one format per line it writes."""
+    pieces, begin = [], 0
+    for m in _PLACEHOLDER.finditer(fmt):
+        if m.group(0) == "%n":
+            pieces.append(fmt[begin:m.start()])
+            begin = m.end()
+    return pieces + [fmt[begin:]]
+
+
+def _formatted(store: GitCheckpointStore, text: str, pieces: list[str], all: bool, head_thread: str | None,
+               head_commit: str | None) -> str:
+    """git's graph ``text`` (a marked commit, then a line per further piece) with each commit's
+    lines written from ``pieces``."""
+    lines = text.split("\n")
+    marked = [_MARKED.search(line) for line in lines]
+    commits = {m.group(1) for m in marked if m is not None}
+    names: dict[str, list[str]] = {}
+    for name, tip in store.repository.refs(HEADS):
+        if tip in commits:
+            names.setdefault(tip, []).append(store.thread_of_ref(name, tip))
+    hidden = _superseded_only(store) if all else set()
+    tags = tag_map(store)
+    out: list[str] = []
+    rest: list[str] = []
+    for line, m in zip(lines, marked, strict=True):
+        if m is not None:
+            e = entry(store, m.group(1), names, superseded=m.group(1) in hidden, tags=tags)
+            written = [format_entry(e, piece, head_thread=head_thread, head_commit=head_commit) for piece in pieces]
+            out.append(line[:m.start()] + written[0])
+            rest = written[1:]
+        elif rest:
+            out.append(line + rest.pop(0))
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
+_MARKED = re.compile("\x02([0-9a-f]{40})\x02")
+
+
+def _superseded_only(store: GitCheckpointStore) -> set[str]:
+    """The commits only superseded lines reach (none when there are none, or git cannot say)."""
+    from qvc.plumbing.launcher import run_git as run
+
+    if next(iter(store.repository.refs(SUPERSEDED)), None) is None:
+        return set()
+    proc = run(store.path, "rev-list", f"--glob={SUPERSEDED}*", "--not", "--branches", "--")
+    return set(proc.stdout.split()) if proc.returncode == 0 else set()
 
 
 _DECORATION = re.compile("\x01([^\x01]*)\x01")

@@ -121,6 +121,9 @@ def test_graph_is_drawn_in_gits_order(repo, args):
     mine = graph_lines(log(repo, "--graph", *args).stdout)
     gits = graph_lines(run_git(repo["path"], "log", "--graph", "--format=%H", *every, *rest, "--").stdout)
     assert mine == gits and sum(bool(re.search(r" [0-9a-f]{7}$", line)) for line in mine) == len(shas(repo, *args))
+    for fmt in ("%H", "%H%n%n%H"):  # qvc's --format beside the graph: git's own drawing, line for line
+        assert log(repo, "--graph", f"--format={fmt}", *args).stdout == run_git(
+            repo["path"], "log", "--graph", f"--format={fmt}", *every, *rest, "--").stdout
     if args == ["--all"]:  # each line drawn whole: t1's own checkpoints together, then t2's
         short = {sha[:7]: name for sha, name in repo["by_sha"].items()}
         order = [short.get(line.split()[-1]) for line in mine if "*" in line]
@@ -189,6 +192,12 @@ def test_since_and_until_in_gits_phrases(repo):
                                                                   f"--since={phrase}")
     bad = log(repo, "--since", "a week ago", check=2)
     assert bad.stderr.startswith("qvc: ") and bad.stderr.count("\n") == 1
+
+
+def test_graph_with_qvcs_format(repo):
+    out = log(repo, "--graph", "--all", "--format=%(id)%d%n%(changed)").stdout.splitlines()
+    assert out[0] == "* a3 (HEAD -> t1)" and re.fullmatch(r"\| +messages,note", out[1])
+    assert "* a1 (tag: v2, tag: v1)" in out
 
 
 def test_graph_refuses_what_git_cannot_draw_here(repo):
