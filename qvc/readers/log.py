@@ -26,6 +26,7 @@ from qvc.store.refnames import HEADS, SUPERSEDED, decode_name, decode_thread, en
 if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore
     from qvc.store.history import CommitInfo
+    from qvc.store.revisions import Names
 
 
 TAGS = "refs/tags/"  # git's tags: lightweight or annotated, decorated as ``tag: NAME``
@@ -147,7 +148,7 @@ def merge_bases(store: GitCheckpointStore, a: str, b: str) -> list[str]:
 
 
 def revision_set(store: GitCheckpointStore, texts: Sequence[str], *,
-                 names: Any = None) -> tuple[list[str], list[str]]:
+                 names: Names | None = None) -> tuple[list[str], list[str]]:
     """``(include, exclude)`` commits for revision arguments as ``git log`` takes them: ``A``,
     ``^A`` (leave out what A reaches), ``A..B`` (``^A B``; a missing side is ``HEAD``) and
     ``A...B`` (what either reaches and not both: ``A B`` without their merge bases). Each text is
