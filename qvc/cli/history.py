@@ -13,6 +13,7 @@ from qvc.cli.runs import show_run
 from qvc.errors import CorruptionError, InvalidInputError, NotFoundError
 from qvc.readers.dates import ago
 from qvc.readers.views import iso
+from qvc.types import Head
 
 
 class PathsAfterDashes(click.Command):
@@ -87,7 +88,7 @@ def log(name: str | None, limit: int | None, oneline: bool, graph: bool, all_: b
             raise click.UsageError("--follow takes one thread and -n, --oneline, --format or --json")
         return follow_log(store, name, limit, as_json, lambda e, head: entry_lines(e, head, oneline, fmt),
                           compact=oneline or fmt is not None)
-    head = store.current()
+    head = store.current_or_none() or Head(None, None)  # a garbled HEAD: naming a thread still works
     exclude = None
     if all_ and name is None:
         start = None

@@ -284,6 +284,14 @@ class GitCheckpointStore(CheckpointStore):
             raise CorruptionError(f"{exc} (checking out a thread repairs it: `qvc checkout THREAD`)") from None
         return Head(self.thread_of_ref(name) if name else None, commit)
 
+    def current_or_none(self) -> Head | None:
+        """:meth:`current`, or ``None`` when HEAD is missing or unreadable: for reads that only mark
+        the current thread (a log's decorations), which go on without it."""
+        try:
+            return self.current()
+        except CorruptionError:
+            return None
+
     def previous_checkout(self) -> Head | None:
         """What HEAD stood for before the last checkout that moved it (git's ``@{-1}``, read from
         HEAD's reflog): a thread (its head commit now, ``None`` if it has none) or a detached
@@ -709,13 +717,21 @@ class GitCheckpointStore(CheckpointStore):
     def reset(self, thread_id: str, checkpoint_id: str) -> CheckpointConfig:
         """Time travel: move the thread's head to an existing checkpoint of that thread.
 
-        The line left behind stays reachable (``list(..., superseded=True)``). Raises
-        :class:`UnknownCheckpointError`, or :class:`InvalidInputError` if the checkpoint
-        belongs to another thread (fork it instead).
+        The line left behind stays reachable (``list(..., superseded=True)``). ``checkpoint_id``
+        may be the full SHA of a checkpoint commit nothing reaches any more (one a reflog names,
+        ``THREAD@{N}``), so a thread whose head is damaged can be put back; a damaged head is not
+        kept as a line. Raises :class:`UnknownCheckpointError`, or :class:`InvalidInputError` if
+        the checkpoint belongs to another thread (fork it instead).
         """
         thread = check_thread_id(thread_id)
         with self._repo.transaction() as tx:
-            target = self.resolve(checkpoint_id)
+            try:
+                target = self.resolve(checkpoint_id)
+            except UnknownCheckpointError:  # a full SHA only a reflog still names (its thread's head is damaged)
+                if not (len(checkpoint_id) == 40 and _HEXISH.match(checkpoint_id)
+                        and self.damage(checkpoint_id.lower()) is None):
+                    raise
+                target = checkpoint_id.lower()
             info = self._history.commit(target)
             if info.thread_id is not None and info.thread_id != thread:
                 raise InvalidInputError(f"checkpoint {checkpoint_id!r} belongs to thread {info.thread_id!r}, "
