@@ -245,6 +245,8 @@ def checkout(name: str | None, new: str | None, to: str | None, force: bool, as_
         previous = store.previous_checkout()
         if previous is None:
             raise InvalidInputError("no previous thread or checkpoint: HEAD has not moved yet")
+        if previous.thread is not None and previous.commit is None:
+            raise UnknownThreadError(f"the previous thread {previous.thread!r} has no checkpoints (deleted or renamed)")
         if previous.thread is not None:
             head = store.checkout(previous.thread)
             message = f"Switched to thread {previous.thread!r}"

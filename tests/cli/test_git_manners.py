@@ -241,6 +241,12 @@ def test_checkout_dash_goes_back_to_the_previous_thread_or_checkpoint(work, tmp_
     qvc("checkout", "m1", cwd=work)
     assert qvc("checkout", "-", cwd=work).stdout.strip() == "Switched to thread 'fork'"
     assert qvc("checkout", "-", cwd=work).stdout.strip() == "HEAD is now at m1 (detached)"
+    qvc("checkout", "main", cwd=work)
+    qvc("branch", "gone", cwd=work)
+    qvc("checkout", "gone", cwd=work)
+    qvc("checkout", "main", cwd=work)
+    qvc("branch", "-D", "gone", cwd=work)
+    refused(work, 3, "checkout", "-", says="the previous thread 'gone' has no checkpoints")
     fresh = tmp_path / "fresh"
     with GitCheckpointStore(fresh / ".qvc") as store:
         put(store, "main", "x0", 0)
