@@ -15,6 +15,7 @@ from qvc.cli.runs import show_run
 from qvc.errors import CorruptionError, InvalidInputError, NotFoundError
 from qvc.readers.dates import ago
 from qvc.readers.views import iso
+from qvc.types import Head
 
 
 class PathsAfterDashes(click.Command):
@@ -132,7 +133,7 @@ def log(names: tuple[str, ...], limit: int | None, oneline: bool, graph: bool, a
         return follow_log(store, names[0] if names else None, limit, as_json,
                           lambda e, head: entry_lines(e, head, oneline, fmt, decorate),
                           compact=oneline or fmt is not None)
-    head = store.current()
+    head = store.current_or_none() or Head(None, None)  # a garbled HEAD: naming a thread still works
     if names:
         start, exclude = revision_set(store, names, names=lambda text: run_names(store, text))
     else:

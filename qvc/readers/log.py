@@ -254,7 +254,8 @@ def _line(store: GitCheckpointStore, start: str, hidden: set[str]) -> Iterator[L
     # Decorate with the heads of the threads this line belongs to and of HEAD's thread
     # (not every ref: listing thousands of threads would cost more than the log itself).
     heads: dict[str, list[str]] = {}
-    threads = {store.current().thread}
+    current = store.current_or_none()  # a garbled HEAD: no decoration of it, the log all the same
+    threads = {current.thread if current is not None else None}
     for info in store.first_parents(start):
         if info.thread_id not in threads:
             break

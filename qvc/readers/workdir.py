@@ -37,7 +37,8 @@ def checkout_to_directory(store: GitCheckpointStore, commit: str, directory: str
     """Write the state of checkpoint commit ``commit`` (a full SHA: resolve names with
     :func:`qvc.store.revisions.parse_revision`) into ``directory``: one JSON file per field and
     the manifest (:func:`qvc.readers.statefiles.write_state`), whose metadata names the checkpoint
-    (``id``, ``thread``, ``step``, ``commit``) for :func:`qvc.edit.workdir.commit_directory`.
+    (``id``, ``thread``, ``step``, ``commit``) for :func:`qvc.edit.workdir.commit_directory`, and
+    the thread's ``head`` then (``qvc commit`` refuses to rewind what the thread gained since).
 
     Nothing in the repository changes (HEAD does not move); ``store`` may be read-only. Each
     file is replaced atomically and fsynced, and the directory is fsynced, before this returns.
@@ -61,6 +62,7 @@ def checkout_to_directory(store: GitCheckpointStore, commit: str, directory: str
                 f"your local changes to {len(changed)} file(s) in {os.fspath(directory)} would be overwritten: "
                 f"{', '.join(changed)} (commit them with `qvc commit {os.fspath(directory)}`, or use --force)",
                 changed)
+    head = store.head(cp.thread_id) if cp.thread_id else None  # `qvc commit` tells a stale DIR by it
     files = write_state(cp.state_data, directory, meta={"id": cp.id, "thread": cp.thread_id, "step": cp.step,
-                                                        "commit": commit})
+                                                        "commit": commit, "head": head})
     return CheckedOutDirectory(os.path.abspath(directory), cp.id, cp.thread_id, cp.step, commit, files, damaged)
