@@ -1,0 +1,231 @@
+"""`qvc checkout --to DIR` / `qvc commit DIR` round trips of LangGraph checkpoints, and one
+numbering of a run's checkpoints in `log`, `timeline` and `show`.
+
+A real LangGraph graph (a scripted chat model that calls a real tool through LangGraph's
+``ToolNode``) writes through QvcSaver; the CLI runs as a subprocess; QvcSaver and
+``graph.get_state`` read what ``qvc commit`` stored.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, TypedDict
+
+import pytest
+from helpers import fsck, put, qvc, qvc_json
+
+pytest.importorskip("langgraph.graph")
+
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel  # noqa: E402
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage  # noqa: E402
+from langchain_core.tools import tool  # noqa: E402
+from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
+from langgraph.graph.message import add_messages  # noqa: E402
+from langgraph.prebuilt import ToolNode, tools_condition  # noqa: E402
+
+from qvc import GitCheckpointStore  # noqa: E402
+from qvc.integrations.langgraph import QvcSaver  # noqa: E402
+from qvc.runs import Message, Runs, ToolCall  # noqa: E402
+
+CONFIG = {"configurable": {"thread_id": "t1"}}
+
+
+class LongState(TypedDict):
+    messages: Annotated[list, add_messages]
+    tags: set
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def _graph(replies: list[AIMessage]):
+    """An agent: a scripted chat model (its replies in order) and LangGraph's ToolNode running ``add``."""
+    model = GenericFakeChatModel(messages=iter(replies))
+    g = StateGraph(MessagesState)
+    g.add_node("agent", lambda s: {"messages": [model.invoke(s["messages"])]})
+    g.add_node("tools", ToolNode([add]))
+    g.add_edge(START, "agent")
+    g.add_conditional_edges("agent", tools_condition)
+    g.add_edge("tools", "agent")
+    g.add_edge("agent", END)
+    return g
+
+
+def _replies() -> list[AIMessage]:
+    return [AIMessage(content="", id="ai-1", tool_calls=[{"id": "call-1", "name": "add", "args": {"a": 2, "b": 3}}]),
+            AIMessage(content="2 + 3 is 5.", id="ai-2")]
+
+
+@pytest.fixture
+def agent_repo(tmp_path) -> Path:
+    """A repository a LangGraph agent wrote: thread t1, one tool call and a final answer."""
+    path = tmp_path / "agent.qvc"
+    with QvcSaver(path) as saver:
+        graph = _graph(_replies()).compile(checkpointer=saver)
+        graph.invoke({"messages": [SystemMessage("You add.", id="sys-1"), HumanMessage("What is 2 + 3?", id="h-1")]},
+                     CONFIG)
+    qvc("--repo", str(path), "checkout", "t1")
+    return path
+
+
+def _state(path: Path):
+    """``graph.get_state`` of t1 through a fresh QvcSaver, and the raw tuple."""
+    with QvcSaver(path) as saver:
+        return _graph([]).compile(checkpointer=saver).get_state(CONFIG), saver.get_tuple(CONFIG)
+
+
+def test_checkout_writes_editable_json_and_commit_reads_back_langchain_messages(agent_repo, tmp_path):
+    before, before_tuple = _state(agent_repo)
+    work = tmp_path / "work"
+    out = qvc("--repo", str(agent_repo), "checkout", "t1", "--to", str(work))
+    assert out.stderr == ""  # every channel had an exact JSON form: nothing kept in its stored encoding
+
+    text = (work / "messages.json").read_text()
+    assert "$bytes" not in text and "msgpack" not in text
+    messages = json.loads(text)
+    assert [m["kwargs"]["type"] for m in messages] == ["system", "human", "ai", "tool", "ai"]
+    assert messages[1]["kwargs"]["content"] == "What is 2 + 3?"
+    assert messages[2]["kwargs"]["tool_calls"][0]["args"] == {"a": 2, "b": 3}
+    assert messages[3]["kwargs"]["content"] == "5" and messages[3]["kwargs"]["tool_call_id"] == "call-1"
+
+    messages[4]["kwargs"]["content"] = "2 + 3 is five."
+    (work / "messages.json").write_text(json.dumps(messages, indent=2))
+    done = qvc_json("--repo", str(agent_repo), "commit", str(work), "-m", "spell it out")
+    assert done["changed"] == ["messages"]
+
+    after, after_tuple = _state(agent_repo)
+    assert after_tuple.checkpoint["id"] == done["id"] != before_tuple.checkpoint["id"]
+    assert after_tuple.parent_config["configurable"]["checkpoint_id"] == before_tuple.checkpoint["id"]
+    edited = after.values["messages"]
+    assert all(isinstance(m, BaseMessage) for m in edited)
+    assert isinstance(edited[4], AIMessage) and edited[4].content == "2 + 3 is five." and edited[4].id == "ai-2"
+    assert edited[:4] == before.values["messages"][:4]
+    assert isinstance(edited[3], ToolMessage) and edited[2].tool_calls == before.values["messages"][2].tool_calls
+    assert after.metadata["source"] == "update" and after.metadata["message"] == "spell it out"
+    versions, old = after_tuple.checkpoint["channel_versions"], before_tuple.checkpoint["channel_versions"]
+    assert versions["messages"] > old["messages"]
+    assert {k: v for k, v in versions.items() if k != "messages"} == {k: v for k, v in old.items() if k != "messages"}
+
+    # the graph goes on from the edited checkpoint
+    with QvcSaver(agent_repo) as saver:
+        graph = _graph([AIMessage(content="You are welcome.", id="ai-3")]).compile(checkpointer=saver)
+        final = graph.invoke({"messages": [HumanMessage("Thanks!", id="h-2")]}, CONFIG)
+    assert [m.content for m in final["messages"][4:]] == ["2 + 3 is five.", "Thanks!", "You are welcome."]
+    fsck(agent_repo)
+
+
+def test_an_untouched_checkout_commits_identical_channel_values(agent_repo, tmp_path):
+    _, before = _state(agent_repo)
+    work = tmp_path / "same"
+    qvc("--repo", str(agent_repo), "checkout", "t1", "--to", str(work))
+    done = qvc_json("--repo", str(agent_repo), "commit", str(work))
+    assert done["changed"] == []
+    with GitCheckpointStore(agent_repo) as store:
+        head = store.head("t1")
+        parent = store.commit_info(head).parent
+        assert store.tree_entries(head).keys() == store.tree_entries(parent).keys()
+        same = {n: e for n, e in store.tree_entries(head).items() if n != ".qvc"}
+        assert same == {n: e for n, e in store.tree_entries(parent).items() if n != ".qvc"}  # the very blobs
+    _, after = _state(agent_repo)
+    assert after.checkpoint["channel_values"] == before.checkpoint["channel_values"]
+    assert after.checkpoint["channel_versions"] == before.checkpoint["channel_versions"]
+
+
+def test_a_long_conversation_and_a_value_without_json_form(tmp_path):
+    """A list past 64 items is stored chunked, one pair per item, as QvcSaver stores it; a value
+    without an exact JSON form (a set) stays in its stored encoding with one line saying so."""
+    g = StateGraph(LongState)
+    g.add_node("fill", lambda s: {"messages": [HumanMessage(f"note {i}", id=f"n-{i}") for i in range(70)],
+                                  "tags": {"x", "y"}})
+    g.add_edge(START, "fill")
+    g.add_edge("fill", END)
+    path = tmp_path / "long.qvc"
+    with QvcSaver(path) as saver:
+        g.compile(checkpointer=saver).invoke({"messages": []}, CONFIG)
+    qvc("--repo", str(path), "checkout", "t1")
+    work = tmp_path / "w"
+    out = qvc("--repo", str(path), "checkout", "t1", "--to", str(work))
+    assert out.stderr.count("\n") == 1 and "'tags'" in out.stderr and "stored encoding" in out.stderr
+    assert "qvc:stored" in (work / "tags.json").read_text()
+
+    messages = json.loads((work / "messages.json").read_text())
+    messages[65]["kwargs"]["content"] = "edited"
+    (work / "messages.json").write_text(json.dumps(messages))
+    qvc("--repo", str(path), "commit", str(work))
+    with QvcSaver(path) as saver:
+        values = saver.get_tuple(CONFIG).checkpoint["channel_values"]
+    assert values["tags"] == {"x", "y"}
+    assert [m.content for m in values["messages"]] == [f"note {i}" if i != 65 else "edited" for i in range(70)]
+    with GitCheckpointStore(path) as store:
+        head = store.head("t1")
+        parent = store.commit_info(head).parent
+        mine, theirs = (store.history.tree(store.tree_entries(c)["messages"][1]) for c in (head, parent))
+        assert mine["00000000"] == theirs["00000000"] and mine["00000001"] != theirs["00000001"]
+    fsck(path)
+
+
+def test_an_edit_langgraph_cannot_read_is_refused_and_stores_nothing(agent_repo, tmp_path):
+    work = tmp_path / "bad"
+    qvc("--repo", str(agent_repo), "checkout", "t1", "--to", str(work))
+    messages = json.loads((work / "messages.json").read_text())
+    messages[1]["id"][-1] = "NoSuchMessage"
+    (work / "messages.json").write_text(json.dumps(messages))
+    with GitCheckpointStore(agent_repo) as store:
+        head = store.head("t1")
+    proc = qvc("--repo", str(agent_repo), "commit", str(work), check=2)
+    assert proc.stderr.count("\n") == 1 and "messages[1]" in proc.stderr
+    with GitCheckpointStore(agent_repo) as store:
+        assert store.head("t1") == head
+
+
+def test_plain_states_round_trip_as_before(tmp_path):
+    path = tmp_path / "plain.qvc"
+    with GitCheckpointStore(path) as store:
+        put(store, "p", "c1", 0, {"n": 1, "blob": b"\x00\x01", "pair": (1, 2)})
+    qvc("--repo", str(path), "checkout", "p")
+    work = tmp_path / "p"
+    assert qvc("--repo", str(path), "checkout", "p", "--to", str(work)).stderr == ""
+    assert json.loads((work / "blob.json").read_text()) == {"$bytes": "AAE="}
+    manifest = json.loads((work / ".qvc-state.json").read_text())
+    assert "editor" not in manifest["meta"]
+    (work / "n.json").write_text("2\n")
+    qvc("--repo", str(path), "commit", str(work))
+    with GitCheckpointStore(path) as store:
+        state = store.read(store.head("p")).checkpoint.state_data
+    assert state == {"n": 2, "blob": b"\x00\x01", "pair": (1, 2)}
+
+
+# -- one numbering of a run's checkpoints -----------------------------------------------------------
+
+
+def test_log_timeline_and_show_agree_on_a_run_checkpoints_number(tmp_path):
+    path = tmp_path / "runs.qvc"
+    with GitCheckpointStore(path) as store:
+        with Runs(store).start("question", system="sys", run_id="r1", session_id="s") as rec:
+            for n in range(2):
+                rec.add_message(Message("assistant", tool_calls=[ToolCall(f"call_{n}", "tool", {"n": n})]))
+                rec.tool_result(f"call_{n}", f"result {n}")
+                rec.after_tool_batch()
+            rec.add_message(Message("assistant", "answer"))
+            rec.complete()
+    repo = ("--repo", str(path))
+    timeline = qvc_json(*repo, "timeline", "r1")
+    assert [e["n"] for e in timeline] == [4, 6, 7]
+    assert [e["name"] for e in timeline] == ["r1@4", "r1@6", "r1@7"]
+    log = qvc_json(*repo, "log", "r1")
+    assert [(e["id"], e["n"]) for e in log] == [(e["id"], e["n"]) for e in reversed(timeline)]
+    for e in timeline:
+        shown = qvc_json(*repo, "show", e["name"])
+        assert (shown["checkpoint_id"], shown["n"]) == (e["id"], e["n"])
+
+    middle = timeline[1]
+    text = qvc(*repo, "timeline", "r1").stdout
+    assert "r1@6" in text and "msg" not in text
+    logged = qvc(*repo, "log", "r1").stdout
+    assert "r1@6" in logged and "step 1" not in logged
+    assert "r1@6" in qvc(*repo, "show", "r1@6").stdout
+    assert qvc_json(*repo, "log", "-n", "1", middle["name"])[0]["id"] == middle["id"]
