@@ -9,7 +9,7 @@ import click
 from qvc.cli.app import cli, complete_names, revision, run_names, session
 from qvc.cli.following import follow_log
 from qvc.cli.output import emit_json, page, short, style, value_width
-from qvc.cli.runs import show_run
+from qvc.cli.runs import number_entries, run_number, show_run, shown_name
 from qvc.errors import CorruptionError, InvalidInputError, NotFoundError
 from qvc.readers.dates import ago
 from qvc.readers.views import iso
@@ -100,6 +100,7 @@ def log(name: str | None, limit: int | None, oneline: bool, graph: bool, all_: b
         return
     entries = walk(store, start, limit=limit, all=all_, exclude=exclude, fields=fields, since=date(since, "--since"),
                    until=date(until, "--until"), grep=grep, reverse=reverse)
+    entries = number_entries(store, entries)  # a run's checkpoints as RUN@N, as `timeline` and `show` name them
     if as_json:
         emit_json([entry_json(store, e, fields, patch or stat) for e in entries])
         return
@@ -181,10 +182,12 @@ def entry_lines(e, head, oneline: bool, fmt: str | None = None) -> list[str]:
         return format_entry(e, fmt, head_thread=head.thread, head_commit=head.commit).split("\n")
     status = f" [{e.status}]" if e.status else ""
     if oneline:
-        return [f"{style(e.commit[:7], fg='yellow')} {short(e.checkpoint_id)} step {e.step} · "
+        return [f"{style(e.commit[:7], fg='yellow')} {short(e.checkpoint_id)} "
+                f"{shown_name(e.name, e.n) if e.name else f'step {e.step}'} · "
                 f"{e.source or 'put'} · {len(e.changed)} changed{status}{style(decorations(e, head), fg='cyan')}"]
+    number = f"Run: {shown_name(e.name, e.n)}" if e.name else f"Step: {e.step}"
     return [style(f"checkpoint {e.checkpoint_id}", fg="yellow") + style(decorations(e, head), fg="cyan"),
-            f"Commit:  {e.commit[:12]}   Thread: {e.thread}   Step: {e.step}   "
+            f"Commit:  {e.commit[:12]}   Thread: {e.thread}   {number}   "
             f"Source: {e.source or 'put'}{'   Status: ' + e.status if e.status else ''}",
             f"Date:    {ago(e.time)} ({datetime.fromtimestamp(e.time).astimezone():%Y-%m-%d %H:%M:%S %z})",
             f"Changed: {', '.join(e.changed) if e.changed else '(nothing)'}", ""]
@@ -215,8 +218,11 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool) -
         if name is None or not show_run(store, name, full, as_json):
             raise
         return
+    about = store.commit_info(rev.commit)
+    number = run_number(store, about.thread_id, about.checkpoint_id)  # RUN@N for a run's checkpoint
     if as_json:
-        emit_json(checkpoint_json(store, rev.commit, fields))
+        data = checkpoint_json(store, rev.commit, fields)
+        emit_json({**data, "n": number[0], "name": number[1]} if number else data)
         return
     damaged: dict[str, str] = {}  # fields whose blob does not read: marked, the others shown
     tup = store.read(rev.commit, damaged=damaged)
@@ -233,7 +239,8 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool) -
     width = value_width()
     lines = [style(f"checkpoint {cp.id}", fg="yellow"),
              f"Commit:   {rev.commit}",
-             f"Thread:   {cp.thread_id}   Step: {cp.step}",
+             f"Thread:   {cp.thread_id}   "
+             + (f"Run: {shown_name(number[1], number[0])}" if number else f"Step: {cp.step}"),
              f"Parent:   {parent.thread_id}@{parent.checkpoint_id}" if parent else "Parent:   (none)",
              f"Date:     {ago(info.time)} ({cp.created_at or iso(info.time)})"]
     if tup.metadata:

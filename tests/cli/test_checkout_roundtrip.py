@@ -216,7 +216,7 @@ def test_log_timeline_and_show_agree_on_a_run_checkpoints_number(tmp_path):
     timeline = qvc_json(*repo, "timeline", "r1")
     assert [e["n"] for e in timeline] == [4, 6, 7]
     assert [e["name"] for e in timeline] == ["r1@4", "r1@6", "r1@7"]
-    log = qvc_json(*repo, "log", "r1")
+    log = qvc_json(*repo, "log", "run/s/r1")
     assert [(e["id"], e["n"]) for e in log] == [(e["id"], e["n"]) for e in reversed(timeline)]
     for e in timeline:
         shown = qvc_json(*repo, "show", e["name"])
@@ -225,7 +225,37 @@ def test_log_timeline_and_show_agree_on_a_run_checkpoints_number(tmp_path):
     middle = timeline[1]
     text = qvc(*repo, "timeline", "r1").stdout
     assert "r1@6" in text and "msg" not in text
-    logged = qvc(*repo, "log", "r1").stdout
-    assert "r1@6" in logged and "step 1" not in logged
+    logged = qvc(*repo, "log", "run/s/r1").stdout
+    assert "Run: r1@6" in logged and "Step:" not in logged
+    oneline = qvc(*repo, "log", "--oneline", "run/s/r1").stdout.splitlines()
+    assert [line.split()[2] for line in oneline] == ["r1@7", "r1@6", "r1@4"]
     assert "r1@6" in qvc(*repo, "show", "r1@6").stdout
+    plain = qvc_json(*repo, "show", middle["id"])  # the checkpoint itself, by its id
+    assert (plain["id"], plain["n"], plain["name"]) == (middle["id"], 6, "r1@6")
+    assert "Run: r1@6" in qvc(*repo, "show", middle["id"]).stdout
     assert qvc_json(*repo, "log", "-n", "1", middle["name"])[0]["id"] == middle["id"]
+
+
+def test_every_name_of_a_rewound_run_resolves_to_its_own_checkpoint(tmp_path):
+    """A rewind leaves a second checkpoint at the same message index and a superseded line: each
+    checkpoint still has one name, the one `qvc show` and `qvc log` resolve to it."""
+    path = tmp_path / "rewound.qvc"
+    with GitCheckpointStore(path) as store:
+        runs = Runs(store)
+        with pytest.raises(RuntimeError), runs.start("question", run_id="r2", session_id="s") as rec:
+            for n in range(2):
+                rec.add_message(Message("assistant", tool_calls=[ToolCall(f"call_{n}", "tool", {"n": n})]))
+                rec.tool_result(f"call_{n}", f"result {n}")
+                rec.after_tool_batch()
+            raise RuntimeError("the model went away")
+        runs.continue_run("r2", continue_from=3).close()
+    repo = ("--repo", str(path))
+    timeline = qvc_json(*repo, "timeline", "r2")
+    names = [e["name"] for e in timeline]
+    assert len(set(names)) == len(names) == len(timeline)
+    assert "r2@3" in names and any(not e["current"] for e in timeline)
+    for e in timeline:
+        assert qvc_json(*repo, "log", "-n", "1", e["name"])[0]["id"] == e["id"]
+        assert qvc_json(*repo, "show", e["id"])["name"] == e["name"]
+    logged = {e["id"]: (e["n"], e["name"]) for e in qvc_json(*repo, "log", "--all")}
+    assert logged == {e["id"]: (e["n"], e["name"]) for e in timeline}
