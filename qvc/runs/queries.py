@@ -135,9 +135,7 @@ def timeline(store: GitCheckpointStore, thread: str, *, superseded: bool = True)
                 seen.add(tup.checkpoint.id)
                 extra.append(timeline_entry(tup, head, False))
         out += sorted(extra, key=lambda e: (e.created_at, e.message_index))
-    named = numbers(store, thread, out) if out else {}
-    for e in out:
-        e.name = named[e.id][1]
+    _name(line, out, thread)
     return out
 
 
@@ -177,28 +175,28 @@ def view_at(line: List[CheckpointTuple], k: int) -> tuple:
     return basis, run, segments, False
 
 
-def numbers(store: GitCheckpointStore, thread: str,
-            entries: Optional[List[TimelineEntry]] = None) -> Dict[str, tuple]:
+def numbers(store: GitCheckpointStore, thread: str) -> Dict[str, tuple]:
     """The one numbering of the run's checkpoints that ``qvc log``, ``qvc timeline``, ``qvc show``
-    and ``qvc serve`` share: checkpoint id -> ``(n, name)``. ``n`` is the checkpoint's message
-    index (the messages the run holds there, what ``RUN@n`` counts); ``name`` is ``RUN@n`` when
-    ``qvc show RUN@n`` (:func:`basis_of`) names this very checkpoint, else ``RUN@<checkpoint id>``
-    (a second checkpoint at the same index, a line time travel left). ``entries``: the run's
-    :func:`timeline` when the caller has it. Reads only."""
-    entries = timeline(store, thread) if entries is None else entries
-    line = run_line(store, thread)
+    and ``qvc serve`` share: checkpoint id -> ``(n, name)`` for every checkpoint of the run,
+    superseded lines included. ``n`` is the checkpoint's message index (the messages the run
+    holds there, what ``RUN@n`` counts); ``name`` is ``RUN@n`` when ``qvc show RUN@n``
+    (:func:`basis_of`) names this very checkpoint, else ``RUN@<checkpoint id>`` (a second
+    checkpoint at the same index, or one on a line time travel left). Reads only."""
+    return {e.id: (e.message_index, e.name) for e in timeline(store, thread)}
+
+
+def _name(line: List[CheckpointTuple], entries: List[TimelineEntry], thread: str) -> None:
+    """Set each entry's ``name`` (see :func:`numbers`); ``line``: the run's current line."""
     if not line:
-        return {}
+        return
     run_id = str(line[-1].metadata.get("run_id") or thread.rsplit("/", 1)[-1])
     latest = decode(line[-1]).run.messages
-    out: Dict[str, tuple] = {}
     for e in entries:
         n = e.message_index
         named = None
         if 0 <= n <= len(latest):
             named = basis_of(line, safe_truncation_index(latest, n), len(latest))[0].checkpoint.id
-        out[e.id] = (n, f"{run_id}@{n}" if named == e.id else f"{run_id}@{e.id}")
-    return out
+        e.name = f"{run_id}@{n}" if named == e.id else f"{run_id}@{e.id}"
 
 
 def snapshot(store: GitCheckpointStore, thread: str, at: int | str | None = None) -> Snapshot:

@@ -9,11 +9,13 @@ A real LangGraph graph (a scripted chat model that calls a real tool through Lan
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Annotated, TypedDict
 
 import pytest
-from helpers import fsck, put, qvc, qvc_json
+from helpers import child_env, fsck, put, qvc, qvc_json
 
 pytest.importorskip("langgraph.graph")
 
@@ -110,6 +112,9 @@ def test_checkout_writes_editable_json_and_commit_reads_back_langchain_messages(
     assert versions["messages"] > old["messages"]
     assert {k: v for k, v in versions.items() if k != "messages"} == {k: v for k, v in old.items() if k != "messages"}
 
+    shown = qvc_json("--repo", str(agent_repo), "show", "t1")  # the viewer reads the committed checkpoint
+    assert shown["state"]["messages"][4]["content"] == "2 + 3 is five."
+
     # the graph goes on from the edited checkpoint
     with QvcSaver(agent_repo) as saver:
         graph = _graph([AIMessage(content="You are welcome.", id="ai-3")]).compile(checkpointer=saver)
@@ -180,6 +185,42 @@ def test_an_edit_langgraph_cannot_read_is_refused_and_stores_nothing(agent_repo,
     assert proc.stderr.count("\n") == 1 and "messages[1]" in proc.stderr
     with GitCheckpointStore(agent_repo) as store:
         assert store.head("t1") == head
+
+
+def test_the_langgraph_editor_is_declared_as_an_entry_point():
+    from importlib.metadata import entry_points
+
+    declared = {ep.name: ep.value for ep in entry_points(group="qvc.editors")}
+    assert declared.get("langgraph") == "qvc.integrations.langgraph.editor:EDITOR", (
+        "the qvc.editors entry points are missing: run `pip install -e .` again after changing pyproject.toml")
+
+
+def test_without_langgraph_checkout_keeps_the_stored_pairs_and_commit_refuses(agent_repo, tmp_path):
+    """Where the editor's framework does not import, checkout writes the stored values and says
+    so, and a directory the editor wrote is not committed (it would store JSON where LangGraph
+    expects its serializer's bytes)."""
+    edited, raw = tmp_path / "edited", tmp_path / "raw"
+    qvc("--repo", str(agent_repo), "checkout", "t1", "--to", str(edited))
+    script = f"""
+import sys
+sys.modules["langgraph"] = None  # as if it were not installed: importing it fails
+from qvc import GitCheckpointStore
+from qvc.errors import InvalidInputError
+from qvc.edit.workdir import commit_directory
+from qvc.readers.workdir import checkout_to_directory
+with GitCheckpointStore({str(agent_repo)!r}) as store:
+    head = store.head("t1")
+    done = checkout_to_directory(store, head, {str(raw)!r})
+    print(done.editor, len(done.notes), "does not import" in done.notes[0])
+    try:
+        commit_directory(store, {str(edited)!r})
+    except InvalidInputError as exc:
+        print("refused:", "'langgraph' editor" in str(exc), store.head("t1") == head)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], env=child_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["None 1 True", "refused: True True"]
+    assert json.loads((raw / "messages.json").read_text())[0] == "msgpack"
 
 
 def test_plain_states_round_trip_as_before(tmp_path):
