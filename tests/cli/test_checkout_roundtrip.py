@@ -123,6 +123,26 @@ def test_checkout_writes_editable_json_and_commit_reads_back_langchain_messages(
     fsck(agent_repo)
 
 
+def test_editing_an_older_tool_call_reruns_the_tool_with_the_edited_arguments(agent_repo, tmp_path):
+    """Time travel by hand: the checkpoint after the model asked for ``add(2, 3)`` is edited to
+    ask for ``add(2, 30)``; the graph continues from it and runs the tool on the new arguments."""
+    work = tmp_path / "older"
+    qvc("--repo", str(agent_repo), "checkout", "t1~2", "--to", str(work))
+    messages = json.loads((work / "messages.json").read_text())
+    assert messages[-1]["kwargs"]["tool_calls"][0]["args"] == {"a": 2, "b": 3}
+    messages[-1]["kwargs"]["tool_calls"][0]["args"]["b"] = 30
+    (work / "messages.json").write_text(json.dumps(messages))
+    done = qvc_json("--repo", str(agent_repo), "commit", str(work))
+    assert done["time_travel"] is True
+    with QvcSaver(agent_repo) as saver:
+        graph = _graph([AIMessage(content="2 + 30 is 32.", id="ai-4")]).compile(checkpointer=saver)
+        assert graph.get_state(CONFIG).next == ("tools",)
+        final = graph.invoke(None, CONFIG)
+    assert [(type(m).__name__, m.content) for m in final["messages"][3:]] == [("ToolMessage", "32"),
+                                                                              ("AIMessage", "2 + 30 is 32.")]
+    fsck(agent_repo)
+
+
 def test_an_untouched_checkout_commits_identical_channel_values(agent_repo, tmp_path):
     _, before = _state(agent_repo)
     work = tmp_path / "same"

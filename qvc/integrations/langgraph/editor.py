@@ -18,11 +18,13 @@ one line of the checkout's notes: nothing is lost, and the rest stays editable.
 so messages come back as LangChain message objects. A file (or list item) left as it was written
 is stored exactly as the checkpoint it came from stores it, so an untouched directory commits to
 identical channel values. The new checkpoint is a LangGraph checkpoint: a ``uuid6`` id, ``ts``,
-the parent's ``versions_seen``, and ``channel_versions`` with every changed or removed channel's
-version moved on (as :meth:`QvcSaver.get_next_version` does), so ``graph.get_state`` reads it and
-the graph continues from it. Values are stored as :mod:`qvc.integrations.langgraph.values` lays
-them out (a list longer than :data:`~qvc.store.format.CHUNK` items one ``[type, bytes]`` pair per
-item), through the store's one write path.
+the parent's ``versions_seen``, ``channel_versions`` with every changed or removed channel's
+version moved on (as :meth:`QvcSaver.get_next_version` does) and no ``updated_channels`` (so on
+resume LangGraph checks every node's triggers), so ``graph.get_state`` reads it and the graph
+continues from it: the tasks pending at the parent run next. Values are stored as
+:mod:`qvc.integrations.langgraph.values` lays them out (a list longer than
+:data:`~qvc.store.format.CHUNK` items one ``[type, bytes]`` pair per item), through the store's
+one write path.
 
 Imports LangGraph, LangChain's ``dumpd`` and :mod:`qvc.store`.
 """
@@ -158,7 +160,7 @@ class LangGraphEditor:
             else:
                 stored[name] = self._stored_form(name, value, was_files.get(name), was_stored.get(name),
                                                  was_modes.get(name, 0))
-        parent_state = store.read(parent).checkpoint.state_data if parent else {}
+        parent_state = store.read(parent, damaged={}).checkpoint.state_data if parent else {}
         changed = [n for n in stored
                    if n not in parent_state or qserde.dumps(stored[n]) != qserde.dumps(parent_state[n])]
         removed = [n for n in parent_state if n not in stored]
@@ -168,8 +170,10 @@ class LangGraphEditor:
             versions[name] = _next_version(versions.get(name))
         cid = str(uuid6(clock_seq=step))
         ts = datetime.now(timezone.utc).isoformat()
+        # updated_channels None: on resume LangGraph checks every node's triggers against the
+        # versions, so the parent's pending tasks and the edit's both run (a list would narrow it)
         checkpoint = {**rest, "v": rest.get("v", 4), "id": cid, "ts": ts, "channel_versions": versions,
-                      "versions_seen": rest.get("versions_seen") or {}, "updated_channels": sorted(changed + removed)}
+                      "versions_seen": rest.get("versions_seen") or {}, "updated_channels": None}
         checkpoint.pop("channel_values", None)
         tid, ns = split_thread_name(thread)
         lg: dict[str, Any] = {"thread_id": tid, "checkpoint_ns": ns}
