@@ -27,23 +27,23 @@ def show_run(store, ref: str, full: bool, as_json: bool) -> bool:
         shown = runs.show(ref)
     except (UnknownRunError, InvalidInputError):
         return False
-    checkpoint = shown.checkpoint_id if isinstance(shown, Snapshot) else shown.checkpoint_id or ""
-    n, name = run_number(store, runs.thread(run_id), checkpoint) or (None, None)
+    n, name = run_number(store, runs.thread(run_id), shown.checkpoint_id or "") or (None, None)
     if as_json:
         emit_json({"n": n, "name": name, **shown.to_dict()})
         return True
     from qvc.readers.statediff import shorten  # deferred: start-up speed
 
     run = shown.run if isinstance(shown, Snapshot) else shown
+    label = f"{shown_name(name, n)} · " if name else ""
     width = value_width()
     lines = [style(f"run {run.run_id}", fg="yellow") + f" (session {run.session_id})  status {run.status.value}"]
     if isinstance(shown, Snapshot):
         snapped = "" if shown.requested_index == shown.message_index else \
             f" (asked for {shown.requested_index}; moved to the nearest pair-safe boundary)"
-        lines.append(f"{name} · checkpoint {shown.checkpoint_id} · as of message {shown.message_index}{snapped}"
+        lines.append(f"{label}checkpoint {shown.checkpoint_id} · as of message {shown.message_index}{snapped}"
                      + ("" if shown.current else " (superseded)"))
     else:
-        lines.append(f"latest: {name} · checkpoint {run.checkpoint_id}")
+        lines.append(f"latest: {label}checkpoint {run.checkpoint_id}")
     lines.append(style(f"Messages ({len(run.messages)}):", bold=True))
     for i, m in enumerate(run.messages):
         calls = f" calls {', '.join(c.name for c in m.tool_calls)}" if m.tool_calls else ""

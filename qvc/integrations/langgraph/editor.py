@@ -232,12 +232,12 @@ class LangGraphEditor:
 
     def _object(self, value: Any, where: str) -> Any:
         """The object a JSON value (or a kept stored pair) stands for."""
-        if _is_stored(value):
-            return self.serde.loads_typed(_pair(_checked_pair(value[STORED], where)))
         try:
+            if _is_stored(value):
+                return self.serde.loads_typed(_pair(_checked_pair(value[STORED], where)))
             return self._revive(value)
-        except (TypeError, ValueError) as exc:
-            raise InvalidInputError(f"channel {where}: LangGraph cannot read it back: {exc}") from None
+        except InvalidInputError:
+            raise
         except Exception as exc:  # the reviver raises what the constructor raises
             raise InvalidInputError(f"channel {where}: LangGraph cannot read it back: "
                                     f"{type(exc).__name__}: {exc}") from None
