@@ -26,7 +26,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
 from langgraph.graph.message import add_messages  # noqa: E402
 from langgraph.prebuilt import ToolNode, tools_condition  # noqa: E402
 
-from qvc import GitCheckpointStore  # noqa: E402
+from qvc import CheckpointConfig, GitCheckpointStore  # noqa: E402
 from qvc.integrations.langgraph import QvcSaver  # noqa: E402
 from qvc.runs import Message, Runs, ToolCall  # noqa: E402
 
@@ -320,3 +320,15 @@ def test_every_name_of_a_rewound_run_resolves_to_its_own_checkpoint(tmp_path):
         assert qvc_json(*repo, "show", e["id"])["name"] == e["name"]
     logged = {e["id"]: (e["n"], e["name"]) for e in qvc_json(*repo, "log", "--all")}
     assert logged == {e["id"]: (e["n"], e["name"]) for e in timeline}
+
+
+def test_put_keeps_an_adapters_header_keys_and_refuses_the_stores_own(tmp_path):
+    from qvc.errors import InvalidInputError
+
+    with GitCheckpointStore(tmp_path / "h.qvc") as store:
+        put(store, "h", "c1", 0, header={"mine": {"v": 1}})
+        assert store.header(store.head("h"))[0]["mine"] == {"v": 1}
+        for key in ("id", "versions"):
+            with pytest.raises(InvalidInputError, match="store's own"):
+                put(store, "h", "c2", 1, header={key: 1})
+        assert store.get_tuple(CheckpointConfig("h")).checkpoint.id == "c1"
