@@ -88,6 +88,7 @@ def test_checkout_writes_editable_json_and_commit_reads_back_langchain_messages(
 
     text = (work / "messages.json").read_text()
     assert "$bytes" not in text and "msgpack" not in text
+    assert '"id": ["langchain", "schema", "messages", "AIMessage"]' in text  # short lists on one line
     messages = json.loads(text)
     assert [m["kwargs"]["type"] for m in messages] == ["system", "human", "ai", "tool", "ai"]
     assert messages[1]["kwargs"]["content"] == "What is 2 + 3?"
@@ -332,3 +333,15 @@ def test_put_keeps_an_adapters_header_keys_and_refuses_the_stores_own(tmp_path):
             with pytest.raises(InvalidInputError, match="store's own"):
                 put(store, "h", "c2", 1, header={key: 1})
         assert store.get_tuple(CheckpointConfig("h")).checkpoint.id == "c1"
+
+
+def test_field_files_put_short_lists_of_scalars_on_one_line():
+    from qvc.codec.tagged import loads_tagged
+    from qvc.readers.statefiles import field_text
+
+    value = {"ids": ["a", "b, c", 'say "hi"\n[x]'], "n": [1, -2.5, True, None], "long": list(range(40)),
+             "nested": [[1, 2], {"k": []}], "bytes": [b"\x00"], "pair": (1, 2)}
+    text = field_text(value)
+    assert '"ids": ["a", "b, c", "say \\"hi\\"\\n[x]"]' in text and '"n": [1, -2.5, true, null]' in text
+    assert '"long": [\n' in text  # too long for one line
+    assert loads_tagged(text) == value
