@@ -13,7 +13,7 @@ import click
 
 from qvc.cli.app import cli, session
 from qvc.cli.output import emit_json, page, short, style, value_width
-from qvc.errors import CorruptionError, InvalidInputError, UnknownRunError
+from qvc.errors import InvalidInputError, QvcError, UnknownRunError
 from qvc.readers.dates import ago
 
 
@@ -130,7 +130,7 @@ def run_number(store, thread: str | None, checkpoint_id: str, cache: dict | None
 
         try:
             found = numbers(store, thread)
-        except (UnknownRunError, InvalidInputError, CorruptionError):
+        except QvcError:  # a run that does not read (damaged, not a run after all): no numbers, the log goes on
             found = {}
         if cache is None:
             return found.get(checkpoint_id)
