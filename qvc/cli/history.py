@@ -11,7 +11,7 @@ import click
 from qvc.cli.app import cli, complete_names, revision, run_names, session
 from qvc.cli.following import follow_log
 from qvc.cli.output import emit_json, page, qname, short, style, value_width
-from qvc.cli.runs import show_run
+from qvc.cli.runs import number_entries, run_number, show_run, shown_name
 from qvc.errors import CorruptionError, InvalidInputError, NotFoundError
 from qvc.readers.dates import ago
 from qvc.readers.views import iso
@@ -153,6 +153,7 @@ def log(names: tuple[str, ...], limit: int | None, oneline: bool, graph: bool, a
                         fields=fields)
     entries = walk(store, start, limit=limit, all=all_, exclude=exclude, fields=fields, since=after, until=before,
                    grep=grep, reverse=reverse, first_parent=first_parent, order=order, where=where)
+    entries = number_entries(store, entries)  # a run's checkpoints as RUN@N, as `timeline` and `show` name them
     if as_json:
         emit_json([entry_json(store, e, fields, patch or stat, raw=raw) for e in entries])
         return
@@ -240,10 +241,12 @@ def entry_lines(e, head, oneline: bool, fmt: str | None = None, decorate: str = 
     status = f" [{e.status}]" if e.status else ""
     names = decorations(e, head, decorate)
     if oneline:
-        return [f"{style(e.commit[:7], fg='yellow')} {short(e.checkpoint_id)} step {e.step} · "
+        return [f"{style(e.commit[:7], fg='yellow')} {short(e.checkpoint_id)} "
+                f"{shown_name(e.name, e.n) if e.name else f'step {e.step}'} · "
                 f"{e.source or 'put'} · {len(e.changed)} changed{status}{style(names, fg='cyan')}"]
+    number = f"Run: {shown_name(e.name, e.n)}" if e.name else f"Step: {e.step}"
     return [style(f"checkpoint {e.checkpoint_id}", fg="yellow") + style(names, fg="cyan"),
-            f"Commit:  {e.commit[:12]}   Thread: {e.thread}   Step: {e.step}   "
+            f"Commit:  {e.commit[:12]}   Thread: {e.thread}   {number}   "
             f"Source: {e.source or 'put'}{'   Status: ' + e.status if e.status else ''}",
             f"Date:    {ago(e.time)} ({datetime.fromtimestamp(e.time).astimezone():%Y-%m-%d %H:%M:%S %z})",
             f"Changed: {', '.join(e.changed) if e.changed else '(nothing)'}", ""]
@@ -279,8 +282,11 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool, r
         if name is None or not show_run(store, name, full, as_json):
             raise
         return
+    about = store.commit_info(rev.commit)
+    number = run_number(store, about.thread_id, about.checkpoint_id)  # RUN@N for a run's checkpoint
     if as_json:
-        emit_json(checkpoint_json(store, rev.commit, fields, raw=raw))
+        data = checkpoint_json(store, rev.commit, fields, raw=raw)
+        emit_json({**data, "n": number[0], "name": number[1]} if number else data)
         return
     damaged: dict[str, str] = {}  # fields whose blob does not read: marked, the others shown
     tup = store.read(rev.commit, damaged=damaged)
@@ -297,7 +303,8 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool, r
     width = value_width()
     lines = [style(f"checkpoint {cp.id}", fg="yellow"),
              f"Commit:   {rev.commit}",
-             f"Thread:   {cp.thread_id}   Step: {cp.step}",
+             f"Thread:   {cp.thread_id}   "
+             + (f"Run: {shown_name(number[1], number[0])}" if number else f"Step: {cp.step}"),
              f"Parent:   {parent.thread_id}@{parent.checkpoint_id}" if parent else "Parent:   (none)",
              f"Date:     {ago(info.time)} ({cp.created_at or iso(info.time)})"]
     if tup.metadata:

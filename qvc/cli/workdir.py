@@ -19,6 +19,8 @@ def checkout_to(store, name: str | None, to: str, as_json: bool, force: bool = F
     for field, why in done.damaged.items():
         warn(f"field {field!r} is damaged and was not written: {why} (see `qvc fsck`; a commit from {to} "
              "drops it unless you add its file)")
+    for note in done.notes:
+        warn(note)
     if as_json:
         emit_json({"directory": done.directory, "id": done.id, "thread": done.thread, "files": done.files})
     else:

@@ -50,11 +50,14 @@ class LogEntry:
     message: str = ""  # the commit message (subject ``step N · source · ...``, then trailers)
     tags: list[str] = field(default_factory=list)  # tags (``refs/tags/``) naming this commit
     kinds: dict[str, str] = field(default_factory=dict)  # changed field -> "A", "M" or "D" (git's --name-status)
+    n: int | None = None  # a run checkpoint's number, its message index (qvc.runs.queries.numbers)
+    name: str | None = None  # a run checkpoint's name, ``RUN@n`` as ``qvc show`` takes it
 
     def to_json(self) -> dict[str, Any]:
         """The stable ``--json`` form (documented in docs/cli.md)."""
         return {
             "id": self.checkpoint_id, "commit": self.commit, "thread": self.thread, "step": self.step,
+            "n": self.n, "name": self.name,
             "source": self.source, "time": datetime.fromtimestamp(self.time, timezone.utc).isoformat(),
             "timestamp": self.time, "parents": list(self.parents), "changed": self.changed,
             "status": self.status, "heads": self.heads, "tags": self.tags, "superseded": self.superseded,

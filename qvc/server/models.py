@@ -191,6 +191,8 @@ class RunView(BaseModel):
 
 class TimelineEntry(BaseModel):
     id: str = Field(description="The checkpoint id: stable, accepted by /checkpoints/{at}")
+    n: int = Field(description="The checkpoint's number, its message index, as `qvc log`/`timeline`/`show` print it")
+    name: str = Field(description="RUN@n (RUN@<checkpoint id> where RUN@n names another checkpoint)")
     run_id: str
     message_index: int
     continue_from: int

@@ -552,7 +552,8 @@ class GitCheckpointStore(CheckpointStore):
                            self._history.known_blob)
 
     def put(self, config: CheckpointConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-            new_versions: StateVersions | None = None, *, expected_head: str | None = UNCHECKED) -> CheckpointConfig:
+            new_versions: StateVersions | None = None, *, expected_head: str | None = UNCHECKED,
+            header: Mapping[str, Any] | None = None) -> CheckpointConfig:
         """Store ``checkpoint`` as a commit on ``config.thread_id`` and move the thread's head to it.
 
         The parent is the checkpoint named by ``checkpoint.parent_id`` when given, else the
@@ -567,7 +568,10 @@ class GitCheckpointStore(CheckpointStore):
         checkpoints) makes any write a compare-and-swap: if the thread's head is not that
         commit when the write starts, or moves before it ends, :class:`CheckpointConflictError`
         names the thread and nothing is stored. ``new_versions`` is accepted for compatibility;
-        versions are derived from the stored trees.
+        versions are derived from the stored trees. ``header`` holds keys an adapter keeps in the
+        checkpoint's header beside the store's own (``{"langgraph": ...}``: what names its viewer
+        and editor, :mod:`qvc.store.viewers`); one of the store's own keys there is an
+        :class:`InvalidInputError`.
 
         A put that raised :class:`CheckpointConflictError` stored nothing: retrying it with the
         same id and content stores it (once the conflict's cause is gone).
@@ -581,12 +585,17 @@ class GitCheckpointStore(CheckpointStore):
         thread = _thread_of(config)
         _check_checkpoint(checkpoint, thread)
         metadata = _check_mapping(metadata, "metadata")
+        extra = _check_mapping(header, "header")
         header = {
             "id": checkpoint.id, "thread_id": thread, "step": checkpoint.step, "parent_id": checkpoint.parent_id,
             "created_at": checkpoint.created_at, "schema_version": checkpoint.schema_version,
             "versions_seen": checkpoint.versions_seen,
             "pending_writes": [list(w) for w in checkpoint.pending_writes or []],
         }
+        clash = sorted(k for k in extra if k in header or k == "versions")
+        if clash:
+            raise InvalidInputError(f"header keys {clash} are the store's own")
+        header.update(extra)
         ref = head_ref(thread)
         with self._repo.transaction() as tx:
             head = tx.ref(ref)

@@ -34,8 +34,8 @@ from qvc.errors import InvalidThreadIdError  # noqa: E402
 from qvc.types import PendingWrite  # noqa: E402
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-LOG_KEYS = {"id", "commit", "thread", "step", "source", "time", "timestamp", "parents", "changed", "status",
-            "heads", "tags", "superseded"}
+LOG_KEYS = {"id", "commit", "thread", "step", "n", "name", "source", "time", "timestamp", "parents", "changed",
+            "status", "heads", "tags", "superseded"}
 STATUS_KEYS = {"path", "thread", "head", "head_id", "head_step", "durability", "threads", "superseded_lines",
                "pending_writes", "recovery", "maintenance_due", "replication", "damaged", "failures",
                "last_failures"}
