@@ -148,7 +148,7 @@ def test_an_untouched_checkout_commits_identical_channel_values(agent_repo, tmp_
     _, before = _state(agent_repo)
     work = tmp_path / "same"
     qvc("--repo", str(agent_repo), "checkout", "t1", "--to", str(work))
-    done = qvc_json("--repo", str(agent_repo), "commit", str(work))
+    done = qvc_json("--repo", str(agent_repo), "commit", str(work), "--allow-empty")
     assert done["changed"] == []
     with GitCheckpointStore(agent_repo) as store:
         head = store.head("t1")
