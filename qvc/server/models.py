@@ -69,6 +69,31 @@ class ThreadPage(BaseModel):
     threads: List[ThreadRow]
 
 
+class SearchMatch(BaseModel):
+    path: List[Any] = Field(description="Where in the head's state: the field, then keys and list indexes")
+    role: Optional[str] = Field(description="The matching message's role (null: not in a conversation)")
+    snippet: str
+
+
+class SearchHit(BaseModel):
+    thread: str
+    head: str
+    head_id: str
+    step: Optional[int]
+    status: Optional[str]
+    updated: str
+    timestamp: int
+    run: Optional[RunRef]
+    matches: List[SearchMatch] = Field(description="The first messages that say the text (empty without q)")
+
+
+class SearchPage(BaseModel):
+    total: int = Field(description="Threads matching (all pages)")
+    offset: int
+    limit: int
+    threads: List[SearchHit]
+
+
 class LogEntry(BaseModel):
     id: str
     commit: str
