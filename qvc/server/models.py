@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Literal, Optional
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 Boundary = int | Literal["end", "last_user"]
 
@@ -161,23 +161,30 @@ class CheckpointView(BaseModel):
 
 
 class Change(BaseModel):
+    model_config = ConfigDict(extra="allow")  # what `qvc diff --json` adds to a change is passed on
+
     path: List[Any]
-    op: Literal["add", "remove", "change"]
+    op: str = Field(description="add, remove, change (or another kind `qvc diff --json` names)")
     old: Any = None
     new: Any = None
     member: Optional[bool] = None
 
 
 class FieldDiff(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
     field: str
     status: Literal["added", "removed", "changed"]
     changes: List[Change]
 
 
 class DiffView(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
     a: Optional[str] = Field(description="The old commit (null: B's parent, or nothing for a first checkpoint)")
     b: str
     fields: List[FieldDiff]
+    summary: Any = Field(None, description="What changed in one line, when the diff says it (shown first)")
 
 
 class RunSummary(BaseModel):

@@ -100,7 +100,9 @@ function dayBound(value, end) {
   return isNaN(d.getTime()) ? null : "@" + Math.floor(d.getTime() / 1000);
 }
 
+let listSeq = 0;
 async function loadThreads(append = false) {
+  const seq = ++listSeq;  // the last asked wins: an older answer (a slower search) never overwrites it
   const text = $("#search").value.trim();
   const since = dayBound($("#since").value, false), until = dayBound($("#until").value, true);
   const searching = Boolean(text || since || until);
@@ -114,9 +116,10 @@ async function loadThreads(append = false) {
   try {
     page = await api("GET", (searching ? "/api/search?" : "/api/threads?") + q);
   } catch (e) {
-    notice(e.message, true);
+    if (seq === listSeq) notice(e.message, true);
     return;
   }
+  if (seq !== listSeq) return;
   state.threads = append ? state.threads.concat(page.threads) : page.threads;
   state.total = page.total;
   state.searching = searching;
@@ -630,9 +633,13 @@ async function refresh() {
   }
 }
 
+// One event stream per page, closed when the page is hidden in the back/forward cache (a browser
+// keeps about six connections to a server: streams of cached pages would starve the live one).
+let source = null;
 function listen() {
   const live = $("#live");
-  const source = new EventSource("/api/events");
+  if (source) source.close();
+  source = new EventSource("/api/events");
   source.addEventListener("ready", () => { live.className = "live on"; live.textContent = "live"; });
   source.addEventListener("change", () => {
     clearTimeout(pending);
@@ -640,6 +647,9 @@ function listen() {
   });
   source.onerror = () => { live.className = "live off"; live.textContent = "reconnecting"; };
 }
+
+window.addEventListener("pagehide", () => { if (source) { source.close(); source = null; } });
+window.addEventListener("pageshow", (ev) => { if (ev.persisted) { listen(); refresh(); } });
 
 // -- start -----------------------------------------------------------------------------------
 
