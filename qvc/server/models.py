@@ -176,6 +176,8 @@ class FieldDiff(BaseModel):
     field: str
     status: Literal["added", "removed", "changed"]
     changes: List[Change]
+    summary: Optional[str] = Field(None, description="a conversation field's summary line")
+    counts: Optional[Dict[str, int]] = None
 
 
 class DiffView(BaseModel):
