@@ -378,9 +378,10 @@ function fieldSummary(f, conversation) {
 function summaryLine(diff) {
   if (typeof diff.summary === "string" && diff.summary) return diff.summary;
   if (!diff.fields.length) return "No change.";
-  const conv = (f) => isConversation(state.cp && state.cp.state[f.field]);
+  const conv = (f) => Boolean(f.summary) || isConversation(state.cp && state.cp.state[f.field]);
+  const first = [...diff.fields].sort((x, y) => conv(y) - conv(x));  // the conversation's changes lead
   return `${plural(diff.fields.length, "field")} changed — ` +
-    diff.fields.map((f) => `${f.field}: ${fieldSummary(f, conv(f))}`).join("; ");
+    first.map((f) => `${f.field}: ${fieldSummary(f, conv(f))}`).join("; ");
 }
 
 async function loadDiff() {
