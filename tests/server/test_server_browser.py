@@ -27,6 +27,7 @@ if os.environ.get("CI") != "true":
     pytest.importorskip("fastapi", reason='qvc serve needs the server extra: pip install -e ".[test]"')
     pytest.importorskip("selenium", reason='selenium is in the test extra: pip install -e ".[test]"')
     pytest.importorskip("langgraph.prebuilt", reason='LangGraph is in the test extra: pip install -e ".[test]"')
+    pytest.importorskip("agno.agent", reason='agno is in the test extra: pip install -e ".[test]"')
     if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
         pytest.skip("headless Chromium is not installed (apt-get install chromium chromium-driver)",
                     allow_module_level=True)
@@ -91,7 +92,8 @@ def timeline(d) -> list:
 def repo(tmp_path_factory) -> Path:
     """qvc runs: "done" (COMPLETED, three tool batches), "broken" (a failed tool, then the model
     fails: ERROR), "retried" (the same, then continued in place from message 5: the old tail is a
-    superseded line); and the LangGraph thread "weather" (a tool call and its answer)."""
+    superseded line); the LangGraph thread "weather" (a tool call and its answer); and the agno
+    run "a1" (a tool call and its answer)."""
     path = tmp_path_factory.mktemp("page") / "runs.qvc"
     with GitCheckpointStore(path) as store:
         runs = Runs(store)
@@ -105,7 +107,26 @@ def repo(tmp_path_factory) -> Path:
             drive(rec, ScriptedModel(FAILING_PLAN[:1] + [[("search", {"city": "Lagos"})]]), make_tools())
     with QvcSaver(path) as saver:
         ask(saver, "weather", "Oslo", 1)
+    agno_run(path)
     return path
+
+
+def capital(country: str) -> str:
+    """The capital of a country."""
+    return {"Norway": "Oslo"}.get(country, "unknown")
+
+
+def agno_run(path: Path) -> None:
+    """A real agno agent (a scripted model, no key) recording run "a1" of session "agno" through QvcDb."""
+    from agno.agent import Agent
+
+    from qvc.integrations.agno import QvcDb
+    from qvc.integrations.agno.scripted import ScriptedModel
+
+    db = QvcDb(path)
+    agent = Agent(model=ScriptedModel(script=[[("capital", {"country": "Norway"})], "The capital of Norway is Oslo."]),
+                  db=db, tools=[capital], checkpoint="tool-batch", session_id="agno", telemetry=False)
+    agent.run("What is the capital of Norway?", run_id="a1")
 
 
 @pytest.fixture(scope="module")
@@ -231,6 +252,17 @@ def test_a_langgraph_thread_reads_as_a_conversation(page, browser, artifacts):
     assert texts(browser, "#conversation li.msg.role-assistant .msg-text")[-1] == "Snow is likely in Oslo: 3°C."
     assert YEAR in browser.find_element(By.CSS_SELECTOR, "#conversation-info time").get_attribute("textContent")
     shot(browser, artifacts, "langgraph-conversation")
+
+
+def test_an_agno_run_reads_as_a_conversation(page, browser, artifacts):
+    wait = page("run/agno/a1")
+    wait.until(text_in("conversation-title", "(COMPLETED)"))
+    assert "What is the capital of Norway?" in texts(browser, "#conversation li.msg.role-user")[0]
+    call = browser.find_element(By.CSS_SELECTOR, '#conversation .tool-call[data-name="capital"]')
+    assert '"country":"Norway"' in call.text and "Oslo" in call.find_element(By.CSS_SELECTOR, ".tool-result").text
+    assert "The capital of Norway is Oslo." in texts(browser, "#conversation li.msg.role-assistant .msg-text")[-1]
+    assert browser.find_elements(By.CSS_SELECTOR, "#conversation li.marker time")
+    shot(browser, artifacts, "agno-conversation")
 
 
 # -- diff between two picked checkpoints -----------------------------------------------------------
