@@ -166,7 +166,7 @@ def page(server, browser, artifacts, request):
 
     def open_page(thread: str | None = None):
         browser.get("about:blank")
-        browser.get(server.url + (f"#t={thread}" if thread else ""))
+        browser.get(base_url(server) + (f"#t={thread}" if thread else ""))
         wait.until(text_in("live", "live"))
         if thread:
             wait.until(text_in("thread-name", thread))
@@ -177,6 +177,11 @@ def page(server, browser, artifacts, request):
     if severe:
         browser.save_screenshot(str(artifacts / f"{request.node.name}-failure.png"))
     assert not severe, severe
+
+
+def base_url(server: Server) -> str:
+    """The URL `qvc serve` printed: with ``?token=`` when the server has one for actions."""
+    return getattr(server, "page", server.url)
 
 
 def shot(browser, artifacts: Path, name: str) -> None:
@@ -373,7 +378,7 @@ def test_the_page_opens_threads_with_any_id(tmp_path, browser):
     try:
         wait = WebDriverWait(browser, 20)
         browser.get("about:blank")
-        browser.get(server.url)
+        browser.get(base_url(server))
         wait.until(text_in("live", "live"))
         pick = "const t = arguments[0]; const li = [...document.querySelectorAll('li[data-thread]')]" \
                ".find((n) => n.dataset.thread === t); if (li) li.click(); return !!li;"
