@@ -256,7 +256,16 @@ def test_a_langgraph_thread_reads_as_a_conversation(page, browser, artifacts):
         By.CSS_SELECTOR, ".tool-result").text
     assert texts(browser, "#conversation li.msg.role-assistant .msg-text")[-1] == "Snow is likely in Oslo: 3°C."
     assert YEAR in browser.find_element(By.CSS_SELECTOR, "#conversation-info time").get_attribute("textContent")
+    # Each checkpoint of the graph is a point on the conversation, where its messages end, dated.
+    markers = wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#conversation li.marker")
+                         if len(d.find_elements(By.CSS_SELECTOR, "#conversation li.marker")) == 5 else False)
+    assert [m.get_attribute("data-index") for m in markers] == ["0", "1", "2", "3", "4"]
+    assert all(YEAR in t for t in texts(browser, "#conversation li.marker time"))
     shot(browser, artifacts, "langgraph-conversation")
+    # A click on one goes there: the conversation as it was after the tool's result.
+    wait.until(click('#conversation li.marker[data-index="3"]'))
+    wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#conversation li.msg")) == 2)
+    assert browser.find_element(By.CSS_SELECTOR, "#conversation li.marker.selected").get_attribute("data-index") == "3"
 
 
 def test_an_agno_run_reads_as_a_conversation(page, browser, artifacts):

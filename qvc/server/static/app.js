@@ -468,12 +468,36 @@ function messageEl(m, results) {
     head, contentEl(m.content), ...calls, extra);
 }
 
+// A checkpoint as a point on the conversation: a run's timeline entry, or a thread's log entry
+// (`commit` and `source` set, `message_index` its conversation's length there).
 function markerEl(e) {
   const selected = state.cp && e.id === state.cp.id;
-  return el("li", { class: "marker" + (selected ? " selected" : "") + (e.current ? "" : " old"), "data-id": e.id,
-                    "data-index": e.message_index, title: `checkpoint ${e.id}`, onclick: () => pick(e.id) },
-    el("span", { class: "dot" }, "●"), ` checkpoint at message ${e.message_index} · ${e.reason} · `, statusBadge(e.status), " · ",
-    dateEl(e.time || e.created_at));
+  const what = e.commit ? `step ${e.step} · ${e.source || "put"}` : e.reason;
+  return el("li", { class: "marker" + (selected ? " selected" : "") + (e.current === false ? " old" : ""), "data-id": e.id,
+                    "data-index": e.message_index, title: `checkpoint ${e.id}`, onclick: () => pick(e.commit || e.id) },
+    el("span", { class: "dot" }, "●"), ` checkpoint at message ${e.message_index} · ${what}`,
+    e.status ? [" · ", statusBadge(e.status)] : "", " · ", dateEl(e.time || e.created_at));
+}
+
+// How long conversation field `name` was at each checkpoint of the line leading to `commit`
+// (its latest MARKERS checkpoints; commits never change, so each is asked once).
+const MARKERS = 60;
+const lengths = new Map();
+async function pointsOn(commit, name) {
+  const byCommit = new Map(lineNodes().map((n) => [n.e.commit, n]));
+  const chain = [];
+  for (let n = byCommit.get(commit); n && chain.length < MARKERS; n = byCommit.get(n.e.parents[0])) chain.push(n);
+  await Promise.all(chain.map(async (n) => {
+    const key = n.e.commit + "\n" + name;
+    if (lengths.has(key)) return;
+    try {
+      const cp = await api("GET", "/api/checkpoints/" + enc(n.e.commit));  // (a graph's input checkpoint lacks the field)
+      lengths.set(key, Array.isArray(cp.state[name]) ? cp.state[name].length : 0);
+    } catch (e) {
+      lengths.set(key, 0);
+    }
+  }));
+  return chain.reverse().map((n) => ({ ...n.e, current: !n.superseded, message_index: lengths.get(n.e.commit + "\n" + name) }));
 }
 
 // The messages, each tool call with its result under it, and the checkpoints (`markers`, each at
@@ -533,7 +557,9 @@ async function renderConversation(cp, seq) {
   const items = [];
   for (const [name, v] of fields) {
     if (fields.length > 1) items.push(el("li", { class: "field-head" }, el("code", {}, name)));
-    items.push(...conversationEls(v, []));
+    const markers = fields.length === 1 && findNode(cp.commit) ? await pointsOn(cp.commit, name) : [];
+    if (seq !== state.seq) return;
+    items.push(...conversationEls(v, markers));
   }
   $("#conversation").replaceChildren(...(items.length ? items
     : [el("li", { class: "dim" }, "No conversation in this checkpoint's state (its fields are on the right).")]));
