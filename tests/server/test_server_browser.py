@@ -184,7 +184,10 @@ def base_url(server: Server) -> str:
     return getattr(server, "page", server.url)
 
 
-def shot(browser, artifacts: Path, name: str) -> None:
+def shot(browser, artifacts: Path, name: str, at: str | None = None) -> None:
+    """A screenshot of the page, scrolled to the top or to element ``at``."""
+    browser.execute_script("const e = arguments[0] && document.getElementById(arguments[0]);"
+                           "if (e) e.scrollIntoView(); else window.scrollTo(0, 0);", at)
     assert browser.save_screenshot(str(artifacts / f"{name}.png"))
 
 
@@ -244,7 +247,8 @@ def test_superseded_rows_sit_where_they_branched(page, browser, artifacts):
     assert rows[first_old - 1][0] == "5" and all("superseded" in t for _, t, old in rows if old)
     assert browser.find_elements(By.CSS_SELECTOR, "#graph .node.superseded")
     assert all("superseded" in t for t in texts(browser, "#graph .node.superseded text"))
-    shot(browser, artifacts, "run-superseded")
+    shot(browser, artifacts, "run-superseded-tree")
+    shot(browser, artifacts, "run-superseded-timeline", "run")
 
 
 def test_a_langgraph_thread_reads_as_a_conversation(page, browser, artifacts):
@@ -360,7 +364,7 @@ def test_live_updates_and_continue_from_an_inner_boundary(page, browser, artifac
     new_thread = wait.until(attribute("#graph .node.fork", "data-thread"))
     assert new_thread.startswith("run/s1/") and new_thread != "run/s1/done"
     wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, f'li[data-thread="{new_thread}"]')))
-    shot(browser, artifacts, "fork-tree")
+    shot(browser, artifacts, "fork-tree", "thread-name")
     wait.until(click(f'#graph .node.fork[data-thread="{new_thread}"] text'))
     wait.until(text_in("thread-name", new_thread))
     wait.until(lambda d: len(timeline(d)) == 1 and "and Berlin?" in timeline(d)[0][1])
