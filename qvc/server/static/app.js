@@ -527,15 +527,16 @@ function chainTo(id) {
 async function renderConversation(cp, seq) {
   const runId = runOf(cp.thread);
   $("#run-error").hidden = true;
+  let snap = null;
   if (runId) {
-    let snap;
     try {
       snap = await api("GET", `/api/runs/${enc(runId)}/checkpoints/${enc(cp.id)}`);
     } catch (e) {
-      if (seq === state.seq) notice(e.message, true);
-      return;
+      snap = null;  // named like a run's thread, but not a run's checkpoint: shown from its state below
     }
     if (seq !== state.seq) return;
+  }
+  if (snap) {
     const run = snap.run;
     $("#conversation-title").textContent = `The run at message ${snap.message_index} (${run.status})`;
     const entry = state.timeline.find((e) => e.id === cp.id);
@@ -697,11 +698,13 @@ async function start() {
   for (const id of ["#status", "#since", "#until"]) $(id).addEventListener("change", () => loadThreads());
   $("#more").addEventListener("click", () => loadThreads(true));
   $("#compare").addEventListener("change", () => { state.compare = $("#compare").value || null; drawGraph(); loadDiff(); });
-  $("#pick").addEventListener("click", () => {
-    state.picking = true;
-    document.body.classList.add("picking");
-    notice("Click the checkpoint to compare with (in the fork tree, the conversation or the timeline).");
-  });
+  const picking = (on) => {
+    state.picking = on;
+    document.body.classList.toggle("picking", on);
+    notice(on ? "Click the checkpoint to compare with (in the fork tree, the conversation or the timeline); Esc cancels." : "");
+  };
+  $("#pick").addEventListener("click", () => picking(!state.picking));
+  document.addEventListener("keydown", (ev) => { if (ev.key === "Escape" && state.picking) picking(false); });
   await loadThreads();
   const h = readHash();
   if (h.t) await openThread(h.t, h.c);
