@@ -7,7 +7,10 @@ registered for it, the way :data:`qvc.store.git_store.SERVICES` plugs services i
 
 A viewer is registered under a *header key*: a key the adapter writes into its checkpoints'
 header (:meth:`~qvc.store.git_store.GitCheckpointStore.header`) beside the store's own, such as
-``"langgraph"``. It comes from either
+``"langgraph"``; or, for writers that store through the store's ``put`` (which writes no header
+keys but the store's), under ``"source:<name>"`` for checkpoints whose metadata's ``source`` is
+``<name>`` (:mod:`qvc.runs` and agno's runs write ``"source": "run"``: ``"source:run"``). Header
+keys are looked up first. It comes from either
 
 - the ``qvc.viewers`` entry-point group (name: the header key, value: ``module:function``), read
   the first time a checkpoint carries a key the store does not write, and its module imported
@@ -41,6 +44,10 @@ Viewer = Callable[..., "dict[str, Any]"]
 #: up for them (a checkpoint with only these never reads the entry points).
 STORE_KEYS = frozenset({"id", "thread_id", "step", "parent_id", "created_at", "schema_version",
                         "versions_seen", "pending_writes", "versions"})
+#: Metadata ``source`` values of plain checkpoints (qvc's ``put``, ``qvc commit``, forks, and the
+#: ``input``/``loop`` steps LangGraph names, whose checkpoints have a header key): no viewer is
+#: looked up for them, so showing one never reads the entry points.
+STORE_SOURCES = frozenset({"", "put", "update", "fork", "commit", "input", "loop"})
 
 _lock = threading.Lock()
 _registered: dict[str, Viewer] = {}
@@ -86,10 +93,22 @@ def view_state(store: GitCheckpointStore, sha: str, state: dict[str, Any], *, pl
     :data:`Viewer`), or ``state`` itself when no key has one.
     Reads the checkpoint's header; raises what the viewer raises
     (:class:`~qvc.errors.CorruptionError` for values that do not decode)."""
-    for key in store.header(sha)[0]:
+    viewer = viewer_of(store, sha)
+    return viewer(store, sha, state, plain=plain) if viewer is not None else state
+
+
+def viewer_of(store: GitCheckpointStore, sha: str) -> Optional[Viewer]:
+    """The viewer of checkpoint commit ``sha``: that of the first of its header's keys that has
+    one, else that of ``"source:" + `` its metadata's ``source``, else ``None`` (its values are
+    shown as stored). Reads the checkpoint's header."""
+    header, metadata = store.header(sha)
+    for key in header:
         if key in STORE_KEYS:
             continue
         viewer = viewer_for(key)
         if viewer is not None:
-            return viewer(store, sha, state, plain=plain)
-    return state
+            return viewer
+    source = metadata.get("source") if isinstance(metadata, dict) else None
+    if isinstance(source, str) and source not in STORE_SOURCES:
+        return viewer_for("source:" + source)
+    return None

@@ -35,7 +35,7 @@ from qvc.types import PendingWrite  # noqa: E402
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 LOG_KEYS = {"id", "commit", "thread", "step", "source", "time", "timestamp", "parents", "changed", "status",
-            "heads", "superseded"}
+            "heads", "tags", "superseded"}
 STATUS_KEYS = {"path", "thread", "head", "head_id", "head_step", "durability", "threads", "superseded_lines",
                "pending_writes", "recovery", "maintenance_due", "replication", "damaged", "failures",
                "last_failures"}
@@ -704,7 +704,8 @@ def test_checkout_to_and_commit_roundtrip(repo, tmp_path):
     diffs = {d["field"]: d for d in ok_json("diff", "HEAD")}
     assert set(diffs) == {"messages", "scratch", "note"}
     assert diffs["scratch"]["status"] == "removed"
-    assert diffs["messages"]["changes"] == [{"path": [1], "op": "change", "old": "bad tool result", "new": "fixed"}]
+    assert diffs["messages"]["changes"] == [{"path": [1], "op": "remove", "old": "bad tool result"},
+                                            {"path": [1], "op": "add", "new": "fixed"}]  # never paired by position
     assert [e["source"] for e in ok_json("log", "-n", "2")] == ["update", "loop"]
 
 
