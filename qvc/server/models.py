@@ -99,6 +99,8 @@ class LogEntry(BaseModel):
     commit: str
     thread: Optional[str]
     step: Optional[int]
+    n: Optional[int] = Field(None, description="A run checkpoint's number, as `qvc log`/`timeline`/`show` print it")
+    name: Optional[str] = Field(None, description="A run checkpoint's name, RUN@n as `qvc show` takes it")
     source: str
     time: str
     timestamp: int

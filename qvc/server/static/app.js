@@ -207,10 +207,13 @@ function findNode(commitOrId) {
   return lineNodes().find((n) => n.e.commit === commitOrId || n.e.id === commitOrId) || null;
 }
 
+// A checkpoint's number as the command line prints it: RUN@N for a run's, else its step.
+const label = (e) => e.name || `step ${e.step}`;
+
 function describe(commit) {
   const n = findNode(commit);
   if (!n) return commit ? commit.slice(0, 10) : "";
-  return `step ${n.e.step} · ${shortId(n.e.id)}${n.superseded ? " (superseded)" : ""} · ${fullDate(n.e.time)}`;
+  return `${label(n.e)} · ${shortId(n.e.id)}${n.superseded ? " (superseded)" : ""} · ${fullDate(n.e.time)}`;
 }
 
 // Click on a checkpoint anywhere: select it, or, after "Compare with…", diff against it.
@@ -274,7 +277,7 @@ function drawGraph() {
     const fill = { line: "#57606a", source: "#8c959f", superseded: "#fff", fork: "#1f6feb" }[n.kind];
     const label = n.kind === "fork"
       ? `↳ fork: ${n.fork.thread}${n.fork.run ? " (run " + n.fork.run.run_id + ")" : ""}`
-      : `${fullDate(n.e.time)} · step ${n.e.step} · ${shortId(n.e.id)} · ${n.e.source || "put"}${n.e.status ? " · " + n.e.status : ""}` +
+      : `${fullDate(n.e.time)} · ${label(n.e)} · ${shortId(n.e.id)} · ${n.e.source || "put"}${n.e.status ? " · " + n.e.status : ""}` +
         `${n.e.heads.length ? "  (" + n.e.heads.join(", ") + ")" : ""}${n.kind === "superseded" ? "  superseded" : ""}` +
         `${n.kind === "source" ? "  [" + n.e.thread + "]" : ""}`;
     const selected = state.checkpoint && (n.e.commit === state.checkpoint || n.e.id === state.checkpoint);
@@ -472,7 +475,7 @@ function messageEl(m, results) {
 // (`commit` and `source` set, `message_index` its conversation's length there).
 function markerEl(e) {
   const selected = state.cp && e.id === state.cp.id;
-  const what = e.commit ? `step ${e.step} · ${e.source || "put"}` : e.reason;
+  const what = e.commit ? `${label(e)} · ${e.source || "put"}` : e.name ? `${e.name} · ${e.reason}` : e.reason;
   return el("li", { class: "marker" + (selected ? " selected" : "") + (e.current === false ? " old" : ""), "data-id": e.id,
                     "data-index": e.message_index, title: `checkpoint ${e.id}`, onclick: () => pick(e.commit || e.id) },
     el("span", { class: "dot" }, "●"), ` checkpoint at message ${e.message_index} · ${what}`,
@@ -540,7 +543,7 @@ async function renderConversation(cp, seq) {
     const run = snap.run;
     $("#conversation-title").textContent = `The run at message ${snap.message_index} (${run.status})`;
     const entry = state.timeline.find((e) => e.id === cp.id);
-    $("#conversation-info").replaceChildren(`run ${run.run_id} · checkpoint ${shortId(cp.id)}` +
+    $("#conversation-info").replaceChildren(`run ${run.run_id} · ${entry && entry.name ? entry.name + " · " : ""}checkpoint ${shortId(cp.id)}` +
       (entry ? ` · ${entry.reason}` : "") + (snap.current ? "" : " · superseded") + " · ", dateEl(cp.created_at || cp.time));
     if (run.error) {
       const err = run.error;
