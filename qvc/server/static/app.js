@@ -208,12 +208,12 @@ function findNode(commitOrId) {
 }
 
 // A checkpoint's number as the command line prints it: RUN@N for a run's, else its step.
-const label = (e) => e.name || `step ${e.step}`;
+const numberOf = (e) => e.name || `step ${e.step}`;
 
 function describe(commit) {
   const n = findNode(commit);
   if (!n) return commit ? commit.slice(0, 10) : "";
-  return `${label(n.e)} · ${shortId(n.e.id)}${n.superseded ? " (superseded)" : ""} · ${fullDate(n.e.time)}`;
+  return `${numberOf(n.e)} · ${shortId(n.e.id)}${n.superseded ? " (superseded)" : ""} · ${fullDate(n.e.time)}`;
 }
 
 // Click on a checkpoint anywhere: select it, or, after "Compare with…", diff against it.
@@ -277,7 +277,7 @@ function drawGraph() {
     const fill = { line: "#57606a", source: "#8c959f", superseded: "#fff", fork: "#1f6feb" }[n.kind];
     const label = n.kind === "fork"
       ? `↳ fork: ${n.fork.thread}${n.fork.run ? " (run " + n.fork.run.run_id + ")" : ""}`
-      : `${fullDate(n.e.time)} · ${label(n.e)} · ${shortId(n.e.id)} · ${n.e.source || "put"}${n.e.status ? " · " + n.e.status : ""}` +
+      : `${fullDate(n.e.time)} · ${numberOf(n.e)} · ${shortId(n.e.id)} · ${n.e.source || "put"}${n.e.status ? " · " + n.e.status : ""}` +
         `${n.e.heads.length ? "  (" + n.e.heads.join(", ") + ")" : ""}${n.kind === "superseded" ? "  superseded" : ""}` +
         `${n.kind === "source" ? "  [" + n.e.thread + "]" : ""}`;
     const selected = state.checkpoint && (n.e.commit === state.checkpoint || n.e.id === state.checkpoint);
@@ -475,7 +475,7 @@ function messageEl(m, results) {
 // (`commit` and `source` set, `message_index` its conversation's length there).
 function markerEl(e) {
   const selected = state.cp && e.id === state.cp.id;
-  const what = e.commit ? `${label(e)} · ${e.source || "put"}` : e.name ? `${e.name} · ${e.reason}` : e.reason;
+  const what = e.commit ? `${numberOf(e)} · ${e.source || "put"}` : e.name ? `${e.name} · ${e.reason}` : e.reason;
   return el("li", { class: "marker" + (selected ? " selected" : "") + (e.current === false ? " old" : ""), "data-id": e.id,
                     "data-index": e.message_index, title: `checkpoint ${e.id}`, onclick: () => pick(e.commit || e.id) },
     el("span", { class: "dot" }, "●"), ` checkpoint at message ${e.message_index} · ${what}`,
