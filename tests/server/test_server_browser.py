@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -48,7 +49,7 @@ from samples.scripted_agent import QUESTION, RESEARCH_PLAN, SYSTEM, ScriptedMode
 
 #: A plan with a failing tool call (lookup of an unknown city) in its first batch.
 FAILING_PLAN = [[("search", {"city": "Paris"}), ("lookup", {"city": "Atlantis"})], [("search", {"city": "Tokyo"})]]
-YEAR = "2026"  # the repository is made now: its dates carry this year or a later one
+YEAR = str(time.localtime().tm_year)  # the repository is made now: its dates carry this year
 
 
 def text_in(element_id: str, text: str):
