@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from qvc.errors import CorruptionError
@@ -83,22 +84,13 @@ def search(store: GitCheckpointStore, text: Optional[str] = None, *, status: Opt
             hit = Hit(thread, tip, e.checkpoint_id, e.step, e.status, e.time)
             if needle is not None:
                 state = state_of(store, tip, store.read(tip).checkpoint.state_data, plain=True)
-                hit.matches = _first(_matches(state, needle), max_matches)
+                hit.matches = list(islice(_matches(state, needle), max_matches))
                 if not hit.matches:
                     continue
         except CorruptionError as exc:
             log.warning("qvc: warning: thread %r is damaged, not searched: %s", thread, exc)
             continue
         out.append(hit)
-    return out
-
-
-def _first(found: Iterator[Match], n: int) -> list[Match]:
-    out = []
-    for m in found:
-        if len(out) >= n:
-            break
-        out.append(m)
     return out
 
 
