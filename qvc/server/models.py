@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Literal, Optional
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 Boundary = int | Literal["end", "last_user"]
 
@@ -69,11 +69,38 @@ class ThreadPage(BaseModel):
     threads: List[ThreadRow]
 
 
+class SearchMatch(BaseModel):
+    path: List[Any] = Field(description="Where in the head's state: the field, then keys and list indexes")
+    role: Optional[str] = Field(description="The matching message's role (null: not in a conversation)")
+    snippet: str
+
+
+class SearchHit(BaseModel):
+    thread: str
+    head: str
+    head_id: str
+    step: Optional[int]
+    status: Optional[str]
+    updated: str
+    timestamp: int
+    run: Optional[RunRef]
+    matches: List[SearchMatch] = Field(description="The first messages that say the text (empty without q)")
+
+
+class SearchPage(BaseModel):
+    total: int = Field(description="Threads matching (all pages)")
+    offset: int
+    limit: int
+    threads: List[SearchHit]
+
+
 class LogEntry(BaseModel):
     id: str
     commit: str
     thread: Optional[str]
     step: Optional[int]
+    n: Optional[int] = Field(None, description="A run checkpoint's number, as `qvc log`/`timeline`/`show` print it")
+    name: Optional[str] = Field(None, description="A run checkpoint's name, RUN@n as `qvc show` takes it")
     source: str
     time: str
     timestamp: int
@@ -136,14 +163,18 @@ class CheckpointView(BaseModel):
 
 
 class Change(BaseModel):
+    model_config = ConfigDict(extra="allow")  # what `qvc diff --json` adds to a change is passed on
+
     path: List[Any]
-    op: Literal["add", "remove", "change"]
+    op: str = Field(description="add, remove, change (or another kind `qvc diff --json` names)")
     old: Any = None
     new: Any = None
     member: Optional[bool] = None
 
 
 class FieldDiff(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
     field: str
     status: Literal["added", "removed", "changed"]
     changes: List[Change]
@@ -152,9 +183,12 @@ class FieldDiff(BaseModel):
 
 
 class DiffView(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
     a: Optional[str] = Field(description="The old commit (null: B's parent, or nothing for a first checkpoint)")
     b: str
     fields: List[FieldDiff]
+    summary: Any = Field(None, description="What changed in one line, when the diff says it (shown first)")
 
 
 class RunSummary(BaseModel):

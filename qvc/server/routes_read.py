@@ -1,7 +1,8 @@
-"""The read routes of ``qvc serve``: the repository, its threads, a thread's line, a checkpoint
-and a diff. Each is one library call (:mod:`qvc.readers.status`, :mod:`qvc.readers.views`,
-:mod:`qvc.readers.statediff`) over the application's read-only store (:data:`~qvc.server.deps.Reader`):
-no lock, no journal, and the writes of other processes are seen at the next request.
+"""The read routes of ``qvc serve``: the repository, its threads, a thread's line, a checkpoint,
+a diff and a search. Each is one library call (:mod:`qvc.readers.status`, :mod:`qvc.readers.views`,
+:mod:`qvc.readers.statediff`, :mod:`qvc.readers.search`) over the application's read-only store
+(:data:`~qvc.server.deps.Reader`): no lock, no journal, and the writes of other processes are seen
+at the next request.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from typing import Annotated, Any, Dict, List, Optional
 from fastapi import APIRouter, Path, Query
 
 from qvc.errors import CorruptionError
+from qvc.readers.dates import parse_date
+from qvc.readers.search import search as search_threads
 from qvc.readers.statediff import to_json
 from qvc.readers.status import status as repository_status
 from qvc.readers.views import checkpoint_json, diff_commits, run_of_thread, thread_json, thread_line_json
@@ -87,3 +90,21 @@ def diff(reader: Reader, b: str = Query(description="The new checkpoint"),
     old = revision(reader, a) if a is not None else None
     return {"a": old if a is not None else reader.commit_info(new).parent, "b": new,
             "fields": to_json(diff_commits(reader, old, new, plain=True))}
+
+
+@router.get("/api/search", response_model=models.SearchPage)
+def search(reader: Reader,
+           q: Optional[str] = Query(None, description="Text a message says (case-insensitive substring)"),
+           status: Optional[str] = Query(None, description="Only threads whose head has this status"),
+           since: Optional[str] = Query(None, description="Only threads updated at or after this date "
+                                                          "('2026-11-30', '2 days ago', '@UNIX', as `qvc log`)"),
+           until: Optional[str] = Query(None, description="Only threads updated at or before this date"),
+           prefix: Optional[str] = Query(None, description="Only threads whose name starts with this"),
+           offset: int = Query(0, ge=0), limit: int = Query(100, ge=1, le=1000)) -> Dict[str, Any]:
+    """Threads whose conversations say `q`, by status and date of their last checkpoint, sorted by
+    name, each with the messages that matched (`qvc.readers.search.search`)."""
+    hits = search_threads(reader, q or None, status=status or None,
+                          since=parse_date(since) if since else None, until=parse_date(until) if until else None,
+                          prefix=prefix or None)
+    return {"total": len(hits), "offset": offset, "limit": limit,
+            "threads": [h.to_json() for h in hits[offset:offset + limit]]}

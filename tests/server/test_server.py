@@ -166,7 +166,8 @@ def test_openapi_document_is_valid_and_complete(api):
     validate_spec(api.spec)
     ops = {(m.upper(), p) for p, item in api.spec["paths"].items() for m in item}
     for op in [("GET", "/api/threads"), ("GET", "/api/threads/{thread}"), ("GET", "/api/checkpoints/{name}"),
-               ("GET", "/api/diff"), ("GET", "/api/runs"), ("GET", "/api/runs/{run_id}/checkpoints"),
+               ("GET", "/api/diff"), ("GET", "/api/search"), ("GET", "/api/runs"),
+               ("GET", "/api/runs/{run_id}/checkpoints"),
                ("GET", "/api/runs/{run_id}/checkpoints/{at}"), ("POST", "/api/runs/{run_id}/continue"),
                ("POST", "/api/runs/{run_id}/fork"), ("POST", "/api/fork"), ("POST", "/api/reset"),
                ("DELETE", "/api/threads/{thread}"), ("DELETE", "/api/checkpoints/{name}"), ("GET", "/api/events")]:
@@ -241,6 +242,7 @@ def test_diff_against_parent_and_between_two(api):
     assert first["a"] is None and {f["status"] for f in first["fields"]} == {"added"}
     _, two = api("GET", "/api/diff", query={"a": "note-2", "b": "note-0"})
     assert {f["field"] for f in two["fields"]} == {"text", "tags", "n"}
+    assert two["a"] == api("GET", "/api/checkpoints/{name}", name="note-2")[1]["commit"]  # any two, not only the parent
     assert api("GET", "/api/diff")[0] == 400
     assert api("GET", "/api/diff", query={"b": "nope-nope"})[0] == 404
 
@@ -277,6 +279,35 @@ def test_runs_timeline_and_snapshots(api):
     assert api("GET", "/api/runs/{run_id}/checkpoints/{at}", run_id="done", at="no-such-checkpoint")[0] == 404
     assert api("GET", "/api/runs/{run_id}/checkpoints", run_id="nobody")[0] == 404
     assert api("GET", "/api/runs/{run_id}", run_id="nobody")[1]["error"]["type"] == "UnknownRunError"
+
+
+def test_search_by_text_status_and_date(api):
+    """`/api/search`: threads whose conversations say a text (case-insensitive), by status and date."""
+    _, found = api("GET", "/api/search", query={"q": "TOKYO: 14.1", "prefix": "run/s1/"})
+    assert [t["thread"] for t in found["threads"]] == ["run/s1/done", "run/s1/failed"] and found["total"] == 2
+    hit = found["threads"][0]
+    assert hit["run"] == {"session_id": "s1", "run_id": "done"} and hit["status"] == "COMPLETED"
+    assert hit["updated"] and hit["head"] and hit["head_id"]
+    assert any(m["role"] == "tool" and "Tokyo: 14.1 million" in m["snippet"] for m in hit["matches"])
+    _, errored = api("GET", "/api/search", query={"q": "tokyo", "status": "ERROR"})
+    assert [t["thread"] for t in errored["threads"]] == ["run/s1/failed"]
+    # A state without a conversation is searched in all its strings; ids are not text.
+    _, notes = api("GET", "/api/search", query={"q": "xx", "prefix": "notes"})
+    assert [t["thread"] for t in notes["threads"]] == ["notes", "notes/alt"]  # the fork of note-1 says it too
+    assert notes["threads"][0]["matches"] == [{"path": ["text"], "role": None, "snippet": "xx"}]
+    assert api("GET", "/api/search", query={"q": "xxx", "prefix": "notes"})[1]["total"] == 0  # note-2 was rewound
+    assert api("GET", "/api/search", query={"q": "call_0", "prefix": "run/s1/done"})[1]["total"] == 0
+    # By date: the time of the thread's last checkpoint, as `qvc log --since/--until` read dates.
+    every = api("GET", "/api/search")[1]
+    assert every["total"] == api("GET", "/api/threads")[1]["total"] and not every["threads"][0]["matches"]
+    newest = max(t["timestamp"] for t in every["threads"])
+    assert api("GET", "/api/search", query={"since": f"@{newest + 1}"})[1]["total"] == 0
+    assert api("GET", "/api/search", query={"until": "2000-01-01"})[1]["total"] == 0
+    assert api("GET", "/api/search", query={"since": "2000-01-01", "until": "now"})[1]["total"] == every["total"]
+    _, page = api("GET", "/api/search", query={"q": "tokyo", "prefix": "run/s1/", "limit": 1, "offset": 1})
+    assert [t["thread"] for t in page["threads"]] == ["run/s1/failed"] and page["total"] == 2
+    status, err = api("GET", "/api/search", query={"since": "the day after"})
+    assert status == 400 and "cannot read date" in err["error"]["message"]
 
 
 # -- actions ------------------------------------------------------------------------------------

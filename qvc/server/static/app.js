@@ -1,12 +1,14 @@
-// The qvc serve page: threads, a thread's graph, checkpoints, diffs and run timelines.
-// Plain JS, no build step, no network beyond this server. State lives in the URL hash
-// (#t=THREAD&c=CHECKPOINT) so a view can be linked and reloaded.
+// The qvc serve page, for someone debugging a run: threads (searchable by what their messages
+// say, status and date), a thread's fork tree, the conversation at a checkpoint (turns, tool calls
+// with arguments and results, errors; each checkpoint a point on it), a diff between any two
+// checkpoints, and a run's timeline. Plain JS, no build step, no network beyond this server.
+// State lives in the URL hash (#t=THREAD&c=CHECKPOINT) so a view can be linked and reloaded.
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
 const PAGE = 200;
-const state = { repo: null, threads: [], total: 0, thread: null, line: null, checkpoint: null, entry: null,
-                runId: null, timeline: [] };
+const state = { repo: null, threads: [], total: 0, searching: false, thread: null, line: null, checkpoint: null,
+                cp: null, runId: null, timeline: [], compare: null, picking: false, seq: 0 };
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -15,7 +17,7 @@ function el(tag, attrs = {}, ...children) {
     else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
     else if (v !== null && v !== undefined && v !== false) node.setAttribute(k, v === true ? "" : v);
   }
-  for (const c of children.flat()) if (c !== null && c !== undefined) node.append(c);
+  for (const c of children.flat()) if (c !== null && c !== undefined && c !== false) node.append(c);
   return node;
 }
 
@@ -41,8 +43,8 @@ async function api(method, path, body) {
 
 const enc = (s) => encodeURIComponent(s).replace(/%2F/g, "/");
 const shortId = (id) => (id && id.length > 16 ? id.slice(0, 12) : id || "");
-const when = (ts) => (ts ? new Date(ts * 1000).toLocaleString() : "");
 const pretty = (v) => JSON.stringify(v, null, 2);
+const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
 
 function notice(text, error = false) {
   const n = $("#notice");
@@ -52,6 +54,27 @@ function notice(text, error = false) {
 }
 
 function statusBadge(s) { return s ? el("span", { class: "status " + s }, s) : ""; }
+
+// -- dates: a full date in the reader's local time, the ISO time in a tooltip ------------------
+
+function toDate(t) {
+  if (t === null || t === undefined || t === "") return null;
+  const d = typeof t === "number" ? new Date(t * 1000) : new Date(t);
+  return isNaN(d.getTime()) ? null : d;
+}
+
+function fullDate(t) {
+  const d = toDate(t);
+  return d ? d.toLocaleString(undefined, { weekday: "short", year: "numeric", month: "short", day: "numeric",
+                                           hour: "2-digit", minute: "2-digit", second: "2-digit" }) : "";
+}
+
+function dateEl(t) {
+  const d = toDate(t);
+  if (!d) return "";
+  const iso = typeof t === "string" ? t : d.toISOString();
+  return el("time", { datetime: d.toISOString(), title: iso }, fullDate(d));
+}
 
 // -- the URL hash ----------------------------------------------------------------------------
 
@@ -68,31 +91,85 @@ function writeHash(t, c) {
   if (location.hash !== h) history.replaceState(null, "", h);
 }
 
-// -- threads ---------------------------------------------------------------------------------
+// -- threads and search ----------------------------------------------------------------------
 
+// The day boundaries of the date inputs, in the reader's local time, as `@UNIX` for the server.
+function dayBound(value, end) {
+  if (!value) return null;
+  const d = new Date(value + (end ? "T23:59:59.999" : "T00:00:00"));
+  return isNaN(d.getTime()) ? null : "@" + Math.floor(d.getTime() / 1000);
+}
+
+let listSeq = 0;
 async function loadThreads(append = false) {
+  const seq = ++listSeq;  // the last asked wins: an older answer (a slower search) never overwrites it
+  const text = $("#search").value.trim();
+  const since = dayBound($("#since").value, false), until = dayBound($("#until").value, true);
+  const searching = Boolean(text || since || until);
   const q = new URLSearchParams({ offset: append ? state.threads.length : 0, limit: PAGE });
   if ($("#filter").value) q.set("prefix", $("#filter").value);
   if ($("#status").value) q.set("status", $("#status").value);
-  const page = await api("GET", "/api/threads?" + q);
+  if (text) q.set("q", text);
+  if (since) q.set("since", since);
+  if (until) q.set("until", until);
+  let page;
+  try {
+    page = await api("GET", (searching ? "/api/search?" : "/api/threads?") + q);
+  } catch (e) {
+    if (seq === listSeq) notice(e.message, true);
+    return;
+  }
+  if (seq !== listSeq) return;
   state.threads = append ? state.threads.concat(page.threads) : page.threads;
   state.total = page.total;
+  state.searching = searching;
   renderThreads();
 }
 
+function highlight(text, needle) {
+  const s = String(text);
+  if (!needle) return [s];
+  const low = s.toLowerCase(), n = needle.toLowerCase(), out = [];
+  let at = 0;
+  for (let i = low.indexOf(n); i >= 0 && n; i = low.indexOf(n, at)) {
+    out.push(s.slice(at, i), el("mark", {}, s.slice(i, i + n.length)));
+    at = i + n.length;
+  }
+  out.push(s.slice(at));
+  return out;
+}
+
 function renderThreads() {
+  const text = $("#search").value.trim();
+  $("#list-info").textContent = state.searching
+    ? `${plural(state.total, "thread")} match${state.total === 1 ? "es" : ""}` + (text ? ` “${text}”` : "")
+    : `${plural(state.total, "thread")}`;
   const list = $("#threads");
   list.replaceChildren(...state.threads.map((t) => el("li", {
-    class: t.thread === state.thread ? "selected" : "", "data-thread": t.thread, onclick: () => openThread(t.thread),
+    class: (t.thread === state.thread ? "selected" : "") + (t.matches ? " hit" : ""), "data-thread": t.thread,
+    onclick: () => openThread(t.thread),
   }, el("span", { class: "name" }, t.thread),
-     el("span", { class: "meta" }, statusBadge(t.status), ` step ${t.step ?? "-"} · ${t.checkpoints ?? "?"} checkpoint(s) · `,
-        t.updated ? new Date(t.updated).toLocaleTimeString() : ""))));
+     el("span", { class: "meta" }, statusBadge(t.status), ` step ${t.step ?? "-"}`,
+        t.checkpoints !== undefined && t.checkpoints !== null ? ` · ${plural(t.checkpoints, "checkpoint")}` : "",
+        " · ", dateEl(t.updated)),
+     t.matches && t.matches.length ? el("ul", { class: "matches" }, ...t.matches.map((m) => el("li", {},
+       m.role ? el("span", { class: "role" }, m.role) : el("code", {}, m.path.join(".")), " ",
+       ...highlight(m.snippet, text)))) : null)));
   $("#more").hidden = state.threads.length >= state.total;
 }
 
 // -- one thread ------------------------------------------------------------------------------
 
+function runOf(thread) {
+  if (!thread || !thread.startsWith("run/")) return null;
+  const rest = thread.slice(4), cut = rest.lastIndexOf("/");
+  return cut > 0 ? rest.slice(cut + 1) : null;
+}
+
 async function openThread(thread, checkpoint = null) {
+  const same = thread === state.thread;
+  if (!same) state.compare = null;
+  const following = same && state.line && state.line.thread === thread && state.checkpoint === state.line.head;
   state.thread = thread;
   renderThreads();
   try {
@@ -106,25 +183,61 @@ async function openThread(thread, checkpoint = null) {
   $("#thread-name").textContent = thread;
   const run = state.line.run;
   const head = state.line.line[0];
-  $("#thread-info").textContent = (run ? `run ${run.run_id} · session ${run.session_id} · ` : "") +
+  $("#thread-info").replaceChildren((run ? `run ${run.run_id} · session ${run.session_id} · ` : "") +
     `${state.line.line.length}${state.line.truncated ? "+" : ""} checkpoint(s) on the line · ` +
     `${state.line.superseded.length} superseded line(s) · ${state.line.forks.length} fork(s)` +
-    (head && head.status ? ` · ${head.status}` : "");
+    (head && head.status ? ` · ${head.status}` : "") + " · last ", dateEl(head ? head.time : null));
   state.runId = run ? run.run_id : null;
-  const keep = checkpoint || (state.checkpoint && findNode(state.checkpoint) ? state.checkpoint : head.commit);
-  await Promise.all([loadTimeline(), selectCheckpoint(keep)]);
+  // A reader looking at the head follows new checkpoints as they come (live updates).
+  const keep = following ? head.commit
+    : checkpoint && findNode(checkpoint) ? checkpoint
+    : checkpoint && !state.checkpoint ? checkpoint
+    : same && state.checkpoint && findNode(state.checkpoint) ? state.checkpoint : head.commit;
+  await loadTimeline();
+  await selectCheckpoint(keep);
+}
+
+function lineNodes() {
+  return state.line.line.map((e) => ({ e, superseded: false }))
+    .concat(...state.line.superseded.map((s) => s.line.map((e) => ({ e, superseded: true }))));
 }
 
 function findNode(commitOrId) {
-  const all = state.line.line.concat(...state.line.superseded.map((s) => s.line));
-  return all.find((e) => e.commit === commitOrId || e.id === commitOrId);
+  if (!state.line) return null;
+  return lineNodes().find((n) => n.e.commit === commitOrId || n.e.id === commitOrId) || null;
 }
 
-// The graph: one row per checkpoint, children above parents (newest first); the line in the
+// A checkpoint's number as the command line prints it: RUN@N for a run's, else its step.
+const numberOf = (e) => e.name || `step ${e.step}`;
+
+function describe(commit) {
+  const n = findNode(commit);
+  if (!n) return commit ? commit.slice(0, 10) : "";
+  return `${numberOf(n.e)} · ${shortId(n.e.id)}${n.superseded ? " (superseded)" : ""} · ${fullDate(n.e.time)}`;
+}
+
+// Click on a checkpoint anywhere: select it, or, after "Compare with…", diff against it.
+function pick(commitOrId) {
+  if (state.picking) {
+    state.picking = false;
+    document.body.classList.remove("picking");
+    notice("");
+    const n = findNode(commitOrId);
+    state.compare = n ? n.e.commit : commitOrId;
+    fillCompare();
+    drawGraph();
+    loadDiff();
+    return;
+  }
+  selectCheckpoint(commitOrId);
+}
+
+// The fork tree: one row per checkpoint, children above parents (newest first); the line in the
 // first column, each superseded line in a column of its own, forks as branches to the right.
 function drawGraph() {
   const g = $("#graph");
   const line = state.line;
+  if (!line) return;
   const nodes = new Map();
   const add = (key, node) => { if (!nodes.has(key)) nodes.set(key, node); };
   line.line.forEach((e) => add(e.commit, { e, col: 0, kind: e.thread === line.thread ? "line" : "source" }));
@@ -164,70 +277,319 @@ function drawGraph() {
     const fill = { line: "#57606a", source: "#8c959f", superseded: "#fff", fork: "#1f6feb" }[n.kind];
     const label = n.kind === "fork"
       ? `↳ fork: ${n.fork.thread}${n.fork.run ? " (run " + n.fork.run.run_id + ")" : ""}`
-      : `${shortId(n.e.id)}  step ${n.e.step} · ${n.e.source || "put"}${n.e.status ? " · " + n.e.status : ""}` +
+      : `${fullDate(n.e.time)} · ${numberOf(n.e)} · ${shortId(n.e.id)} · ${n.e.source || "put"}${n.e.status ? " · " + n.e.status : ""}` +
         `${n.e.heads.length ? "  (" + n.e.heads.join(", ") + ")" : ""}${n.kind === "superseded" ? "  superseded" : ""}` +
         `${n.kind === "source" ? "  [" + n.e.thread + "]" : ""}`;
     const selected = state.checkpoint && (n.e.commit === state.checkpoint || n.e.id === state.checkpoint);
-    dots.push(svg("g", { class: `node ${n.kind}${selected ? " selected" : ""}`, "data-commit": n.e.commit,
-      "data-thread": n.kind === "fork" ? n.fork.thread : n.e.thread,
-      onclick: () => (n.kind === "fork" ? openThread(n.fork.thread) : selectCheckpoint(n.e.commit)) },
+    const compared = state.compare && n.e.commit === state.compare;
+    dots.push(svg("g", { class: `node ${n.kind}${selected ? " selected" : ""}${compared ? " compared" : ""}`,
+      "data-commit": n.e.commit, "data-id": n.e.id || "", "data-thread": n.kind === "fork" ? n.fork.thread : n.e.thread,
+      onclick: () => (n.kind === "fork" ? openThread(n.fork.thread) : pick(n.e.commit)) },
       svg("title", {}, n.kind === "fork" ? `open thread ${n.fork.thread}` : `${n.e.id}\n${n.e.commit}\n${n.e.time}`),
       svg("circle", { cx: x, cy: y, r: 6, fill, stroke: n.kind === "superseded" ? "#a0a8b2" : fill, "stroke-width": 2 }),
       svg("text", { x: textX, y: y + 4 }, label)));
   }
   g.setAttribute("height", y0 * 2 + Math.max(0, order.length - 1) * rowH);
-  g.setAttribute("width", textX + 720);
+  g.setAttribute("width", textX + 760);
   g.replaceChildren(...edges, ...dots);
 }
 
 // -- a checkpoint ----------------------------------------------------------------------------
 
 async function selectCheckpoint(commitOrId) {
+  const seq = ++state.seq;
   state.checkpoint = commitOrId;
   writeHash(state.thread, commitOrId);
   drawGraph();
-  let cp, diff;
+  let cp;
   try {
-    [cp, diff] = await Promise.all([api("GET", "/api/checkpoints/" + enc(commitOrId)),
-                                    api("GET", "/api/diff?b=" + encodeURIComponent(commitOrId))]);
+    cp = await api("GET", "/api/checkpoints/" + enc(commitOrId));
   } catch (e) {
     notice(e.message, true);
     return;
   }
+  if (seq !== state.seq) return;
   state.checkpoint = cp.commit;
+  state.cp = cp;
   writeHash(state.thread, cp.commit);
   drawGraph();
   markTimeline();
   $("#checkpoint").hidden = false;
   $("#cp-id").textContent = shortId(cp.id);
-  const dl = $("#cp-header");
   const rows = [["id", cp.id], ["commit", cp.commit], ["thread", cp.thread], ["step", cp.step],
-                ["parent", cp.parent ? `${cp.parent.thread} @ ${cp.parent.id}` : "(none)"], ["time", cp.created_at || cp.time]];
-  dl.replaceChildren(...rows.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { class: "mono" }, String(v))]));
-  $("#cp-diff").replaceChildren(...(diff.fields.length ? diff.fields.map((f) => el("details", { open: diff.fields.length <= 4 },
-    el("summary", {}, el("code", {}, f.field), ` ${f.status} · ${f.changes.length} change(s)`),
-    ...f.changes.map((c) => el("div", { class: "change " + c.op },
-      `${c.op === "add" ? "+" : c.op === "remove" ? "−" : "~"} ${c.path.length ? c.path.join(".") : "(value)"}: ` +
-      (c.op === "change" ? `${brief(c.old)} → ${brief(c.new)}` : brief(c.op === "add" ? c.new : c.old)))))) :
-    [el("p", { class: "dim" }, diff.a ? "No change." : "First checkpoint.")]));
-  $("#cp-state").replaceChildren(...Object.entries(cp.state).map(([k, v]) => el("details", {},
-    el("summary", {}, el("code", {}, k), cp.state_versions[k] ? el("span", { class: "dim" }, ` v${cp.state_versions[k]}`) : "",
-       " ", el("span", { class: "dim" }, brief(v, 80))),
-    el("pre", {}, pretty(v)))));
+                ["parent", cp.parent ? `${cp.parent.thread} @ ${cp.parent.id}` : "(none)"],
+                ["time", dateEl(cp.created_at || cp.time)]];
+  $("#cp-header").replaceChildren(...rows.flatMap(([k, v]) => [el("dt", {}, k),
+    el("dd", { class: "mono" }, typeof v === "object" && v !== null ? v : String(v))]));
+  $("#cp-state").replaceChildren(...Object.entries(cp.state).map(([k, v]) => isConversation(v)
+    ? el("div", { class: "field" }, el("code", {}, k), el("span", { class: "dim" }, ` ${plural(v.length, "message")}: the conversation`))
+    : el("details", {},
+      el("summary", {}, el("code", {}, k), cp.state_versions[k] ? el("span", { class: "dim" }, ` v${cp.state_versions[k]}`) : "",
+         " ", el("span", { class: "dim" }, brief(v, 80))),
+      el("pre", {}, pretty(v)))));
   $("#cp-metadata").textContent = pretty(cp.metadata);
   $("#cp-writes").replaceChildren(...(cp.pending_writes.length ? cp.pending_writes.map((w) => el("div", { class: "change" },
     `${w.task} · ${w.channel}: ${brief(w.value, 200)}`)) : [el("p", { class: "dim" }, "None.")]));
+  fillCompare();
+  await Promise.all([loadDiff(), renderConversation(cp, seq)]);
 }
 
 function brief(v, n = 120) {
+  if (v && typeof v === "object" && !Array.isArray(v) && (v.role || v.type)) {
+    const m = norm(v);
+    const calls = m.calls.map((c) => `${c.name}(${JSON.stringify(c.args)})`).join(", ");
+    v = `${m.role}: ${text(m.content)}${calls ? (text(m.content) ? " " : "") + "calls " + calls : ""}`;
+  }
   const s = typeof v === "string" ? v : JSON.stringify(v);
   return s === undefined ? "" : s.length > n ? s.slice(0, n - 1) + "…" : s;
 }
 
+// -- diff between any two checkpoints --------------------------------------------------------
+
+function fillCompare() {
+  const sel = $("#compare");
+  const options = [el("option", { value: "" }, "its parent")];
+  for (const n of state.line ? lineNodes() : []) {
+    if (n.e.commit === state.checkpoint) continue;
+    options.push(el("option", { value: n.e.commit, selected: n.e.commit === state.compare }, describe(n.e.commit)));
+  }
+  if (state.compare && !options.some((o) => o.value === state.compare)) {
+    options.push(el("option", { value: state.compare, selected: true }, state.compare.slice(0, 10)));
+  }
+  sel.replaceChildren(...options);
+}
+
+function fieldSummary(f, conversation) {
+  if (typeof f.summary === "string" && f.summary) return f.summary;
+  if (f.status !== "changed") return f.status;
+  const items = { add: 0, remove: 0, change: 0 };
+  let other = 0;
+  for (const c of f.changes) {
+    if (c.path.length >= 1 && typeof c.path[0] === "number") {
+      if (c.path.length === 1) items[c.op] += 1; else items.change += 1;
+    } else other += 1;
+  }
+  const what = conversation ? "message" : "item";
+  const parts = [];
+  if (items.add) parts.push(`${plural(items.add, what)} added`);
+  if (items.remove) parts.push(`${plural(items.remove, what)} removed`);
+  if (items.change) parts.push(`${plural(items.change, "change")} inside ${what}s`);
+  if (other) parts.push(`${plural(other, "change")}`);
+  return parts.join(", ") || "changed";
+}
+
+function summaryLine(diff) {
+  if (typeof diff.summary === "string" && diff.summary) return diff.summary;
+  if (!diff.fields.length) return "No change.";
+  const conv = (f) => Boolean(f.summary) || isConversation(state.cp && state.cp.state[f.field]);
+  const first = [...diff.fields].sort((x, y) => conv(y) - conv(x));  // the conversation's changes lead
+  return `${plural(diff.fields.length, "field")} changed — ` +
+    first.map((f) => `${f.field}: ${fieldSummary(f, conv(f))}`).join("; ");
+}
+
+async function loadDiff() {
+  const b = state.checkpoint;
+  if (!b) return;
+  const q = new URLSearchParams({ b });
+  if (state.compare) q.set("a", state.compare);
+  let diff;
+  try {
+    diff = await api("GET", "/api/diff?" + q);
+  } catch (e) {
+    notice(e.message, true);
+    return;
+  }
+  if (b !== state.checkpoint) return;
+  $("#diff-title").textContent = diff.a ? `From ${describe(diff.a)}${state.compare ? "" : " (its parent)"} to ${describe(diff.b)}`
+    : "The first checkpoint: everything is new.";
+  $("#diff-summary").textContent = summaryLine(diff);
+  $("#cp-diff").replaceChildren(...diff.fields.map((f) => el("details", { open: diff.fields.length <= 4 },
+    el("summary", {}, el("code", {}, f.field), ` ${fieldSummary(f, isConversation(state.cp && state.cp.state[f.field]))}`),
+    ...f.changes.map((c) => el("div", { class: "change op-" + c.op },
+      `${c.op === "add" ? "+" : c.op === "remove" ? "−" : "~"} ${c.path.length ? c.path.join(".") : "(value)"}: ` +
+      (c.op === "change" ? `${brief(c.old)} → ${brief(c.new)}` : brief(c.op === "add" ? c.new : c.old)))))));
+}
+
+// -- the conversation ------------------------------------------------------------------------
+
+// A conversation field: a list of message dicts carrying "role" (LangChain's plain form, "type",
+// is read too), as the shared conversation shape of the viewers.
+function isConversation(v) {
+  return Array.isArray(v) && v.length > 0 && v.every((m) => m && typeof m === "object" && !Array.isArray(m) && ("role" in m || ("type" in m && "content" in m)));
+}
+
+const ROLES = { human: "user", ai: "assistant", tool: "tool", system: "system", AIMessageChunk: "assistant" };
+const KNOWN = new Set(["role", "type", "content", "tool_calls", "tool_call_id", "id", "name", "tool_name", "error",
+                       "tool_call_error", "time", "created_at", "status"]);
+
+function norm(m) {
+  const role = m.role || ROLES[m.type] || m.type || "?";
+  const calls = (m.tool_calls || []).map((c) => ({ id: c.id, name: c.name ?? c.function?.name,
+                                                   args: c.args ?? c.arguments ?? c.function?.arguments ?? {} }));
+  const extra = Object.fromEntries(Object.entries(m).filter(([k, v]) => !KNOWN.has(k) && v !== null && v !== undefined &&
+    !(typeof v === "object" && Object.keys(v).length === 0)));
+  return { role, content: m.content, calls, toolCallId: m.tool_call_id ?? null, id: m.id ?? null,
+           error: m.error === true || m.tool_call_error === true || m.status === "error",
+           time: m.time ?? m.created_at ?? null, name: m.name ?? m.tool_name ?? null, extra };
+}
+
+function text(content) {
+  if (content === null || content === undefined) return "";
+  if (typeof content === "string") return content;
+  if (Array.isArray(content)) return content.map((p) => (typeof p === "string" ? p : p && p.type === "text" ? p.text : "")).join("");
+  return JSON.stringify(content);
+}
+
+function contentEl(content) {
+  const needle = $("#search").value.trim();
+  if (content === null || content === undefined || content === "") return null;
+  if (typeof content === "string") return el("div", { class: "msg-text" }, ...highlight(content, needle));
+  if (Array.isArray(content)) {
+    return el("div", { class: "msg-text" }, ...content.map((p) => typeof p === "string" ? el("div", {}, ...highlight(p, needle))
+      : p && p.type === "text" ? el("div", {}, ...highlight(p.text, needle)) : el("pre", {}, pretty(p))));
+  }
+  return el("pre", {}, pretty(content));
+}
+
+function messageEl(m, results) {
+  const head = el("div", { class: "msg-head" }, el("span", { class: "role" }, m.role),
+    m.name && m.role !== "tool" ? el("span", { class: "dim" }, ` ${m.name}`) : "", " ", dateEl(m.time));
+  const calls = m.calls.map((c) => {
+    const r = results.get(c.id);
+    return el("div", { class: "tool-call" + (r && r.error ? " failed" : ""), "data-call-id": c.id || "", "data-name": c.name || "" },
+      el("div", { class: "call-head" }, el("span", { class: "tag" }, "tool call"), " ", el("code", { class: "call-name" }, c.name || "?"),
+         c.id ? el("span", { class: "dim" }, ` ${c.id}`) : ""),
+      el("pre", { class: "args" }, JSON.stringify(c.args).length <= 90 ? JSON.stringify(c.args) : pretty(c.args)),
+      r ? el("div", { class: "tool-result" + (r.error ? " error" : "") },
+        el("div", { class: "result-head" }, el("span", { class: "tag" }, r.error ? "failed" : "result"), " ", dateEl(r.time)),
+        contentEl(r.content))
+        : el("div", { class: "tool-result pending dim" }, "no result at this checkpoint"));
+  });
+  const extra = Object.keys(m.extra).length ? el("details", { class: "extra" }, el("summary", { class: "dim" }, "more"),
+    el("pre", {}, pretty(m.extra))) : null;
+  return el("li", { class: `msg role-${m.role}${m.error ? " error" : ""}`, "data-role": m.role, "data-id": m.id || "" },
+    head, contentEl(m.content), ...calls, extra);
+}
+
+// A checkpoint as a point on the conversation: a run's timeline entry, or a thread's log entry
+// (`commit` and `source` set, `message_index` its conversation's length there).
+function markerEl(e) {
+  const selected = state.cp && e.id === state.cp.id;
+  const what = e.commit ? `${numberOf(e)} · ${e.source || "put"}` : e.name ? `${e.name} · ${e.reason}` : e.reason;
+  return el("li", { class: "marker" + (selected ? " selected" : "") + (e.current === false ? " old" : ""), "data-id": e.id,
+                    "data-index": e.message_index, title: `checkpoint ${e.id}`, onclick: () => pick(e.commit || e.id) },
+    el("span", { class: "dot" }, "●"), ` checkpoint at message ${e.message_index} · ${what}`,
+    e.status ? [" · ", statusBadge(e.status)] : "", " · ", dateEl(e.time || e.created_at));
+}
+
+// How long conversation field `name` was at each checkpoint of the line leading to `commit`
+// (its latest MARKERS checkpoints; commits never change, so each is asked once).
+const MARKERS = 60;
+const lengths = new Map();
+async function pointsOn(commit, name) {
+  const byCommit = new Map(lineNodes().map((n) => [n.e.commit, n]));
+  const chain = [];
+  for (let n = byCommit.get(commit); n && chain.length < MARKERS; n = byCommit.get(n.e.parents[0])) chain.push(n);
+  await Promise.all(chain.map(async (n) => {
+    const key = n.e.commit + "\n" + name;
+    if (lengths.has(key)) return;
+    try {
+      const cp = await api("GET", "/api/checkpoints/" + enc(n.e.commit));  // (a graph's input checkpoint lacks the field)
+      lengths.set(key, Array.isArray(cp.state[name]) ? cp.state[name].length : 0);
+    } catch (e) {
+      lengths.set(key, 0);
+    }
+  }));
+  return chain.reverse().map((n) => ({ ...n.e, current: !n.superseded, message_index: lengths.get(n.e.commit + "\n" + name) }));
+}
+
+// The messages, each tool call with its result under it, and the checkpoints (`markers`, each at
+// its message index) as points between them.
+function conversationEls(raw, markers) {
+  const msgs = raw.map(norm);
+  const results = new Map(msgs.filter((m) => m.role === "tool" && m.toolCallId).map((m) => [m.toolCallId, m]));
+  const called = new Set(msgs.flatMap((m) => m.calls.map((c) => c.id)));
+  const out = [];
+  const at = (i) => markers.filter((e) => e.message_index === i).forEach((e) => out.push(markerEl(e)));
+  msgs.forEach((m, i) => {
+    at(i);
+    if (!(m.role === "tool" && m.toolCallId && called.has(m.toolCallId))) out.push(messageEl(m, results));
+  });
+  markers.filter((e) => e.message_index >= msgs.length).forEach((e) => out.push(markerEl(e)));
+  return out;
+}
+
+// The checkpoints of the timeline on the line that leads to checkpoint `id` (oldest first).
+function chainTo(id) {
+  const byId = new Map(state.timeline.map((e) => [e.id, e]));
+  const out = [];
+  for (let e = byId.get(id); e && out.length <= state.timeline.length; e = byId.get(e.parent_id)) out.unshift(e);
+  return out;
+}
+
+async function renderConversation(cp, seq) {
+  const runId = runOf(cp.thread);
+  $("#run-error").hidden = true;
+  let snap = null;
+  if (runId) {
+    try {
+      snap = await api("GET", `/api/runs/${enc(runId)}/checkpoints/${enc(cp.id)}`);
+    } catch (e) {
+      snap = null;  // named like a run's thread, but not a run's checkpoint: shown from its state below
+    }
+    if (seq !== state.seq) return;
+  }
+  if (snap) {
+    const run = snap.run;
+    $("#conversation-title").textContent = `The run at message ${snap.message_index} (${run.status})`;
+    const entry = state.timeline.find((e) => e.id === cp.id);
+    $("#conversation-info").replaceChildren(`run ${run.run_id} · ${entry && entry.name ? entry.name + " · " : ""}checkpoint ${shortId(cp.id)}` +
+      (entry ? ` · ${entry.reason}` : "") + (snap.current ? "" : " · superseded") + " · ", dateEl(cp.created_at || cp.time));
+    if (run.error) {
+      const err = run.error;
+      $("#run-error").hidden = false;
+      $("#run-error").textContent = "Run error: " + (typeof err === "object"
+        ? [err.type, err.message].filter(Boolean).join(": ") || JSON.stringify(err) : String(err));
+    }
+    const markers = runId === state.runId ? chainTo(cp.id) : [];
+    $("#conversation").replaceChildren(...conversationEls(run.messages || [], markers));
+    return;
+  }
+  const fields = Object.entries(cp.state).filter(([, v]) => isConversation(v));
+  $("#conversation-title").textContent = "Conversation";
+  $("#conversation-info").replaceChildren(`at step ${cp.step} · checkpoint ${shortId(cp.id)} · `, dateEl(cp.created_at || cp.time));
+  const items = [];
+  for (const [name, v] of fields) {
+    if (fields.length > 1) items.push(el("li", { class: "field-head" }, el("code", {}, name)));
+    const markers = fields.length === 1 && findNode(cp.commit) ? await pointsOn(cp.commit, name) : [];
+    if (seq !== state.seq) return;
+    items.push(...conversationEls(v, markers));
+  }
+  $("#conversation").replaceChildren(...(items.length ? items
+    : [el("li", { class: "dim" }, "No conversation in this checkpoint's state (its fields are on the right).")]));
+}
+
 // -- a run's timeline ------------------------------------------------------------------------
+
+// Each superseded checkpoint (a line a rewind left) right after the checkpoint of the current
+// line it branched from, oldest first, never after the latest as if it were newer.
+function orderTimeline(entries) {
+  const byId = new Map(entries.map((e) => [e.id, e]));
+  const groups = new Map(), before = [];
+  for (const e of entries.filter((x) => !x.current)) {
+    let p = e.parent_id, guard = 0;
+    while (p && byId.has(p) && !byId.get(p).current && guard++ < entries.length) p = byId.get(p).parent_id;
+    if (p && byId.has(p)) { if (!groups.has(p)) groups.set(p, []); groups.get(p).push(e); } else before.push(e);
+  }
+  const byTime = (a, b) => a.created_at - b.created_at || a.message_index - b.message_index;
+  const out = before.sort(byTime);
+  for (const e of entries.filter((x) => x.current)) out.push(e, ...(groups.get(e.id) || []).sort(byTime));
+  return out;
+}
 
 async function loadTimeline() {
   $("#run").hidden = !state.runId;
+  state.timeline = [];
   if (!state.runId) return;
   let tl;
   try {
@@ -239,13 +601,13 @@ async function loadTimeline() {
   state.timeline = tl.checkpoints;
   const ro = state.repo && state.repo.read_only;
   $("#continue-input").disabled = ro;
-  $("#timeline tbody").replaceChildren(...tl.checkpoints.map((e) => el("tr", {
+  $("#timeline tbody").replaceChildren(...orderTimeline(tl.checkpoints).map((e) => el("tr", {
     class: "entry" + (e.current ? "" : " old"), "data-id": e.id, "data-index": e.message_index,
-    onclick: (ev) => { if (ev.target.tagName !== "BUTTON") openEntry(e); },
-  }, el("td", { class: "mono" }, String(e.message_index)), el("td", {}, statusBadge(e.status)),
-     el("td", { class: "reason" }, e.reason, e.current ? "" : el("div", { class: "dim" }, "superseded")),
+    onclick: (ev) => { if (ev.target.tagName !== "BUTTON") pick(e.id); },
+  }, el("td", { class: "mono" }, e.current ? "" : "↳ ", String(e.message_index)), el("td", {}, statusBadge(e.status)),
+     el("td", { class: "reason" }, e.reason, e.current ? "" : el("div", { class: "superseded-tag" }, "superseded")),
      el("td", { class: "preview" }, e.role ? el("span", { class: "role" }, e.role) : "", e.preview),
-     el("td", { class: "dim when" }, new Date(e.created_at * 1000).toLocaleTimeString()),
+     el("td", { class: "dim when" }, dateEl(e.time || e.created_at)),
      el("td", { class: "actions" }, ro || !e.current ? "" : [
        el("button", { type: "button", class: "continue", title: `Continue the run from message ${e.message_index}`,
                       onclick: () => continueFrom(e.message_index) }, "Continue from here"), " ",
@@ -255,26 +617,8 @@ async function loadTimeline() {
 }
 
 function markTimeline() {
-  const cp = state.checkpoint;
-  let id = null;
-  if (cp && state.line) { const n = findNode(cp); id = n ? n.e?.id ?? n.id : null; }
+  const id = state.cp && state.cp.commit === state.checkpoint ? state.cp.id : (findNode(state.checkpoint)?.e.id ?? null);
   for (const tr of document.querySelectorAll("#timeline tr.entry")) tr.classList.toggle("selected", tr.dataset.id === id);
-}
-
-async function openEntry(e) {
-  await selectCheckpoint(e.id);
-  let snap;
-  try {
-    snap = await api("GET", `/api/runs/${enc(state.runId)}/checkpoints/${enc(e.id)}`);
-  } catch (err) {
-    notice(err.message, true);
-    return;
-  }
-  const msgs = snap.run.messages || [];
-  $("#snapshot").replaceChildren(el("h3", {}, `The run at message ${snap.message_index} (${snap.run.status})`),
-    el("ol", { class: "messages", start: 0 }, ...msgs.map((m) => el("li", {},
-      el("span", { class: "role" }, m.role), " ",
-      m.tool_calls && m.tool_calls.length ? `calls ${m.tool_calls.map((c) => c.name + "(" + JSON.stringify(c.arguments) + ")").join(", ")}` : brief(m.content, 240)))));
 }
 
 async function continueFrom(index) {
@@ -308,7 +652,8 @@ let pending = null;
 async function refresh() {
   await loadThreads();
   if (state.thread) {
-    if (state.threads.length && !state.threads.some((t) => t.thread === state.thread) && !$("#filter").value && !$("#status").value) {
+    const filtered = $("#filter").value || $("#status").value || state.searching;
+    if (state.threads.length && !state.threads.some((t) => t.thread === state.thread) && !filtered) {
       notice(`Thread ${state.thread} is gone.`, true);
       state.thread = null;
       $("#thread").hidden = true;
@@ -319,9 +664,13 @@ async function refresh() {
   }
 }
 
+// One event stream per page, closed when the page is hidden in the back/forward cache (a browser
+// keeps about six connections to a server: streams of cached pages would starve the live one).
+let source = null;
 function listen() {
   const live = $("#live");
-  const source = new EventSource("/api/events");
+  if (source) source.close();
+  source = new EventSource("/api/events");
   source.addEventListener("ready", () => { live.className = "live on"; live.textContent = "live"; });
   source.addEventListener("change", () => {
     clearTimeout(pending);
@@ -329,6 +678,9 @@ function listen() {
   });
   source.onerror = () => { live.className = "live off"; live.textContent = "reconnecting"; };
 }
+
+window.addEventListener("pagehide", () => { if (source) { source.close(); source = null; } });
+window.addEventListener("pageshow", (ev) => { if (ev.persisted) { listen(); refresh(); } });
 
 // -- start -----------------------------------------------------------------------------------
 
@@ -343,9 +695,19 @@ async function start() {
   $("#repo-path").textContent = state.repo.path;
   $("#read-only").hidden = !state.repo.read_only;
   let timer = null;
-  $("#filter").addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(() => loadThreads(), 200); });
-  $("#status").addEventListener("change", () => loadThreads());
+  const later = () => { clearTimeout(timer); timer = setTimeout(() => loadThreads(), 200); };
+  $("#filter").addEventListener("input", later);
+  $("#search").addEventListener("input", later);
+  for (const id of ["#status", "#since", "#until"]) $(id).addEventListener("change", () => loadThreads());
   $("#more").addEventListener("click", () => loadThreads(true));
+  $("#compare").addEventListener("change", () => { state.compare = $("#compare").value || null; drawGraph(); loadDiff(); });
+  const picking = (on) => {
+    state.picking = on;
+    document.body.classList.toggle("picking", on);
+    notice(on ? "Click the checkpoint to compare with (in the fork tree, the conversation or the timeline); Esc cancels." : "");
+  };
+  $("#pick").addEventListener("click", () => picking(!state.picking));
+  document.addEventListener("keydown", (ev) => { if (ev.key === "Escape" && state.picking) picking(false); });
   await loadThreads();
   const h = readHash();
   if (h.t) await openThread(h.t, h.c);
