@@ -54,9 +54,10 @@ def make_agent(steps: int = 1, tag: str = "", answer: str = "done", script: Any 
     return Agent(name="assistant", instructions="Be brief.", model=model, tools=[lookup, send_email])
 
 
-def email_agent(tag: str = "") -> Agent:
-    """An agent whose run asks to send an email (stopping for approval), then, resumed, answers."""
-    return make_agent(script=[
-        [function_call("send_email", json.dumps({"to": "bob@example.com", "body": "hi"}), call_id=f"call_{tag}_mail")],
-        [assistant_message("Email sent.", item_id=f"msg_{tag}_mail")],
-    ])
+def email_agent(tag: str = "", *, resumed: bool = False) -> Agent:
+    """An agent whose run asks to send an email (stopping for approval), then, resumed, answers.
+    ``resumed``: the agent of the resumed run, in another process (its model's next turn is the answer)."""
+    answer = [assistant_message("Email sent.", item_id=f"msg_{tag}_mail")]
+    call = [function_call("send_email", json.dumps({"to": "bob@example.com", "body": "hi"}),
+                          call_id=f"call_{tag}_mail")]
+    return make_agent(script=[answer] if resumed else [call, answer])

@@ -36,17 +36,7 @@ from agents import RunState, SessionSettings
 from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
 
 from qvc.errors import CheckpointConflictError, InvalidInputError, SerializationError, UnknownThreadError
-from qvc.integrations.openai_agents.layout import (
-    RUN_STATE,
-    SESSION,
-    SOURCE,
-    Item,
-    Segment,
-    cut,
-    layout,
-    segments_of,
-    session_thread,
-)
+from qvc.integrations.openai_agents.layout import RUN_STATE, SESSION, SOURCE, Item, Log, session_thread
 from qvc.store.git_store import GitCheckpointStore
 from qvc.types import Checkpoint, CheckpointConfig, DurabilityMode
 
@@ -62,12 +52,12 @@ class _Line:
     sha: str
     checkpoint_id: str
     step: int
-    segments: List[Segment]
+    log: Log
     run_state: Optional[Dict[str, Any]]
 
     @property
     def items(self) -> List[Item]:
-        return [item for seg in self.segments for item in seg]
+        return self.log.items
 
 
 @dataclass(frozen=True)
@@ -166,7 +156,7 @@ class QvcSession:
             return
         plain = _plain(items, f"session {self.session_id!r}")
         extra = {"usage": u} if (u := _usage(wrapper)) else {}
-        await _finish(self._change, "add", lambda line: (_segs(line) + [plain], _state(line), extra, None))
+        await _finish(self._change, "add", lambda line: (_log(line).add(plain), _state(line), extra, None))
 
     async def pop_item(self, *, wrapper: Any = None) -> Optional[Item]:
         """Remove and return the newest item (``None`` when there is none): a checkpoint without it;
@@ -175,16 +165,16 @@ class QvcSession:
             items = line.items if line else []
             if not items:
                 return None
-            return cut(line.segments, len(items) - 1), line.run_state, {"popped": _kind(items[-1])}, items[-1]
+            return line.log.cut(len(items) - 1), line.run_state, {"popped": _kind(items[-1])}, items[-1]
         return copy.deepcopy(await _finish(self._change, "pop", change))
 
     async def clear_session(self, *, wrapper: Any = None) -> None:
         """Remove every item (and a saved paused run): a checkpoint of an empty session, the
         history kept. Nothing is written for a session that is empty already."""
         def change(line: Optional[_Line]):
-            if line is None or (not line.segments and line.run_state is None):
+            if line is None or (not len(line.log) and line.run_state is None):
                 return None
-            return [], None, {"cleared": len(line.items)}, None
+            return Log(), None, {"cleared": len(line.log)}, None
         await _finish(self._change, "clear", change)
 
     # -- the compaction hook -------------------------------------------------------------------
@@ -211,16 +201,15 @@ class QvcSession:
                 if (now.sha if now else None) != seen:
                     raise _Stale
                 keep = base + start
-                segments = cut(now.segments, keep)
+                log = now.log.cut(keep)
                 if prune_prefix is not None:
-                    prefix = [i for s in segments for i in s]
+                    prefix = log.items
                     dropped = 0
                     while dropped < len(prefix) and prune_prefix(prefix[dropped]):
                         dropped += 1
                     if dropped:
-                        segments = [prefix[dropped:]] if dropped < len(prefix) else []
-                return segments + ([plain] if plain else []), now.run_state, \
-                    {"replaced": len(now.items) - keep}, True
+                        log = Log().add(prefix[dropped:]) if dropped < len(prefix) else Log()
+                return log.add(plain) if plain else log, now.run_state, {"replaced": len(now.log) - keep}, True
 
             try:
                 return await _finish(self._change, "compact", change, False)
@@ -245,7 +234,7 @@ class QvcSession:
         else:
             raise InvalidInputError(f"save_state: not a RunState, nor its JSON: {type(state).__name__}")
         data = json.loads(json.dumps(data))
-        await _finish(self._change, "save-state", lambda line: (_segs(line), data, {}, None))
+        await _finish(self._change, "save-state", lambda line: (_log(line), data, {}, None))
 
     async def load_state(self, agent: Any, **from_json: Any) -> Optional[RunState]:
         """The saved paused run as a ``RunState`` for ``agent`` (the run's starting agent), or
@@ -261,7 +250,7 @@ class QvcSession:
         def change(line: Optional[_Line]):
             if line is None or line.run_state is None:
                 return None
-            return line.segments, None, {}, None
+            return line.log, None, {}, None
         await _finish(self._change, "discard-state", change)
 
     # -- branching -----------------------------------------------------------------------------
@@ -298,7 +287,7 @@ class QvcSession:
             if self.store.head(new_thread) is not None:
                 raise CheckpointConflictError(f"session {new_session_id!r} already exists")
             parent = self._fork_point(line, items[:keep])
-            state = {SESSION: new_session_id, **layout(cut(line.segments, keep))}
+            state = {SESSION: new_session_id, **line.log.cut(keep).fields()}
             checkpoint = Checkpoint(id=uuid.uuid4().hex, thread_id=new_thread, step=parent[1] + 1,
                                     state_data=state, parent_id=parent[0])
             metadata = {"source": SOURCE, "session_id": new_session_id, "op": "fork", "items": keep,
@@ -313,7 +302,7 @@ class QvcSession:
             last = (t.checkpoint.id, t.checkpoint.step)
             n = t.metadata.get("items")
             if isinstance(n, int) and n <= len(wanted) and \
-                    [i for s in segments_of(t.checkpoint.state_data, t.checkpoint.id) for i in s] == wanted[:n]:
+                    Log.of(t.checkpoint.state_data, t.checkpoint.id).items == wanted[:n]:
                 return last
         return last
 
@@ -343,12 +332,12 @@ class QvcSession:
             t = self.store.read(sha)
             state = t.checkpoint.state_data
             line = _Line(sha, t.checkpoint.id, t.checkpoint.step,
-                         segments_of(state, f"session {self.session_id!r} at {t.checkpoint.id}"), state.get(RUN_STATE))
+                         Log.of(state, f"session {self.session_id!r} at {t.checkpoint.id}"), state.get(RUN_STATE))
             self._cache = line
             return line
 
     def _change(self, op: str, change: Callable[[Optional[_Line]], Any], retry: bool = True) -> Any:
-        """Apply ``change(line) -> (segments, run_state, metadata, result)`` (or ``None``: nothing to
+        """Apply ``change(line) -> (log, run_state, metadata, result)`` (or ``None``: nothing to
         write) to the head as one checkpoint, a compare-and-swap on the head: tried again on the
         new head when another writer moved it (unless ``retry`` is false). Returns ``result``."""
         with self._lock:
@@ -357,14 +346,13 @@ class QvcSession:
                 planned = change(line)
                 if planned is None:
                     return None
-                segments, run_state, extra, result = planned
-                state: Dict[str, Any] = {SESSION: self.session_id, **layout(segments)}
+                log, run_state, extra, result = planned
+                state: Dict[str, Any] = {SESSION: self.session_id, **log.fields()}
                 if run_state is not None:
                     state[RUN_STATE] = run_state
                 checkpoint = Checkpoint(id=uuid.uuid4().hex, thread_id=self.thread,
                                         step=line.step + 1 if line else 0, state_data=state)
-                count = sum(len(s) for s in segments)
-                metadata = {"source": SOURCE, "session_id": self.session_id, "op": op, "items": count,
+                metadata = {"source": SOURCE, "session_id": self.session_id, "op": op, "items": len(log),
                             "time": time.time(), **extra}
                 try:
                     self.store.put(CheckpointConfig(self.thread), checkpoint, metadata,
@@ -376,7 +364,7 @@ class QvcSession:
                     raise _Stale from None
                 sha = self.store.head(self.thread)
                 if sha is not None and self.store.commit_info(sha).checkpoint_id == checkpoint.id:
-                    self._cache = _Line(sha, checkpoint.id, checkpoint.step, segments, run_state)
+                    self._cache = _Line(sha, checkpoint.id, checkpoint.step, log, run_state)
                 return result
             raise CheckpointConflictError(f"session {self.session_id!r}: other writers kept moving its head")
 
@@ -401,8 +389,8 @@ class _Stale(Exception):
     """The session's head moved since the compaction snapshot was read."""
 
 
-def _segs(line: Optional[_Line]) -> List[Segment]:
-    return list(line.segments) if line else []
+def _log(line: Optional[_Line]) -> Log:
+    return line.log if line else Log()
 
 
 def _state(line: Optional[_Line]) -> Optional[Dict[str, Any]]:

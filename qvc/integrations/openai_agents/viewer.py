@@ -1,7 +1,7 @@
 """How readers show a session checkpoint of :class:`~qvc.integrations.openai_agents.QvcSession`.
 
-A session checkpoint stores its items as segments (``items.<n>``, ``sealed.<n>``, see
-:mod:`.layout`). Readers (``qvc show``, ``qvc diff``, ``qvc log -p``, ``qvc blame``, ``qvc serve``)
+A session checkpoint stores its items as segments (``items.<n>``) and sealed items (``sealed``,
+see :mod:`.layout`). Readers (``qvc show``, ``qvc diff``, ``qvc log -p``, ``qvc blame``, ``qvc serve``)
 show instead:
 
 - ``session``: the session id;
@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional
 
-from qvc.integrations.openai_agents.layout import RUN_STATE, SESSION, segments_of
+from qvc.integrations.openai_agents.layout import RUN_STATE, SESSION, Log
 
 if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore
@@ -44,7 +44,7 @@ def view(store: GitCheckpointStore, sha: str, state: Dict[str, Any], *, plain: b
     """The session checkpoint in commit ``sha`` (``state``, its ``state_data``) as people read it
     (see the module docstring); plain data whatever ``plain`` says. Raises
     :class:`~qvc.errors.CorruptionError` when a segment field is not a list of items."""
-    items = [item for seg in segments_of(state, f"session checkpoint {sha[:12]}") for item in seg]
+    items = Log.of(state, f"session checkpoint {sha[:12]}").items
     out: Dict[str, Any] = {"session": state.get(SESSION), "messages": messages(items)}
     paused = paused_run(state.get(RUN_STATE))
     if paused is not None:
