@@ -46,7 +46,8 @@ def line(store: GitCheckpointStore, session_id: str) -> list:
 
 
 def test_import_qvc_does_not_import_the_sdk():
-    code = ("import sys, qvc, qvc.store.viewers\n"
+    """Nor does the viewer: ``qvc show`` reads a session without loading the SDK."""
+    code = ("import sys, qvc, qvc.store.viewers, qvc.integrations.openai_agents.viewer\n"
             "assert not any(m.split('.')[0] in ('agents', 'openai') for m in sys.modules), 'the SDK was imported'")
     subprocess.run([sys.executable, "-c", code], env=child_env(), check=True, timeout=60)
 
