@@ -435,3 +435,12 @@ def test_durability_modes_pass_through(tmp_path):
             run(s.add_items([{"role": "user", "content": mode}]))
         with QvcSession("d", tmp_path / f"{mode}.qvc") as s:
             assert run(s.get_items()) == [{"role": "user", "content": mode}]
+
+
+def test_the_sample_runs(tmp_path):
+    proc = subprocess.run([sys.executable, str(Path(__file__).parents[2] / "samples" / "openai_agents_session.py"),
+                           "--repo", str(tmp_path / "s.qvc")], env=child_env(), capture_output=True, text=True,
+                          timeout=300, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "FAIL" not in proc.stdout and "1 message removed" in proc.stdout
+    fsck(tmp_path / "s.qvc")
