@@ -24,7 +24,12 @@ from agents import Runner, SQLiteSession  # noqa: E402
 from helpers import child_env, fsck, qvc, qvc_json, run_git  # noqa: E402
 
 from qvc import CheckpointConfig, GitCheckpointStore  # noqa: E402
-from qvc.errors import CheckpointConflictError, InvalidInputError, SerializationError  # noqa: E402
+from qvc.errors import (  # noqa: E402
+    CheckpointConflictError,
+    InvalidInputError,
+    SerializationError,
+    StoreClosedError,
+)
 from qvc.integrations.openai_agents import QvcSession, session_of, session_thread  # noqa: E402
 from qvc.integrations.openai_agents.scripted import RUN_CONFIG, email_agent, make_agent  # noqa: E402
 
@@ -77,18 +82,18 @@ def test_k_tool_steps_give_k_plus_two_checkpoints_each_holding_what_it_added(tmp
 
 
 def test_a_long_session_stays_cheap(tmp_path):
-    """Bytes written per add_items do not grow with the history: the objects a window of 32 adds
-    made, late in a session of 192, weigh no more than an early window's (segments are sealed in
-    groups, so a checkpoint's tree stays small)."""
+    """Bytes written per add_items do not grow with the history: the objects a window of 64 adds
+    made, late in a session of 512, weigh no more than an early window's (segments are sealed in
+    groups and groups archived, so a checkpoint's tree and header keep a bounded size)."""
     path = tmp_path / "r.qvc"
     item = {"role": "user", "content": "x" * 200}
     with QvcSession("long", path, durability="exit") as s:
         async def fill():
-            for i in range(192):
+            for i in range(512):
                 await s.add_items([dict(item, content=f"{i:04d}" + "x" * 200)])
         run(fill())
         shas = [s.store.resolve(t.checkpoint.id) for t in line(s.store, "long")]
-        assert len(run(s.get_items())) == 192
+        assert len(run(s.get_items())) == 512
 
     def weight(a: str, b: str) -> int:
         objs = run_git(path, "rev-list", "--objects", f"{a}..{b}").stdout.split()
@@ -97,7 +102,7 @@ def test_a_long_session_stays_cheap(tmp_path):
                         text=False)
         return sum(int(x) for x in sizes.stdout.split())
 
-    early, late = weight(shas[31], shas[63]), weight(shas[159], shas[191])
+    early, late = weight(shas[63], shas[127]), weight(shas[447], shas[511])
     assert late <= early * 1.25, (early, late)
 
 
@@ -159,6 +164,26 @@ def test_pop_and_clear_keep_the_history(tmp_path):
     assert len(out.splitlines()) == 5, out
 
 
+def test_run_sync_run_streamed_and_an_encrypted_session(tmp_path):
+    with QvcSession("s", tmp_path / "r.qvc") as s:
+        assert Runner.run_sync(make_agent(1, "a"), "Sync.", session=s, run_config=RUN_CONFIG).final_output == "done"
+
+        async def streamed():
+            result = Runner.run_streamed(make_agent(1, "b"), "Streamed.", session=s, run_config=RUN_CONFIG)
+            async for _ in result.stream_events():
+                pass
+            return result.final_output
+        assert run(streamed()) == "done" and len(s.items()) == 8
+        pytest.importorskip("cryptography")
+        from agents.extensions.memory import EncryptedSession
+
+        inner = QvcSession("e", store=s.store)
+        wrapped = EncryptedSession("e", inner, encryption_key="k" * 32)
+        run(Runner.run(make_agent(1, "c"), "Encrypted.", session=wrapped, run_config=RUN_CONFIG))
+        assert [i.get("type", "message") for i in run(wrapped.get_items())][-1] == "message"
+        assert all("__enc__" in i for i in inner.items()) and len(inner.items()) == 4
+
+
 def test_bad_input_is_refused(tmp_path):
     with QvcSession("s", tmp_path / "r.qvc") as s:
         with pytest.raises(SerializationError):
@@ -168,6 +193,9 @@ def test_bad_input_is_refused(tmp_path):
         with pytest.raises(InvalidInputError):
             QvcSession("", store=s.store)
         assert run(s.get_items()) == [] and s.store.head("openai/session/s") is None
+        s.close()
+        with pytest.raises(StoreClosedError):
+            run(s.add_items([{"role": "user", "content": "late"}]))
     assert session_of("openai/session/a/b") == "a/b" and session_of("other") is None
 
 

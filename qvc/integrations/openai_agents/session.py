@@ -35,7 +35,13 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, TypeVar
 from agents import RunState, SessionSettings
 from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
 
-from qvc.errors import CheckpointConflictError, InvalidInputError, SerializationError, UnknownThreadError
+from qvc.errors import (
+    CheckpointConflictError,
+    InvalidInputError,
+    SerializationError,
+    StoreClosedError,
+    UnknownThreadError,
+)
 from qvc.integrations.openai_agents.layout import RUN_STATE, SESSION, SOURCE, Item, Log, session_thread
 from qvc.store.git_store import GitCheckpointStore
 from qvc.types import Checkpoint, CheckpointConfig, DurabilityMode
@@ -161,6 +167,8 @@ class QvcSession:
     async def pop_item(self, *, wrapper: Any = None) -> Optional[Item]:
         """Remove and return the newest item (``None`` when there is none): a checkpoint without it;
         the item stays in the thread's history."""
+        self._check_open()
+
         def change(line: Optional[_Line]):
             items = line.items if line else []
             if not items:
@@ -171,6 +179,8 @@ class QvcSession:
     async def clear_session(self, *, wrapper: Any = None) -> None:
         """Remove every item (and a saved paused run): a checkpoint of an empty session, the
         history kept. Nothing is written for a session that is empty already."""
+        self._check_open()
+
         def change(line: Optional[_Line]):
             if line is None or (not len(line.log) and line.run_state is None):
                 return None
@@ -318,7 +328,7 @@ class QvcSession:
 
     def _check_open(self) -> None:
         if self.store.closed:
-            raise RuntimeError(f"{self!r} is closed")
+            raise StoreClosedError(f"{self!r} is closed")
 
     def _read(self) -> Optional[_Line]:
         """The session at its head now (``None``: no checkpoint yet)."""
