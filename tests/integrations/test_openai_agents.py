@@ -220,6 +220,19 @@ def test_the_compaction_hook_is_a_compare_and_swap(tmp_path):
         assert whole.complete and run(whole.replace_suffix(0, summary)) and run(s.get_items()) == summary
 
 
+def test_a_subclass_that_overrides_a_protocol_method_gets_no_compaction_hook(tmp_path):
+    """The swap would bypass the override (the SDK then compacts through the protocol's methods),
+    as SQLiteSession does for its subclasses; the SDK's own compaction-retry tests rely on it."""
+    class Counting(QvcSession):
+        async def add_items(self, items, *, wrapper=None):
+            self.added = getattr(self, "added", 0) + 1
+            await super().add_items(items, wrapper=wrapper)
+
+    with Counting("s", tmp_path / "r.qvc") as s:
+        run(turn(s, 0, "a"))
+        assert s.added == 2 and run(s._get_compaction_snapshot(2)) is None
+
+
 # -- forks ----------------------------------------------------------------------------------------------
 
 

@@ -47,6 +47,8 @@ from qvc.store.git_store import GitCheckpointStore
 from qvc.types import Checkpoint, CheckpointConfig, DurabilityMode
 
 _T = TypeVar("_T")
+#: The Session protocol's methods (a subclass overriding one gets no compaction hook).
+_PROTOCOL = ("get_items", "add_items", "pop_item", "clear_session")
 #: How often a write is tried again when another writer moved the session's head meanwhile.
 _RETRIES = 16
 
@@ -195,7 +197,11 @@ class QvcSession:
         """The hook the SDK's ``OpenAIResponsesCompactionSession`` calls on the session it wraps:
         the newest ``limit`` items and a ``replace_suffix`` that swaps them for the compacted output
         only if the session's head is still the one read here (no write was lost in between).
-        ``prune_prefix`` drops the leading items it accepts from the older history in the same write."""
+        ``prune_prefix`` drops the leading items it accepts from the older history in the same write.
+        ``None`` (the SDK then uses the protocol's methods) for a subclass that overrides one of
+        them: the swap would bypass what the override does (as ``SQLiteSession`` does too)."""
+        if any(getattr(type(self), name) is not getattr(QvcSession, name) for name in _PROTOCOL):
+            return None
         line = await asyncio.to_thread(self._read)
         everything = line.items if line else []
         items = everything[-limit:] if limit > 0 else []
