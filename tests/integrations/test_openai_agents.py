@@ -7,10 +7,12 @@ session as a conversation; and the adapter kit (adapter_kit.py)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import signal
 import subprocess
 import sys
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List
@@ -385,6 +387,29 @@ def test_the_command_line_shows_a_session_as_a_conversation(tmp_path):
     assert "messages" in logged
     raw = qvc(*repo, "show", "--raw", "openai/session/chat").stdout
     assert "items.0000" in raw
+
+
+def test_qvc_serve_shows_a_session_as_a_conversation(tmp_path):
+    """The page's API (what the page draws) gives the session's messages in the conversation shape."""
+    pytest.importorskip("fastapi")
+    path = tmp_path / "r.qvc"
+    with QvcSession("chat", path) as s:
+        run(turn(s, 1, "a", "Look it up."))
+    proc = subprocess.Popen([sys.executable, "-m", "qvc", "--repo", str(path), "serve", "--port", "0", "--read-only"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(),
+                            stdin=subprocess.DEVNULL)
+    try:
+        line = proc.stdout.readline()
+        url = line.split(" at ", 1)[1].split()[0]
+        with urllib.request.urlopen(url + "api/checkpoints/openai%2Fsession%2Fchat", timeout=30) as resp:
+            doc = json.loads(resp.read())
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert doc["metadata"]["op"] == "add" and doc["state"]["session"] == "chat"
+    assert [(m["role"], m.get("tool_calls")) for m in doc["state"]["messages"]] == [
+        ("user", None), ("assistant", [{"id": "call_a_0", "name": "lookup", "args": {"n": 0}}]), ("tool", None),
+        ("assistant", [])]
 
 
 # -- the adapter kit ------------------------------------------------------------------------------------
