@@ -222,6 +222,40 @@ def test_the_compaction_hook_is_a_compare_and_swap(tmp_path):
         assert whole.complete and run(whole.replace_suffix(0, summary)) and run(s.get_items()) == summary
 
 
+ADDER = """
+import asyncio, os, sys, time
+from qvc.integrations.openai_agents import QvcSession
+async def main():
+    with QvcSession("shared", sys.argv[1]) as s:
+        print("ready", flush=True)
+        while not os.path.exists(sys.argv[3]):
+            time.sleep(0.005)
+        for i in range(30):
+            await s.add_items([{"role": "user", "content": f"{sys.argv[2]} {i}"}])
+asyncio.run(main())
+"""
+
+
+def test_two_processes_adding_to_one_session_both_land(tmp_path):
+    path = tmp_path / "r.qvc"
+    QvcSession("shared", path).close()
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", ADDER, str(path), who, str(go)], env=child_env(),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for who in ("a", "b")]
+    for p in procs:
+        assert p.stdout.readline() == "ready\n", p.stderr.read()
+    go.touch()  # both at once: their writes interleave
+    for p in procs:
+        assert p.wait(timeout=120) == 0, p.stderr.read()
+    fsck(path)
+    with QvcSession("shared", path) as s:
+        contents = [i["content"] for i in s.items()]
+    assert len(contents) == 60
+    for who in ("a", "b"):
+        assert [c for c in contents if c.startswith(who)] == [f"{who} {i}" for i in range(30)]
+
+
 def test_a_subclass_that_overrides_a_protocol_method_gets_no_compaction_hook(tmp_path):
     """The swap would bypass the override (the SDK then compacts through the protocol's methods),
     as SQLiteSession does for its subclasses; the SDK's own compaction-retry tests rely on it."""
