@@ -26,12 +26,15 @@ import pytest
 pytest.importorskip("google.adk")
 
 from adapter_kit import AdapterDriver, AdapterKit, Operation, kill_a_writer  # noqa: E402
+from google.adk.errors import StaleSessionError  # noqa: E402
 from google.adk.errors.already_exists_error import AlreadyExistsError  # noqa: E402
 from google.adk.errors.session_not_found_error import SessionNotFoundError  # noqa: E402
 from google.adk.events.event import Event  # noqa: E402
 from google.adk.events.event_actions import EventActions  # noqa: E402
 from google.adk.sessions.base_session_service import GetSessionConfig  # noqa: E402
+from google.adk.sessions.session import Session  # noqa: E402
 from google.adk.sessions.sqlite_session_service import SqliteSessionService  # noqa: E402
+from google.adk.tools.tool_confirmation import ToolConfirmation  # noqa: E402
 from google.genai import types  # noqa: E402
 from helpers import child_env, fsck, qvc, qvc_json, run_git  # noqa: E402
 
@@ -42,7 +45,6 @@ from qvc.integrations.google_adk import (  # noqa: E402
     layout,  # noqa: E402
 )
 from qvc.integrations.google_adk.scripted import ask, make_runner  # noqa: E402
-from qvc.integrations.google_adk.sessions import StaleSessionError  # noqa: E402
 
 APP, USER = "calc", "ada"
 
@@ -203,6 +205,71 @@ def test_get_list_and_delete_sessions(tmp_path: Path) -> None:
 
     run(script())
     run(service.close())
+
+
+@pytest.fixture(params=["qvc", "sqlite"])
+def service(request, tmp_path: Path):
+    """``QvcSessionService``, and ADK's ``SqliteSessionService`` as the oracle of the same contract."""
+    made = QvcSessionService(tmp_path / "a.qvc") if request.param == "qvc" else SqliteSessionService(
+        str(tmp_path / "adk.db"))
+    yield made
+    run(made.close())
+
+
+def test_the_session_contract_as_adk_states_it(service: Any) -> None:
+    """What ADK's backend-generic tests ask of every session service, in qvc's words; the SQLite
+    service passes the same."""
+    async def script() -> None:
+        new = service.create_session
+        # ids: padded ids are the same session, blank ones are generated
+        await new(app_name=APP, user_id=USER, session_id="p", state={"keep": 1})
+        with pytest.raises(AlreadyExistsError):
+            await new(app_name=APP, user_id=USER, session_id="  p  ")
+        assert (await service.get_session(app_name=APP, user_id=USER, session_id=" p ")).state == {"keep": 1}
+        assert (await new(app_name=APP, user_id=USER, session_id="   ")).id.strip()
+        # two creators of one id: one wins, the other is told the id is taken
+        results = await asyncio.gather(new(app_name=APP, user_id=USER, session_id="race"),
+                                       new(app_name=APP, user_id=USER, session_id="race"), return_exceptions=True)
+        assert sorted(type(r).__name__ for r in results) == ["AlreadyExistsError", "Session"]
+        # state deltas: a dict replaces, None is stored, types survive, unserializable values become text
+        s = await new(app_name=APP, user_id=USER, session_id="st",
+                      state={"profile": {"a": 1, "b": 2}, "flag": True, "off": False, "user:pref": "x"})
+        await service.append_event(s, Event(author="user", invocation_id="i", actions=EventActions(
+            state_delta={"profile": {"a": 9}, "flag": None, "user:pref": None, "f": 1.0, "cb": lambda: 1})))
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="st")
+        assert got.state["profile"] == {"a": 9} and got.state["flag"] is None and got.state["off"] is False
+        assert "user:pref" in got.state and got.state["user:pref"] is None and isinstance(got.state["cb"], str)
+        assert got.state["f"] == 1.0
+        # a confirmation request and every event field round-trip
+        event = Event(author="user", invocation_id="c", turn_complete=True, interrupted=True, error_code="e",
+                      custom_metadata={"k": "v"}, timestamp=got.last_update_time + 1,
+                      usage_metadata=types.GenerateContentResponseUsageMetadata(total_token_count=2),
+                      actions=EventActions(transfer_to_agent="other", escalate=True, requested_tool_confirmations={
+                          "t1": ToolConfirmation(hint="ok?", confirmed=False, payload={"id": 1})}))
+        await service.append_event(got, event)
+        assert await service.get_session(app_name=APP, user_id=USER, session_id="st") == got
+        # list: least recently updated first
+        for sid in ("a", "b", "c"):
+            await new(app_name="order", user_id=USER, session_id=sid)
+        a = await service.get_session(app_name="order", user_id=USER, session_id="a")
+        await asyncio.sleep(0.01)
+        await service.append_event(a, Event(author="user", invocation_id="i"))
+        assert [x.id for x in (await service.list_sessions(app_name="order", user_id=USER)).sessions] == ["b", "c", "a"]
+        # an unknown session; two stale copies appended at once: one wins, the other is stale (as
+        # ADK's DatabaseSessionService decides it; its SqliteSessionService stores both)
+        with pytest.raises(SessionNotFoundError):
+            await service.append_event(Session(app_name=APP, user_id=USER, id="never"), Event(author="user"))
+        if isinstance(service, SqliteSessionService):
+            return
+        latest = await service.get_session(app_name=APP, user_id=USER, session_id="st")
+        copies = [latest.model_copy(deep=True) for _ in range(2)]
+        results = await asyncio.gather(*[service.append_event(c, Event(
+            author="user", invocation_id=f"x{i}", timestamp=latest.last_update_time + 10 + i,
+            actions=EventActions(state_delta={f"k{i}": i}))) for i, c in enumerate(copies)], return_exceptions=True)
+        assert sum(isinstance(r, StaleSessionError) for r in results) == 1
+        assert sum(isinstance(r, Event) for r in results) == 1
+
+    run(script())
 
 
 def test_artifacts_are_versioned_files(tmp_path: Path) -> None:
@@ -448,6 +515,28 @@ def artifact_service_factory(tmp_path):
 '''
 
 
+#: ADK contract tests qvc's services fail, with the reason: marked ``xfail(strict=True)`` in the copy
+#: (as ADK's own ``_conformance.py`` records a backend's divergences), so a fix must remove the entry.
+DIVERGENCES = {
+    "test_list_artifact_versions_and_get_artifact_version[ArtifactServiceType.IN_MEMORY]":
+        "canonical_uri is each service's own address of the version (memory://, file://, gs://); qvc gives "
+        "ADK's artifact:// reference, which loads through the service itself",
+    "test_list_artifact_versions_with_user_prefix[ArtifactServiceType.IN_MEMORY]":
+        "the same: the test expects the in-memory service's memory:// URI",
+}
+
+DIVERGENCE_HOOK = """
+import pytest
+DIVERGENCES = {divergences!r}
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        reason = DIVERGENCES.get(item.name)
+        if reason is not None:
+            item.add_marker(pytest.mark.xfail(strict=True, reason=reason))
+"""
+
+
 def upstream_suite(source: Path, work: Path) -> Dict[str, subprocess.CompletedProcess]:
     """Run ADK's session and artifact contract tests from the checkout ``source`` (its
     ``tests/unittests``) in a copy under ``work``, with qvc's services plugged into their fixtures:
@@ -464,6 +553,8 @@ def upstream_suite(source: Path, work: Path) -> Dict[str, subprocess.CompletedPr
         f.write(SESSIONS_OVERRIDE)
     with open(tests / "unittests" / "artifacts" / "test_artifact_service.py", "a") as f:
         f.write(ARTIFACTS_OVERRIDE)
+    for suite in ("sessions", "artifacts"):
+        (tests / "unittests" / suite / "conftest.py").write_text(DIVERGENCE_HOOK.format(divergences=DIVERGENCES))
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "asyncio_mode=auto",
             "-o", "asyncio_default_fixture_loop_scope=function", "--rootdir", str(work), "-W", "ignore"]
     return {
@@ -471,7 +562,7 @@ def upstream_suite(source: Path, work: Path) -> Dict[str, subprocess.CompletedPr
                                     "qvc or sqlite_control", "-rfE"], cwd=work, capture_output=True, text=True,
                                    env=child_env(), timeout=600),
         "artifacts": subprocess.run([*argv, "tests/unittests/artifacts/test_artifact_service.py", "-k", "IN_MEMORY",
-                                     "-rfE"], cwd=work, capture_output=True, text=True, env=child_env(), timeout=600),
+                                     "-rfExX"], cwd=work, capture_output=True, text=True, env=child_env(), timeout=600),
     }
 
 

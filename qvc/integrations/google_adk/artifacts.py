@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import os
-import time
 import uuid
 from typing import Any, Optional
 
@@ -85,9 +84,11 @@ class QvcArtifactService(BaseArtifactService):
             for _ in range(_RETRIES):
                 head = self.store.head(thread)
                 version = self.store.commit_info(head).step + 1 if head is not None else 0
-                meta = {"source": layout.SOURCE, "version": version, "create_time": time.time(),
-                        "mime_type": mime, "custom_metadata": copy.deepcopy(custom_metadata or {}),
-                        "canonical_uri": artifact_util.get_artifact_uri(app_name, user_id, filename, version, scope)}
+                made = ArtifactVersion(version=version, mime_type=mime,  # its create_time: ADK's clock
+                                       canonical_uri=artifact_util.get_artifact_uri(app_name, user_id, filename,
+                                                                                    version, scope),
+                                       custom_metadata=copy.deepcopy(custom_metadata or {}))
+                meta = {"source": layout.SOURCE, **made.model_dump(mode="json")}
                 cp = Checkpoint(id=uuid.uuid4().hex, thread_id=thread, step=version, state_data={"part": stored})
                 try:
                     self.store.put(CheckpointConfig(thread), cp, meta, expected_head=head,

@@ -15,10 +15,12 @@ import asyncio
 import json
 import logging
 import os
+import threading
 import time
 import uuid
 from typing import Any, Optional
 
+from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
@@ -31,12 +33,6 @@ from qvc.errors import CheckpointConflictError, InvalidInputError
 from qvc.integrations.google_adk import layout
 from qvc.store.git_store import GitCheckpointStore, PutRequest
 from qvc.types import Checkpoint, CheckpointConfig, DurabilityMode
-
-try:  # ADK 2.x: the error its SQL services raise for a stale session object
-    from google.adk.errors._stale_session_error import StaleSessionError
-except ImportError:  # pragma: no cover - older ADK
-    class StaleSessionError(ValueError):  # type: ignore[no-redef]
-        """A session object older than what the store holds."""
 
 logger = logging.getLogger(__name__)
 
@@ -103,6 +99,8 @@ class QvcSessionService(BaseSessionService):
             raise InvalidInputError("QvcSessionService: give a repository path or an open store, not both")
         self._owned = store is None
         self.store: GitCheckpointStore = store if store is not None else GitCheckpointStore(path, durability=durability)
+        self._locks: dict[str, threading.Lock] = {}  # per session thread: this process's appends one at a time
+        self._locks_lock = threading.Lock()
 
     # -- the interface -----------------------------------------------------------------------
 
@@ -140,7 +138,6 @@ class QvcSessionService(BaseSessionService):
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
         await asyncio.to_thread(self._append, session, event)
-        session.last_update_time = event.timestamp
         return self._commit_event_to_session(session, event)
 
     async def fork_session(self, *, app_name: str, user_id: str, session_id: str, new_session_id: str,
@@ -190,7 +187,8 @@ class QvcSessionService(BaseSessionService):
 
     def _create(self, app_name: str, user_id: str, state: Optional[dict[str, Any]],
                 session_id: Optional[str]) -> Session:
-        sid = self._resolve(app_name, user_id, session_id) if session_id else str(uuid.uuid4())
+        sid = self._resolve(app_name, user_id, session_id) if session_id else ""
+        sid = sid or str(uuid.uuid4())  # none given, or only blanks
         thread = layout.session_thread(app_name, user_id, sid)
         app_delta, user_delta, session_state = split_delta(state or {})
         now = time.time()
@@ -257,6 +255,13 @@ class QvcSessionService(BaseSessionService):
 
     def _append(self, session: Session, event: Event) -> None:
         thread = layout.session_thread(session.app_name, session.user_id, session.id)
+        with self._locks_lock:
+            lock = self._locks.setdefault(thread, threading.Lock())
+        with lock:  # the stale check and the write see this process's earlier appends done
+            self._append_locked(thread, session, event)
+            session.last_update_time = event.timestamp
+
+    def _append_locked(self, thread: str, session: Session, event: Event) -> None:
         app_delta, user_delta, session_delta = split_delta(event.actions.state_delta if event.actions else {})
         stored = event_to_stored(event)
         meta = {"source": layout.SOURCE, "update_time": event.timestamp}
@@ -265,8 +270,8 @@ class QvcSessionService(BaseSessionService):
             if head is None:
                 raise SessionNotFoundError(f"Session {session.id} not found.")
             if layout.update_time(self.store, head) > session.last_update_time:
-                raise StaleSessionError("The last_update_time provided in the session object is earlier than the "
-                                        "update_time in storage. Please check if it is a stale session.")
+                raise StaleSessionError("The session was modified in storage since it was read (its last_update_time "
+                                        "is older than the stored update time): get the session again.")
             puts, _, _ = self._scope_puts(session.app_name, session.user_id, app_delta, user_delta, meta)
             state = layout.state_at(self.store, head)
             state.update(session_delta)
