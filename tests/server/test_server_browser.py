@@ -95,7 +95,7 @@ def test_open_run_continue_from_inner_boundary_and_see_the_fork(tmp_path, browse
     server = Server(repo)
     try:
         wait = WebDriverWait(browser, 20)
-        browser.get(server.url)
+        browser.get(server.page)
         wait.until(text_in("live", "live"))
         wait.until(click('li[data-thread="run/s1/done"]'))
 
@@ -160,7 +160,7 @@ def test_the_page_opens_threads_with_any_id(tmp_path, browser):
     server = Server(repo)
     try:
         wait = WebDriverWait(browser, 20)
-        browser.get(server.url)
+        browser.get(server.page)
         wait.until(text_in("live", "live"))
         pick = "const t = arguments[0]; const li = [...document.querySelectorAll('li[data-thread]')]" \
                ".find((n) => n.dataset.thread === t); if (li) li.click(); return !!li;"
