@@ -501,7 +501,7 @@ def test_other_names_and_other_sites_refused(server):
     assert request(server.url + "api/reset", "POST", {}, headers=server.auth)[0] == 400
 
 
-def test_actions_need_the_token_of_this_start(server):
+def test_actions_need_the_token_of_this_start(server, api):
     """Without --token any local process can reach the port: reads stay open, but every action
     needs the random token made at start (the printed URL carries it; the page sends it)."""
     assert server.token and len(server.token) >= 24 and server.page == f"{server.url}?token={server.token}"
@@ -512,6 +512,7 @@ def test_actions_need_the_token_of_this_start(server):
             status, answer, raw = request(server.url + path, method, fork if method == "POST" else None, headers)
             assert status == 401 and json.loads(raw)["error"]["type"] == "unauthorized", (method, path, raw)
             assert "token" in json.loads(raw)["error"]["message"] and answer["WWW-Authenticate"] == "Bearer"
+    assert API(server.url, spec=api.spec)("POST", "/api/fork", fork)[0] == 401  # as the document declares
     assert request(server.url + "api/threads/notes/guarded")[0] == 404  # refused: nothing was done
     assert request(server.url + "api/repository")[0] == 200  # reads need no token on loopback
     assert request(server.url + "static/app.js")[0] == 200 and request(server.url)[0] == 200
