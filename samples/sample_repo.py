@@ -24,8 +24,7 @@ MARK = "qvc-sample"
 
 def refuse(path: str, why: str) -> None:
     """Exit with status 2 and one line on stderr: the sample will not write at ``path``."""
-    print(f"{os.path.basename(sys.argv[0])}: {path} {why}; refusing to replace it (choose a new path)",
-          file=sys.stderr)
+    print(f"{os.path.basename(sys.argv[0])}: {path} {why} (choose a new path)", file=sys.stderr)
     sys.exit(2)
 
 
@@ -38,15 +37,15 @@ def fresh_path(path: str) -> str:
     """
     path = os.path.abspath(path)
     if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
-        refuse(path, "exists and is not a directory a qvc sample created")
+        refuse(path, "is a file (or a link), not created by a qvc sample; refusing to replace it")
     if os.path.isdir(path):
         entries = os.listdir(path)
         if entries and not os.path.isfile(os.path.join(path, MARK)):
-            refuse(path, "exists and was not created by a qvc sample")
+            refuse(path, "exists and was not created by a qvc sample; refusing to replace it")
         shutil.rmtree(path) if entries else os.rmdir(path)
     parent = os.path.dirname(path)
     if os.path.lexists(parent) and not os.path.isdir(parent):
-        refuse(path, "is inside a file")
+        refuse(path, "is inside a file; refusing to write there")
     return path
 
 
