@@ -99,7 +99,7 @@ class RecoveryReport:
     #: ref -> where its restored value came from: ``"the journal"``, ``"the reflog"`` or ``"its
     #: tip's first readable ancestor"``
     restored_from: dict[str, str] = field(default_factory=dict)
-    #: refs deleted: a crashed write created them and nothing of theirs reads back
+    #: refs deleted: nothing they named reads back, nor any earlier value of theirs
     refs_removed: list[str] = field(default_factory=list)
     locks_removed: list[str] = field(default_factory=list)
     temp_files_removed: int = 0
@@ -150,7 +150,8 @@ class RecoveryReport:
             (self.temp_files_removed, f"removed {self.temp_files_removed} temporary file(s)"),
             (self.empty_objects_removed, f"removed {self.empty_objects_removed} empty object file(s)"),
             (self.indexes_rebuilt, f"rebuilt pack index(es) {', '.join(self.indexes_rebuilt)} from their packs"),
-            (self.moved_aside, f"moved aside to {self.quarantine}/: {', '.join(self.moved_aside)}"),
+            (self.moved_aside, f"moved aside to {self.quarantine}/: {', '.join(self.moved_aside[:5])}"
+                               + (f" and {len(self.moved_aside) - 5} more" if len(self.moved_aside) > 5 else "")),
             (self.reflogs_repaired, f"repaired reflog(s) of {', '.join(self.reflogs_repaired)}"),
         )
         parts = [text for present, text in lines if present]
