@@ -42,6 +42,10 @@ def test_one_line_of_config_shows_the_blobs_as_json(tmp_path):
     out = run_git(repo, "log", "-p", "t").stdout
     assert '-"hello \\u001b[31mred"\n+"bye"' in out, out
     assert '+    "id": "b",' in out and "+  69\n" in out and "\x1b" not in out
+    # qvc's own git runs never run a program the repository's config names, this textconv included
+    from qvc.plumbing.launcher import run_git as qvcs_git
+
+    assert "Binary files a/msg and b/msg differ" in qvcs_git(str(repo), "log", "-p", "t").stdout
     (tmp_path / "header").write_bytes(run_git(repo, "cat-file", "blob", "t:.qvc", text=False).stdout)
     assert json.loads(qvc("cat-blob", str(tmp_path / "header")).stdout)["checkpoint"]["id"] == "b"
     (tmp_path / "junk").write_bytes(b"\xc1")  # never valid msgpack
