@@ -25,6 +25,7 @@ from qvc.cli import (  # noqa: F401
     runs,  # runs, timeline
     searching,  # bisect
     serving,  # serve
+    tags,  # tag
     threads,  # branch, checkout, reset, reflog
     workdir,  # checkout --to, commit
 )

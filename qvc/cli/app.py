@@ -117,7 +117,7 @@ def complete_names(ctx: click.Context, param: click.Parameter, incomplete: str) 
 
 # The order of `qvc --help`: reading history, changing it, runs, following, remotes, the rest.
 ORDER = ("init", "status", "log", "show", "diff", "blame", "bisect", "branch", "checkout", "commit", "reset", "reflog",
-         "runs", "timeline", "watch", "remote", "push", "fetch", "clone", "serve", "gc", "fsck", "completion")
+         "tag", "runs", "timeline", "watch", "remote", "push", "fetch", "clone", "serve", "gc", "fsck", "completion")
 
 
 class Group(click.Group):

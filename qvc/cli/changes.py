@@ -14,10 +14,13 @@ from qvc.cli.output import emit_json, out, page, value_width, warn
 @click.option("--stat", is_flag=True, help="Only counts per field.")
 @click.option("--full", is_flag=True, help="Do not shorten values.")
 @click.option("--json", "as_json", is_flag=True, help="Structured changes as JSON.")
-def diff(a: str, b: str | None, stat: bool, full: bool, as_json: bool) -> None:
+@click.option("--raw", is_flag=True, help="The stored fields, not as their viewer shows them.")
+def diff(a: str, b: str | None, stat: bool, full: bool, as_json: bool, raw: bool) -> None:
     """Show which fields changed between two checkpoints, and how.
 
-    With one checkpoint, compares it with its parent; with two, A to B.
+    With one checkpoint, compares it with its parent; with two, A to B. Values are shown as
+    their writer's viewer shows them (LangGraph messages and runs as conversations: lists
+    aligned by message id, a summary line first); --raw compares the stored fields.
 
     \b
     Example:
@@ -32,8 +35,8 @@ def diff(a: str, b: str | None, stat: bool, full: bool, as_json: bool) -> None:
     store = session().store()
     ra = revision(store, a)
     damaged: dict[str, str] = {}
-    diffs = diff_commits(store, None, ra.commit, damaged, plain=as_json) if b is None else \
-        diff_commits(store, ra.commit, revision(store, b).commit, damaged, plain=as_json)
+    diffs = diff_commits(store, None, ra.commit, damaged, plain=as_json, raw=raw) if b is None else \
+        diff_commits(store, ra.commit, revision(store, b).commit, damaged, plain=as_json, raw=raw)
     for field, why in damaged.items():  # the healthy fields are compared all the same
         warn(f"field {field!r} not compared: {why} (see `qvc fsck`)")
     if as_json:

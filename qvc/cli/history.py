@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import re
+import sys
 from datetime import datetime
 
 import click
 
 from qvc.cli.app import cli, complete_names, revision, run_names, session
 from qvc.cli.following import follow_log
-from qvc.cli.output import emit_json, page, short, style, value_width
-from qvc.cli.runs import show_run
+from qvc.cli.output import emit_json, page, qname, short, style, value_width
+from qvc.cli.runs import number_entries, run_number, show_run, shown_name
 from qvc.errors import CorruptionError, InvalidInputError, NotFoundError
 from qvc.readers.dates import ago
 from qvc.readers.views import iso
+from qvc.types import Head
 
 
 class PathsAfterDashes(click.Command):
@@ -29,31 +32,64 @@ class PathsAfterDashes(click.Command):
         return super().parse_args(ctx, args[:args.index("--")] if "--" in args else args)
 
 
-@cli.command(cls=PathsAfterDashes)
-@click.argument("name", required=False, shell_complete=complete_names)
-@click.option("-n", "--max-count", "limit", type=click.IntRange(min=0), help="Show at most N checkpoints.")
+class LogCommand(PathsAfterDashes):
+    """``qvc log``'s arguments as git reads them: ``-3`` is ``-n 3``, a bare ``--decorate`` is
+    ``--decorate=short``, and field names come after ``--``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        end = args.index("--") if "--" in args else len(args)
+        valued = {name for p in self.params if isinstance(p, click.Option) and not p.is_flag for name in p.opts}
+        options: list[str] = []
+        for arg in args[:end]:
+            if re.fullmatch(r"-\d+", arg) and not (options and options[-1] in valued):  # not --grep -3
+                options += ["-n", arg[1:]]
+            else:
+                options.append("--decorate=short" if arg == "--decorate" else arg)
+        return super().parse_args(ctx, options + args[end:])
+
+
+@cli.command(cls=LogCommand)
+@click.argument("names", nargs=-1, metavar="[REVISION...]", shell_complete=complete_names)
+@click.option("-n", "--max-count", "limit", type=click.IntRange(min=0), help="Show at most N checkpoints (also -N).")
 @click.option("--oneline", is_flag=True, help="One line per checkpoint.")
-@click.option("--graph", is_flag=True, help="Draw forks across threads (git's graph).")
+@click.option("--graph", is_flag=True, help="Draw forks across threads (git's graph, in --topo-order).")
 @click.option("--all", "all_", is_flag=True, help="Every thread and the lines superseded by time travel.")
+@click.option("--first-parent", is_flag=True, help="Follow only the first parent of each checkpoint.")
+@click.option("--topo-order", "order", flag_value="topo", help="A child before its parents, each line together.")
+@click.option("--date-order", "order", flag_value="date", help="Newest first, a child before its parents.")
 @click.option("--json", "as_json", is_flag=True, help="A JSON array of checkpoints.")
 @click.option("-f", "--follow", is_flag=True, help="Oldest first, then new checkpoints, resets, forks, deletions.")
 @click.option("--reverse", is_flag=True, help="Oldest first (after -n has chosen the newest N).")
 @click.option("--since", "--after", "since", metavar="DATE", help="Only checkpoints at or after DATE (git's forms).")
 @click.option("--until", "--before", "until", metavar="DATE", help="Only checkpoints at or before DATE.")
 @click.option("--grep", metavar="PATTERN", help="Only checkpoints whose commit message matches PATTERN (regex).")
+@click.option("-S", "pickaxe_string", metavar="STRING",
+              help="Only checkpoints that change how often STRING occurs in a field's value.")
+@click.option("-G", "pickaxe_regex", metavar="REGEX",
+              help="Only checkpoints that add or remove a line matching REGEX in a field's value.")
+@click.option("--pickaxe-regex", "string_is_regex", is_flag=True, help="Read -S's STRING as a regular expression.")
 @click.option("-p", "--patch", is_flag=True, help="Each checkpoint's field diff against its parent.")
 @click.option("--stat", is_flag=True, help="Each checkpoint's per-field change counts.")
+@click.option("--name-only", is_flag=True, help="The fields each checkpoint changed.")
+@click.option("--name-status", is_flag=True, help="The fields each checkpoint changed, with A, M or D.")
+@click.option("--decorate", type=click.Choice(["short", "full", "auto", "no"]), metavar="[=short|full|auto|no]",
+              help="Thread names, HEAD and tags next to checkpoints (default: short).")
+@click.option("--no-decorate", is_flag=True, help="No thread names, HEAD or tags next to checkpoints.")
 @click.option("--format", "--pretty", "fmt", metavar="FORMAT", help="Each checkpoint as FORMAT (placeholders below).")
-def log(name: str | None, limit: int | None, oneline: bool, graph: bool, all_: bool, as_json: bool,
-        follow: bool, reverse: bool, since: str | None, until: str | None, grep: str | None, patch: bool,
-        stat: bool, fmt: str | None) -> None:
+@click.option("--raw", is_flag=True, help="With -p/--stat: diff the stored fields, not as their viewer shows them.")
+def log(names: tuple[str, ...], limit: int | None, oneline: bool, graph: bool, all_: bool, first_parent: bool,
+        order: str | None, as_json: bool, follow: bool, reverse: bool, since: str | None, until: str | None,
+        grep: str | None, pickaxe_string: str | None, pickaxe_regex: str | None, string_is_regex: bool,
+        patch: bool, stat: bool, name_only: bool, name_status: bool, decorate: str | None, no_decorate: bool,
+        fmt: str | None, raw: bool) -> None:
     """Show checkpoints, newest first (default: the current thread).
 
-    NAME is a thread or a checkpoint; its line is followed back through forks. A..B is B's line
-    without what A reaches (A.. and ..B: HEAD for the missing side). After --, field names:
-    only the checkpoints that changed one of them (and, with -p, only their diffs).
+    A REVISION is a thread or a checkpoint; one is followed back through forks along its line.
+    As in git: ^A leaves out what A reaches, A..B is ^A B (A.. and ..B: HEAD for the missing
+    side), A...B is what either reaches and not both. After --, field names: only the
+    checkpoints that changed one of them (and, with -p, only their diffs).
 
-    With --follow NAME is a thread (it may not exist yet): its log oldest first, then each new
+    With --follow REVISION is a thread (it may not exist yet): its log oldest first, then each new
     checkpoint as other processes write it, and resets, forks and deletions as lines of their
     own, until interrupted (--json: one object per line, each with a "kind").
 
@@ -64,58 +100,78 @@ def log(name: str | None, limit: int | None, oneline: bool, graph: bool, all_: b
 
     \b
     Example:
-      qvc log --oneline -n 20 run-7
+      qvc log --oneline -20 run-7
       qvc log run-7~10..run-7 --reverse -p -- messages
-      qvc log --since "2 hours ago" --grep tool --format "%h %(step) %ar"
+      qvc log --since "last week" -S "rate limit" --name-status
       qvc log --all --graph
       qvc log --follow --oneline run-7
     """
     # deferred: start-up speed
-    from qvc.readers.log import check_format
+    from qvc.readers.log import check_format, revision_set
     from qvc.readers.log import graph as draw
     from qvc.readers.log import log as walk
 
     fields = click.get_current_context().meta.get("after_dashes", [])
-    selecting = bool(reverse or since or until or grep or fields or patch or stat)
-    if graph and (as_json or selecting or fmt):
-        raise click.UsageError("--graph goes with -n and --all only")
+    searching = pickaxe_string is not None or pickaxe_regex is not None
+    selecting = bool(reverse or grep or fields or patch or stat or searching or name_only or name_status)
+    if graph and (as_json or selecting):
+        raise click.UsageError("--graph goes with revisions, -n, --all, --first-parent, --since, --until, "
+                               "--topo-order, --date-order, --decorate and --format only")
+    if name_only and name_status:
+        raise click.UsageError("--name-only and --name-status cannot be used together")
+    if string_is_regex and pickaxe_string is None:
+        raise click.UsageError("--pickaxe-regex goes with -S")
     if fmt is not None:
         fmt = check_format(fmt)
+    decorate = "no" if no_decorate else decorate or "short"
+    if decorate == "auto":  # git's default: names on a terminal only
+        decorate = "short" if sys.stdout.isatty() else "no"
     store = session().store()
     if follow:
-        if graph or all_ or selecting:
+        if graph or all_ or selecting or since or until or first_parent or order or len(names) > 1:
             raise click.UsageError("--follow takes one thread and -n, --oneline, --format or --json")
-        return follow_log(store, name, limit, as_json, lambda e, head: entry_lines(e, head, oneline, fmt),
+        return follow_log(store, names[0] if names else None, limit, as_json,
+                          lambda e, head: entry_lines(e, head, oneline, fmt, decorate),
                           compact=oneline or fmt is not None)
-    head = store.current()
-    exclude = None
-    if all_ and name is None:
-        start = None
+    head = store.current_or_none() or Head(None, None)  # a garbled HEAD: naming a thread still works
+    if names:
+        start, exclude = revision_set(store, names, names=lambda text: run_names(store, text))
     else:
-        excluded, included = history_range(store, name)
-        start, exclude = included.commit, excluded.commit if excluded is not None else None
+        start, exclude = ([] if all_ else [revision(store, None).commit]), []
+    after, before = date(since, "--since"), date(until, "--until")
     if graph:
-        text = draw(store, start, limit=limit, all=all_, color=session().color)
+        text = draw(store, start, limit=limit, all=all_, color=session().color, exclude=exclude,
+                    first_parent=first_parent, order=order, since=after, until=before, decorate=decorate,
+                    fmt=fmt, head_thread=head.thread, head_commit=head.commit)
         page(text.rstrip("\n").split("\n") if text else [])
         return
-    entries = walk(store, start, limit=limit, all=all_, exclude=exclude, fields=fields, since=date(since, "--since"),
-                   until=date(until, "--until"), grep=grep, reverse=reverse)
+    where = None
+    if searching:
+        from qvc.readers.pickaxe import pickaxe  # deferred: start-up speed
+
+        where = pickaxe(store, string=pickaxe_string, regex=pickaxe_regex, string_is_regex=string_is_regex,
+                        fields=fields)
+    entries = walk(store, start, limit=limit, all=all_, exclude=exclude, fields=fields, since=after, until=before,
+                   grep=grep, reverse=reverse, first_parent=first_parent, order=order, where=where)
+    entries = number_entries(store, entries)  # a run's checkpoints as RUN@N, as `timeline` and `show` name them
     if as_json:
-        emit_json([entry_json(store, e, fields, patch or stat) for e in entries])
+        emit_json([entry_json(store, e, fields, patch or stat, raw=raw) for e in entries])
         return
     lines = []
     for e in entries:
-        lines += entry_lines(e, head, oneline, fmt)
+        block = entry_lines(e, head, oneline, fmt, decorate)
+        if name_only or name_status:
+            names_of = [f"{e.kinds.get(f, 'M')}\t{qname(f)}" if name_status else qname(f) for f in sorted(e.changed)]
+            if fmt is not None:
+                block += [""] + names_of
+            elif oneline:
+                block += names_of
+            else:
+                block = block[:-1] + names_of + [""]
+        lines += block
         if patch or stat:
-            lines += entry_diff(store, e, fields, patch, stat)
-    page(lines[:-1] if lines and lines[-1] == "" else lines)
-
-
-def history_range(store, name: str | None):
-    """``(exclude, include)`` revisions for NAME (``A..B`` or one revision; ``RUN@N`` too)."""
-    from qvc.store.revisions import parse_range  # deferred: start-up speed
-
-    return parse_range(store, name or "HEAD", names=lambda text: run_names(store, text))
+            lines += entry_diff(store, e, fields, patch, stat, raw=raw)
+    page(lines[:-1] if lines and lines[-1] == "" else lines, keep="\t" if name_status else "")
 
 
 def date(text: str | None, option: str) -> float | None:
@@ -130,30 +186,30 @@ def date(text: str | None, option: str) -> float | None:
         raise click.BadParameter(str(exc), param_hint=option) from None
 
 
-def entry_diffs(store, e, fields, *, plain: bool = False) -> list:
-    """The field diffs of a log entry against its parent (only ``fields`` when given; an adapter's
-    values as plain data with ``plain``, for ``--json``)."""
+def entry_diffs(store, e, fields, *, plain: bool = False, raw: bool = False) -> list:
+    """The field diffs of a log entry against its parent (only ``fields`` when given), as the
+    checkpoints' viewers show them (plain data with ``plain``, for ``--json``; stored with ``raw``)."""
     from qvc.readers.views import diff_commits  # deferred: start-up speed
 
-    diffs = diff_commits(store, None, e.commit, plain=plain)
+    diffs = diff_commits(store, None, e.commit, plain=plain, raw=raw)
     return [d for d in diffs if d.field in fields] if fields else diffs
 
 
-def entry_json(store, e, fields, with_diff: bool) -> dict:
+def entry_json(store, e, fields, with_diff: bool, *, raw: bool = False) -> dict:
     """A log entry's ``--json`` form; with -p or --stat, its ``"diff"`` (as ``qvc diff --json``)."""
     data = e.to_json()
     if with_diff:
         from qvc.readers.statediff import to_json  # deferred: start-up speed
 
-        data["diff"] = to_json(entry_diffs(store, e, fields, plain=True))
+        data["diff"] = to_json(entry_diffs(store, e, fields, plain=True, raw=raw))
     return data
 
 
-def entry_diff(store, e, fields, patch: bool, stat: bool) -> list[str]:
+def entry_diff(store, e, fields, patch: bool, stat: bool, *, raw: bool = False) -> list[str]:
     """The --stat and -p lines printed under a log entry, then a blank line."""
     from qvc.readers.statediff import format_diff, format_stat  # deferred: start-up speed
 
-    diffs = entry_diffs(store, e, fields)
+    diffs = entry_diffs(store, e, fields, raw=raw)
     lines: list[str] = []
     if stat:
         lines += format_stat(diffs).split("\n")
@@ -164,15 +220,18 @@ def entry_diff(store, e, fields, patch: bool, stat: bool) -> list[str]:
     return lines + [""]
 
 
-def decorations(entry, head) -> str:
-    """`` (HEAD -> t, other, superseded)``: the names pointing at a log entry, as git decorates."""
+def decorations(entry, head, decorate: str = "short") -> str:
+    """`` (HEAD -> t, tag: v1, other, superseded)``: the names pointing at a log entry, as git
+    decorates (``decorate``: ``short``, ``full`` ref names, or ``no``)."""
     from qvc.readers.log import decorations as names  # deferred: start-up speed
 
-    found = names(entry, head.thread, head.commit)
+    if decorate == "no":
+        return ""
+    found = names(entry, head.thread, head.commit, full=decorate == "full")
     return f" ({', '.join(found)})" if found else ""
 
 
-def entry_lines(e, head, oneline: bool, fmt: str | None = None) -> list[str]:
+def entry_lines(e, head, oneline: bool, fmt: str | None = None, decorate: str = "short") -> list[str]:
     """One log entry as text: ``fmt`` (--format) expanded, one line with --oneline, else a block
     ending in a blank line."""
     if fmt is not None:
@@ -180,11 +239,14 @@ def entry_lines(e, head, oneline: bool, fmt: str | None = None) -> list[str]:
 
         return format_entry(e, fmt, head_thread=head.thread, head_commit=head.commit).split("\n")
     status = f" [{e.status}]" if e.status else ""
+    names = decorations(e, head, decorate)
     if oneline:
-        return [f"{style(e.commit[:7], fg='yellow')} {short(e.checkpoint_id)} step {e.step} · "
-                f"{e.source or 'put'} · {len(e.changed)} changed{status}{style(decorations(e, head), fg='cyan')}"]
-    return [style(f"checkpoint {e.checkpoint_id}", fg="yellow") + style(decorations(e, head), fg="cyan"),
-            f"Commit:  {e.commit[:12]}   Thread: {e.thread}   Step: {e.step}   "
+        return [f"{style(e.commit[:7], fg='yellow')} {short(e.checkpoint_id)} "
+                f"{shown_name(e.name, e.n) if e.name else f'step {e.step}'} · "
+                f"{e.source or 'put'} · {len(e.changed)} changed{status}{style(names, fg='cyan')}"]
+    number = f"Run: {shown_name(e.name, e.n)}" if e.name else f"Step: {e.step}"
+    return [style(f"checkpoint {e.checkpoint_id}", fg="yellow") + style(names, fg="cyan"),
+            f"Commit:  {e.commit[:12]}   Thread: {e.thread}   {number}   "
             f"Source: {e.source or 'put'}{'   Status: ' + e.status if e.status else ''}",
             f"Date:    {ago(e.time)} ({datetime.fromtimestamp(e.time).astimezone():%Y-%m-%d %H:%M:%S %z})",
             f"Changed: {', '.join(e.changed) if e.changed else '(nothing)'}", ""]
@@ -195,8 +257,13 @@ def entry_lines(e, head, oneline: bool, fmt: str | None = None) -> list[str]:
 @click.option("--field", "fields", multiple=True, metavar="NAME", help="Show only this state field (repeatable).")
 @click.option("--full", is_flag=True, help="Do not shorten long strings and lists.")
 @click.option("--json", "as_json", is_flag=True, help="The exact data (lossless tagged JSON).")
-def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool) -> None:
+@click.option("--raw", is_flag=True, help="The stored fields, not as their viewer shows them.")
+def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool, raw: bool) -> None:
     """Show a checkpoint: header, metadata, state and pending writes (default: HEAD).
+
+    The state is shown as its writer's viewer shows it (LangGraph messages and runs as
+    conversations, one message per line; a run's storage bookkeeping hidden); --raw shows the
+    stored fields.
 
     \b
     Example:
@@ -204,8 +271,8 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool) -
       qvc show 3f2a9c --json
     """
     # deferred: start-up speed
-    from qvc.readers.statediff import shorten
-    from qvc.readers.views import checkpoint_json, state_of
+    from qvc.readers.statediff import is_conversation, message_line, shorten
+    from qvc.readers.views import checkpoint_json, shown_writes, state_of
     from qvc.store.revisions import parse_revision
 
     store = session().store()
@@ -215,14 +282,17 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool) -
         if name is None or not show_run(store, name, full, as_json):
             raise
         return
+    about = store.commit_info(rev.commit)
+    number = run_number(store, about.thread_id, about.checkpoint_id)  # RUN@N for a run's checkpoint
     if as_json:
-        emit_json(checkpoint_json(store, rev.commit, fields))
+        data = checkpoint_json(store, rev.commit, fields, raw=raw)
+        emit_json({**data, "n": number[0], "name": number[1]} if number else data)
         return
     damaged: dict[str, str] = {}  # fields whose blob does not read: marked, the others shown
     tup = store.read(rev.commit, damaged=damaged)
     info = store.commit_info(rev.commit)
     cp = tup.checkpoint
-    state = state_of(store, rev.commit, cp.state_data) if not damaged else cp.state_data
+    state = state_of(store, rev.commit, cp.state_data, raw=raw) if not damaged else cp.state_data
     for f in fields:
         if f in damaged:
             raise CorruptionError(damaged[f])
@@ -233,7 +303,8 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool) -
     width = value_width()
     lines = [style(f"checkpoint {cp.id}", fg="yellow"),
              f"Commit:   {rev.commit}",
-             f"Thread:   {cp.thread_id}   Step: {cp.step}",
+             f"Thread:   {cp.thread_id}   "
+             + (f"Run: {shown_name(number[1], number[0])}" if number else f"Step: {cp.step}"),
              f"Parent:   {parent.thread_id}@{parent.checkpoint_id}" if parent else "Parent:   (none)",
              f"Date:     {ago(info.time)} ({cp.created_at or iso(info.time)})"]
     if tup.metadata:
@@ -244,8 +315,14 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool) -
     lines += [f"  {style(f, fg='red')}: DAMAGED ({why}; see `qvc fsck`)" for f, why in damaged.items() if not fields]
     for f, v in shown.items():
         version = cp.state_versions.get(f)
-        lines.append(f"  {style(f, fg='green')}{f' (v{version})' if version else ''}: {shorten(v, full, width)}")
-    writes = tup.pending_writes or []
+        label = f"  {style(f, fg='green')}{f' (v{version})' if version else ''}"
+        if is_conversation(v):  # a conversation: one message per line
+            lines.append(f"{label}: {len(v)} message{'' if len(v) == 1 else 's'}")
+            lines += [f"    {i:>3} {message_line(m, full=full, width=max(40, width - 8))}" for i, m in enumerate(v)]
+        else:
+            lines.append(f"{label}: {shorten(v, full, width)}")
+    writes = shown_writes(cp.state_data, state, tup.pending_writes or [], raw=raw) if not damaged \
+        else tup.pending_writes or []
     lines.append(style(f"Pending writes ({len(writes)}):", bold=True) if writes else "Pending writes: none")
     lines += [f"  {w.task_id} {w.channel}: {shorten(w.value, full, width)}" for w in writes]
     page(lines)
@@ -256,11 +333,14 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool) -
 @click.argument("name", required=False, shell_complete=complete_names)
 @click.option("--full", is_flag=True, help="Do not shorten long values.")
 @click.option("--json", "as_json", is_flag=True, help="A JSON array: path, id, commit, step, time, value.")
-def blame(field: str, name: str | None, full: bool, as_json: bool) -> None:
+@click.option("--raw", is_flag=True, help="Blame the stored field, not as its viewer shows it.")
+def blame(field: str, name: str | None, full: bool, as_json: bool, raw: bool) -> None:
     """Show which checkpoint each part of FIELD comes from (default: at HEAD).
 
-    A list field: each item with the checkpoint that added it; a mapping: each key with the
-    checkpoint that gave it its value; anything else: the checkpoint of its last change.
+    A list field: each item with the checkpoint that added it (a conversation: each message,
+    told apart by its id); a mapping: each key with the checkpoint that gave it its value;
+    anything else: the checkpoint of its last change. FIELD is as `qvc show` shows it (a run's
+    `messages`, LangGraph messages by role and content); --raw blames the stored field.
 
     \b
     Example:
@@ -269,10 +349,10 @@ def blame(field: str, name: str | None, full: bool, as_json: bool) -> None:
     """
     # deferred: start-up speed
     from qvc.readers.blame import blame as attribute
-    from qvc.readers.statediff import format_path, shorten
+    from qvc.readers.statediff import format_path, is_message, message_line, shorten
 
     store = session().store()
-    lines = attribute(store, field, revision(store, name).commit)
+    lines = attribute(store, field, revision(store, name).commit, raw=raw)
     if as_json:
         emit_json([b.to_json() for b in lines])
         return
@@ -282,5 +362,8 @@ def blame(field: str, name: str | None, full: bool, as_json: bool) -> None:
         where = format_path(field, b.path)
         head = (f"{style(b.commit[:7], fg='yellow')} {short(b.checkpoint_id):<12} step {str(b.step):<4} "
                 f"{datetime.fromtimestamp(b.time).astimezone():%Y-%m-%d %H:%M:%S}  ")
-        rows.append(f"{head}{where}: {shorten(b.value, full, max(40, width - len(where) - 50))}")
+        room = max(40, width - len(where) - 50)
+        text = f" {message_line(b.value, full=full, width=room)}" if is_message(b.value) and len(b.path) == 1 \
+            else f": {shorten(b.value, full, room)}"
+        rows.append(f"{head}{where}{text}")
     page(rows)

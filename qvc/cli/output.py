@@ -61,10 +61,11 @@ def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, ensure_ascii=False, indent=2, allow_nan=False))
 
 
-def page(lines: list[str]) -> None:
-    """Print ``lines``; through a pager when they do not fit a terminal (never when piped)."""
+def page(lines: list[str], keep: str = "") -> None:
+    """Print ``lines``; through a pager when they do not fit a terminal (never when piped).
+    Control characters are escaped, except those in ``keep`` (``"\\t"``: tabs separate columns)."""
     s = session()
-    text = "\n".join(quoted(line) for line in lines)  # a newline inside a line stays in its row
+    text = "\n".join(quoted(line, keep) for line in lines)  # a newline inside a line stays in its row
     height = terminal_size((80, 24)).lines
     if s.pager and sys.stdout.isatty() and sys.stdin.isatty() and len(lines) > height - 1:
         os.environ.setdefault("LESS", "FRX")  # like git: quit if one screen, keep colors

@@ -54,13 +54,16 @@ def status(as_json: bool) -> None:
     from qvc.readers.status import status as repo_status  # deferred: start-up speed
 
     st = repo_status(session().store())
-    if st.damaged:
+    unreadable = st.damaged is not None and st.thread is None and st.head is None  # HEAD itself
+    if st.damaged and not unreadable:
         warn(f"{'thread ' + repr(st.thread) if st.thread else 'HEAD'} is damaged: {st.damaged} (see `qvc fsck`)")
     if as_json:
         emit_json(st.to_json())
         return
     out(f"repository {st.path}")
-    if st.thread is None:
+    if unreadable:
+        out(style(f"HEAD is damaged: {st.damaged}", fg="red"))
+    elif st.thread is None:
         out(f"HEAD detached at {style(short(st.head_id or ''), fg='yellow')} (step {st.head_step})")
     elif st.damaged:
         out(f"On thread {style(qname(st.thread), fg='green')}, head {style(st.head[:12], fg='red')} (damaged)")

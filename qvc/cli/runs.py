@@ -1,13 +1,19 @@
 """Agent runs (:mod:`qvc.runs`): ``qvc runs``, ``qvc timeline``, and ``qvc show RUN`` (through
-:func:`show_run`, which ``qvc show`` calls for a name that is no checkpoint)."""
+:func:`show_run`, which ``qvc show`` calls for a name that is no checkpoint).
+
+A run's checkpoints have one numbering everywhere (:func:`qvc.runs.queries.numbers`): ``RUN@n``,
+``n`` the messages the run holds there, the name ``qvc show RUN@n`` resolves; ``qvc log`` and
+``qvc show`` get it through :func:`run_number`."""
 
 from __future__ import annotations
+
+from typing import Iterable, Iterator
 
 import click
 
 from qvc.cli.app import cli, session
 from qvc.cli.output import emit_json, page, short, style, value_width
-from qvc.errors import InvalidInputError, UnknownRunError
+from qvc.errors import InvalidInputError, QvcError, UnknownRunError
 from qvc.readers.dates import ago
 
 
@@ -16,25 +22,28 @@ def show_run(store, ref: str, full: bool, as_json: bool) -> bool:
     from qvc.runs import Runs, Snapshot, parse_run_ref  # deferred: start-up speed
 
     try:
-        parse_run_ref(ref)
-        shown = Runs(store).show(ref)
+        run_id, _ = parse_run_ref(ref)
+        runs = Runs(store)
+        shown = runs.show(ref)
     except (UnknownRunError, InvalidInputError):
         return False
+    n, name = run_number(store, runs.thread(run_id), shown.checkpoint_id or "") or (None, None)
     if as_json:
-        emit_json(shown.to_dict())
+        emit_json({"n": n, "name": name, **shown.to_dict()})
         return True
     from qvc.readers.statediff import shorten  # deferred: start-up speed
 
     run = shown.run if isinstance(shown, Snapshot) else shown
+    label = f"{shown_name(name, n)} · " if name else ""
     width = value_width()
     lines = [style(f"run {run.run_id}", fg="yellow") + f" (session {run.session_id})  status {run.status.value}"]
     if isinstance(shown, Snapshot):
         snapped = "" if shown.requested_index == shown.message_index else \
             f" (asked for {shown.requested_index}; moved to the nearest pair-safe boundary)"
-        lines.append(f"as of message {shown.message_index}{snapped}, checkpoint {shown.checkpoint_id}"
+        lines.append(f"{label}checkpoint {shown.checkpoint_id} · as of message {shown.message_index}{snapped}"
                      + ("" if shown.current else " (superseded)"))
     else:
-        lines.append(f"latest checkpoint {run.checkpoint_id}")
+        lines.append(f"latest: {label}checkpoint {run.checkpoint_id}")
     lines.append(style(f"Messages ({len(run.messages)}):", bold=True))
     for i, m in enumerate(run.messages):
         calls = f" calls {', '.join(c.name for c in m.tool_calls)}" if m.tool_calls else ""
@@ -83,8 +92,9 @@ def runs(session_id: str | None, as_json: bool) -> None:
 def timeline(run_id: str, as_json: bool) -> None:
     """A run's checkpoints with their message boundaries: where it can be continued from.
 
-    The id column is the checkpoint id (stable); `qvc show RUN@INDEX` shows the run as it was
-    at that boundary.
+    The id column is the checkpoint id (stable); the name column is what `qvc show`, `qvc log`
+    and `qvc diff` take for it: RUN@N, N the messages the run holds there (RUN@ID for a second
+    checkpoint at the same N, or one time travel left).
 
     \b
     Example:
@@ -96,10 +106,50 @@ def timeline(run_id: str, as_json: bool) -> None:
     if as_json:
         emit_json([e.to_dict() for e in entries])
         return
+    names = [shown_name(e.name, e.message_index) for e in entries]
+    width = max(map(len, names), default=0)
     lines = []
-    for e in entries:
+    for e, name in zip(entries, names, strict=True):
         mark = "*" if e.is_latest else (" " if e.current else "~")
-        lines.append(f"{mark} {style(short(e.id), fg='yellow')}  msg {e.message_index:>3}  {e.status.value:<11} "
+        lines.append(f"{mark} {style(short(e.id), fg='yellow')}  {name:<{width}}  {e.status.value:<11} "
                      f"{e.reason:<12} {(e.role or '-'):<9} {e.preview}  ({ago(e.created_at)})")
-    lines.append("(* latest, ~ superseded by time travel)")
+    lines.append("(* latest, ~ superseded by time travel; RUN@N: the run at N messages, as `qvc show RUN@N`)")
     page(lines)
+
+
+def run_number(store, thread: str | None, checkpoint_id: str, cache: dict | None = None) -> tuple | None:
+    """``(n, name)`` of checkpoint ``checkpoint_id`` of the run on ``thread``
+    (:func:`qvc.runs.queries.numbers`), or ``None`` when ``thread`` is no run's. ``cache`` (a dict
+    the caller keeps) holds each run's numbering, read once per run."""
+    from qvc.runs.ids import THREAD_PREFIX  # deferred: start-up speed
+
+    if thread is None or not thread.startswith(THREAD_PREFIX) or "/" not in thread[len(THREAD_PREFIX):]:
+        return None
+    if cache is None or thread not in cache:
+        from qvc.runs.queries import numbers  # deferred: start-up speed
+
+        try:
+            found = numbers(store, thread)
+        except QvcError:  # a run that does not read (damaged, not a run after all): no numbers, the log goes on
+            found = {}
+        if cache is None:
+            return found.get(checkpoint_id)
+        cache[thread] = found
+    return cache[thread].get(checkpoint_id)
+
+
+def shown_name(name: str, n: int) -> str:
+    """A run checkpoint's name as text shows it: ``RUN@n``, or ``RUN@<checkpoint id>`` with the id
+    abbreviated (a unique prefix, which every command takes)."""
+    run, _, at = name.rpartition("@")
+    return name if at == str(n) else f"{run}@{short(at)}"
+
+
+def number_entries(store, entries: Iterable) -> Iterator:
+    """The log entries as they come, those of run checkpoints given their ``n`` and ``name`` (``RUN@n``)."""
+    cache: dict = {}
+    for e in entries:
+        found = run_number(store, e.thread, e.checkpoint_id, cache)
+        if found is not None:
+            e.n, e.name = found
+        yield e

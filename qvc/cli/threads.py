@@ -11,6 +11,7 @@ from qvc.cli.workdir import checkout_to
 from qvc.errors import CorruptionError, InvalidInputError, InvalidThreadIdError, UnknownThreadError
 from qvc.readers.dates import ago
 from qvc.readers.views import iso
+from qvc.types import Head
 
 
 def new_thread_name(name: str) -> str:
@@ -22,6 +23,16 @@ def new_thread_name(name: str) -> str:
     if problem is not None:
         raise InvalidThreadIdError(f"{name!r} is not a valid thread name: {problem} (git's branch name rules)")
     return name
+
+
+def current_head(store) -> Head | None:
+    """What HEAD stands for, or ``None`` (after a one-line warning) when HEAD itself is damaged:
+    listing and deleting threads still work then, and ``qvc checkout THREAD`` repairs it."""
+    try:
+        return store.current()
+    except CorruptionError as exc:
+        warn(f"HEAD is damaged: {exc}")
+        return None
 
 
 def fork(store, rev, new: str):
@@ -46,11 +57,13 @@ def branch(names: tuple[str, ...], verbose: bool, delete: bool, force_delete: bo
     \b
     qvc branch [-v]                 list threads (* marks the current one)
     qvc branch NEW [CHECKPOINT]     fork a new thread (default: from HEAD)
-    qvc branch -d THREAD...         delete; refuses threads with lines kept by time
-                                    travel (use -D)
+    qvc branch -d THREAD...         delete; refuses a thread not fully merged (its head
+                                    on no other thread's line nor HEAD's) or with lines
+                                    kept by time travel (use -D)
     qvc branch -D THREAD...         delete anyway (never the current thread: check out
                                     another first, as git refuses too)
-    qvc branch -m [OLD] NEW         rename
+    qvc branch -m [OLD] NEW         rename (unlike git, its checkpoints get new commit
+                                    SHAs: each commit records its thread's name)
 
     A NEW name follows git's branch name rules (`git check-ref-format --branch`); threads
     that programs wrote may have any id, and are shown quoted when they hold control characters.
@@ -71,14 +84,18 @@ def branch(names: tuple[str, ...], verbose: bool, delete: bool, force_delete: bo
     if move:
         if len(names) not in (1, 2):
             raise click.UsageError("usage: qvc branch -m [OLD] NEW")
-        current = store.current()
+        current = current_head(store) if len(names) == 2 else store.current()
         old, new = (current.thread, names[0]) if len(names) == 1 else names
         if old is None:
             raise InvalidInputError("HEAD is detached: name the thread to rename")
-        store.rename_thread(old, new_thread_name(new))
-        if current.thread == old:
+        copied = store.rename_thread(old, new_thread_name(new))
+        if current is not None and current.thread == old:
             store.checkout(new)
         out(f"Renamed thread {old!r} to {new!r}")
+        if copied:
+            out(f"note: unlike git, its {copied} checkpoint(s) got new commit SHAs (each commit records its "
+                f"thread's name; checkpoint ids stay); the old commits stay in `qvc reflog {qname(new)}` "
+                "until `qvc gc --prune`")
         return
     if names:
         if len(names) > 2:
@@ -99,7 +116,8 @@ def delete_threads(store, names: tuple[str, ...], force: bool) -> None:
     """``qvc branch -d/-D``: check every thread first (unless ``force``), then delete them all."""
     from qvc.readers.views import kept_lines  # deferred: start-up speed
 
-    current = store.current().thread
+    head = current_head(store)
+    current = head.thread if head is not None else None
     for name in names:
         if store.head(name) is None:
             raise UnknownThreadError(f"thread {name!r} not found")
@@ -113,6 +131,10 @@ def delete_threads(store, names: tuple[str, ...], force: bool) -> None:
             if kept:
                 raise InvalidInputError(f"thread {name!r} has {len(kept)} line(s) kept by time travel that would be "
                                         "deleted too (see `qvc log --all`); use -D to delete anyway")
+            if not merged(store, store.head(name), head, set(names)):
+                raise InvalidInputError(
+                    f"thread {name!r} is not fully merged: its {own_checkpoints(store, name)} checkpoint(s) are on "
+                    f"no other thread's line nor HEAD's; if you are sure, `qvc branch -D {qname(name)}`")
     for name in names:
         tip = store.head(name)
         was = short(store.commit_info(tip).checkpoint_id) if store.damage(tip) is None else f"{tip[:12]}, damaged"
@@ -120,11 +142,38 @@ def delete_threads(store, names: tuple[str, ...], force: bool) -> None:
         out(f"Deleted thread {qname(name)} (was {was}; data stays until `qvc gc --prune`)")
 
 
+def merged(store, tip: str, head: Head | None, leaving: set[str]) -> bool:
+    """What ``git branch -d`` asks of a branch, in qvc's terms: whether the checkpoint commit ``tip``
+    is on HEAD's line or on the line of a thread not in ``leaving`` (it is that commit or one of its
+    ancestors). Threads never merge, so a thread with checkpoints of its own is merged only when
+    another thread was forked from its head, or HEAD is detached at or after it."""
+    tips = [head.commit] if head is not None and head.commit else []
+    tips += [other for thread, other in store.thread_heads() if thread not in leaving]
+    for other in dict.fromkeys(tips):
+        try:
+            if store.descends(other, tip):
+                return True
+        except CorruptionError:  # a damaged thread keeps nothing
+            continue
+    return False
+
+
+def own_checkpoints(store, thread: str) -> int:
+    """How many checkpoints on the line of ``thread``'s head are its own (back to where it was forked)."""
+    count = 0
+    for info in store.first_parents(store.head(thread)):
+        if info.thread_id != thread:
+            break
+        count += 1
+    return count
+
+
 def list_threads(store, verbose: bool, as_json: bool) -> None:
     """``qvc branch [-v] [--json]``."""
     from qvc.readers.views import thread_json  # deferred: start-up speed
 
-    current = store.current().thread
+    head = current_head(store)
+    current = head.thread if head is not None else None
     if not verbose:  # names only: nothing to read per thread
         rows = [{"thread": thread, "current": thread == current, "head": tip} for thread, tip in store.thread_heads()]
     else:
@@ -162,7 +211,10 @@ def checkout(name: str | None, new: str | None, to: str | None, force: bool, as_
     """Switch threads, detach at a checkpoint, fork-and-switch, or export a state to files.
 
     \b
-    qvc checkout THREAD               make THREAD the current thread
+    qvc checkout THREAD               make THREAD the current thread (also repairs a
+                                      damaged HEAD)
+    qvc checkout -                    back to the thread (or checkpoint) HEAD was on
+                                      before the last checkout
     qvc checkout CHECKPOINT           detach HEAD at a checkpoint
     qvc checkout -b NEW [CHECKPOINT]  fork NEW from it (default HEAD) and switch
     qvc checkout [CHECKPOINT] --to DIR
@@ -184,14 +236,31 @@ def checkout(name: str | None, new: str | None, to: str | None, force: bool, as_
         return
     if force:
         raise click.UsageError("--force goes with --to DIR")
-    if new is not None:
+    try:
+        before = store.current()
+    except CorruptionError:
+        before = None  # a garbled HEAD: any checkout below writes it anew
+    repaired = " (HEAD was damaged; it is repaired)" if before is None else ""
+    if name == "-" and new is None:
+        previous = store.previous_checkout()
+        if previous is None:
+            raise InvalidInputError("no previous thread or checkpoint: HEAD has not moved yet")
+        if previous.thread is not None and previous.commit is None:
+            raise UnknownThreadError(f"the previous thread {previous.thread!r} has no checkpoints (deleted or renamed)")
+        if previous.thread is not None:
+            head = store.checkout(previous.thread)
+            message = f"Switched to thread {previous.thread!r}"
+        else:
+            head = store.checkout(commit=previous.commit)
+            message = f"HEAD is now at {short(store.commit_info(previous.commit).checkpoint_id)} (detached)"
+    elif new is not None:
         made = fork(store, revision(store, name), new)
         head = store.checkout(new)
         message = f"Switched to a new thread {new!r} (forked at {short(made.checkpoint_id)})"
     elif name is None:
         raise click.UsageError("name a thread or checkpoint (or use -b NEW, --to DIR)")
-    elif name == "HEAD" and store.current().thread is not None:
-        head = store.current()
+    elif name == "HEAD" and before is not None and before.thread is not None:
+        head = before
         message = f"Already on {head.thread!r}"
     elif thread_named(store, name) is not None and name != "HEAD":
         head = store.checkout(name)
@@ -203,36 +272,63 @@ def checkout(name: str | None, new: str | None, to: str | None, force: bool, as_
     if as_json:
         emit_json({"thread": head.thread, "head": head.commit, "detached": head.detached})
     else:
-        out(message)
+        out(message + repaired)
 
 
 @cli.command()
-@click.argument("name", shell_complete=complete_names)
+@click.argument("name", required=False, shell_complete=complete_names)
+@click.option("--soft", "mode", flag_value="soft", help="Move the current thread's head only.")
+@click.option("--mixed", "mode", flag_value="mixed", help="The same as --soft (the default; qvc has no index).")
+@click.option("--hard", "mode", flag_value="hard",
+              help="Move the head and, with --to DIR, write its state over the checkout directory DIR.")
+@click.option("--to", "to", metavar="DIR", type=click.Path(file_okay=False),
+              help="With --hard: the checkout directory to reset (edits there are discarded).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def reset(name: str, as_json: bool) -> None:
-    """Time-travel the current thread to a checkpoint; the line left behind is kept.
+def reset(name: str | None, mode: str | None, to: str | None, as_json: bool) -> None:
+    """Time-travel the current thread to a checkpoint (default HEAD); the line left behind is kept.
 
-    Undo with `qvc reset THREAD@{1}` (see `qvc reflog`).
+    Undo with `qvc reset THREAD@{1}` (see `qvc reflog`); that works when the thread's head
+    is damaged too. qvc has no index and no working tree of HEAD: --soft, --mixed (the
+    default) and --hard all move the head alone; --hard --to DIR also rewrites the checkout
+    directory DIR (`qvc checkout --to`) with the new head's state, discarding edits made there.
 
     \b
     Example:
       qvc reset HEAD~3
+      qvc reset --hard run-7~1 --to fix/
     """
     from qvc.readers.views import is_kept_line  # deferred: start-up speed
 
+    if to is not None and mode != "hard":
+        raise click.UsageError("--to DIR goes with --hard")
     store = session().store(write=True)
     head = store.current()
     if head.thread is None:
         raise InvalidInputError("HEAD is detached: check out a thread to reset it")
     rev = revision(store, name)
+    broken = head.commit is not None and store.damage(head.commit) is not None
     done = store.reset(head.thread, rev.commit)
     info = store.commit_info(store.head(head.thread))
-    kept = head.commit is not None and head.commit != info.hex and is_kept_line(store, head.thread, head.commit)
+    kept = (head.commit is not None and not broken and head.commit != info.hex
+            and is_kept_line(store, head.thread, head.commit))
+    wrote = None
+    if to is not None:
+        from qvc.readers.workdir import checkout_to_directory  # deferred: start-up speed
+
+        wrote = checkout_to_directory(store, info.hex, to, force=True)
     if as_json:
-        emit_json({"thread": head.thread, "id": done.checkpoint_id, "commit": info.hex, "step": info.step})
-    else:
-        out(f"HEAD is now at {short(info.checkpoint_id)} (step {info.step}) on {qname(head.thread)}"
-            + ("; the previous line is kept (`qvc log --all`)" if kept else ""))
+        emit_json({"thread": head.thread, "id": done.checkpoint_id, "commit": info.hex, "step": info.step}
+                  | ({"directory": wrote.directory, "files": wrote.files} if wrote is not None else {}))
+        return
+    out(f"HEAD is now at {short(info.checkpoint_id)} (step {info.step}) on {qname(head.thread)}"
+        + ("; the previous line is kept (`qvc log --all`)" if kept else "")
+        + (f"; the damaged head {head.commit[:12]} is left behind (its SHA stays in `qvc reflog`)"
+           if broken and head.commit != info.hex else ""))
+    if wrote is not None:
+        out(f"Wrote {len(wrote.files)} field(s) to {to}, discarding the edits made there")
+    elif mode == "hard":
+        out("note: qvc has no working tree: --hard moved the head only (add --to DIR to reset a checkout "
+            "directory too)")
 
 
 @cli.command()

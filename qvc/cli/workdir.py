@@ -7,6 +7,7 @@ import click
 
 from qvc.cli.app import cli, revision, session
 from qvc.cli.output import emit_json, out, qname, short, warn
+from qvc.errors import CheckpointConflictError, CorruptionError, QvcError
 
 
 def checkout_to(store, name: str | None, to: str, as_json: bool, force: bool = False) -> None:
@@ -18,6 +19,8 @@ def checkout_to(store, name: str | None, to: str, as_json: bool, force: bool = F
     for field, why in done.damaged.items():
         warn(f"field {field!r} is damaged and was not written: {why} (see `qvc fsck`; a commit from {to} "
              "drops it unless you add its file)")
+    for note in done.notes:
+        warn(note)
     if as_json:
         emit_json({"directory": done.directory, "id": done.id, "thread": done.thread, "files": done.files})
     else:
@@ -28,13 +31,22 @@ def checkout_to(store, name: str | None, to: str, as_json: bool, force: bool = F
 @cli.command()
 @click.argument("directory", type=click.Path(file_okay=False, exists=True))
 @click.option("-m", "--message", default="", help="Why the state was edited (kept in the metadata).")
+@click.option("-f", "--force", is_flag=True,
+              help="Commit even if the thread moved on since DIR was checked out (its newer checkpoints are "
+                   "kept as a superseded line).")
+@click.option("--allow-empty", is_flag=True, help="Commit even when DIR holds the state it builds on, unchanged.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def commit(directory: str, message: str, as_json: bool) -> None:
+def commit(directory: str, message: str, force: bool, allow_empty: bool, as_json: bool) -> None:
     """Store an edited state (from `checkout --to DIR`) as a new checkpoint on the current thread.
 
     The new checkpoint's parent is the one DIR was written from when it is on the current
     thread (so editing an older checkpoint is time travel: the newer line is kept), else the
     current head. Its metadata has source "update".
+
+    As git refuses a non-fast-forward push, a commit that would rewind checkpoints the thread
+    gained after DIR was checked out (other writers' work) is refused, and nothing is written;
+    --force commits anyway and keeps them as a superseded line. A DIR holding the state it
+    builds on, unchanged, is "nothing to commit" unless --allow-empty.
 
     \b
     Example:
@@ -42,14 +54,56 @@ def commit(directory: str, message: str, as_json: bool) -> None:
     """
     from qvc.edit.workdir import commit_directory  # deferred: start-up speed
 
-    done = commit_directory(session().store(write=True), directory, message)
+    store = session().store(write=True)
+    stale = check_directory(store, directory, force, allow_empty)
+    done = commit_directory(store, directory, message)
     if as_json:
         emit_json({"thread": done.thread, "id": done.id, "commit": done.commit, "step": done.step,
                    "changed": done.changed, "time_travel": done.time_travel})
         return
     out(f"[{qname(done.thread)} {short(done.id)}] step {done.step} · update · {len(done.changed)} field(s) changed"
         + (f": {', '.join(done.changed)}" if done.changed else ""))
-    if done.time_travel:
-        out("note: the thread had moved on since the state was checked out; the newer checkpoints are "
-            "kept as a superseded line (`qvc log --all`)")
+    if done.time_travel and stale:
+        out("note: --force: the checkpoints the thread gained since the state was checked out are kept as a "
+            "superseded line (`qvc log --all`)")
+    elif done.time_travel:
+        out("note: the state was checked out from an older checkpoint: this is time travel, the newer "
+            "checkpoints are kept as a superseded line (`qvc log --all`)")
 
+
+def check_directory(store, directory: str, force: bool, allow_empty: bool) -> bool:
+    """Refuse ``qvc commit DIR`` before anything is written, as git would: a commit that would rewind
+    checkpoints the thread gained after DIR was checked out (unless ``force``), and one that stores the
+    state it builds on unchanged (unless ``allow_empty``). Returns whether the thread moved on since."""
+    from qvc.readers.statefiles import local_changes, read_state  # deferred: start-up speed
+
+    head = store.current()
+    if head.thread is None or head.commit is None:
+        return False  # detached (commit_directory says so) or a first checkpoint: nothing to rewind
+    state, meta = read_state(directory)
+    base = meta.get("commit") if isinstance(meta.get("commit"), str) else None
+    try:
+        on_thread = base is not None and store.commit_info(base).thread_id == head.thread
+    except CorruptionError:
+        on_thread = False
+    parent = base if on_thread else head.commit
+    seen = meta.get("head") if isinstance(meta.get("head"), str) else base  # the head when DIR was written
+    stale = parent != head.commit and seen != head.commit and not store.descends(parent, head.commit)
+    if stale and not force:
+        gained = sum(1 for _ in _gained(store, head.commit, parent))
+        raise CheckpointConflictError(
+            f"thread {head.thread!r} has moved on since {directory} was checked out: committing would rewind "
+            f"{gained} checkpoint(s) written since (`qvc checkout {qname(head.thread)} --to {directory} --force` "
+            f"starts from them; `qvc commit --force {directory}` keeps them as a superseded line)")
+    if not allow_empty and (parent == base and not local_changes(directory) or store.same_state(parent, state)):
+        raise QvcError(f"nothing to commit: {directory} holds the state of checkpoint "
+                       f"{short(store.commit_info(parent).checkpoint_id)} unchanged (use --allow-empty)")
+    return stale
+
+
+def _gained(store, tip: str, parent: str):
+    """The first-parent line from ``tip`` back to the first commit ``parent`` descends from."""
+    for info in store.first_parents(tip):
+        if store.descends(parent, info.hex):
+            return
+        yield info

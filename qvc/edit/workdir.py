@@ -4,6 +4,9 @@ The directory is one :func:`qvc.readers.workdir.checkout_to_directory` wrote (on
 field, :mod:`qvc.readers.statefiles`), then people edited: :func:`commit_directory` stores it as
 a new checkpoint on the current thread, a child of the checkpoint it came from when that is on
 the current thread (so editing an older checkpoint is time travel), else of the thread's head.
+A directory an adapter's editor wrote (its manifest names the ``"editor"``) is read back through
+that editor (:func:`qvc.store.viewers.editor_for`), so the checkpoint stores the adapter's
+encoding and header and reads back through the adapter as its framework's objects.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from qvc.errors import CorruptionError, InvalidInputError, StorageError
 from qvc.readers.statefiles import read_state, record_state
 from qvc.store.format import HEADER
 from qvc.store.refnames import decode_name
+from qvc.store.viewers import editor_for
 from qvc.types import Checkpoint, CheckpointConfig
 
 if TYPE_CHECKING:
@@ -47,11 +51,17 @@ def commit_directory(store: GitCheckpointStore, directory: str | os.PathLike, me
     Once stored, the directory's manifest names the new checkpoint
     (:func:`qvc.readers.statefiles.record_state`), so the next commit from it builds on this one.
 
+    A directory written through an adapter's editor (the manifest's ``editor``) is stored as that
+    editor's :meth:`~qvc.store.viewers.Editor.from_files` says: the adapter's encoding, header keys
+    and checkpoint id, its metadata keys beside the ones above; values left as checked out are
+    stored exactly as the checkpoint they came from stores them.
+
     Writes through :meth:`~qvc.store.git_store.GitCheckpointStore.put`, so the checkpoint is durable
     on return when the store's durability is SYNC (the default). Raises
     :class:`~qvc.errors.InvalidInputError` when HEAD is detached (nothing is read then) or for a
     directory that is missing, not written by qvc or holds malformed JSON (naming the file and
-    line); :class:`~qvc.errors.SerializationError` for values that cannot be stored;
+    line), names an editor that does not import here, or holds a value its editor cannot read;
+    :class:`~qvc.errors.SerializationError` for values that cannot be stored;
     :class:`~qvc.errors.CheckpointConflictError` (naming the thread) if another writer moved the
     thread after it was read here, and nothing is stored then;
     :class:`~qvc.errors.DurabilityError` if the flush fails; :class:`~qvc.errors.StorageError` (keeping
@@ -63,13 +73,22 @@ def commit_directory(store: GitCheckpointStore, directory: str | os.PathLike, me
         raise InvalidInputError("HEAD is detached: `qvc checkout THREAD` (or `checkout -b NEW`) first")
     files: dict = {}
     state, meta = read_state(directory, files=files)
+    key = meta.get("editor")
+    editor = None
+    if key is not None:
+        editor = editor_for(key) if isinstance(key, str) else None
+        if editor is None:
+            raise InvalidInputError(f"{os.fspath(directory)} was written by the {key!r} editor, which does not "
+                                    "import here (is its framework installed?); nothing was stored")
     base = meta.get("commit") if isinstance(meta.get("commit"), str) else None
+    origin = None
     if base is not None:
         try:
             info = store.commit_info(base)
         except CorruptionError:  # not in this repository (or damaged): commit on the head
             base = None
         else:
+            origin = base
             if info.thread_id != head.thread:
                 base = None
     parent = base or head.commit
@@ -77,12 +96,23 @@ def commit_directory(store: GitCheckpointStore, directory: str | os.PathLike, me
     step = (pinfo.step or 0) + 1 if pinfo else 0
     cid = uuid.uuid4().hex
     metadata = {"source": "update", "step": step, "message": message, "edited_from": meta.get("id")}
+    header: dict = {}
+    created: dict = {}
+    if editor is not None:
+        stored = editor.from_files(store, state, thread=head.thread, parent=parent, origin=origin, step=step)
+        state, header, cid = stored.state, stored.header, stored.id or cid
+        metadata = {**stored.metadata, **metadata}
+        if stored.created_at is not None:
+            created["created_at"] = stored.created_at
     checkpoint = Checkpoint(id=cid, thread_id=head.thread, step=step, state_data=state,
-                            parent_id=pinfo.checkpoint_id if pinfo else None)
-    store.put(CheckpointConfig(head.thread), checkpoint, metadata, expected_head=head.commit)
+                            parent_id=pinfo.checkpoint_id if pinfo else None, **created)
+    store.put(CheckpointConfig(head.thread), checkpoint, metadata, expected_head=head.commit, header=header)
     sha = store.resolve(cid)
+    kept = {"id": cid, "thread": head.thread, "step": step, "commit": sha}
+    if key is not None:
+        kept["editor"] = key
     try:
-        record_state(directory, files, {"id": cid, "thread": head.thread, "step": step, "commit": sha})
+        record_state(directory, files, kept)
     except StorageError as exc:  # stored all the same: say so, and what to do about the directory
         again = f"`qvc checkout {cid} --to {os.fspath(directory)} --force`"
         raise StorageError(f"checkpoint {cid} is stored on thread {head.thread!r}, but {exc} (free space, then "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 from typing import Iterable, Protocol
 
@@ -180,10 +181,15 @@ class Transaction:
         except OSError:
             size = None
         try:
-            if target.startswith("refs/"):
-                repo.git.set_head(target)
-            else:
-                repo.git.set_head(pygit2.Oid(hex=target))
+            try:
+                move = repo.git.set_head
+                move(target if target.startswith("refs/") else pygit2.Oid(hex=target))
+            except pygit2.GitError:
+                if _head_readable(repo.path):
+                    raise
+                # libgit2 reads the old HEAD first and refuses a garbled one: write it anew, then move
+                _write_head(repo.path, target)
+                move(target if target.startswith("refs/") else pygit2.Oid(hex=target))
         except (OSError, pygit2.GitError):
             if size is not None:  # libgit2 may have logged the move that then failed (a full disk)
                 with contextlib.suppress(OSError):
@@ -216,3 +222,22 @@ class Transaction:
                 f.write(self._token)
             os.replace(tmp, path)
             dirty(self.repo.path).wrote(path)
+
+
+def _head_readable(path: str) -> bool:
+    """Whether ``path``'s HEAD file names a ref or a commit, as git writes it."""
+    try:
+        with open(os.path.join(path, "HEAD"), "rb") as f:
+            text = f.read().decode("utf-8", "replace").strip()
+    except FileNotFoundError:
+        return False
+    return text.startswith("ref: refs/") or bool(re.fullmatch(r"[0-9a-f]{40}", text))
+
+
+def _write_head(path: str, target: str) -> None:
+    """Replace a missing or garbled HEAD with one naming ``target`` (a ref name or a commit SHA)."""
+    tmp = os.path.join(path, f"HEAD.qvc-{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write(f"ref: {target}\n" if target.startswith("refs/") else f"{target}\n")
+    os.replace(tmp, os.path.join(path, "HEAD"))
+

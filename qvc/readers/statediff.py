@@ -10,17 +10,27 @@ and set iteration order do not count as changes.
 Inside a changed field the diff is structural (a list of :class:`Change`):
 
 * dicts: removed keys, changed keys (recursively), added keys;
-* lists and tuples: items are aligned with :class:`difflib.SequenceMatcher` on exact item
-  identity, so appending one message to a 500-message transcript is one ``add`` at index 500
-  and an insertion or removal in the middle shows only those items; runs replaced by runs are
-  compared item by item (recursively), extra items being added or removed. ``remove`` paths use
-  indexes into the old sequence, ``add`` and ``change`` paths indexes into the new one;
+* lists and tuples: items are aligned, never by position. Items that carry an identity (a dict
+  with a string ``id``, else a ``tool_call_id``: messages, tool calls, tool results) are
+  matched by it and an item matched this way whose content changed is compared recursively;
+  other items are matched by exact value. The alignment is the longest common subsequence
+  (:class:`difflib.SequenceMatcher` on those keys), so appending one message to a 500-message
+  transcript is one ``add`` at index 500, an insertion or removal in the middle shows only those
+  items, and two conversations that diverge after a shared prefix show the old tail removed and
+  the new one added (not pairs of unrelated messages "changed"). ``remove`` paths use indexes
+  into the old sequence, ``add`` and ``change`` paths indexes into the new one;
 * sets and frozensets: one ``add`` / ``remove`` per member, with ``member=True`` and the path of
   the set itself;
 * anything else (scalars, or values whose types differ): one ``change``.
 
+A field holding a *conversation* (a list of dicts each with a string ``role``: the shared
+conversation shape viewers show, :mod:`qvc.store.viewers`) gets a :attr:`FieldDiff.counts`
+summary: messages added, removed and changed, tool calls made and tool results failed in what
+was added, read as ``"3 messages added, 1 tool call failed"`` (:attr:`FieldDiff.summary`).
+
 :func:`format_diff`, :func:`format_stat` and :func:`to_json` render a diff; :func:`shorten` is
-the compact one-line rendering of any value they use (and ``qvc show`` uses to print states).
+the compact one-line rendering of any value they use (and ``qvc show`` uses to print states);
+:func:`message_line` the one-line rendering of a message (role, content, tool calls).
 """
 
 from __future__ import annotations
@@ -69,16 +79,35 @@ class Change:
     member: bool = False
 
 
+#: The counts of a conversation's summary, in the order :attr:`FieldDiff.summary` reads them.
+COUNTS = ("messages_added", "messages_removed", "messages_changed", "tool_calls_made", "tool_calls_failed")
+
+
 @dataclasses.dataclass(frozen=True)
 class FieldDiff:
     """The changes to one field; ``status`` is ``"added"``, ``"removed"`` or ``"changed"``.
 
     An added (removed) field has a single ``add`` (``remove``) change with path ``()``.
+    ``counts`` is set (a dict keyed by :data:`COUNTS`) when the field holds a conversation.
     """
 
     field: str
     status: str
     changes: List[Change]
+    counts: Optional[Dict[str, int]] = dataclasses.field(default=None, compare=False)
+
+    @property
+    def summary(self) -> Optional[str]:
+        """``"3 messages added, 1 tool call failed"`` for a conversation field (``None`` otherwise;
+        ``"no message changed"`` when only something else in it did)."""
+        if self.counts is None:
+            return None
+        words = {"messages_added": ("message", "added"), "messages_removed": ("message", "removed"),
+                 "messages_changed": ("message", "changed"), "tool_calls_made": ("tool call", "made"),
+                 "tool_calls_failed": ("tool call", "failed")}
+        parts = [f"{n} {noun}{'' if n == 1 else 's'} {verb}"
+                 for key, (noun, verb) in words.items() if (n := self.counts.get(key, 0))]
+        return ", ".join(parts) or "no message changed"
 
 
 # -- exact identity ------------------------------------------------------------------------------
@@ -198,18 +227,56 @@ def diff_states(old: Mapping[str, Any], new: Mapping[str, Any]) -> List[FieldDif
     for field in sorted(set(old) | set(new)):
         if field not in new:
             ident(old[field], f"old[{field!r}]")
-            out.append(FieldDiff(field, "removed", [Change((), "remove", old[field], None)]))
+            gone = [Change((), "remove", old[field], None)]
+            out.append(FieldDiff(field, "removed", gone, _counts(gone) if is_conversation(old[field]) else None))
         elif field not in old:
             ident(new[field], f"new[{field!r}]")
-            out.append(FieldDiff(field, "added", [Change((), "add", None, new[field])]))
+            made = [Change((), "add", None, new[field])]
+            out.append(FieldDiff(field, "added", made, _counts(made) if is_conversation(new[field]) else None))
         else:
             if _same_bytes(old[field], new[field]):
                 continue
             changes: List[Change] = []
             _diff_value(old[field], new[field], (), changes, ident, field)
             if changes:
-                out.append(FieldDiff(field, "changed", changes))
+                talk = type(old[field]) is type(new[field]) is list and (
+                    is_conversation(old[field]) or is_conversation(new[field]))
+                out.append(FieldDiff(field, "changed", changes, _counts(changes) if talk else None))
     return out
+
+
+def is_conversation(value: Any) -> bool:
+    """Whether ``value`` is a non-empty list of messages (dicts each with a string ``role``)."""
+    return (type(value) is list and bool(value)
+            and all(type(m) is dict and type(m.get("role")) is str for m in value))
+
+
+def _failed(message: Any) -> bool:
+    return type(message) is dict and message.get("role") == "tool" and bool(
+        message.get("error") or message.get("tool_call_error") or message.get("status") == "error")
+
+
+def _counts(changes: List[Change]) -> Dict[str, int]:
+    """The summary counts of a conversation field's changes (see :data:`COUNTS`)."""
+    added: List[Any] = []
+    removed = 0
+    changed: set = set()
+    for c in changes:
+        if c.path == ():
+            if c.op == "add":
+                added.extend(c.new)
+            elif c.op == "remove":
+                removed += len(c.old)
+            continue
+        if len(c.path) == 1 and c.op == "add":
+            added.append(c.new)
+        elif len(c.path) == 1 and c.op == "remove":
+            removed += 1
+        else:
+            changed.add(c.path[0])
+    calls = sum(len(m.get("tool_calls") or ()) for m in added if type(m) is dict and m.get("role") == "assistant")
+    return {"messages_added": len(added), "messages_removed": removed, "messages_changed": len(changed),
+            "tool_calls_made": calls, "tool_calls_failed": sum(1 for m in added if _failed(m))}
 
 
 def _same_bytes(a: Any, b: Any) -> bool:
@@ -250,20 +317,39 @@ def _diff_value(a: Any, b: Any, path: tuple, out: List[Change], ident: _Identity
         out.append(Change(path, "change", a, b))
 
 
+def item_identity(item: Any) -> Optional[tuple]:
+    """What identifies a list item across versions: ``("id", id)`` for a dict with a non-empty
+    string ``id`` (a message, a tool call), else ``("tool_call_id", id)`` (a tool result), else
+    ``None`` (the item is identified by its value)."""
+    if type(item) is dict:
+        for key in ("id", "tool_call_id"):
+            value = item.get(key)
+            if type(value) is str and value:
+                return (key, value)
+    return None
+
+
 def _diff_sequence(a: Any, b: Any, path: tuple, out: List[Change], ident: _Identity, field: str) -> None:
+    where = f"state[{field!r}]"
+
+    def key(x: Any) -> Hashable:
+        known = item_identity(x)
+        return ("item",) + known if known is not None else ("value", ident(x, where))
+
     codes: Dict[Hashable, int] = {}
-    seq_a = [codes.setdefault(ident(x), len(codes)) for x in a]
-    seq_b = [codes.setdefault(ident(x), len(codes)) for x in b]
+    keys_a, keys_b = [key(x) for x in a], [key(x) for x in b]
+    seq_a = [codes.setdefault(k, len(codes)) for k in keys_a]
+    seq_b = [codes.setdefault(k, len(codes)) for k in keys_b]
     matcher = difflib.SequenceMatcher(None, seq_a, seq_b, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
+        if tag == "equal":  # the same items: those identified by an id may have changed inside
+            for k in range(i2 - i1):
+                if keys_a[i1 + k][0] == "item":
+                    _diff_value(a[i1 + k], b[j1 + k], path + (j1 + k,), out, ident, field)
             continue
-        paired = min(i2 - i1, j2 - j1) if tag == "replace" else 0
-        for k in range(paired):
-            _diff_value(a[i1 + k], b[j1 + k], path + (j1 + k,), out, ident, field)
-        for i in range(i1 + paired, i2):
+        for i in range(i1, i2):  # a moved item is removed where it was and added where it is
             out.append(Change(path + (i,), "remove", a[i], None))
-        for j in range(j1 + paired, j2):
+        for j in range(j1, j2):
             out.append(Change(path + (j,), "add", None, b[j]))
 
 
@@ -401,12 +487,55 @@ def _paint(line: str, kind: str, color: bool) -> str:
     return f"{_COLORS[kind]}{line}{_RESET}" if color else line
 
 
+def is_message(value: Any) -> bool:
+    """Whether ``value`` is a message of the shared conversation shape (a dict with a string ``role``)."""
+    return type(value) is dict and type(value.get("role")) is str
+
+
+def message_line(message: dict, *, full: bool = False, width: int = 100) -> str:
+    """A message on one line, as people read a conversation: ``role [tool name] (failed): content``
+    and, for an assistant's tool calls, ``→ name({args})`` each; other keys are left out (the JSON
+    forms keep them). Shortened to ``width`` unless ``full``."""
+    role = message["role"]
+    head = role
+    if role == "tool" and (message.get("name") or message.get("tool_call_id")):
+        head += f" [{message.get('name') or message.get('tool_call_id')}]"
+    if _failed(message):
+        head += " (failed)"
+    content = message.get("content")
+    room = max(20, width - len(head) - 2)
+    parts = []
+    if content not in (None, "", []):  # a long text as its head and tail, sized to fit the line
+        if type(content) is str:
+            fits = len(json.dumps(content, ensure_ascii=False)) <= room
+            parts.append(_render_str(content, full, len(content) if fits else max(20, min(STR_LIMIT * 2, room - 20))))
+        else:
+            parts.append(shorten(content, full=full, width=room))
+    for call in message.get("tool_calls") or ():
+        if type(call) is dict:
+            args = call.get("args", call.get("arguments"))
+            parts.append(f"→ {call.get('name')}({shorten(args, full=full, width=width) if args else ''})")
+    text = f"{head}: {' '.join(parts)}" if parts else head
+    if not full and len(text) > width:
+        text = text[:max(width - 1, 1)] + "…"
+    return text
+
+
+def _value_text(value: Any, full: bool, width: int) -> str:
+    return message_line(value, full=full, width=width) if is_message(value) else shorten(value, full=full, width=width)
+
+
 def _change_lines(field: str, change: Change, full: bool, width: int, color: bool) -> List[str]:
     sign = _OP_SIGN[change.op]
     where = format_path(field, change.path) + (" (member)" if change.member else "")
     if change.op != "change":
         value = change.new if change.op == "add" else change.old
         room = max(width - len(where) - 4, 40)
+        if change.path == () and is_conversation(value):  # a whole conversation: one line per message
+            return [_paint(f"{sign} {format_path(field, (i,))} {message_line(m, full=full, width=room)}", sign, color)
+                    for i, m in enumerate(value)]
+        if is_message(value):
+            return [_paint(f"{sign} {where} {message_line(value, full=full, width=room)}", sign, color)]
         return [_paint(f"{sign} {where}: {shorten(value, full=full, width=room)}", sign, color)]
     old, new = change.old, change.new
     room = max(width - 6, 40)  # what fits on a "    - old" line
@@ -415,7 +544,7 @@ def _change_lines(field: str, change: Change, full: bool, width: int, color: boo
         limit = max(20, min(STR_LIMIT, room - 20))  # room for quotes, ellipses and "(N chars)"
         old_text, new_text = _render_str(old, False, limit, start), _render_str(new, False, limit, start)
     else:
-        old_text, new_text = shorten(old, full=full, width=room), shorten(new, full=full, width=room)
+        old_text, new_text = _value_text(old, full, room), _value_text(new, full, room)
     line = f"{sign} {where}: {old_text} → {new_text}"
     if len(line) <= width:
         return [_paint(line, sign, color)]
@@ -427,9 +556,11 @@ def format_diff(diffs: Iterable[FieldDiff], *, color: bool = False, full: bool =
     """Render ``diffs`` like ``git diff``: a header per field, then one line per change.
 
     Headers are ``+++ field tools (added)``, ``--- field scratch (removed)`` and
-    ``~~~ field messages (changed)``; change lines are ``+ messages[500]: {…}``,
-    ``- scratch.notes: "old"`` and ``~ current_step: 3 → 4`` (a change too wide for ``width``
-    is split into ``- old`` / ``+ new`` lines below its path). Values are shortened with
+    ``~~~ field messages (changed)``; a conversation field's header is followed by its summary
+    (``3 messages added, 1 tool call failed``); change lines are ``+ messages[500] user: "hi"``
+    (a message: :func:`message_line`), ``- scratch.notes: "old"`` and ``~ current_step: 3 → 4``
+    (a change too wide for ``width`` is split into ``- old`` / ``+ new`` lines below its path).
+    Values are shortened with
     :func:`shorten` unless ``full``; a long changed string is shown around its first
     difference. ``color`` adds ANSI colors (green +, red -, yellow ~, bold headers). Returns
     ``""`` for no diffs; lines are joined by newlines with no trailing newline.
@@ -438,6 +569,8 @@ def format_diff(diffs: Iterable[FieldDiff], *, color: bool = False, full: bool =
     for diff in diffs:
         sign = {"added": "+++", "removed": "---", "changed": "~~~"}[diff.status]
         lines.append(_paint(f"{sign} field {format_path(diff.field, ())} ({diff.status})", "header", color))
+        if diff.summary is not None:
+            lines.append(diff.summary)
         for change in diff.changes:
             lines.extend(_change_lines(diff.field, change, full, width, color))
     return "\n".join(lines)
@@ -446,10 +579,12 @@ def format_diff(diffs: Iterable[FieldDiff], *, color: bool = False, full: bool =
 def format_stat(diffs: Iterable[FieldDiff]) -> str:
     """One line per field with its change counts, then a total, like ``git diff --stat``::
 
-        messages | 1 +
+        messages | 1 + · 1 message added
         scratch  | 2 ~ 1 -
         tools    | 1 + (added)
         3 fields changed
+
+    (a conversation field's line ends with its summary).
     """
     diffs = list(diffs)
     names = [format_path(d.field, ()) for d in diffs]
@@ -459,6 +594,8 @@ def format_stat(diffs: Iterable[FieldDiff]) -> str:
         counts = {op: sum(1 for c in diff.changes if c.op == op) for op in ("add", "change", "remove")}
         parts = [f"{counts[op]} {_OP_SIGN[op]}" for op in ("add", "change", "remove") if counts[op]]
         suffix = f" ({diff.status})" if diff.status != "changed" else ""
+        if diff.summary is not None:
+            suffix += f" · {diff.summary}"
         lines.append(f"{name.ljust(pad)} | {' '.join(parts)}{suffix}")
     lines.append(f"{len(diffs)} field{'' if len(diffs) == 1 else 's'} changed")
     return "\n".join(lines)
@@ -471,6 +608,8 @@ def to_json(diffs: Iterable[FieldDiff]) -> List[dict]:
     "new": ...}]}]``: ``old`` only for ``remove``/``change``, ``new`` only for ``add``/``change``,
     ``"member": true`` for set members. Path steps and values use the tagged JSON encoding of
     :func:`qvc.codec.tagged.to_jsonable` (``{"$tuple": [...]}``, ``{"$float": "nan"}``, ...).
+    A conversation field also has ``"summary"`` (:attr:`FieldDiff.summary`, the text) and
+    ``"counts"`` (:attr:`FieldDiff.counts`).
     """
     result = []
     for diff in diffs:
@@ -485,5 +624,8 @@ def to_json(diffs: Iterable[FieldDiff]) -> List[dict]:
             if c.member:
                 item["member"] = True
             changes.append(item)
-        result.append({"field": diff.field, "status": diff.status, "changes": changes})
+        item = {"field": diff.field, "status": diff.status, "changes": changes}
+        if diff.counts is not None:
+            item.update(summary=diff.summary, counts=dict(diff.counts))
+        result.append(item)
     return result

@@ -10,7 +10,8 @@ value :mod:`qvc.codec.serde` round-trips, reading back what was written gives th
 types included (``serde.dumps`` of both is identical).
 
 Each file holds one value in the lossless tagged JSON of :mod:`qvc.codec.tagged` (plain JSON
-where it is exact, ``{"$tuple": [...]}``-style tags elsewhere).
+where it is exact, ``{"$tuple": [...]}``-style tags elsewhere), indented, with a short list of
+strings, numbers, booleans and nulls on one line (``"id": ["langchain", "schema", ...]``).
 
 File names: a field name is percent-encoded (UTF-8) for every character outside
 ``[a-z0-9_-]`` -- upper case letters and ``.`` included, so names cannot escape the directory
@@ -43,6 +44,11 @@ _KEEP = 110  # characters of a too-long stem kept before the ``~hash`` suffix
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
 _RESERVED = frozenset(["con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))])
 _HASHED = re.compile(r"~[0-9a-f]{20}\Z")
+# A JSON scalar as json.dumps writes it (a string holds no raw newline: every "[" followed by a
+# newline is structural), and a multi-line array of them, to be put on one line.
+_SCALAR = r'(?:"(?:[^"\\\n]|\\.)*"|-?[0-9][0-9.eE+-]*|true|false|null)'
+_SCALARS = re.compile(r"\[\n(?P<pad> +)(?P<items>(?:" + _SCALAR + r",\n(?P=pad))*" + _SCALAR + r")\n *\]")
+_INLINE = 72  # the longest array put on one line
 
 
 # -- file names ----------------------------------------------------------------------------------
@@ -112,6 +118,18 @@ def _check_plain_name(name: Any, what: str) -> None:
            or len(name.encode("utf-8", "surrogateescape")) > 255)
     if bad:
         raise InvalidInputError(f"{what} {name!r} is not a plain *.json file name inside the state directory")
+
+
+def field_text(value: Any, path: str = "value") -> str:
+    """The text of a field file holding ``value``: :func:`~qvc.codec.tagged.dumps_tagged`'s, with
+    each array of scalars that fits in :data:`_INLINE` characters on one line (the same JSON).
+    Raises :class:`~qvc.errors.SerializationError` naming ``path``."""
+
+    def inline(m: re.Match) -> str:
+        one = "[" + ", ".join(item.strip() for item in m.group("items").split(",\n")) + "]"
+        return one if len(one) <= _INLINE else m.group(0)
+
+    return _SCALARS.sub(inline, dumps_tagged(value, path))
 
 
 def _is_field_file(name: str) -> bool:
@@ -336,7 +354,7 @@ def write_state(state: Mapping[str, Any], directory: str | os.PathLike, *,
             raise InvalidInputError(f"fields {folded[fname.casefold()]!r} and {field!r} map to the same file")
         folded[fname.casefold()] = field
         files[field] = fname
-        texts.append((fname, dumps_tagged(value, f"state[{field!r}]").encode("utf-8")))
+        texts.append((fname, field_text(value, f"state[{field!r}]").encode("utf-8")))
     manifest_text = _manifest_text(files, {fname: _digest(data) for fname, data in texts}, meta)
 
     path = os.fspath(directory)

@@ -6,12 +6,14 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from qvc.errors import CorruptionError
 from qvc.plumbing.backend import QVC_DIR
 from qvc.plumbing.maintenance import due
 from qvc.plumbing.recovery import QUARANTINE
 from qvc.remotes.replication import replication_status
 from qvc.runs.failures import recorded_failures
 from qvc.store.refnames import HEADS, SUPERSEDED, WRITES
+from qvc.types import Head
 
 if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore
@@ -33,7 +35,8 @@ class RepoStatus:
     recovery: str | None  # what opening repaired, if anything
     maintenance_due: str | None  # why `qvc gc` is due, if it is
     replication: list[dict[str, Any]] = field(default_factory=list)  # lag per replicated remote
-    damaged: str | None = None  # why HEAD's commit does not read, if it does not (see `qvc fsck`)
+    damaged: str | None = None  # why HEAD's commit does not read, if it does not (see `qvc fsck`);
+    # with thread and head None: why HEAD itself does not read
     failures: int = 0  # checkpoint writes that failed where the caller may not see it (qvc.runs.failures)
     last_failures: list[dict[str, Any]] = field(default_factory=list)  # the last 5 of them, oldest first
     #: the folders of files repairs moved aside instead of deleting them (qvc.plumbing.recovery.move_aside),
@@ -46,8 +49,13 @@ class RepoStatus:
 
 def status(store: GitCheckpointStore) -> RepoStatus:
     """The status of the repository ``store`` has open (reads only; never blocks writers)."""
-    head = store.current()
-    damaged = store.damage(head.commit) if head.commit else None  # a broken head: the rest still reads
+    try:
+        head = store.current()
+    except CorruptionError as exc:  # a garbled HEAD: say so; the rest still reads
+        head, head_damaged = Head(None, None), str(exc)
+    else:
+        head_damaged = None
+    damaged = head_damaged or (store.damage(head.commit) if head.commit else None)  # a broken head
     info = store.commit_info(head.commit) if head.commit and damaged is None else None
     counts = {HEADS: 0, SUPERSEDED: 0, WRITES: 0}
     for name, _ in store.repository.refs("refs/"):

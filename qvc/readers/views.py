@@ -2,7 +2,10 @@
 ``qvc serve`` answers with (one definition for both).
 
 Values of state, metadata and pending writes are in the lossless tagged JSON of
-:mod:`qvc.codec.tagged`. Everything here reads only.
+:mod:`qvc.codec.tagged`. A checkpoint's state is shown through its viewer
+(:mod:`qvc.store.viewers`: LangGraph's channels as plain data, runs as conversations, the
+shared conversation shape of ``docs/adapters.md``) unless ``raw`` asks for the stored fields.
+Everything here reads only.
 """
 
 from __future__ import annotations
@@ -25,15 +28,25 @@ def iso(ts: int | float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).isoformat()
 
 
-def state_of(store: GitCheckpointStore, sha: str, state: dict, *, plain: bool = False) -> dict:
+def state_of(store: GitCheckpointStore, sha: str, state: dict, *, plain: bool = False, raw: bool = False) -> dict:
     """The state to show people: as the viewer registered for the checkpoint's writer shows it
     (:func:`qvc.store.viewers.view_state`; an adapter's values decoded by its framework when that
-    is installed), else ``state`` as stored."""
-    return view_state(store, sha, state, plain=plain)
+    is installed, a run as its conversation), else ``state`` as stored; ``raw``: ``state`` as
+    stored, always."""
+    return state if raw else view_state(store, sha, state, plain=plain)
 
 
-def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] = ()) -> dict[str, Any]:
-    """The ``qvc show --json`` form of checkpoint commit ``sha`` (only ``fields`` of the state, if given).
+def shown_writes(stored: dict, shown: dict, writes: Sequence[Any], *, raw: bool = False) -> list:
+    """The pending writes to show beside a viewed state: those to fields the viewer hides (stored
+    fields not ``shown``: a run's owner heartbeats) are bookkeeping, left out unless ``raw``."""
+    hidden = set() if raw else set(stored) - set(shown)
+    return [w for w in writes if w.channel not in hidden]
+
+
+def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] = (), *,
+                    raw: bool = False) -> dict[str, Any]:
+    """The ``qvc show --json`` form of checkpoint commit ``sha`` (only ``fields`` of the state, if
+    given), its state as its viewer shows it (the stored fields with ``raw``).
 
     Raises :class:`~qvc.errors.NotFoundError` for a field the state does not have. A damaged
     field (its blob missing or not decoding) is left out of ``state`` and named, with why, in
@@ -44,7 +57,7 @@ def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] =
     tup = store.read(sha, damaged=damaged)
     info = store.commit_info(sha)
     cp = tup.checkpoint
-    state = state_of(store, sha, cp.state_data, plain=True) if not damaged else cp.state_data
+    state = state_of(store, sha, cp.state_data, plain=True, raw=raw) if not damaged else cp.state_data
     for f in fields:
         if f in damaged:
             raise CorruptionError(damaged[f])
@@ -58,9 +71,10 @@ def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] =
         "parent": {"thread": parent.thread_id, "id": parent.checkpoint_id} if parent else None,
         "created_at": cp.created_at, "time": iso(info.time), "timestamp": info.time,
         "metadata": to_jsonable(tup.metadata, "metadata"), "state": to_jsonable(shown, "state"),
-        "state_versions": cp.state_versions,
+        "state_versions": cp.state_versions if raw or damaged else
+        {f: v for f, v in cp.state_versions.items() if f in state},
         "pending_writes": [{"task": w.task_id, "channel": w.channel, "value": to_jsonable(w.value, "write")}
-                           for w in tup.pending_writes or []],
+                           for w in shown_writes(cp.state_data, state, tup.pending_writes or [], raw=raw)],
     }
     if damaged:
         out["damaged"] = damaged
@@ -68,14 +82,14 @@ def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] =
 
 
 def diff_commits(store: GitCheckpointStore, a: Optional[str], b: str,
-                 damaged: dict[str, str] | None = None, *, plain: bool = False) -> list:
+                 damaged: dict[str, str] | None = None, *, plain: bool = False, raw: bool = False) -> list:
     """The field diffs (:func:`qvc.readers.statediff.diff_states`) from commit ``a`` to ``b``; ``a=None``
     compares ``b`` with its parent (everything added for a first checkpoint).
 
     With ``damaged`` (a dict), a field damaged on either side is not compared: it is named in
     ``damaged`` with why, and the healthy fields are compared; without it, it raises
-    :class:`~qvc.errors.CorruptionError`. ``plain``: an adapter's values as plain data (for the
-    JSON forms; see :func:`state_of`)."""
+    :class:`~qvc.errors.CorruptionError`. Each side is shown through its viewer (see
+    :func:`state_of`; ``plain``: as plain data, for the JSON forms), or as stored with ``raw``."""
     from qvc.readers.statediff import diff_states  # deferred: start-up time (every CLI command loads this module)
 
     bad: dict[str, str] = {}
@@ -86,7 +100,7 @@ def diff_commits(store: GitCheckpointStore, a: Optional[str], b: str,
         here: dict[str, str] = {}
         data = store.read(sha, damaged=here if damaged is not None else None).checkpoint.state_data
         bad.update(here)
-        return state_of(store, sha, data, plain=plain) if not here else data
+        return state_of(store, sha, data, plain=plain, raw=raw) if not here else data
 
     old, new = (state(store.commit_info(b).parent) if a is None else state(a)), state(b)
     if bad and damaged is not None:

@@ -4,6 +4,10 @@
 field, :mod:`qvc.readers.statefiles`) with a manifest naming the checkpoint it came from;
 people edit, delete or add field files; :func:`qvc.edit.workdir.commit_directory` (the write
 side, ``qvc commit DIR``) stores the directory back as a new checkpoint.
+
+A checkpoint an adapter wrote in its framework's encoding (LangGraph's channels) is written
+through the adapter's *editor* (:func:`qvc.store.viewers.editor_of`): its values as JSON a person
+edits, the manifest naming the editor (``"editor"``) so the commit reads them back the same way.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from qvc.errors import LocalChangesError
 from qvc.readers.statefiles import local_changes, write_state
+from qvc.store.viewers import editor_of
 
 if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore
@@ -30,6 +35,8 @@ class CheckedOutDirectory:
     commit: str
     files: list[str]  # field file names written, in field order (the manifest not included)
     damaged: dict[str, str] = field(default_factory=dict)  # fields not written: their blob does not read (why)
+    editor: str | None = None  # the header key of the editor that wrote the files (None: the stored values)
+    notes: list[str] = field(default_factory=list)  # one line each: values kept in their stored encoding
 
 
 def checkout_to_directory(store: GitCheckpointStore, commit: str, directory: str | os.PathLike, *,
@@ -37,7 +44,8 @@ def checkout_to_directory(store: GitCheckpointStore, commit: str, directory: str
     """Write the state of checkpoint commit ``commit`` (a full SHA: resolve names with
     :func:`qvc.store.revisions.parse_revision`) into ``directory``: one JSON file per field and
     the manifest (:func:`qvc.readers.statefiles.write_state`), whose metadata names the checkpoint
-    (``id``, ``thread``, ``step``, ``commit``) for :func:`qvc.edit.workdir.commit_directory`.
+    (``id``, ``thread``, ``step``, ``commit``) for :func:`qvc.edit.workdir.commit_directory`, and
+    the thread's ``head`` then (``qvc commit`` refuses to rewind what the thread gained since).
 
     Nothing in the repository changes (HEAD does not move); ``store`` may be read-only. Each
     file is replaced atomically and fsynced, and the directory is fsynced, before this returns.
@@ -51,6 +59,11 @@ def checkout_to_directory(store: GitCheckpointStore, commit: str, directory: str
     or not a readable checkpoint. A damaged field (its blob does not read) is not written and is
     named in ``damaged``; the healthy ones are (a commit from the directory then drops it, unless
     a file for it is added).
+
+    An adapter's checkpoint is written through its editor (:func:`qvc.store.viewers.editor_of`):
+    its values as JSON a person edits; values without an exact JSON form stay in their stored
+    encoding, each named in one line of ``notes``. When the editor's framework is not installed,
+    the stored values are written as they are, and ``notes`` says so.
     """
     damaged: dict[str, str] = {}
     cp = store.read(commit, damaged=damaged).checkpoint
@@ -61,6 +74,18 @@ def checkout_to_directory(store: GitCheckpointStore, commit: str, directory: str
                 f"your local changes to {len(changed)} file(s) in {os.fspath(directory)} would be overwritten: "
                 f"{', '.join(changed)} (commit them with `qvc commit {os.fspath(directory)}`, or use --force)",
                 changed)
-    files = write_state(cp.state_data, directory, meta={"id": cp.id, "thread": cp.thread_id, "step": cp.step,
-                                                        "commit": commit})
-    return CheckedOutDirectory(os.path.abspath(directory), cp.id, cp.thread_id, cp.step, commit, files, damaged)
+    head = store.head(cp.thread_id) if cp.thread_id else None  # `qvc commit` tells a stale DIR by it
+    meta = {"id": cp.id, "thread": cp.thread_id, "step": cp.step, "commit": commit, "head": head}
+    state, notes, key = cp.state_data, [], None
+    found = editor_of(store, commit)
+    if found is not None and found[1] is None:
+        notes.append(f"the {found[0]!r} values are written in their stored encoding: its editor does not import "
+                     "here (is its framework installed?)")
+    elif found is not None:
+        key, editor = found
+        editable = editor.to_files(store, commit, state)
+        state, notes = editable.state, list(editable.notes)
+        meta["editor"] = key
+    files = write_state(state, directory, meta=meta)
+    return CheckedOutDirectory(os.path.abspath(directory), cp.id, cp.thread_id, cp.step, commit, files, damaged,
+                               key, notes)

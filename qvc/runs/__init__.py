@@ -50,8 +50,10 @@ run model and its JSON form), :mod:`~qvc.runs.boundaries` (pair-safe cuts),
 to checkpoint state and back), :mod:`~qvc.runs.ownership` (run locks, owner liveness),
 :mod:`~qvc.runs.queries` (reading runs: lists, history, timelines, snapshots),
 :mod:`~qvc.runs.recorder` (:class:`RunRecorder`), :mod:`~qvc.runs.lifecycle` (:class:`Runs`:
-start, continue, fork, regenerate, copy) and :mod:`~qvc.runs.failures` (checkpoint failures an
-adapter records for ``qvc status``, where its framework only logs them). Each imports only the store layer and below
+start, continue, fork, regenerate, copy), :mod:`~qvc.runs.failures` (checkpoint failures an
+adapter records for ``qvc status``, where its framework only logs them) and
+:mod:`~qvc.runs.viewer` (how ``qvc show/diff/log -p/blame`` and ``qvc serve`` show a run
+checkpoint: its conversation, without the storage bookkeeping). Each imports only the store layer and below
 (``qvc.store``, ``qvc.plumbing``, ``qvc.errors``, ``qvc.types``) and the modules listed before it.
 """
 

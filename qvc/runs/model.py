@@ -328,13 +328,17 @@ class TimelineEntry:
     is_latest: bool
     current: bool
     parent_id: Optional[str]
+    #: the name ``qvc show`` resolves to this checkpoint: ``RUN@n`` (``n``: the message index), else
+    #: ``RUN@<checkpoint id>`` (:func:`qvc.runs.queries.numbers`); set by the timeline
+    name: str = ""
 
     @property
     def continue_from(self) -> int:
         return self.message_index
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"id": self.id, "run_id": self.run_id, "message_index": self.message_index,
+        return {"id": self.id, "n": self.message_index, "name": self.name, "run_id": self.run_id,
+                "message_index": self.message_index,
                 "continue_from": self.message_index, "status": self.status.value, "reason": self.reason,
                 "created_at": self.created_at, "time": _iso(self.created_at), "role": self.role,
                 "preview": self.preview, "is_latest": self.is_latest, "current": self.current,

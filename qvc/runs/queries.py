@@ -135,7 +135,22 @@ def timeline(store: GitCheckpointStore, thread: str, *, superseded: bool = True)
                 seen.add(tup.checkpoint.id)
                 extra.append(timeline_entry(tup, head, False))
         out += sorted(extra, key=lambda e: (e.created_at, e.message_index))
+    _name(line, out, thread)
     return out
+
+
+def basis_of(line: List[CheckpointTuple], k: int, total: int) -> tuple:
+    """``(checkpoint tuple, exact)``: the checkpoint of the current ``line`` the run is shown from at
+    pair-safe message index ``k`` (``total``: the messages of the line's head), as
+    ``qvc show RUN@k`` resolves it: the head from ``total`` on, else the first checkpoint at
+    ``k``, else the last one before it (``exact`` ``False``), else the line's first."""
+    if k >= total:
+        return line[-1], True
+    index = [int(t.metadata.get("message_index", -1)) for t in line]
+    if k in index:
+        return line[index.index(k)], True
+    before = [t for t, i in zip(line, index, strict=True) if i < k]
+    return (before[-1] if before else line[0]), False
 
 
 def view_at(line: List[CheckpointTuple], k: int) -> tuple:
@@ -143,12 +158,11 @@ def view_at(line: List[CheckpointTuple], k: int) -> tuple:
     latest = decode(line[-1])
     if k >= len(latest.run.messages):
         return latest, latest.run, latest.segments, True
-    index = [int(t.metadata.get("message_index", -1)) for t in line]
-    if k in index:
-        basis = decode(line[index.index(k)])
+    tup, exact = basis_of(line, k, len(latest.run.messages))
+    basis = decode(tup)
+    if exact:
         return basis, basis.run, basis.segments, True
-    before = [t for t, i in zip(line, index, strict=True) if i < k]
-    basis = decode(before[-1] if before else line[0])
+    before = int(tup.metadata.get("message_index", -1)) < k  # else: before the line's first checkpoint
     segments = cut(latest.segments, k)
     run = basis.run
     if not before:  # before the first checkpoint: the state the run started with
@@ -159,6 +173,30 @@ def view_at(line: List[CheckpointTuple], k: int) -> tuple:
     refs = referenced_tool_call_ids(run.messages)
     run.requirements = [r for r in run.requirements if r.tool_call_id in refs]
     return basis, run, segments, False
+
+
+def numbers(store: GitCheckpointStore, thread: str) -> Dict[str, tuple]:
+    """The one numbering of the run's checkpoints that ``qvc log``, ``qvc timeline``, ``qvc show``
+    and ``qvc serve`` share: checkpoint id -> ``(n, name)`` for every checkpoint of the run,
+    superseded lines included. ``n`` is the checkpoint's message index (the messages the run
+    holds there, what ``RUN@n`` counts); ``name`` is ``RUN@n`` when ``qvc show RUN@n``
+    (:func:`basis_of`) names this very checkpoint, else ``RUN@<checkpoint id>`` (a second
+    checkpoint at the same index, or one on a line time travel left). Reads only."""
+    return {e.id: (e.message_index, e.name) for e in timeline(store, thread)}
+
+
+def _name(line: List[CheckpointTuple], entries: List[TimelineEntry], thread: str) -> None:
+    """Set each entry's ``name`` (see :func:`numbers`); ``line``: the run's current line."""
+    if not line:
+        return
+    run_id = str(line[-1].metadata.get("run_id") or thread.rsplit("/", 1)[-1])
+    latest = decode(line[-1]).run.messages
+    for e in entries:
+        n = e.message_index
+        named = None
+        if 0 <= n <= len(latest):
+            named = basis_of(line, safe_truncation_index(latest, n), len(latest))[0].checkpoint.id
+        e.name = f"{run_id}@{n}" if named == e.id else f"{run_id}@{e.id}"
 
 
 def snapshot(store: GitCheckpointStore, thread: str, at: int | str | None = None) -> Snapshot:

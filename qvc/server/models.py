@@ -149,6 +149,8 @@ class FieldDiff(BaseModel):
     field: str
     status: Literal["added", "removed", "changed"]
     changes: List[Change]
+    summary: Optional[str] = Field(None, description="a conversation field's summary line")
+    counts: Optional[Dict[str, int]] = None
 
 
 class DiffView(BaseModel):
@@ -191,6 +193,8 @@ class RunView(BaseModel):
 
 class TimelineEntry(BaseModel):
     id: str = Field(description="The checkpoint id: stable, accepted by /checkpoints/{at}")
+    n: int = Field(description="The checkpoint's number, its message index, as `qvc log`/`timeline`/`show` print it")
+    name: str = Field(description="RUN@n (RUN@<checkpoint id> where RUN@n names another checkpoint)")
     run_id: str
     message_index: int
     continue_from: int

@@ -35,6 +35,7 @@ from qvc.store.history import CommitInfo, History, ThreadIndex
 from qvc.store.refnames import (
     HEADS,
     SUPERSEDED,
+    TAGS,
     WRITES,
     check_thread_id,
     decode_name,
@@ -43,6 +44,7 @@ from qvc.store.refnames import (
     encode_thread,
     head_ref,
     superseded_prefix,
+    tag_ref,
     writes_ref,
 )
 from qvc.store.rewrite import Rewriter
@@ -79,6 +81,7 @@ UNCHECKED: Any = object()
 
 _PUT_RETRIES = 100
 _HEXISH = re.compile(r"^[0-9a-fA-F]{4,40}$")
+_MOVED = re.compile(r"^checkout: moving from (\S+) to \S+$")  # what git and libgit2 log in HEAD's reflog
 
 class GitCheckpointStore(CheckpointStore):
     """A checkpoint store backed by a bare git repository at ``path``.
@@ -243,6 +246,13 @@ class GitCheckpointStore(CheckpointStore):
             raise CorruptionError(f"commit {sha[:12]} is not a qvc checkpoint (no {HEADER} entry)")
         return decode_header(self._blob(entries[HEADER][1]), f"checkpoint {sha[:12]} header")
 
+    def same_state(self, sha: str, state: Mapping[str, Any]) -> bool:
+        """Whether ``state`` stored as a checkpoint would hold exactly the fields of checkpoint commit
+        ``sha``, byte for byte (``qvc commit``'s "nothing to commit"). Nothing is written. Raises
+        :class:`SerializationError` for a state that cannot be stored, :class:`CorruptionError`."""
+        entries, _ = self._builder(lambda kind, data: Repository.hash(kind, data)).fields(dict(state), {})
+        return entries == {n: e for n, e in self.tree_entries(sha).items() if n != HEADER}
+
     def pending_writes_at(self, sha: str) -> Optional[list[PendingWrite]]:
         """The pending writes ``refs/qvc/writes/<sha>`` holds for the checkpoint in commit ``sha``
         (``None`` if it has none). Raises :class:`CorruptionError` if they do not decode."""
@@ -266,15 +276,43 @@ class GitCheckpointStore(CheckpointStore):
 
     def current(self) -> Head:
         """What HEAD stands for: the current thread and its head commit (``None`` while it has
-        no checkpoints), or, when detached, no thread and the checkpoint commit."""
-        name, commit = self._repo.head_ref()
+        no checkpoints), or, when detached, no thread and the checkpoint commit. Raises
+        :class:`CorruptionError` if HEAD is missing or unreadable (:meth:`checkout` repairs it)."""
+        try:
+            name, commit = self._repo.head_ref()
+        except CorruptionError as exc:
+            raise CorruptionError(f"{exc} (checking out a thread repairs it: `qvc checkout THREAD`)") from None
         return Head(self.thread_of_ref(name) if name else None, commit)
+
+    def current_or_none(self) -> Head | None:
+        """:meth:`current`, or ``None`` when HEAD is missing or unreadable: for reads that only mark
+        the current thread (a log's decorations), which go on without it."""
+        try:
+            return self.current()
+        except CorruptionError:
+            return None
+
+    def previous_checkout(self) -> Head | None:
+        """What HEAD stood for before the last checkout that moved it (git's ``@{-1}``, read from
+        HEAD's reflog): a thread (its head commit now, ``None`` if it has none) or a detached
+        commit; ``None`` if HEAD never moved."""
+        for entry in self._repo.reflog("HEAD"):
+            m = _MOVED.match(entry.message)
+            if m is None:
+                continue
+            was = m.group(1)
+            if len(was) == 40 and _HEXISH.match(was):
+                return Head(None, was.lower())
+            thread = self.thread_of_ref(HEADS + was) or was
+            return Head(thread, self.head(thread))
+        return None
 
     def checkout(self, thread_id: str | None = None, *, commit: str | None = None) -> Head:
         """Make ``thread_id`` the current thread, or detach HEAD at ``commit`` (a commit SHA).
 
         A thread need not exist yet (its first put creates it, like git's unborn branch).
-        Durable on return. Raises :class:`InvalidThreadIdError` / :class:`UnknownCheckpointError`.
+        Durable on return; a missing or unreadable HEAD is written anew. Raises
+        :class:`InvalidThreadIdError` / :class:`UnknownCheckpointError`.
         """
         if (thread_id is None) == (commit is None):
             raise InvalidInputError("checkout needs exactly one of a thread or a commit")
@@ -514,7 +552,8 @@ class GitCheckpointStore(CheckpointStore):
                            self._history.known_blob)
 
     def put(self, config: CheckpointConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-            new_versions: StateVersions | None = None, *, expected_head: str | None = UNCHECKED) -> CheckpointConfig:
+            new_versions: StateVersions | None = None, *, expected_head: str | None = UNCHECKED,
+            header: Mapping[str, Any] | None = None) -> CheckpointConfig:
         """Store ``checkpoint`` as a commit on ``config.thread_id`` and move the thread's head to it.
 
         The parent is the checkpoint named by ``checkpoint.parent_id`` when given, else the
@@ -529,7 +568,10 @@ class GitCheckpointStore(CheckpointStore):
         checkpoints) makes any write a compare-and-swap: if the thread's head is not that
         commit when the write starts, or moves before it ends, :class:`CheckpointConflictError`
         names the thread and nothing is stored. ``new_versions`` is accepted for compatibility;
-        versions are derived from the stored trees.
+        versions are derived from the stored trees. ``header`` holds keys an adapter keeps in the
+        checkpoint's header beside the store's own (``{"langgraph": ...}``: what names its viewer
+        and editor, :mod:`qvc.store.viewers`); one of the store's own keys there is an
+        :class:`InvalidInputError`.
 
         A put that raised :class:`CheckpointConflictError` stored nothing: retrying it with the
         same id and content stores it (once the conflict's cause is gone).
@@ -543,12 +585,17 @@ class GitCheckpointStore(CheckpointStore):
         thread = _thread_of(config)
         _check_checkpoint(checkpoint, thread)
         metadata = _check_mapping(metadata, "metadata")
+        extra = _check_mapping(header, "header")
         header = {
             "id": checkpoint.id, "thread_id": thread, "step": checkpoint.step, "parent_id": checkpoint.parent_id,
             "created_at": checkpoint.created_at, "schema_version": checkpoint.schema_version,
             "versions_seen": checkpoint.versions_seen,
             "pending_writes": [list(w) for w in checkpoint.pending_writes or []],
         }
+        clash = sorted(k for k in extra if k in header or k == "versions")
+        if clash:
+            raise InvalidInputError(f"header keys {clash} are the store's own")
+        header.update(extra)
         ref = head_ref(thread)
         with self._repo.transaction() as tx:
             head = tx.ref(ref)
@@ -679,13 +726,21 @@ class GitCheckpointStore(CheckpointStore):
     def reset(self, thread_id: str, checkpoint_id: str) -> CheckpointConfig:
         """Time travel: move the thread's head to an existing checkpoint of that thread.
 
-        The line left behind stays reachable (``list(..., superseded=True)``). Raises
-        :class:`UnknownCheckpointError`, or :class:`InvalidInputError` if the checkpoint
-        belongs to another thread (fork it instead).
+        The line left behind stays reachable (``list(..., superseded=True)``). ``checkpoint_id``
+        may be the full SHA of a checkpoint commit nothing reaches any more (one a reflog names,
+        ``THREAD@{N}``), so a thread whose head is damaged can be put back; a damaged head is not
+        kept as a line. Raises :class:`UnknownCheckpointError`, or :class:`InvalidInputError` if
+        the checkpoint belongs to another thread (fork it instead).
         """
         thread = check_thread_id(thread_id)
         with self._repo.transaction() as tx:
-            target = self.resolve(checkpoint_id)
+            try:
+                target = self.resolve(checkpoint_id)
+            except UnknownCheckpointError:  # a full SHA only a reflog still names (its thread's head is damaged)
+                if not (len(checkpoint_id) == 40 and _HEXISH.match(checkpoint_id)
+                        and self.damage(checkpoint_id.lower()) is None):
+                    raise
+                target = checkpoint_id.lower()
             info = self._history.commit(target)
             if info.thread_id is not None and info.thread_id != thread:
                 raise InvalidInputError(f"checkpoint {checkpoint_id!r} belongs to thread {info.thread_id!r}, "
@@ -693,8 +748,11 @@ class GitCheckpointStore(CheckpointStore):
             ref = head_ref(thread)
             head = tx.ref(ref)
             if head != target:
+                # A damaged head (missing or unreadable commit) is not kept as a superseded line,
+                # which would damage every read of the thread; the reflog entry keeps its SHA.
+                broken = head is not None and self.damage(head) is not None
                 try:
-                    if head is not None and not self.descends(target, head):
+                    if head is not None and not broken and not self.descends(target, head):
                         self._keep_superseded(tx, thread, head)
                     tx.move_ref(ref, head, target, f"reset: moving to {info.checkpoint_id}")
                 except CheckpointConflictError:  # name the thread, not a ref
@@ -702,7 +760,11 @@ class GitCheckpointStore(CheckpointStore):
                         "nothing was stored", "nothing was reset")) from None
                 # Lines the new head reaches again (an undone reset) are no longer superseded.
                 for name, tip in tx.refs(superseded_prefix(thread)):
-                    if self.descends(target, tip):
+                    try:
+                        reached = self.descends(target, tip)
+                    except CorruptionError:  # a damaged line stays as it is (`qvc fsck` names it)
+                        continue
+                    if reached:
                         tx.move_ref(name, tip, None, "reset: line reached again")
         return CheckpointConfig(thread, info.checkpoint_id)
 
@@ -833,10 +895,11 @@ class GitCheckpointStore(CheckpointStore):
             for name, tip in refs + list(writes.items()):
                 tx.move_ref(name, tip, None)
 
-    def rename_thread(self, old_id: str, new_id: str) -> None:
+    def rename_thread(self, old_id: str, new_id: str) -> int:
         """Rename a thread: its branch, superseded lines, reflog and the thread id its own
-        checkpoints record (their ids stay; their commit SHAs change, pending writes follow,
-        keyed ones included).
+        checkpoints record (their ids stay; their commit SHAs change, pending writes and tags
+        follow, keyed writes included; the old commits stay named in the carried-over reflog).
+        Returns how many commits were copied under the new name.
 
         Raises :class:`UnknownThreadError`, :class:`CheckpointConflictError` if ``new_id``
         exists or another writer moved the thread meanwhile, and :class:`InvalidInputError`
@@ -844,7 +907,7 @@ class GitCheckpointStore(CheckpointStore):
         """
         old, new = check_thread_id(old_id), check_thread_id(new_id)
         if old == new:
-            return
+            return 0
         with self._repo.transaction() as tx:
             # read through the transaction: a dead writer's lease on any of them is finished first
             tips = [(head_ref(old), tx.ref(head_ref(old)))] + tx.refs(superseded_prefix(old))
@@ -868,6 +931,7 @@ class GitCheckpointStore(CheckpointStore):
                 wtip = tx.ref(writes_ref(sha))
                 if wtip is not None:
                     moves += [(writes_ref(fresh), None, wtip), (writes_ref(sha), wtip, None)]
+            moves += [(name, tip, mapping[tip]) for name, tip in tx.refs(TAGS) if tip in mapping]
             prefix = keyed_prefix(old)  # keyed by checkpoint id, which stays
             for ref, wtip in tx.refs(prefix):
                 moves += [(keyed_prefix(new) + ref[len(prefix):], None, wtip), (ref, wtip, None)]
@@ -878,6 +942,47 @@ class GitCheckpointStore(CheckpointStore):
                 tx.move_ref(name, was, now, f"branch: renamed {old} to {new}")
             if reflog:  # carry the old reflog over, under the new name
                 tx.prepend_reflog(head_ref(new), reflog)
+        return len(mapping)
+
+    # -- tags -----------------------------------------------------------------------------
+
+    def tags(self) -> list[tuple[str, str]]:
+        """``(name, commit)`` of every tag (``refs/tags/<name>``), sorted by name."""
+        return sorted((name[len(TAGS):], tip) for name, tip in self._repo.refs(TAGS))
+
+    def tag(self, name: str) -> str | None:
+        """The commit tag ``name`` points at, ``None`` if there is no such tag (or the name is not
+        a valid tag name)."""
+        try:
+            return self._repo.ref(tag_ref(name))
+        except InvalidInputError:
+            return None
+
+    def set_tag(self, name: str, commit: str, *, force: bool = False) -> str | None:
+        """Point tag ``name`` at checkpoint commit ``commit`` (a full SHA); durable on return. Returns
+        the commit it pointed at before (``None``: a new tag). Raises :class:`InvalidInputError` for
+        a name git would refuse, :class:`CorruptionError` if ``commit`` does not read, and
+        :class:`CheckpointConflictError` if the tag exists and ``force`` is false (nothing changes)."""
+        ref = tag_ref(name)
+        self._history.commit(commit)  # exists and parses
+        with self._repo.transaction() as tx:
+            old = tx.ref(ref)
+            if old is not None and not force:
+                raise CheckpointConflictError(f"tag {name!r} already exists (use -f to move it)")
+            if old != commit:
+                tx.move_ref(ref, old, commit, f"tag: {name}")
+        return old
+
+    def delete_tag(self, name: str) -> str:
+        """Delete tag ``name``; returns the commit it pointed at (the checkpoint stays). Raises
+        :class:`UnknownCheckpointError` if there is no such tag."""
+        ref = tag_ref(name)
+        with self._repo.transaction() as tx:
+            old = tx.ref(ref)
+            if old is None:
+                raise UnknownCheckpointError(f"tag {name!r} not found")
+            tx.move_ref(ref, old, None, f"tag: deleted {name}")
+        return old
 
     # -- lines of checkpoints for adapters ---------------------------------------------------
     #

@@ -3,6 +3,7 @@
 Layout of refs in a qvc repository::
 
     refs/heads/<thread>                     the thread's head (one branch per thread)
+    refs/tags/<name>                        a tag on a checkpoint (``qvc tag``; the name as typed)
     refs/qvc/superseded/<thread>/<sha>      a line left behind by time travel (kept reachable)
     refs/qvc/writes/<sha>                   pending writes attached to checkpoint commit <sha>
     refs/remotes/<remote>/<thread>          a remote's thread, as last fetched or pushed
@@ -19,9 +20,10 @@ from __future__ import annotations
 
 import re
 
-from qvc.errors import InvalidThreadIdError
+from qvc.errors import InvalidInputError, InvalidThreadIdError
 
 HEADS = "refs/heads/"
+TAGS = "refs/tags/"
 SUPERSEDED = "refs/qvc/superseded/"
 WRITES = "refs/qvc/writes/"
 NOTES = "refs/notes/"
@@ -130,6 +132,16 @@ def decode_thread(component: str) -> str | None:
 
 def head_ref(thread_id: str) -> str:
     return HEADS + encode_thread(thread_id)
+
+
+def tag_ref(name: str) -> str:
+    """``refs/tags/<name>`` for a tag name git would take (:func:`branch_name_problem`'s rules);
+    else :class:`~qvc.errors.InvalidInputError` saying why. Tag names are not encoded: plain git
+    reads them as its own tags."""
+    problem = branch_name_problem(name) if isinstance(name, str) else "it is not a string"
+    if problem is not None:
+        raise InvalidInputError(f"{name!r} is not a valid tag name: {problem} (git's ref name rules)")
+    return TAGS + name
 
 
 def superseded_prefix(thread_id: str) -> str:

@@ -3,7 +3,8 @@
 A revision is a base name, optionally followed by suffixes:
 
 * base: ``HEAD`` (the current thread's head, or the detached checkpoint), a thread id (its
-  head), ``REMOTE/THREAD`` (a remote's thread as last fetched, see :mod:`qvc.remotes.remote`), a
+  head), a tag (``refs/tags/<name>``; a thread of the same name wins),
+  ``REMOTE/THREAD`` (a remote's thread as last fetched, see :mod:`qvc.remotes.remote`), a
   checkpoint id or unique id prefix, a commit SHA or unique SHA prefix (4+ digits);
 * ``~N`` (``~`` alone is ``~1``; ``^`` is ``~1``): N first parents back (across forks);
 * ``@{N}``: the thread's head N movements ago, read from its reflog (``@{0}`` is the head).
@@ -108,6 +109,9 @@ def _base(store: GitCheckpointStore, text: str) -> Revision | None:
     thread = thread_named(store, text)
     if thread is not None:
         return Revision(store.head(thread), thread)
+    tagged = store.tag(text)  # a thread's name wins over a tag's (git warns of the ambiguity)
+    if tagged is not None:
+        return Revision(tagged, None)
     remote, sep, rest = text.partition("/")  # REMOTE/THREAD: a remote-tracking ref
     ref = tracking_ref(remote, rest) if sep and rest else None
     tracked = store.repository.ref(ref) if ref else None

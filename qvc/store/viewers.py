@@ -7,7 +7,10 @@ registered for it, the way :data:`qvc.store.git_store.SERVICES` plugs services i
 
 A viewer is registered under a *header key*: a key the adapter writes into its checkpoints'
 header (:meth:`~qvc.store.git_store.GitCheckpointStore.header`) beside the store's own, such as
-``"langgraph"``. It comes from either
+``"langgraph"``; or, for writers that store through the store's ``put`` (which writes no header
+keys but the store's), under ``"source:<name>"`` for checkpoints whose metadata's ``source`` is
+``<name>`` (:mod:`qvc.runs` and agno's runs write ``"source": "run"``: ``"source:run"``). Header
+keys are looked up first. It comes from either
 
 - the ``qvc.viewers`` entry-point group (name: the header key, value: ``module:function``), read
   the first time a checkpoint carries a key the store does not write, and its module imported
@@ -16,19 +19,32 @@ header (:meth:`~qvc.store.git_store.GitCheckpointStore.header`) beside the store
 - :func:`register_viewer`, which takes precedence.
 
 A viewer whose module does not import (its framework is not installed) counts as none: the
-stored values are shown as they are. Imports nothing of qvc (the store only for type hints).
+stored values are shown as they are.
+
+**Editors** are a viewer's inverse, for ``qvc checkout --to DIR`` and ``qvc commit DIR``: an
+object with ``to_files`` and ``from_files`` (:class:`Editor`), declared under the same header key
+in the ``qvc.editors`` entry-point group (value: ``module:object``) or registered with
+:func:`register_editor`. ``to_files`` turns a checkpoint's stored values into values a person
+edits as JSON files; ``from_files`` turns the edited values back into what the adapter stores,
+plus the header keys the adapter keeps, so the commit reads back through the adapter as its
+framework's objects. Without an editor a directory holds the stored values (qvc's tagged JSON).
+
+Imports nothing of qvc (the store only for type hints).
 """
 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
 
 if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore
 
 #: The entry-point group viewers are declared in (``[project.entry-points."qvc.viewers"]``).
 GROUP = "qvc.viewers"
+#: The entry-point group editors are declared in (``[project.entry-points."qvc.editors"]``).
+EDITORS = "qvc.editors"
 
 #: ``viewer(store, sha, state, plain=False) -> state to show``: ``state`` is the checkpoint's
 #: ``state_data`` as the store read it; the viewer returns the fields people should see (a new
@@ -41,43 +57,131 @@ Viewer = Callable[..., "dict[str, Any]"]
 #: up for them (a checkpoint with only these never reads the entry points).
 STORE_KEYS = frozenset({"id", "thread_id", "step", "parent_id", "created_at", "schema_version",
                         "versions_seen", "pending_writes", "versions"})
+#: Metadata ``source`` values of plain checkpoints (qvc's ``put``, ``qvc commit``, forks, and the
+#: ``input``/``loop`` steps LangGraph names, whose checkpoints have a header key): no viewer is
+#: looked up for them, so showing one never reads the entry points.
+STORE_SOURCES = frozenset({"", "put", "update", "fork", "commit", "input", "loop"})
+
+
+@dataclass(frozen=True)
+class Editable:
+    """A checkpoint's state as a person edits it: what :meth:`Editor.to_files` returns."""
+
+    #: field -> the value its JSON file holds (written as :mod:`qvc.codec.tagged` JSON)
+    state: dict[str, Any]
+    #: one line each for the values kept in their stored encoding (they have no exact JSON form)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Stored:
+    """Edited files as the adapter stores them: what :meth:`Editor.from_files` returns."""
+
+    #: field -> the value as the store keeps it (what ``GitCheckpointStore.put`` writes)
+    state: dict[str, Any]
+    #: the adapter's own header keys for the new checkpoint (never the store's, :data:`STORE_KEYS`)
+    header: dict[str, Any]
+    #: the new checkpoint's id, when the adapter's ids have a form of their own (else ``None``)
+    id: Optional[str] = None
+    #: its creation time (ISO 8601), when the adapter keeps one in its header (else ``None``)
+    created_at: Optional[str] = None
+    #: metadata keys the adapter's framework expects beside qvc's (``source``, ``step``, ...)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class Editor(Protocol):
+    """How ``qvc checkout --to`` / ``qvc commit`` turn an adapter's stored values into files a person
+    edits and back. Both raise :class:`~qvc.errors.QvcError` subclasses for input they refuse."""
+
+    def to_files(self, store: GitCheckpointStore, sha: str, state: dict[str, Any]) -> Editable:
+        """The state of checkpoint commit ``sha`` (``state``: its ``state_data`` as the store read
+        it, damaged fields left out) as values a person edits. A value without an exact editable
+        form is kept in its stored encoding, named in :attr:`Editable.notes`: nothing is lost."""
+        ...
+
+    def from_files(self, store: GitCheckpointStore, state: dict[str, Any], *, thread: str,
+                   parent: Optional[str], origin: Optional[str], step: int) -> Stored:
+        """The values read from the files (``state``, as :meth:`to_files` wrote them, then edited)
+        as the adapter stores them, for a new checkpoint at ``step`` on ``thread`` whose first
+        parent is commit ``parent`` (``None``: the thread's first). ``origin`` is the commit the
+        files were written from when the repository has it: a value left as it was written is
+        stored exactly as ``origin`` stores it. Raises :class:`~qvc.errors.InvalidInputError` for
+        an edit the framework cannot read."""
+        ...
+
 
 _lock = threading.Lock()
-_registered: dict[str, Viewer] = {}
-_loaded: dict[str, Optional[Viewer]] = {}  # entry points imported (None: their module did not)
-_declared: Optional[dict[str, Any]] = None  # header key -> entry point, read once
+_registered: dict[str, dict[str, Any]] = {GROUP: {}, EDITORS: {}}
+_loaded: dict[str, dict[str, Any]] = {GROUP: {}, EDITORS: {}}  # imported (None: their module did not)
+_declared: dict[str, dict[str, Any]] = {}  # group -> header key -> entry point, read once per group
 
 
 def register_viewer(key: str, viewer: Viewer) -> None:
     """Show checkpoints whose header carries ``key`` through ``viewer`` (replacing a declared one)."""
     with _lock:
-        _registered[key] = viewer
+        _registered[GROUP][key] = viewer
+
+
+def register_editor(key: str, editor: Editor) -> None:
+    """Check out and commit checkpoints whose header carries ``key`` through ``editor`` (replacing a
+    declared one)."""
+    with _lock:
+        _registered[EDITORS][key] = editor
+
+
+def _lookup(group: str, key: str) -> tuple[bool, Any]:
+    """``(declared, object)`` for header key ``key`` in ``group``: registered, else declared in the
+    entry points (imported now, once); the object is ``None`` when there is none or its module
+    does not import (its framework is not installed), ``declared`` tells the two apart."""
+    with _lock:
+        if key in _registered[group]:
+            return True, _registered[group][key]
+        if key in _loaded[group]:
+            return True, _loaded[group][key]
+        if group not in _declared:
+            from importlib.metadata import entry_points  # deferred: ~40 ms, only once a checkpoint needs it
+
+            _declared[group] = {}
+            for ep in entry_points(group=group):
+                _declared[group].setdefault(ep.name, ep)
+        ep = _declared[group].get(key)
+        if ep is None:
+            return False, None
+        try:
+            found = ep.load()
+        except ImportError:  # the framework is not installed
+            found = None
+        _loaded[group][key] = found
+        return True, found
 
 
 def viewer_for(key: str) -> Optional[Viewer]:
     """The viewer for header key ``key``: registered, else declared in :data:`GROUP` (imported
     now, once), else ``None`` (also when its module does not import)."""
-    global _declared
-    with _lock:
-        if key in _registered:
-            return _registered[key]
-        if key in _loaded:
-            return _loaded[key]
-        if _declared is None:
-            from importlib.metadata import entry_points  # deferred: ~40 ms, only once a checkpoint needs it
+    return _lookup(GROUP, key)[1]
 
-            _declared = {}
-            for ep in entry_points(group=GROUP):
-                _declared.setdefault(ep.name, ep)
-        ep = _declared.get(key)
-        if ep is None:
-            return None
-        try:
-            viewer = ep.load()
-        except ImportError:  # the framework is not installed: show the stored values
-            viewer = None
-        _loaded[key] = viewer
-        return viewer
+
+def editor_for(key: str) -> Optional[Editor]:
+    """The editor for header key ``key``: registered, else declared in :data:`EDITORS` (imported
+    now, once), else ``None`` (also when its module does not import)."""
+    return _lookup(EDITORS, key)[1]
+
+
+def editor_of(store: GitCheckpointStore, sha: str) -> Optional[tuple[str, Optional[Editor]]]:
+    """``(header key, editor)`` for checkpoint commit ``sha``: the first key of its header (other than
+    the store's) with an editor; ``(key, None)`` when one is declared but its module does not import
+    (its framework is not installed: the caller says so); ``None`` when no key has one.
+    Reads the checkpoint's header."""
+    missing = None
+    for key in store.header(sha)[0]:
+        if key in STORE_KEYS:
+            continue
+        declared, editor = _lookup(EDITORS, key)
+        if editor is not None:
+            return key, editor
+        if declared and missing is None:
+            missing = (key, None)
+    return missing
 
 
 def view_state(store: GitCheckpointStore, sha: str, state: dict[str, Any], *, plain: bool = False) -> dict[str, Any]:
@@ -86,10 +190,22 @@ def view_state(store: GitCheckpointStore, sha: str, state: dict[str, Any], *, pl
     :data:`Viewer`), or ``state`` itself when no key has one.
     Reads the checkpoint's header; raises what the viewer raises
     (:class:`~qvc.errors.CorruptionError` for values that do not decode)."""
-    for key in store.header(sha)[0]:
+    viewer = viewer_of(store, sha)
+    return viewer(store, sha, state, plain=plain) if viewer is not None else state
+
+
+def viewer_of(store: GitCheckpointStore, sha: str) -> Optional[Viewer]:
+    """The viewer of checkpoint commit ``sha``: that of the first of its header's keys that has
+    one, else that of ``"source:" + `` its metadata's ``source``, else ``None`` (its values are
+    shown as stored). Reads the checkpoint's header."""
+    header, metadata = store.header(sha)
+    for key in header:
         if key in STORE_KEYS:
             continue
         viewer = viewer_for(key)
         if viewer is not None:
-            return viewer(store, sha, state, plain=plain)
-    return state
+            return viewer
+    source = metadata.get("source") if isinstance(metadata, dict) else None
+    if isinstance(source, str) and source not in STORE_SOURCES:
+        return viewer_for("source:" + source)
+    return None

@@ -34,8 +34,8 @@ from qvc.errors import InvalidThreadIdError  # noqa: E402
 from qvc.types import PendingWrite  # noqa: E402
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-LOG_KEYS = {"id", "commit", "thread", "step", "source", "time", "timestamp", "parents", "changed", "status",
-            "heads", "superseded"}
+LOG_KEYS = {"id", "commit", "thread", "step", "n", "name", "source", "time", "timestamp", "parents", "changed",
+            "status", "heads", "tags", "superseded"}
 STATUS_KEYS = {"path", "thread", "head", "head_id", "head_step", "durability", "threads", "superseded_lines",
                "pending_writes", "recovery", "maintenance_due", "replication", "damaged", "failures",
                "last_failures", "quarantine"}
@@ -582,10 +582,11 @@ def test_branch_delete_refuses_current_and_superseded(repo, capsys):
     assert git(repo, "for-each-ref", "refs/qvc/superseded/").stdout == ""
 
 
-def test_branch_delete_a_plain_thread(repo):
+def test_branch_delete_a_plain_thread(repo, capsys):
     with GitCheckpointStore(repo) as store:
         put(store, "other", "o0", 0, {"x": 1})
-    ok("branch", "-d", "other")
+    assert "not fully merged" in fails(capsys, 2, "branch", "-d", "other")  # its checkpoint is on no other line
+    ok("branch", "-D", "other")
     assert [r["thread"] for r in ok_json("branch")] == ["run-1"]
 
 
@@ -613,7 +614,8 @@ def test_branch_rename_old_new_and_head_follows(repo):
 
 def test_branch_rename_current_with_one_name(repo, capsys):
     out = ok("branch", "-m", "run-B")
-    assert out.strip() == "Renamed thread 'run-1' to 'run-B'"
+    assert out.splitlines()[0] == "Renamed thread 'run-1' to 'run-B'"
+    assert out.splitlines()[1].startswith("note: unlike git, its 4 checkpoint(s) got new commit SHAs")
     assert ok_json("status")["thread"] == "run-B"
     with GitCheckpointStore(repo) as store:
         put(store, "other", "o0", 0, {"x": 1})
@@ -704,13 +706,15 @@ def test_checkout_to_and_commit_roundtrip(repo, tmp_path):
     diffs = {d["field"]: d for d in ok_json("diff", "HEAD")}
     assert set(diffs) == {"messages", "scratch", "note"}
     assert diffs["scratch"]["status"] == "removed"
-    assert diffs["messages"]["changes"] == [{"path": [1], "op": "change", "old": "bad tool result", "new": "fixed"}]
+    assert diffs["messages"]["changes"] == [{"path": [1], "op": "remove", "old": "bad tool result"},
+                                            {"path": [1], "op": "add", "new": "fixed"}]  # never paired by position
     assert [e["source"] for e in ok_json("log", "-n", "2")] == ["update", "loop"]
 
 
-def test_checkout_to_unchanged_commit_changes_nothing(repo):
+def test_checkout_to_unchanged_commit_changes_nothing(repo, capsys):
     ok("checkout", "--to", "same")
-    made = json.loads(ok("commit", "same", "--json"))
+    assert "nothing to commit" in fails(capsys, 1, "commit", "same")  # as git refuses
+    made = json.loads(ok("commit", "same", "--json", "--allow-empty"))
     assert made["changed"] == [] and made["step"] == 4 and made["time_travel"] is False
     assert ok_json("diff", "HEAD") == []
     assert ok_json("show")["state"] == ok_json("show", "c3")["state"]
@@ -762,7 +766,7 @@ def test_reset_keeps_the_superseded_line_and_undoes(repo):
     assert [e["id"] for e in ok_json("log")] == ["c3", "c2", "c1", "c0"]
 
 
-def test_undoing_a_reset_claims_no_kept_line_and_deletes_cleanly(repo):
+def test_undoing_a_reset_claims_no_kept_line_and_deletes_cleanly(repo, capsys):
     ok("reset", "HEAD~2")
     out = ok("reset", "run-1@{1}")
     assert out.strip() == "HEAD is now at c3 (step 3) on run-1"  # a fast-forward leaves nothing behind
@@ -770,7 +774,9 @@ def test_undoing_a_reset_claims_no_kept_line_and_deletes_cleanly(repo):
     with GitCheckpointStore(repo) as store:
         put(store, "other", "o0", 0, {"x": 1})
     ok("checkout", "other")
-    ok("branch", "-d", "run-1")  # the line the reset left is the head's own: nothing would be lost
+    # the line the reset left is the head's own: -d refuses only because run-1 is on no other line
+    assert "not fully merged" in fails(capsys, 2, "branch", "-d", "run-1")
+    ok("branch", "-D", "run-1")
     assert [r["thread"] for r in ok_json("branch")] == ["other"]
 
 
@@ -790,7 +796,7 @@ def test_reset_by_id_and_errors(repo, capsys):
         put(store, "other", "o0", 0, {"x": 1})
     assert "belongs to thread 'other'" in fails(capsys, 2, "reset", "o0")
     fails(capsys, 3, "reset", "HEAD~9")
-    fails(capsys, 2, "reset")
+    assert ok("reset").startswith("HEAD is now at c3")  # as git's, NAME defaults to HEAD
     ok("checkout", "c1")
     assert "detached" in fails(capsys, 2, "reset", "c0")
 

@@ -270,7 +270,11 @@ def test_qvc_runs_timeline_and_show_on_an_agno_run(tmp_path):
     first, last = json.loads(tl.stdout)[0]["id"], json.loads(tl.stdout)[-1]["id"]
     diff = qvc_cli("--repo", str(path), "diff", "--json", first, last)
     assert diff.returncode == 0, diff.stderr
-    changed = {d["field"] for d in json.loads(diff.stdout)}
+    changed = {d["field"]: d for d in json.loads(diff.stdout)}  # the run as a conversation, not its segments
+    assert {"status", "content", "messages"} <= set(changed) and not any(f.startswith("log.") for f in changed)
+    assert changed["messages"]["summary"] == "3 messages added, 1 tool call made"
+    raw = qvc_cli("--repo", str(path), "diff", "--json", "--raw", first, last)
+    changed = {d["field"] for d in json.loads(raw.stdout)}
     assert {"status", "content", "log.00000001", "log.00000002"} <= changed and "log.00000000" not in changed
     by_run = qvc_cli("--repo", str(path), "diff", "--json", "cli-run@3", "cli-run@6")
     assert by_run.returncode == 0, by_run.stderr

@@ -40,8 +40,8 @@ def qvc(capsys, *args: str) -> str:
 
 
 def test_the_json_forms_show_langchain_messages_as_plain_data(tmp_path, capsys):
-    """``--json`` (and so ``qvc serve``) shows LangChain messages as their fields, the way people
-    read them; the text form keeps the objects' own rendering."""
+    """``--json`` (and so ``qvc serve``) shows LangChain messages in the shared conversation shape,
+    the way people read them; so does the text form (roles and contents, no reprs)."""
     from langgraph.graph import MessagesState
 
     g = StateGraph(MessagesState)
@@ -53,13 +53,14 @@ def test_the_json_forms_show_langchain_messages_as_plain_data(tmp_path, capsys):
     repo = ["--repo", str(path)]
 
     shown = json.loads(qvc(capsys, *repo, "show", "--json", "m"))
-    assert [(m["type"], m["content"]) for m in shown["state"]["messages"]] == [("human", "hi"), ("ai", "hello")]
+    assert [(m["role"], m["content"]) for m in shown["state"]["messages"]] == [("user", "hi"), ("assistant", "hello")]
     diff = json.loads(qvc(capsys, *repo, "diff", "--json", "m"))
     added = next(d for d in diff if d["field"] == "messages")["changes"]
     assert [c["new"]["content"] for c in added if c["op"] == "add"] == ["hello"]
     log = json.loads(qvc(capsys, *repo, "log", "--json", "-p", "m"))
     assert any(d["field"] == "messages" for d in log[0]["diff"])
-    assert "HumanMessage(content='hi'" in qvc(capsys, *repo, "show", "m")
+    text = qvc(capsys, *repo, "show", "m")
+    assert 'user: "hi"' in text and "HumanMessage(" not in text
 
 
 def test_log_show_diff_on_a_langgraph_repository(tmp_path, capsys):

@@ -85,3 +85,35 @@ def test_format_placeholders(store, line):
         with pytest.raises(InvalidInputError, match="placeholder"):
             check_format(bad)
     assert all(key.startswith("%") for key in PLACEHOLDERS)
+
+
+def test_revision_set_and_several_lines(store, line):
+    from qvc.readers.log import merge_bases, revision_set
+    from qvc.store.fork import fork_thread
+
+    fork_thread(store, line[3], "side")
+    side = put(store, "side", "s0", 4, {"n": 9, "m": 3})
+    assert merge_bases(store, line[6], side) == [line[3]]
+    assert revision_set(store, ["t", "^side"]) == ([line[6]], [side])
+    assert revision_set(store, ["side..t"]) == ([line[6]], [side])
+    assert revision_set(store, ["t...side"]) == ([line[6], side], [line[3]])
+    both = ids(log(store, [line[6], side], exclude=[line[3]]))
+    assert sorted(both[:2]) == ["c6", "s0"] and {"c4", "c5"} < set(both) and len(both) == 5  # and side's fork
+    assert ids(log(store, [side], exclude=[line[6]], order="topo"))[0] == "s0"
+    with pytest.raises(InvalidInputError, match="unknown order"):
+        list(log(store, [side, line[6]], order="sideways"))
+
+
+def test_pickaxe_predicate(store, line):
+    from qvc.readers.pickaxe import pickaxe
+
+    put(store, "t", "c7", 7, {"n": 2, "m": 7, "note": {"text": "rate limit\nretry"}})
+    head = store.head("t")
+    assert ids(log(store, head, where=pickaxe(store, string="rate"))) == ["c7"]
+    assert ids(log(store, head, where=pickaxe(store, regex="^retry$"))) == ["c7"]
+    assert ids(log(store, head, where=pickaxe(store, regex="^7$"))) == ["c7"]  # numbers as shown
+    assert ids(log(store, head, where=pickaxe(store, string="text", fields=["m"]))) == []
+    with pytest.raises(InvalidInputError):
+        pickaxe(store, string="")
+    with pytest.raises(InvalidInputError, match="bad -G"):
+        pickaxe(store, regex="(")

@@ -82,6 +82,34 @@ def test_the_langgraph_viewer_is_declared_as_an_entry_point():
         "the qvc.viewers entry points are missing: run `pip install -e .` again after changing pyproject.toml")
 
 
+def test_the_runs_viewer_is_declared_under_its_metadata_source():
+    from importlib.metadata import entry_points
+
+    declared = {ep.name: ep.value for ep in entry_points(group="qvc.viewers")}
+    assert declared.get("source:run") == "qvc.runs.viewer:view", (
+        "the qvc.viewers entry points are missing: run `pip install -e .` again after changing pyproject.toml")
+
+
+def test_a_run_checkpoint_is_found_by_its_metadata_source_and_shown_as_a_conversation(tmp_path):
+    from qvc.runs import Runs
+    from qvc.store.viewers import viewer_of
+
+    path = tmp_path / "r.qvc"
+    with Runs(GitCheckpointStore(path)) as runs:
+        with runs.start("hello", run_id="r", session_id="s") as rec:
+            rec.add_message({"role": "assistant", "content": "hi"})
+            rec.complete("hi")
+        store = runs.store
+        sha = store.head("run/s/r")
+        plain = put(store, "t", "c1", x=1)
+        assert viewer_of(store, plain) is None
+        out = _show(path, f"from qvc.store.viewers import view_state\n"
+                          f"state = view_state(store, {sha!r}, store.read({sha!r}).checkpoint.state_data)\n"
+                          "out = [sorted(state), [(m['role'], m['content']) for m in state['messages']]]")
+    assert out[0] == ["content", "error", "messages", "metrics", "run", "session_state", "status"]
+    assert out[1] == [["user", "hello"], ["assistant", "hi"]]
+
+
 def _show(path, code: str) -> dict:
     """Run ``code`` in a fresh interpreter with ``store`` open at ``path``; it sets ``out``."""
     script = (f"import json, sys\nfrom qvc import GitCheckpointStore\n"

@@ -74,7 +74,8 @@ def test_type_or_value_changes_are_one_change(old, new):
 
 def test_nan_equals_nan_and_negative_zero_differs():
     assert diff1([math.nan, {"x": math.nan}], [float("nan"), {"x": -math.nan}]) == []
-    assert diff1([0.0, 1], [-0.0, 1]) == [Change((0,), "change", 0.0, -0.0)]
+    assert diff1([0.0, 1], [-0.0, 1]) == [Change((0,), "remove", 0.0, None), Change((0,), "add", None, -0.0)]
+    assert diff1({"x": 0.0}, {"x": -0.0}) == [Change(("x",), "change", 0.0, -0.0)]
 
 
 def test_dict_and_set_order_are_not_changes():
@@ -91,8 +92,9 @@ def test_appending_to_a_long_transcript_is_one_add():
     diffs = diff_states({"messages": old}, {"messages": new})
     assert diffs == [FieldDiff("messages", "changed", [Change((500,), "add", None, new[500])])]
     assert format_diff(diffs) == ('~~~ field messages (changed)\n'
-                                  '+ messages[500]: {"role": "user", "content": "hi"}')
-    assert format_stat(diffs) == "messages | 1 +\n1 field changed"
+                                  '1 message added\n'
+                                  '+ messages[500] user: "hi"')
+    assert format_stat(diffs) == "messages | 1 + · 1 message added\n1 field changed"
 
 
 def test_transcripts_with_repeated_messages_still_append_cleanly():
@@ -108,24 +110,79 @@ def test_insert_and_remove_in_the_middle_show_only_those_items():
                                Change((70,), "remove", old[70], None), Change((71,), "remove", old[71], None)]
 
 
-def test_replaced_items_are_compared_in_place_recursively():
+def test_items_without_an_identity_are_never_paired_by_position():
     old = transcript(10)
     new = copy.deepcopy(old)
     new[3]["content"] = "edited"
-    new[3]["extra"] = 1
     new[7] = "not a dict"
     assert diff1(old, new) == [
-        Change((3, "content"), "change", "message 3", "edited"),
-        Change((3, "extra"), "add", None, 1),
-        Change((7,), "change", old[7], "not a dict"),
+        Change((3,), "remove", old[3], None), Change((3,), "add", None, new[3]),
+        Change((7,), "remove", old[7], None), Change((7,), "add", None, "not a dict"),
     ]
-
-
-def test_unequal_replaced_runs_pair_then_add_or_remove():
     assert diff1([0, 1, 2, 9], [0, 5, 6, 7, 9]) == [
-        Change((1,), "change", 1, 5), Change((2,), "change", 2, 6), Change((3,), "add", None, 7)]
-    assert diff1([0, 1, 2, 3, 9], [0, 5, 9]) == [
-        Change((1,), "change", 1, 5), Change((2,), "remove", 2, None), Change((3,), "remove", 3, None)]
+        Change((1,), "remove", 1, None), Change((2,), "remove", 2, None),
+        Change((1,), "add", None, 5), Change((2,), "add", None, 6), Change((3,), "add", None, 7)]
+
+
+def test_items_with_an_id_are_matched_by_it_and_compared_inside():
+    old = [{"role": "user", "content": f"m{i}", "id": f"m{i}"} for i in range(6)]
+    new = copy.deepcopy(old)
+    new[3]["content"] = "edited"
+    new[3]["extra"] = 1
+    assert diff1(old, new) == [Change((3, "content"), "change", "m3", "edited"), Change((3, "extra"), "add", None, 1)]
+    moved = [old[0], old[2], old[1]] + old[3:]  # a moved message: removed where it was, added where it is
+    changes = diff1(old, moved)
+    assert sorted(c.op for c in changes) == ["add", "remove"] and changes[0].old == changes[1].new or \
+        changes[0].new == changes[1].old
+
+
+def test_tool_calls_and_tool_results_are_matched_by_their_ids():
+    call = {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "name": "add", "args": {"a": 1}}]}
+    result = {"role": "tool", "content": "1", "tool_call_id": "c1"}
+    edited_call = copy.deepcopy(call)
+    edited_call["tool_calls"][0]["args"] = {"a": 2}
+    assert diff1([call], [edited_call]) == [Change((0,), "remove", call, None), Change((0,), "add", None, edited_call)]
+    assert diff1([call["tool_calls"][0]], [edited_call["tool_calls"][0]]) == [Change((0, "args", "a"), "change", 1, 2)]
+    failed = dict(result, content="boom", error=True)
+    assert diff1([call, result], [call, failed]) == [
+        Change((1, "content"), "change", "1", "boom"), Change((1, "error"), "add", None, True)]
+
+
+def test_a_fork_diverging_after_a_shared_prefix_is_removed_and_added_items_not_changed_pairs():
+    prefix = [{"role": "system", "content": "be terse"}, {"role": "user", "content": "hi"}]
+    a = prefix + [{"role": "assistant", "content": "hello"}, {"role": "user", "content": "bye"}]
+    b = prefix + [{"role": "user", "content": "what?"}, {"role": "assistant", "content": "this"},
+                  {"role": "tool", "content": "failed", "tool_call_id": "c9", "error": True}]
+    diffs = diff_states({"messages": a}, {"messages": b})
+    assert [c.op for c in diffs[0].changes] == ["remove", "remove", "add", "add", "add"]
+    assert all(len(c.path) == 1 for c in diffs[0].changes)
+    assert diffs[0].summary == "3 messages added, 2 messages removed, 1 tool call failed"
+    with_ids = [dict(m, id=f"x{i}") for i, m in enumerate(a)]
+    forked = with_ids[:2] + [dict(m, id=f"y{i}") for i, m in enumerate(b[2:])]
+    diffs = diff_states({"messages": with_ids}, {"messages": forked})
+    assert [(c.op, c.path) for c in diffs[0].changes] == [
+        ("remove", (2,)), ("remove", (3,)), ("add", (2,)), ("add", (3,)), ("add", (4,))]
+
+
+def test_the_summary_counts_messages_tool_calls_and_failures():
+    user = {"role": "user", "content": "go", "id": "u"}
+    calls = {"role": "assistant", "content": "", "id": "a",
+             "tool_calls": [{"id": "c1", "name": "f", "args": {}}, {"id": "c2", "name": "g", "args": {}}]}
+    ok = {"role": "tool", "content": "1", "tool_call_id": "c1", "id": "t1"}
+    bad = {"role": "tool", "content": "no", "tool_call_id": "c2", "id": "t2", "error": True}
+    diffs = diff_states({"messages": [user]}, {"messages": [dict(user, content="go!"), calls, ok, bad]})
+    assert diffs[0].counts == {"messages_added": 3, "messages_removed": 0, "messages_changed": 1,
+                               "tool_calls_made": 2, "tool_calls_failed": 1}
+    assert diffs[0].summary == "3 messages added, 1 message changed, 2 tool calls made, 1 tool call failed"
+    assert to_json(diffs)[0]["summary"] == diffs[0].summary and to_json(diffs)[0]["counts"] == diffs[0].counts
+    assert format_diff(diffs).splitlines()[:3] == [
+        "~~~ field messages (changed)", diffs[0].summary, '~ messages[0].content: "go" → "go!"']
+    added = diff_states({}, {"messages": [user, calls, bad]})[0]
+    assert added.summary == "3 messages added, 2 tool calls made, 1 tool call failed"
+    assert format_diff([added]).splitlines()[2:] == [
+        '+ messages[0] user: "go"', "+ messages[1] assistant: → f() → g()", '+ messages[2] tool [c2] (failed): "no"']
+    assert diff_states({"n": [1]}, {"n": [2]})[0].summary is None and "summary" not in to_json(
+        diff_states({"n": [1]}, {"n": [2]}))[0]
 
 
 def test_tuples_are_diffed_like_lists():
@@ -231,7 +288,8 @@ def test_format_diff_example():
         "~~~ field current_step (changed)",
         "~ current_step: 3 → 4",
         "~~~ field messages (changed)",
-        '+ messages[3]: {"role": "user", "content": "hi"}',
+        "1 message added",
+        '+ messages[3] user: "hi"',
         '--- field "old field" (removed)',
         '- "old field": 1',
         "~~~ field scratch (changed)",
@@ -244,7 +302,7 @@ def test_format_diff_example():
     ])
     assert format_stat(diffs) == "\n".join([
         "current_step | 1 ~",
-        "messages     | 1 +",
+        "messages     | 1 + · 1 message added",
         '"old field"  | 1 - (removed)',
         "scratch      | 1 ~ 1 -",
         "tags         | 1 +",

@@ -1,17 +1,35 @@
-"""How readers show a LangGraph checkpoint: its channels decoded with LangGraph's serializer.
+"""How readers show a LangGraph checkpoint: its channels decoded with LangGraph's serializer, as plain data.
 
 Declared in ``pyproject.toml`` as the ``qvc.viewers`` entry point ``langgraph`` (the key
 :class:`~qvc.integrations.langgraph.QvcSaver` writes into its checkpoints' header), so
-``qvc show``, ``qvc diff`` and ``qvc serve`` find it through :mod:`qvc.store.viewers` without
-naming LangGraph; it is imported the first time such a checkpoint is shown.
+``qvc show``, ``qvc diff``, ``qvc log -p``, ``qvc blame`` and ``qvc serve`` find it through
+:mod:`qvc.store.viewers` without naming LangGraph; it is imported the first time such a
+checkpoint is shown.
 
-Imports LangGraph (through :mod:`.values`) and :mod:`qvc.store`.
+Every reader sees the same plain form (text and JSON alike): a LangChain message is a dict in
+the shared conversation shape (``role``, ``content``, ``id``, ``tool_calls`` of an assistant
+message as ``{"id", "name", "args"}``, ``tool_call_id`` and ``error`` of a tool result, ``name``,
+then the other fields LangChain keeps that are set), and any other object the way LangGraph's
+serializer writes it as JSON: a pydantic model as its fields (``model_dump(mode="json")``), a
+dataclass, named tuple or ``Send`` as its fields, an enum as its value, a UUID, path, decimal or
+pattern as its text. Never a ``repr``, never the stored bytes.
+
+Imports LangGraph and LangChain (through :mod:`.values`) and :mod:`qvc.store`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as _dt
+import enum
+import ipaddress
+import pathlib
+import re
+import uuid
+from decimal import Decimal
 from typing import Any
+
+from langchain_core.messages import BaseMessage
 
 from qvc.integrations.langgraph.values import channel_values
 from qvc.store.git_store import GitCheckpointStore
@@ -19,26 +37,86 @@ from qvc.store.git_store import GitCheckpointStore
 #: The header key of LangGraph checkpoints, under which this viewer is declared.
 HEADER_KEY = "langgraph"
 
+#: LangChain message types and the conversation role each is shown as.
+ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool", "function": "tool",
+         "HumanMessageChunk": "user", "AIMessageChunk": "assistant", "SystemMessageChunk": "system",
+         "ToolMessageChunk": "tool", "FunctionMessageChunk": "tool"}
+# Fields of a message's dump the shared shape shows under its own names (or drops: ``type``).
+_SHAPED = {"type", "role", "content", "id", "tool_calls", "tool_call_id", "name", "status"}
+# Values that pass through as they are: the readers' tagged JSON holds them.
+_SCALARS = (str, int, float, bool, bytes, type(None), _dt.datetime, _dt.date, _dt.time, _dt.timedelta)
+# Objects LangGraph's serializer writes as their text.
+_TEXT_TYPES = (uuid.UUID, pathlib.PurePath, Decimal, ipaddress.IPv4Address, ipaddress.IPv6Address,
+               ipaddress.IPv4Network, ipaddress.IPv6Network, ipaddress.IPv4Interface, ipaddress.IPv6Interface)
+
 
 def view(store: GitCheckpointStore, sha: str, state: dict[str, Any], *, plain: bool = False) -> dict[str, Any]:
     """The channel values of the LangGraph checkpoint in commit ``sha``, decoded
     (:func:`~qvc.integrations.langgraph.values.channel_values`; ``state``, the stored
-    ``[type, bytes]`` pairs, is read again from ``sha``). With ``plain``, pydantic models (LangChain
-    messages among them) are their ``model_dump(mode="json")`` and dataclasses their fields, so a
-    JSON form holds them. Raises :class:`~qvc.errors.CorruptionError`."""
-    values = channel_values(store, sha)
-    return {name: _plain(value) for name, value in values.items()} if plain else values
+    ``[type, bytes]`` pairs, is read again from ``sha``) and shown as plain data (see the module
+    docstring), whatever ``plain`` says: the text forms show messages by role and content too.
+    Raises :class:`~qvc.errors.CorruptionError` when a channel does not decode."""
+    return {name: plain_value(value) for name, value in channel_values(store, sha).items()}
 
 
-def _plain(value: Any) -> Any:
+def message_dict(message: BaseMessage) -> dict[str, Any]:
+    """A LangChain message in the shared conversation shape (see the module docstring)."""
+    dumped = message.model_dump(mode="json")
+    kind = dumped.get("type") or message.type
+    role = dumped.get("role") if kind in ("chat", "ChatMessageChunk") else ROLES.get(kind, kind)
+    out: dict[str, Any] = {"role": role, "content": plain_value(dumped.get("content", "")), "id": dumped.get("id")}
+    if role == "assistant":
+        out["tool_calls"] = [{"id": c.get("id"), "name": c.get("name"), "args": plain_value(c.get("args") or {})}
+                             for c in dumped.get("tool_calls") or []]
+    if dumped.get("tool_call_id") is not None:
+        out["tool_call_id"] = dumped["tool_call_id"]
+    if dumped.get("name"):
+        out["name"] = dumped["name"]
+    if dumped.get("status") == "error":
+        out["error"] = True
+    if role not in ("system", "user", "assistant", "tool"):
+        out["type"] = kind
+    for key, value in dumped.items():  # what else LangChain keeps, when set
+        if key not in _SHAPED and value not in (None, {}, []):
+            out[key] = plain_value(value)
+    return out
+
+
+def plain_value(value: Any) -> Any:
     """``value`` with the framework objects inside dicts, lists and tuples made plain data."""
+    if isinstance(value, _SCALARS):
+        return value
+    if isinstance(value, BaseMessage):
+        return message_dict(value)
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return {k: plain_value(v) for k, v in value.items()}
+    if isinstance(value, tuple) and hasattr(value, "_asdict"):  # a named tuple: its fields
+        return plain_value(dict(value._asdict()))
+    if isinstance(value, list):
+        return [plain_value(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(plain_value(v) for v in value)
+    if isinstance(value, (set, frozenset)):  # members are hashable, so plain already (or their text)
+        return type(value)(v if isinstance(v, _SCALARS + (tuple,)) else str(plain_value(v)) for v in value)
+    if isinstance(value, enum.Enum):
+        return plain_value(value.value)
+    if isinstance(value, _TEXT_TYPES):
+        return str(value)
+    if isinstance(value, re.Pattern):
+        return value.pattern
     dump = getattr(value, "model_dump", None)
     if callable(dump) and not isinstance(value, type):
-        return _plain(dump(mode="json"))
+        return plain_value(dump(mode="json"))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _plain(dataclasses.asdict(value))
-    return value
+        return {f.name: plain_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    fields = getattr(value, "__dict__", None)
+    if isinstance(fields, dict) and not isinstance(value, type):  # Send, Interrupt and other plain classes
+        return {k: plain_value(v) for k, v in fields.items() if not k.startswith("_")}
+    slots = getattr(type(value), "__slots__", None)
+    if slots:
+        names = [slots] if isinstance(slots, str) else list(slots)
+        return {n: plain_value(getattr(value, n, None)) for n in names if not n.startswith("_")}
+    to_list = getattr(value, "tolist", None)  # numpy arrays and scalars
+    if callable(to_list):
+        return plain_value(to_list())
+    return str(value)  # nothing LangGraph's serializer writes gets here
