@@ -361,3 +361,25 @@ def test_a_run_for_a_session_that_does_not_exist_is_refused_as_sqlitedb_refuses_
     with pytest.raises(UnknownSessionError):
         qvc.upsert_run(run, "nowhere")
     fsck(tmp_path / "r.qvc")
+
+
+def test_agentos_metrics_page_over_qvcdb_shows_what_it_shows_over_sqlitedb(tmp_path):
+    pytest.importorskip("multipart")
+    from agno.os import AgentOS
+    from fastapi.testclient import TestClient
+
+    pages = []
+    for db in both(tmp_path):
+        agent = make_agent(db, batches(1), "s1")
+        agent.id = "a1"
+        for session_id, run_id in (("s1", "r1"), ("s1", "r2"), ("s2", "r3"), ("s2", "r4")):
+            agent.run("go", session_id=session_id, run_id=run_id)
+        client = TestClient(AgentOS(agents=[agent], db=db, telemetry=False).get_app())
+        refreshed = client.post("/metrics/refresh")
+        assert refreshed.status_code == 200, refreshed.text
+        got = client.get("/metrics", params={"db_id": db.id})
+        assert got.status_code == 200, got.text
+        pages.append(got.json()["metrics"])
+    ours, theirs = pages
+    assert ours and canon(ours) == canon(theirs)
+    assert ours[0]["agent_runs_count"] == 4 and ours[0]["agent_sessions_count"] == 2
