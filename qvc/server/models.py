@@ -39,6 +39,8 @@ class Repository(BaseModel):
     maintenance_due: Optional[str]
     failures: int = Field(0, description="Checkpoint writes that failed where the caller may not see it")
     last_failures: List[Dict[str, Any]] = Field(default_factory=list, description="The last 5 of them")
+    quarantine: List[str] = Field(default_factory=list, description="Folders of files a repair moved aside "
+                                  "instead of deleting them (qvc/quarantine/<time>); nothing reads them")
     version: str
     read_only: bool
     live: str = Field(description="How /api/events learns of changes: 'poll' (ref polling) or 'watch'")
