@@ -349,6 +349,15 @@ def test_the_command_line_shows_a_session_as_a_conversation(tmp_path: Path) -> N
     assert log.count("message added") >= 5
 
 
+def test_the_sample_runs(tmp_path: Path) -> None:
+    sample = Path(__file__).resolve().parents[2] / "samples" / "google_adk_session.py"
+    proc = subprocess.run([sys.executable, str(sample), "--repo", str(tmp_path / "s.qvc")], env=child_env(),
+                          capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "FAIL" not in proc.stdout and "  ok    " in proc.stdout and "1 message added" in proc.stdout
+    fsck(tmp_path / "s.qvc")
+
+
 def test_import_qvc_does_not_import_adk() -> None:
     code = "import sys, qvc, qvc.cli; assert not any(m.startswith('google.adk') for m in sys.modules), 'adk imported'"
     subprocess.run([sys.executable, "-c", code], check=True, env=child_env(), timeout=60)
