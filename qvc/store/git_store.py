@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import threading
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Optional, Protocol, Sequence
 
 from qvc.codec import serde
@@ -116,6 +117,7 @@ class GitCheckpointStore(CheckpointStore):
         self._repo = Repository(path, create=create, durability=durability, fsync=fsync, max_lag=max_lag,
                                 readonly=readonly)
         self._history = History(self._repo)
+        self._batches = threading.Lock()  # put_many: one batch at a time in this process (see there)
         self._writes = PendingWrites(self._repo, self._history)
         self._rewriter = Rewriter(self._repo, self._history)
         self._summaries = Summaries(self._repo, self._history)
@@ -664,9 +666,13 @@ class GitCheckpointStore(CheckpointStore):
         The heads move one after another inside the transaction, recorded as one journal record.
         If any thread's head is not its ``expected_head`` when the write starts, or another writer
         moves one before its move, :class:`CheckpointConflictError` names the thread and nothing is
-        stored: heads this call moved already are moved back (compare-and-swap). What a returned
-        call stored is durable in SYNC mode. Returns each request's new address, in order. Raises
-        what :meth:`put` raises.
+        stored: heads this call moved already are moved back (compare-and-swap). Other processes
+        see the moves only once the transaction is published (each moved ref stays leased until
+        then), so never a half; in this process, batches run one at a time. A plain :meth:`put`
+        from another Python thread of this process on one of the batch's threads could still build
+        on a head the batch then moves back: in one process, write threads shared with batches
+        through batches. What a returned call stored is durable in SYNC mode. Returns each
+        request's new address, in order. Raises what :meth:`put` raises.
         """
         requests = list(puts)
         threads = [_thread_of(r.config) for r in requests]
@@ -690,7 +696,7 @@ class GitCheckpointStore(CheckpointStore):
             header.update(extra)
             prepared.append((request, thread, header, metadata))
         out: list[CheckpointConfig] = []
-        with self._repo.transaction() as tx:
+        with self._batches, self._repo.transaction() as tx:
             staged: list[tuple[str, str, str | None, str, str]] = []
             for request, thread, header, metadata in prepared:
                 cp = request.checkpoint
