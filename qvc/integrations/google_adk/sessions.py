@@ -12,6 +12,7 @@ ADK's ``StaleSessionError``; a deleted one with ``SessionNotFoundError``.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 import os
@@ -68,7 +69,7 @@ def _json_safe(state: dict[str, Any]) -> dict[str, Any]:
 
 def merged_state(app: dict[str, Any], user: dict[str, Any], session: dict[str, Any]) -> dict[str, Any]:
     """The state a ``Session`` shows: session keys, then ``app:`` and ``user:`` keys with prefixes."""
-    out = json.loads(json.dumps(session))  # a deep copy of plain JSON data
+    out = copy.deepcopy(session)
     out.update({State.APP_PREFIX + k: v for k, v in app.items()})
     out.update({State.USER_PREFIX + k: v for k, v in user.items()})
     return out

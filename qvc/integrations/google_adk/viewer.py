@@ -9,7 +9,8 @@ blame`` and ``qvc serve`` find it without naming ADK. A session checkpoint is sh
   session shows its source's events too) in the shared conversation shape: a user's text as
   ``user``, the model's text and function calls as ``assistant`` with ``tool_calls`` (``{"id",
   "name", "args"}``), each function response as a ``tool`` message (``tool_call_id``, ``name``,
-  ``error`` when the response holds an ``error``), ``time`` from the event's timestamp, then ADK's
+  ``error`` when the response holds an ``error``; ``result``: the response itself when its text is
+  not all of it), ``time`` from the event's timestamp, then ADK's
   ``author``, ``invocation_id`` and the event's non-empty ``state_delta`` / ``artifact_delta``;
   events without content (a rewind, an agent's end) are left out;
 - ``state``: the session-scope state after it.
@@ -71,12 +72,14 @@ def event_messages(event: Mapping[str, Any]) -> list[dict[str, Any]]:
         out.append(message)
     for i, r in enumerate(responses):
         response = r.get("response")
-        text = response.get("result") if isinstance(response, Mapping) and isinstance(response.get("result"), str) \
-            and len(response) == 1 else json.dumps(response, ensure_ascii=False, default=str)
+        plain = isinstance(response, Mapping) and len(response) == 1 and isinstance(response.get("result"), str)
+        text = response["result"] if plain else json.dumps(response, ensure_ascii=False, default=str)
         message = {"role": "tool", "content": text, "id": eid if len(responses) == 1 else f"{eid}#{i}",
                    "tool_call_id": r.get("id"), "name": r.get("name")}
         if isinstance(response, Mapping) and response.get("error"):
             message["error"] = True
+        if not plain:
+            message["result"] = response  # the response as ADK stores it: its text is not all of it
         out.append(message)
     for message in out:
         if time is not None:
