@@ -266,8 +266,8 @@ def _viewer_of(store: GitCheckpointStore, sha: str) -> Optional[tuple[Viewer, bo
             break
         try:
             viewer, copy = _own_viewer(store, parent)
-        except CorruptionError:  # not a checkpoint (a foreign commit), or its header is damaged
-            break
+        except CorruptionError:  # not a checkpoint (a foreign commit), or damaged: no viewer, not kept
+            return None
         if not copy:
             found = parent if viewer is not None else None
             break
