@@ -49,7 +49,17 @@ from qvc.store.refnames import (
 )
 from qvc.store.rewrite import Rewriter
 from qvc.store.summaries import MISSING, Summaries, Summary, summarize
-from qvc.store.writes import Item, PendingWrites, entry_key, key_path, keyed_prefix, keyed_ref, thread_writes_ref
+from qvc.store.writes import (
+    ALL,
+    KEYED,
+    Item,
+    PendingWrites,
+    entry_key,
+    key_path,
+    keyed_prefix,
+    keyed_ref,
+    thread_writes_ref,
+)
 from qvc.types import (
     Checkpoint,
     CheckpointConfig,
@@ -1186,6 +1196,19 @@ class GitCheckpointStore(CheckpointStore):
         thread = check_thread_id(thread_id)
         return self._writes.record_at(self._repo.ref(thread_writes_ref(thread)))
 
+    def record_threads(self) -> list[str]:
+        """Every thread with a writes ref, where a record may be (:meth:`thread_record` says),
+        sorted: those with a head and those without (a record whose head is ``None``). A thread
+        whose id is too long to name its ref is found through its head only."""
+        found = set(self.threads())
+        tail = "/" + ALL
+        for name, _ in self._repo.refs(KEYED):
+            if name.endswith(tail):
+                thread = decode_thread(name[len(KEYED):-len(tail)])
+                if thread is not None:
+                    found.add(thread)
+        return sorted(found)
+
     def put_record(self, thread_id: str, record: bytes, *, expected: bytes | None,
                    checkpoints: Sequence[tuple[Checkpoint, Mapping[str, Any]]] = (),
                    head: str | None, header: Mapping[str, Any] | None = None) -> dict[str, str]:
@@ -1203,7 +1226,8 @@ class GitCheckpointStore(CheckpointStore):
         :meth:`put`'s). ``head`` is the checkpoint id the thread's head moves to (one of
         ``checkpoints`` or any stored checkpoint; ``None``: the thread keeps no head); a head
         not reached from the new one stays as a superseded line (time travel, asked for by
-        the caller's ``expected``). The record lives in the thread's writes ref, so it is
+        the caller's ``expected``; so does a head another kind of writer moved, :meth:`put`,
+        before the transaction). The record lives in the thread's writes ref, so it is
         pushed, cloned and deleted with the thread (:meth:`delete_record`,
         :meth:`delete_thread`); :meth:`prune_thread` drops it. Durable on return in SYNC mode.
         Raises :class:`InvalidInputError`, :class:`UnknownCheckpointError` (an unknown parent

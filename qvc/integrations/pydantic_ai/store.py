@@ -144,7 +144,7 @@ class QvcConversationStore(ConversationStore):
     def records(self, *, scope: str | None = None, limit: int | None = None) -> list[ConversationRecord]:
         """Every stored record (of ``scope``), newest ``updated_at`` first, at most ``limit``."""
         found = []
-        for thread in self.store.threads():
+        for thread in self.store.record_threads():
             if conversation_of(thread) is None:
                 continue
             data = self.store.thread_record(thread)
