@@ -222,6 +222,7 @@ def test_concurrent_saves_one_wins(tmp_path: Path) -> None:
         "    store = QvcConversationStore(sys.argv[1])\n"
         "    conv = await store.load('c')\n"
         "    result = await make_agent(1).run(sys.argv[2], conversation=conv)\n"
+        "    print('ready', flush=True)\n"
         "    sys.stdin.readline()\n"
         "    try:\n"
         "        await store.save(result)\n"
@@ -231,7 +232,8 @@ def test_concurrent_saves_one_wins(tmp_path: Path) -> None:
         "asyncio.run(main())\n")
     procs = [subprocess.Popen([sys.executable, "-c", script, str(path), f"w{i}"], env=child_env(), cwd=ROOT,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for i in range(3)]
-    time.sleep(2.5)  # every child has loaded and run
+    for p in procs:  # every child has loaded and run before any saves
+        assert p.stdout.readline().strip() == "ready"
     for p in procs:
         p.stdin.write("\n")
         p.stdin.flush()
