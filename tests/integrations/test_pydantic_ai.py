@@ -467,3 +467,24 @@ def test_entries_read_back_as_json(tmp_path: Path) -> None:
     raw = qvc_json("show", "--raw", history[0].id, cwd=path)["state"]["message"]
     assert ModelMessagesTypeAdapter.validate_python([raw])[0] == history[0].message
     assert json.loads(ModelMessagesTypeAdapter.dump_json([history[0].message]))[0] == raw
+
+
+def test_the_page_api_shows_a_conversation(tmp_path: Path) -> None:
+    """``qvc serve``'s checkpoint view (what the page draws) has the conversation, through the viewer."""
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from qvc.server.app import create_app
+
+    path = tmp_path / "r.qvc"
+    with QvcConversationStore(path) as store:
+        run(turn(store, "c", "go", 2))
+        history = run(store.load_entries("c"))
+    client = TestClient(create_app(path), base_url="http://127.0.0.1")
+    view = client.get(f"/api/checkpoints/{conversation_thread('c')}").json()
+    assert view["id"] == history[-1].id
+    roles = [m["role"] for m in view["state"]["messages"]]
+    assert roles == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+    diff = client.get("/api/diff", params={"a": history[0].id, "b": history[-1].id})
+    assert diff.status_code == 200, diff.text
+    assert "messages" in json.dumps(diff.json()["fields"])
