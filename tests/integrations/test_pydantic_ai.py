@@ -488,3 +488,11 @@ def test_the_page_api_shows_a_conversation(tmp_path: Path) -> None:
     diff = client.get("/api/diff", params={"a": history[0].id, "b": history[-1].id})
     assert diff.status_code == 200, diff.text
     assert "messages" in json.dumps(diff.json()["fields"])
+
+
+def test_the_sample_runs(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, str(Path(ROOT, "samples", "pydantic_ai_conversation.py")), "--repo",
+                           str(tmp_path / "s.qvc")], env=child_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "FAIL" not in proc.stdout and "8 messages added" in proc.stdout
+    fsck(tmp_path / "s.qvc")
