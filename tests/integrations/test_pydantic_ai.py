@@ -496,3 +496,29 @@ def test_the_sample_runs(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "FAIL" not in proc.stdout and "8 messages added" in proc.stdout
     fsck(tmp_path / "s.qvc")
+
+
+def test_the_viewer_needs_no_pydantic_ai(tmp_path: Path) -> None:
+    """A repository pushed to a machine without pydantic-ai still shows as a conversation."""
+    path = tmp_path / "r.qvc"
+    with QvcConversationStore(path) as store:
+        run(turn(store, "c", "go"))
+    code = ("import sys; sys.modules['pydantic_ai'] = None\n"
+            "from qvc.cli.app import main\n"
+            "sys.argv = ['qvc', '--repo', sys.argv[1], '--no-pager', 'show', '--json', 'pydantic-ai/c']\n"
+            "main()\n")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], env=child_env(), capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert [m["role"] for m in json.loads(out.stdout)["state"]["messages"]] == ["user", "assistant", "tool",
+                                                                                "assistant"]
+
+
+@pytest.mark.parametrize("cid", ["user@example.com/chat 1", "a..b", "HEAD", "@{1}", "x" * 300])
+def test_any_conversation_id_is_a_thread(tmp_path: Path, cid: str) -> None:
+    with QvcConversationStore(tmp_path / "r.qvc") as store:
+        run(turn(store, cid, "go"))
+        assert [r.conversation_id for r in run(store.list_conversations())] == [cid]
+        assert len(run(store.load_entries(cid))) == 4
+        run(store.delete(cid))
+        assert run(store.list_conversations()) == []
+    fsck(tmp_path / "r.qvc")
