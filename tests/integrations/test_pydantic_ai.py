@@ -522,3 +522,58 @@ def test_any_conversation_id_is_a_thread(tmp_path: Path, cid: str) -> None:
         run(store.delete(cid))
         assert run(store.list_conversations()) == []
     fsck(tmp_path / "r.qvc")
+
+
+def test_the_page_reads_a_conversation_in_chromium(tmp_path: Path) -> None:
+    """``qvc serve``'s page, in headless Chromium, draws the conversation of a pydantic-ai thread."""
+    import re
+    import shutil
+
+    pytest.importorskip("fastapi")
+    pytest.importorskip("selenium")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    driver_path = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+    if not (Path(chromium).exists() and Path(driver_path).exists()):
+        pytest.skip("chromium and chromedriver are needed")
+    path = tmp_path / "r.qvc"
+    with QvcConversationStore(path) as store:
+        run(turn(store, "trip", "go", 2))
+    thread = conversation_thread("trip")
+    server = subprocess.Popen([sys.executable, "-m", "qvc", "--repo", str(path), "serve", "--port", "0", "--read-only"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(),
+                              stdin=subprocess.DEVNULL)
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"):
+        options.add_argument(arg)
+    browser = None
+    try:
+        found = re.search(r"at (http://\S+?/)[ ;\n]", server.stdout.readline())
+        assert found, server.stderr.read() if server.poll() is not None else "no URL"
+        browser = webdriver.Chrome(service=Service(driver_path), options=options)
+        browser.get(found.group(1) + f"#t={thread}")
+        wait = WebDriverWait(browser, 20)
+        # one point per entry checkpoint; tool results are drawn inside their calls
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#conversation li.marker")) == 6)
+        assert len(browser.find_elements(By.CSS_SELECTOR, "#conversation li.msg")) == 4
+
+        def texts(css: str) -> list:
+            return browser.execute_script(
+                "return [...document.querySelectorAll(arguments[0])].map((n) => n.textContent)", css)
+
+        assert "go" in texts("#conversation li.msg.role-user")[0]
+        calls = browser.find_elements(By.CSS_SELECTOR, '#conversation .tool-call[data-name="add"]')
+        assert len(calls) == 2 and '"a":0' in calls[0].text.replace(" ", "")
+        assert calls[1].find_element(By.CSS_SELECTOR, ".tool-result").text.strip().endswith("2")
+        assert texts("#conversation li.msg.role-assistant .msg-text")[-1].strip() == "total 2"
+        assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    finally:
+        if browser is not None:
+            browser.quit()
+        server.send_signal(signal.SIGINT)
+        server.communicate(timeout=15)
