@@ -41,7 +41,9 @@ def fsck(as_json: bool) -> None:
     """Verify the repository: git's object checks, every ref, every checkpoint and pending write.
 
     Exits with status 5 when it finds problems, each naming where it is: the thread of a
-    broken ref; the thread, checkpoint and field of a damaged state.
+    broken ref; the thread, checkpoint and field of a damaged state. A reflog entry naming a
+    commit that is gone (what repairing a damaged head with `qvc reset THREAD@{1}` leaves) is
+    a warning in an otherwise healthy repository (exit 0): `qvc gc --prune` drops it.
 
     \b
     Example:
@@ -56,9 +58,12 @@ def fsck(as_json: bool) -> None:
     else:
         for problem in report.problems:
             click.echo(f"error: {problem}", err=True)
+        for warning in report.warnings:
+            click.echo(f"warning: {warning}", err=True)
+        warned = f" ({len(report.warnings)} warning(s))" if report.warnings else ""
         out(f"checked {report.refs} ref(s), {report.checkpoints} checkpoint(s), "
             f"{report.pending_writes} set(s) of pending writes: "
-            + (f"{len(report.problems)} problem(s)" if report else "ok"))
+            + (f"{len(report.problems)} problem(s)" if report else "ok" + warned))
     if report:
         raise SystemExit(EXIT_CORRUPT)
 

@@ -50,7 +50,17 @@ from qvc.store.refnames import (
 )
 from qvc.store.rewrite import Rewriter
 from qvc.store.summaries import MISSING, Summaries, Summary, summarize
-from qvc.store.writes import Item, PendingWrites, entry_key, key_path, keyed_prefix, keyed_ref, thread_writes_ref
+from qvc.store.writes import (
+    ALL,
+    KEYED,
+    Item,
+    PendingWrites,
+    entry_key,
+    key_path,
+    keyed_prefix,
+    keyed_ref,
+    thread_writes_ref,
+)
 from qvc.types import (
     Checkpoint,
     CheckpointConfig,
@@ -1262,6 +1272,139 @@ class GitCheckpointStore(CheckpointStore):
                 prefix = keyed_prefix(source)
                 for ref, tip in tx.refs(prefix):
                     tx.move_ref(keyed_prefix(target) + ref[len(prefix):], None, tip)
+
+    # -- a thread's record: what an adapter keeps beside the head, moved with it -----------
+    #
+    # For frameworks whose conversation is a chain of immutable entries plus one mutable record
+    # (pydantic-ai's ConversationStore): each entry a checkpoint, the record's head the thread's
+    # head, the record's other fields bytes of the adapter's kept in the thread's writes ref
+    # (:data:`qvc.store.writes.RECORD`), and one compare-and-swap on the record for all of it.
+
+    def thread_record(self, thread_id: str) -> bytes | None:
+        """The thread's record, the bytes :meth:`put_record` stored last, or ``None`` (none stored,
+        or deleted). Raises :class:`CorruptionError` if it does not read."""
+        thread = check_thread_id(thread_id)
+        return self._writes.record_at(self._repo.ref(thread_writes_ref(thread)))
+
+    def record_threads(self) -> list[str]:
+        """Every thread with a writes ref, where a record may be (:meth:`thread_record` says),
+        sorted: those with a head and those without (a record whose head is ``None``). A thread
+        whose id is too long to name its ref is found through its head only."""
+        found = set(self.threads())
+        tail = "/" + ALL
+        for name, _ in self._repo.refs(KEYED):
+            if name.endswith(tail):
+                thread = decode_thread(name[len(KEYED):-len(tail)])
+                if thread is not None:
+                    found.add(thread)
+        return sorted(found)
+
+    def put_record(self, thread_id: str, record: bytes, *, expected: bytes | None,
+                   checkpoints: Sequence[tuple[Checkpoint, Mapping[str, Any]]] = (),
+                   head: str | None, header: Mapping[str, Any] | None = None) -> dict[str, str]:
+        """Store new checkpoints, move the thread's head and replace its record, in one transaction,
+        as a compare-and-swap on the record; returns ``{checkpoint id: commit SHA}`` of the new ones.
+
+        ``expected`` is the record as the caller read it (:meth:`thread_record`; ``None``: none
+        stored): if the stored one differs when the transaction starts, or another writer moves it
+        or the head before it ends, :class:`CheckpointConflictError` names the thread and nothing
+        is stored (no ref moved, so neither the record nor the head). ``checkpoints`` are
+        ``(checkpoint, metadata)`` pairs in order, each checkpoint's parent its ``parent_id`` (one
+        written earlier in this call, or any stored checkpoint, of any thread: a fork), ``None`` a
+        root; their ids must be new (:class:`CheckpointConflictError` otherwise); ``header`` holds
+        keys kept in each one's header beside the store's own (what names a viewer, as
+        :meth:`put`'s). ``head`` is the checkpoint id the thread's head moves to (one of
+        ``checkpoints`` or any stored checkpoint; ``None``: the thread keeps no head); a head
+        not reached from the new one stays as a superseded line (time travel, asked for by
+        the caller's ``expected``; so does a head another kind of writer moved, :meth:`put`,
+        before the transaction). The record lives in the thread's writes ref, so it is
+        pushed, cloned and deleted with the thread (:meth:`delete_record`,
+        :meth:`delete_thread`); :meth:`prune_thread` drops it. Durable on return in SYNC mode.
+        Raises :class:`InvalidInputError`, :class:`UnknownCheckpointError` (an unknown parent
+        or head) and :class:`SerializationError`.
+        """
+        thread = check_thread_id(thread_id)
+        if not isinstance(record, bytes):
+            raise InvalidInputError(f"record must be bytes, not {type(record).__name__}")
+        extra = _check_mapping(header, "header")
+        ref, wref = head_ref(thread), thread_writes_ref(thread)
+        with self._repo.transaction() as tx:
+            wtip = tx.ref(wref)
+            if self._writes.record_at(wtip) != expected:
+                raise CheckpointConflictError(f"thread {thread!r}: its record was changed by another writer; "
+                                              f"nothing was stored")
+            old = tx.ref(ref)
+            made: dict[str, str] = {}
+            for checkpoint, metadata in checkpoints:
+                _check_checkpoint(checkpoint, thread)
+                if checkpoint.id in made or self._history.lookup(checkpoint.id, refresh=False) is not None:
+                    raise CheckpointConflictError(f"checkpoint {checkpoint.id!r} already exists; nothing was stored")
+                pid = checkpoint.parent_id
+                parent = None if pid is None else made.get(pid) or self._exact(pid, "parent_id")
+                cp_header = {"id": checkpoint.id, "thread_id": thread, "step": checkpoint.step, "parent_id": pid,
+                             "created_at": checkpoint.created_at, "schema_version": checkpoint.schema_version,
+                             "versions_seen": checkpoint.versions_seen, "pending_writes": []}
+                clash = sorted(k for k in extra if k in cp_header or k == "versions")
+                if clash:
+                    raise InvalidInputError(f"header keys {clash} are the store's own")
+                cp_header.update(extra)
+                parent_entries = self._history.entries(self._history.commit(parent)) if parent else {}
+                fields, _ = self._builder(tx.write).fields(dict(checkpoint.state_data), parent_entries)
+                made[checkpoint.id] = self.write_checkpoint(tx, cp_header, _check_mapping(metadata, "metadata"),
+                                                            fields, [parent] if parent else [])
+                tx.make_readable()  # the next checkpoint's parent, and the head's line, read it
+            target = None if head is None else made.get(head) or self._exact(head, "head")
+            cause = f"record: {len(made)} new checkpoint(s), head {head}"
+            new_wtip = self._writes.stage_record(tx, wtip, record, cause + "\n")
+            tx.move_ref(wref, wtip, new_wtip)  # first: the record's compare-and-swap orders its writers
+            kept = None
+            try:
+                if old is not None and target != old and (
+                        target is None or not any(i.hex == old for i in self._history.first_parents(target))):
+                    kept = self._keep_superseded(tx, thread, old)
+                if target != old:
+                    tx.move_ref(ref, old, target, cause)
+                    # Lines the new head reaches again (a branch back to a tip left) are no longer superseded.
+                    left = tx.refs(superseded_prefix(thread))
+                    line = {i.hex for i in self._history.first_parents(target)} if target and left else set()
+                    for name, tip in left:
+                        if tip in line:
+                            tx.move_ref(name, tip, None, "record: line reached again")
+            except CheckpointConflictError:  # a writer that does not keep the record moved the head
+                with contextlib.suppress(CheckpointConflictError):
+                    if kept is not None:
+                        tx.move_ref(kept, old, None, "record: conflicted")
+                    tx.move_ref(wref, new_wtip, wtip)
+                raise CheckpointConflictError(_moved(thread, old, tx.ref(ref))) from None
+        return made
+
+    def delete_record(self, thread_id: str, *, expected: bytes) -> None:
+        """Delete the thread with its record, as a compare-and-swap on the record: its head,
+        superseded lines and writes ref go (:meth:`delete_thread`; checkpoints other threads
+        reach stay), only if the stored record is ``expected``, else
+        :class:`CheckpointConflictError` and nothing changes. The data stays in the object store
+        until :meth:`purge`."""
+        thread = check_thread_id(thread_id)
+        wref = thread_writes_ref(thread)
+        with self._repo.transaction() as tx:
+            wtip = tx.ref(wref)
+            if wtip is None or self._writes.record_at(wtip) != expected:
+                raise CheckpointConflictError(f"thread {thread!r}: its record was changed or deleted by another "
+                                              f"writer; nothing was deleted")
+            own = [(head_ref(thread), tx.ref(head_ref(thread)))] + tx.refs(superseded_prefix(thread))
+            refs = [(n, t) for n, t in own if t is not None] + [(n, t) for n, t in tx.refs(keyed_prefix(thread))
+                                                               if n != wref]
+            tx.rewrite_history()
+            tx.move_ref(wref, wtip, None)  # first, as put_record moves it first
+            for name, tip in refs:
+                tx.move_ref(name, tip, None)
+
+    def _exact(self, checkpoint_id: str, what: str) -> str:
+        """The commit of the checkpoint with exactly this id; :class:`UnknownCheckpointError` if none."""
+        found = self._history.lookup(checkpoint_id) if isinstance(checkpoint_id, str) and checkpoint_id else None
+        if found is None:
+            raise UnknownCheckpointError(f"{what} {checkpoint_id!r}: unknown checkpoint")
+        return found
 
     # -- maintenance ------------------------------------------------------------------------
 

@@ -982,7 +982,8 @@ def test_gc_prune_drops_deleted_checkpoints(repo, capsys):
 
 def test_fsck_clean(repo):
     assert ok("fsck").strip() == "checked 1 ref(s), 4 checkpoint(s), 0 set(s) of pending writes: ok"
-    assert ok_json("fsck") == {"ok": True, "refs": 1, "checkpoints": 4, "pending_writes": 0, "problems": []}
+    assert ok_json("fsck") == {"ok": True, "refs": 1, "checkpoints": 4, "pending_writes": 0, "problems": [],
+                               "warnings": []}
     assert qvc.cli.main(["fsck"]) == 0
 
 

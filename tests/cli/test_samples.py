@@ -28,8 +28,8 @@ def sample(name: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_every_sample_is_covered():
-    assert set(RUNNABLE) == {"agno_agent.py", "crash_recovery.py", "google_adk_session.py", "quickstart.py",
-                             "time_travel.py", "tool_error.py"}
+    assert set(RUNNABLE) == {"agno_agent.py", "crash_recovery.py", "google_adk_session.py",
+                             "pydantic_ai_conversation.py", "quickstart.py", "time_travel.py", "tool_error.py"}
 
 
 @pytest.mark.parametrize("name", RUNNABLE)
