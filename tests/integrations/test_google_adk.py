@@ -144,6 +144,32 @@ def test_a_session_reads_as_sqlite_session_service_stores_it(tmp_path: Path) -> 
     run(qvc_service.close())
 
 
+def test_a_rewind_reads_as_with_adks_own_services(tmp_path: Path) -> None:
+    """``Runner.rewind_async`` (an append-only rewind event re-saving artifacts) on qvc's services and
+    on ADK's SQLite and in-memory ones: the same events, state and artifacts after it."""
+    from google.adk.artifacts import InMemoryArtifactService
+
+    async def script(service: Any, artifacts: Any) -> tuple:
+        await service.create_session(app_name=APP, user_id=USER, session_id="s")
+        runner = make_runner(service, steps=2, app_name=APP, artifact_service=artifacts)
+        await ask(runner, USER, "s", "one")
+        await ask(runner, USER, "s", "two")
+        second = (await service.get_session(app_name=APP, user_id=USER, session_id="s")).events[-1].invocation_id
+        await runner.rewind_async(user_id=USER, session_id="s", rewind_before_invocation_id=second)
+        got = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+        kw = {"app_name": APP, "user_id": USER, "session_id": "s", "filename": "notes.txt"}
+        note = await artifacts.load_artifact(**kw)
+        events = without_ids(dumps(got.events))
+        assert events[-1]["actions"].pop("rewind_before_invocation_id") == second  # made anew in each run
+        return (events, got.state, note.text, await artifacts.list_versions(**kw))
+
+    service = QvcSessionService(tmp_path / "a.qvc")
+    ours = run(script(service, QvcArtifactService(store=service.store)))
+    theirs = run(script(SqliteSessionService(str(tmp_path / "adk.db")), InMemoryArtifactService()))
+    assert ours == theirs and ours[2] == "added 2, total 3"
+    run(service.close())
+
+
 def test_append_event_follows_adks_rules(tmp_path: Path) -> None:
     service = QvcSessionService(tmp_path / "a.qvc")
     store = service.store
