@@ -170,6 +170,60 @@ def test_a_rewind_reads_as_with_adks_own_services(tmp_path: Path) -> None:
     run(service.close())
 
 
+def send(n: int) -> dict:
+    """Send ``n`` somewhere (a person confirms it first)."""
+    return {"total": n}
+
+
+@pytest.mark.filterwarnings(r"ignore:\[EXPERIMENTAL\] ResumabilityConfig:UserWarning")
+def test_a_paused_invocation_resumes_from_the_repository(tmp_path: Path) -> None:
+    """Human in the loop: a tool that needs a confirmation pauses the invocation; the pause is events
+    of the session, so a service opened anew (another process, after a crash) resumes it."""
+    from google.adk.agents import LlmAgent
+    from google.adk.apps import App, ResumabilityConfig
+    from google.adk.runners import Runner
+    from google.adk.tools import FunctionTool
+
+    from qvc.integrations.google_adk.scripted import ScriptedLlm
+
+    agent = LlmAgent(name="sender", model=ScriptedLlm(steps=1, tool="send"), instruction="Send.",
+                     tools=[FunctionTool(send, require_confirmation=True)])
+    app = App(name=APP, root_agent=agent, resumability_config=ResumabilityConfig(is_resumable=True))
+
+    async def pause() -> tuple:
+        service = QvcSessionService(tmp_path / "a.qvc")
+        await service.create_session(app_name=APP, user_id=USER, session_id="h")
+        asked = None
+        message = types.Content(role="user", parts=[types.Part(text="send 1")])
+        async for event in Runner(app=app, session_service=service).run_async(user_id=USER, session_id="h",
+                                                                               new_message=message):
+            for p in event.content.parts if event.content else ():
+                if p.function_call and p.function_call.name == "adk_request_confirmation":
+                    asked = (event.invocation_id, p.function_call.id)
+        await service.close()
+        return asked
+
+    async def resume(asked: tuple) -> tuple:
+        service = QvcSessionService(tmp_path / "a.qvc")
+        answer = types.Content(role="user", parts=[types.Part(function_response=types.FunctionResponse(
+            name="adk_request_confirmation", id=asked[1], response={"confirmed": True}))])
+        out = None
+        async for event in Runner(app=app, session_service=service).run_async(
+                user_id=USER, session_id="h", invocation_id=asked[0], new_message=answer):
+            if event.content and event.content.parts and event.content.parts[0].text:
+                out = event.content.parts[0].text
+        events = (await service.get_session(app_name=APP, user_id=USER, session_id="h")).events
+        await service.close()
+        return out, events
+
+    asked = run(pause())
+    assert asked is not None
+    out, events = run(resume(asked))
+    assert out == "The total is 1."
+    assert any(p.function_response and p.function_response.name == "send"
+               for e in events for p in (e.content.parts if e.content else ()))
+
+
 def test_append_event_follows_adks_rules(tmp_path: Path) -> None:
     service = QvcSessionService(tmp_path / "a.qvc")
     store = service.store
