@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from typing import Any, Callable, Iterator, Mapping, Optional, Protocol, Sequence
+import threading
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Optional, Protocol, Sequence
 
 from qvc.codec import serde
 from qvc.errors import (
@@ -89,6 +90,16 @@ SERVICES: list[Callable[[GitCheckpointStore], Optional[Service]]] = []
 #: ``put(expected_head=...)`` not given: the head is not checked.
 UNCHECKED: Any = object()
 
+
+class PutRequest(NamedTuple):
+    """One checkpoint of :meth:`GitCheckpointStore.put_many`: the arguments :meth:`GitCheckpointStore.put` takes."""
+
+    config: CheckpointConfig
+    checkpoint: Checkpoint
+    metadata: CheckpointMetadata
+    expected_head: Optional[str] = UNCHECKED
+    header: Optional[Mapping[str, Any]] = None
+
 _PUT_RETRIES = 100
 _HEXISH = re.compile(r"^[0-9a-fA-F]{4,40}$")
 _MOVED = re.compile(r"^checkout: moving from (\S+) to \S+$")  # what git and libgit2 log in HEAD's reflog
@@ -116,6 +127,7 @@ class GitCheckpointStore(CheckpointStore):
         self._repo = Repository(path, create=create, durability=durability, fsync=fsync, max_lag=max_lag,
                                 readonly=readonly)
         self._history = History(self._repo)
+        self._batches = threading.Lock()  # put_many: one batch at a time in this process (see there)
         self._writes = PendingWrites(self._repo, self._history)
         self._rewriter = Rewriter(self._repo, self._history)
         self._summaries = Summaries(self._repo, self._history)
@@ -650,6 +662,84 @@ class GitCheckpointStore(CheckpointStore):
                     raise CheckpointConflictError(f"thread {thread!r}: {str(exc).split(': ', 1)[-1]}") from None
                 raise CheckpointConflictError(_moved(thread, head, found)) from None
         return CheckpointConfig(thread, checkpoint.id)
+
+    def put_many(self, puts: Sequence[PutRequest]) -> list[CheckpointConfig]:
+        """Store several checkpoints, each on its own thread, in one transaction: all or nothing.
+
+        Each :class:`PutRequest` is what :meth:`put` takes (``config``, ``checkpoint``,
+        ``metadata``, ``expected_head``, ``header``) and is stored as :meth:`put` stores it, with
+        two limits: every request names a different thread, and each extends its thread (its
+        ``checkpoint.parent_id`` is ``None`` or the id of the thread's head: no time travel and
+        no fork from another thread in a batch; :class:`InvalidInputError` otherwise). A request
+        whose id is stored already with the same content is a no-op, as in :meth:`put`.
+
+        The heads move one after another inside the transaction, recorded as one journal record.
+        If any thread's head is not its ``expected_head`` when the write starts, or another writer
+        moves one before its move, :class:`CheckpointConflictError` names the thread and nothing is
+        stored: heads this call moved already are moved back (compare-and-swap). Other processes
+        see the moves only once the transaction is published (each moved ref stays leased until
+        then), so never a half; in this process, batches run one at a time. A plain :meth:`put`
+        from another Python thread of this process on one of the batch's threads could still build
+        on a head the batch then moves back: in one process, write threads shared with batches
+        through batches. What a returned call stored is durable in SYNC mode. Returns each
+        request's new address, in order. Raises what :meth:`put` raises.
+        """
+        requests = list(puts)
+        threads = [_thread_of(r.config) for r in requests]
+        if len(set(threads)) != len(threads):
+            raise InvalidInputError("put_many: each request must name a different thread")
+        prepared = []
+        for request, thread in zip(requests, threads, strict=True):
+            _check_checkpoint(request.checkpoint, thread)
+            metadata = _check_mapping(request.metadata, "metadata")
+            extra = _check_mapping(request.header, "header")
+            cp = request.checkpoint
+            header = {
+                "id": cp.id, "thread_id": thread, "step": cp.step, "parent_id": cp.parent_id,
+                "created_at": cp.created_at, "schema_version": cp.schema_version,
+                "versions_seen": cp.versions_seen,
+                "pending_writes": [list(w) for w in cp.pending_writes or []],
+            }
+            clash = sorted(k for k in extra if k in header or k == "versions")
+            if clash:
+                raise InvalidInputError(f"header keys {clash} are the store's own")
+            header.update(extra)
+            prepared.append((request, thread, header, metadata))
+        out: list[CheckpointConfig] = []
+        with self._batches, self._repo.transaction() as tx:
+            staged: list[tuple[str, str, str | None, str, str]] = []
+            for request, thread, header, metadata in prepared:
+                cp = request.checkpoint
+                ref = head_ref(thread)
+                head = tx.ref(ref)
+                if request.expected_head is not UNCHECKED and head != request.expected_head:
+                    raise CheckpointConflictError(_moved(thread, request.expected_head, head))
+                if cp.parent_id is not None and (
+                        head is None or self._history.commit(head).checkpoint_id != cp.parent_id):
+                    raise InvalidInputError(f"put_many: thread {thread!r}: parent_id {cp.parent_id!r} is not the "
+                                            "thread's head (a batch only extends threads)")
+                out.append(CheckpointConfig(thread, cp.id))
+                existing = self._history.lookup(cp.id, refresh=False)
+                if existing is not None:
+                    self._check_reput(existing, header, metadata, cp.state_data, head, cp.parent_id is not None)
+                    continue
+                parent_entries = self._history.entries(self._history.commit(head)) if head else {}
+                fields, _ = self._builder(tx.write).fields(cp.state_data, parent_entries)
+                new = self.write_checkpoint(tx, header, metadata, fields, [head] if head else [])
+                cause = f"{metadata.get('source') or 'put'}: step {cp.step} {cp.id}"
+                staged.append((thread, ref, head, new, cause))
+            moved: list[tuple[str, str | None, str]] = []
+            for thread, ref, head, new, cause in staged:
+                try:
+                    tx.move_ref(ref, head, new, cause)
+                except CheckpointConflictError:
+                    found = tx.ref(ref)
+                    for done_ref, old, done in reversed(moved):  # all or nothing
+                        with contextlib.suppress(CheckpointConflictError):
+                            tx.move_ref(done_ref, done, old, "put_many: conflicted")
+                    raise CheckpointConflictError(_moved(thread, head, found)) from None
+                moved.append((ref, head, new))
+        return out
 
     def write_checkpoint(self, tx: Transaction, header: dict[str, Any], metadata: dict[str, Any],
                          fields: dict[str, Entry], parents: Sequence[str], *, source: str | None = None) -> str:
