@@ -4,7 +4,7 @@ indexes (get_run, a page of get_sessions) with many runs.
 
 Run by hand from the repository root::
 
-    .venv/bin/python benchmarks/bench_agno.py                # K = 4, 16, 64; 3 rounds; 10,000 runs
+    .venv/bin/python benchmarks/bench_agno.py                # K = 1, 16, 64; 3 rounds; 10,000 runs
     .venv/bin/python benchmarks/bench_agno.py --quick        # 1 round; 1,000 runs
     .venv/bin/python benchmarks/bench_agno.py --json out.json
 
@@ -16,8 +16,10 @@ process, rounds interleaved. Per case: bytes passed to ``write()`` during ``agen
 (``/proc/self/io`` wchar; journal, packs and refs for qvc, WAL and pages for SQLite), bytes
 on disk once the database is closed (the repository directory; the db file plus any WAL, shm
 or journal left; both include a one-answer warm-up run), and the wall
-time of ``agent.run``. Targets at K = 64: qvc writes at most 1/10 of SqliteDb's bytes, in no
-more wall time.
+time of ``agent.run``, also per tool step (wall / K: issue 26's "wall time per step", median
+over the rounds, and its ratio to SqliteDb's). Targets at K = 64: qvc writes at most 1/10 of
+SqliteDb's bytes, in no more wall time per step. The table is printed twice: aligned, and as
+the Markdown table of docs/benchmarks.md.
 
 **Indexes.** N runs (3 messages each) in N/10 sessions are stored through ``QvcDb.upsert_session``
 and ``upsert_run`` (EXIT durability: building is not what is measured); then, in a new process
@@ -44,7 +46,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-KS = (4, 16, 64)
+KS = (1, 16, 64)
 RESULT_BYTES = 2000
 
 
@@ -209,7 +211,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1 round, 1,000 runs for the indexes")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--runs", type=int, default=None, help="runs for the index measurement (0: skip it)")
-    parser.add_argument("--ks", type=int, nargs="+", default=list(KS), help="tool batches per run (default 4 16 64)")
+    parser.add_argument("--ks", type=int, nargs="+", default=list(KS), help="tool batches per run (default 1 16 64)")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -252,6 +254,20 @@ def main() -> None:
                   f"{row['qvc_wall_s'] * 1e3:>6.1f} ms {row['qvc_wall_s'] / row['sqlite_wall_s']:>6.2f} | "
                   f"{kb(row['qvc_final_json_bytes'])}")
         results["summary"] = summary
+        print("\nPer tool step (wall / K), medians:")
+        print("| K | SqliteDb wall/step | QvcDb wall/step | ratio | SqliteDb bytes written | QvcDb bytes written "
+              "| ratio | SqliteDb on disk | QvcDb on disk |")
+        print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for row in summary:
+            k = row["k"]
+            per = {kind: statistics.median(b["wall_s"] / k for b in results["batches"] if b["kind"] == kind
+                                           and b["k"] == k) for kind in ("sqlite", "qvc")}
+            row["sqlite_wall_per_step_s"], row["qvc_wall_per_step_s"] = per["sqlite"], per["qvc"]
+            print(f"| {k} | {per['sqlite'] * 1e3:.1f} ms | {per['qvc'] * 1e3:.1f} ms | "
+                  f"{per['qvc'] / per['sqlite']:.2f}× | {kb(row['sqlite_write_bytes'])} | "
+                  f"{kb(row['qvc_write_bytes'])} | "
+                  f"{row['qvc_write_bytes'] / row['sqlite_write_bytes']:.3f} | {kb(row['sqlite_disk_bytes'])} | "
+                  f"{kb(row['qvc_disk_bytes'])} |")
         last = summary[-1]
         bytes_ok = last["qvc_write_bytes"] <= last["sqlite_write_bytes"] / 10
         wall_ok = last["qvc_wall_s"] <= last["sqlite_wall_s"]

@@ -28,11 +28,11 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 from agno.agent import Agent
 from agno.run.base import RunStatus
+from sample_repo import sample_repository
 
 from qvc.integrations.agno import AsyncQvcDb, QvcDb
 from qvc.integrations.agno.scripted import ScriptedModel
@@ -131,22 +131,16 @@ def demo(repo: str, delay: float) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repo", help="repository path (default: a temporary directory, removed at the end)")
+    parser.add_argument("--repo", help="repository to create (replaced only if a sample created it; "
+                        "default: a temporary directory, removed at the end)")
     parser.add_argument("--delay", type=float, default=0.6, help="seconds each tool call sleeps in the worker")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args.repo)
         return
-    if args.repo is not None:
-        shutil.rmtree(args.repo, ignore_errors=True)
-        demo(args.repo, args.delay)
-        return
-    tmp = tempfile.mkdtemp(prefix="qvc-agno-")
-    try:
-        demo(os.path.join(tmp, "runs.qvc"), args.delay)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with sample_repository(args.repo, "qvc-agno-") as repo:
+        demo(repo, args.delay)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,8 @@ import subprocess
 import sys
 import time
 
-from scripted_agent import QUESTION, RESEARCH_PLAN, SYSTEM, ScriptedModel, drive, make_tools, sample_repository
+from sample_repo import sample_repository
+from scripted_agent import QUESTION, RESEARCH_PLAN, SYSTEM, ScriptedModel, drive, make_tools
 
 from qvc.errors import UnknownRunError
 from qvc.runs import Runs, RunStatus

@@ -32,7 +32,8 @@ import subprocess
 import sys
 
 from agents import Runner
-from scripted_agent import sample_repository, show_cli
+from sample_repo import sample_repository
+from scripted_agent import show_cli
 
 from qvc import CheckpointConfig
 from qvc.integrations.openai_agents import QvcSession

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
-from scripted_agent import fresh_path, mark  # noqa: E402 - the samples' directory is on sys.path
+from sample_repo import fresh_path, fresh_remote, fresh_repository, mark  # noqa: E402 - the samples' directory is on sys.path
 
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore, fork_checkpoint
 from qvc.store.refnames import head_ref
@@ -219,27 +219,14 @@ def git(repo: str, *args: str) -> subprocess.CompletedProcess:
 # --------------------------------------------------------------------------------------
 
 
-def fresh_repository(path: str) -> str:
-    """An empty qvc repository at ``path``, marked as the sample's (only such a one is replaced)."""
-    path = fresh_path(path)
-    GitCheckpointStore(path).close()
-    mark(path)
-    return path
-
-
-def fresh_remote(path: str) -> str:
-    """An empty bare git repository at ``path``, marked as the sample's (only such a one is replaced)."""
-    path = fresh_path(path)
-    subprocess.run(["git", "init", "--quiet", "--bare", path], check=True)
-    mark(path)
-    return path
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repo", default="quickstart.qvc",
                         help="repository to create (replaced only if a sample created it; default: %(default)s)")
-    repo = fresh_repository(parser.parse_args().repo)
+    repo = fresh_path(parser.parse_args().repo)
+    # every path it will write, checked before anything is written: a refusal leaves all as it was
+    remote, clone = fresh_path(repo + "-remote.git"), fresh_path(repo + "-clone.qvc")
+    repo = fresh_repository(repo)
 
     with GitCheckpointStore(repo) as store:
         # 1. A run, with the buggy calculator.
@@ -284,8 +271,7 @@ def main() -> int:
     # 5. The qvc command line reads it too (git's verbs, checkpoint-aware output).
     qvc = [shutil.which("qvc") or sys.executable, *([] if shutil.which("qvc") else ["-m", "qvc"])]
     # 6. Push it to a plain bare repository (any git server), read it there, clone it back.
-    remote = fresh_remote(repo + "-remote.git")
-    clone = fresh_path(repo + "-clone.qvc")  # `qvc clone` creates it below
+    remote = fresh_remote(remote)  # `qvc clone` creates the clone below
     for where, args in ((repo, ["checkout", "france"]), (repo, ["log", "--oneline"]),
                         (repo, ["log", "--oneline", "--all"]), (repo, ["diff", "france~1", "france"]),
                         (repo, ["branch", "-v"]), (repo, ["reflog", "-n", "3"]), (repo, ["fsck"]),

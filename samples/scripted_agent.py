@@ -8,17 +8,13 @@ and identical on every replay.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from qvc import GitCheckpointStore
 from qvc.runs import Message, Run, RunRecorder, ToolCall
 
 POPULATIONS = {
@@ -113,55 +109,6 @@ RESEARCH_PLAN = [
     [("compare", {"cities": ["Paris", "Tokyo", "Lagos"]})],
 ]
 QUESTION = "Which is biggest: Paris, Tokyo or Lagos?"
-
-
-#: The file a sample writes into every repository it creates: only those are ever replaced.
-MARK = "qvc-sample"
-
-
-def fresh_path(path: str) -> str:
-    """``path`` made free for a sample to create a repository there; its absolute form.
-
-    Missing or an empty directory: fine. One a sample created before (it holds :data:`MARK`):
-    removed. Anything else (a user's file, directory or repository) is refused with one line
-    on stderr and exit status 2; nothing is touched.
-    """
-    path = os.path.abspath(path)
-    if os.path.isdir(path) and not os.path.islink(path):
-        entries = os.listdir(path)
-        if not entries:
-            os.rmdir(path)
-        elif os.path.isfile(os.path.join(path, MARK)):
-            shutil.rmtree(path)
-    if os.path.lexists(path):
-        print(f"{os.path.basename(sys.argv[0])}: {path} exists and was not created by a qvc sample; "
-              "refusing to replace it (choose a new path)", file=sys.stderr)
-        sys.exit(2)
-    return path
-
-
-def mark(path: str) -> None:
-    """Mark the repository at ``path`` as created by a sample (see :func:`fresh_path`)."""
-    with open(os.path.join(path, MARK), "w") as f:
-        f.write("created by a qvc sample; the samples may replace this repository\n")
-
-
-@contextlib.contextmanager
-def sample_repository(path: str | None, prefix: str) -> Iterator[str]:
-    """The repository a sample writes: ``path`` (created, or replaced if a sample created it
-    before; anything else there is refused, see :func:`fresh_path`), or one in a temporary
-    directory that is removed afterwards."""
-    if path is not None:
-        path = fresh_path(path)
-        GitCheckpointStore(path).close()
-        mark(path)
-        yield path
-        return
-    tmp = tempfile.mkdtemp(prefix=prefix)
-    try:
-        yield os.path.join(tmp, "runs.qvc")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def show_cli(repo: str, *commands: list[str]) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 
+from sample_repo import sample_repository
 from scripted_agent import (
     QUESTION,
     RESEARCH_PLAN,
@@ -31,7 +32,6 @@ from scripted_agent import (
     ScriptedModel,
     drive,
     make_tools,
-    sample_repository,
     show_cli,
 )
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import argparse
 
-from scripted_agent import SYSTEM, ScriptedModel, drive, make_tools, sample_repository
+from sample_repo import sample_repository
+from scripted_agent import SYSTEM, ScriptedModel, drive, make_tools
 
 from qvc.runs import Runs, RunStatus
 

@@ -93,16 +93,19 @@ NOTES = ("reset", "fork", "delete", "rename")
 
 
 def follow_log(store, name: str | None, limit: int | None, as_json: bool,
-               entry_lines: Callable[..., list[str]], compact: bool = False) -> None:
+               entry_lines: Callable[..., list[str]], compact: bool = False, raw: bool = False) -> None:
     """``qvc log --follow``: the thread's log oldest first (with ``limit``: its newest ``limit``
     checkpoints, as ``tail -n``), then each new checkpoint as a log entry, printed as
     ``entry_lines(entry, head)``, and resets, forks, deletions and renames of the thread as lines
-    of their own (``reset: ...``), until interrupted. ``as_json``: one object per line, each with
+    of their own (``reset: ...``), until interrupted. A run's checkpoints are named ``RUN@N`` as
+    ``qvc log`` names them (:func:`qvc.cli.runs.number_entries`), and the fields each changed as
+    its viewer shows them unless ``raw``. ``as_json``: one object per line, each with
     a ``kind``: ``checkpoint`` for log entries (their ``qvc log --json`` form), else the event's
     ``qvc watch --json`` form. ``compact``: entries are one line each, so notes have no blank
     line after them."""
     # deferred: start-up speed
-    from qvc.readers.log import entry, log
+    from qvc.cli.runs import number_entries
+    from qvc.readers.log import ViewedNames, entry, log
     from qvc.readers.watch import watch as watch_repository
 
     head = store.current()
@@ -123,9 +126,11 @@ def follow_log(store, name: str | None, limit: int | None, as_json: bool,
                 [f"{style(event.kind + ':', fg='cyan')} {event_text(event)}"] + ([] if compact else [""])
         if event.kind != "checkpoint" or event.commit in shown:
             return []
-        return lines(entry(store, event.commit, {event.commit: [thread]}))
+        new = entry(store, event.commit, {event.commit: [thread]}, viewed=names)
+        return lines(next(number_entries(store, [new])))  # numbered now: the run grew since
 
+    names = None if raw else ViewedNames(store)
     tip = store.head(thread)
-    old = list(log(store, tip, limit=limit))[::-1] if tip is not None else []
+    old = list(number_entries(store, log(store, tip, limit=limit, viewed=not raw)))[::-1] if tip is not None else []
     first = (line for e in old for line in lines(e))
     stream(watcher, show, first)

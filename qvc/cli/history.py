@@ -76,7 +76,9 @@ class LogCommand(PathsAfterDashes):
               help="Thread names, HEAD and tags next to checkpoints (default: short).")
 @click.option("--no-decorate", is_flag=True, help="No thread names, HEAD or tags next to checkpoints.")
 @click.option("--format", "--pretty", "fmt", metavar="FORMAT", help="Each checkpoint as FORMAT (placeholders below).")
-@click.option("--raw", is_flag=True, help="With -p/--stat: diff the stored fields, not as their viewer shows them.")
+@click.option("--raw", is_flag=True,
+              help="Name and diff the stored fields (Changed, -p, --stat, --name-only, -- FIELD), not as their "
+                   "viewer shows them.")
 def log(names: tuple[str, ...], limit: int | None, oneline: bool, graph: bool, all_: bool, first_parent: bool,
         order: str | None, as_json: bool, follow: bool, reverse: bool, since: str | None, until: str | None,
         grep: str | None, pickaxe_string: str | None, pickaxe_regex: str | None, string_is_regex: bool,
@@ -129,10 +131,10 @@ def log(names: tuple[str, ...], limit: int | None, oneline: bool, graph: bool, a
     store = session().store()
     if follow:
         if graph or all_ or selecting or since or until or first_parent or order or len(names) > 1:
-            raise click.UsageError("--follow takes one thread and -n, --oneline, --format or --json")
+            raise click.UsageError("--follow takes one thread and -n, --oneline, --format, --raw or --json")
         return follow_log(store, names[0] if names else None, limit, as_json,
                           lambda e, head: entry_lines(e, head, oneline, fmt, decorate),
-                          compact=oneline or fmt is not None)
+                          compact=oneline or fmt is not None, raw=raw)
     head = store.current_or_none() or Head(None, None)  # a garbled HEAD: naming a thread still works
     if names:
         start, exclude = revision_set(store, names, names=lambda text: run_names(store, text))
@@ -142,7 +144,7 @@ def log(names: tuple[str, ...], limit: int | None, oneline: bool, graph: bool, a
     if graph:
         text = draw(store, start, limit=limit, all=all_, color=session().color, exclude=exclude,
                     first_parent=first_parent, order=order, since=after, until=before, decorate=decorate,
-                    fmt=fmt, head_thread=head.thread, head_commit=head.commit)
+                    fmt=fmt, head_thread=head.thread, head_commit=head.commit, viewed=not raw)
         page(text.rstrip("\n").split("\n") if text else [])
         return
     where = None
@@ -152,7 +154,7 @@ def log(names: tuple[str, ...], limit: int | None, oneline: bool, graph: bool, a
         where = pickaxe(store, string=pickaxe_string, regex=pickaxe_regex, string_is_regex=string_is_regex,
                         fields=fields)
     entries = walk(store, start, limit=limit, all=all_, exclude=exclude, fields=fields, since=after, until=before,
-                   grep=grep, reverse=reverse, first_parent=first_parent, order=order, where=where)
+                   grep=grep, reverse=reverse, first_parent=first_parent, order=order, where=where, viewed=not raw)
     entries = number_entries(store, entries)  # a run's checkpoints as RUN@N, as `timeline` and `show` name them
     if as_json:
         emit_json([entry_json(store, e, fields, patch or stat, raw=raw) for e in entries])

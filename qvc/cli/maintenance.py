@@ -1,4 +1,5 @@
-"""Maintenance: ``qvc gc`` (pack, and purge deleted data) and ``qvc fsck`` (verify)."""
+"""Maintenance: ``qvc gc`` (pack, and purge deleted data), ``qvc fsck`` (verify) and ``qvc cat-blob``
+(a blob file as JSON, for git's textconv)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import click
 
 from qvc.cli.app import EXIT_CORRUPT, cli, session
 from qvc.cli.output import emit_json, out
+from qvc.errors import QvcError
 
 
 @cli.command()
@@ -39,7 +41,9 @@ def fsck(as_json: bool) -> None:
     """Verify the repository: git's object checks, every ref, every checkpoint and pending write.
 
     Exits with status 5 when it finds problems, each naming where it is: the thread of a
-    broken ref; the thread, checkpoint and field of a damaged state.
+    broken ref; the thread, checkpoint and field of a damaged state. A reflog entry naming a
+    commit that is gone (what repairing a damaged head with `qvc reset THREAD@{1}` leaves) is
+    a warning in an otherwise healthy repository (exit 0): `qvc gc --prune` drops it.
 
     \b
     Example:
@@ -54,8 +58,35 @@ def fsck(as_json: bool) -> None:
     else:
         for problem in report.problems:
             click.echo(f"error: {problem}", err=True)
+        for warning in report.warnings:
+            click.echo(f"warning: {warning}", err=True)
+        warned = f" ({len(report.warnings)} warning(s))" if report.warnings else ""
         out(f"checked {report.refs} ref(s), {report.checkpoints} checkpoint(s), "
             f"{report.pending_writes} set(s) of pending writes: "
-            + (f"{len(report.problems)} problem(s)" if report else "ok"))
+            + (f"{len(report.problems)} problem(s)" if report else "ok" + warned))
     if report:
         raise SystemExit(EXIT_CORRUPT)
+
+
+@cli.command("cat-blob")
+@click.argument("file", type=click.File("rb"))
+def cat_blob(file) -> None:  # noqa: ANN001 - click's lazy file
+    """Print a qvc blob file (a state field, a chunk, .qvc) as tagged JSON; FILE - reads stdin.
+
+    Made for git's textconv, so plain git shows qvc's blobs as JSON (docs/format.md):
+
+    \b
+    Example:
+      git --git-dir runs.qvc config diff.qvc.textconv "qvc cat-blob"
+      git --git-dir runs.qvc log -p
+    """
+    from qvc.codec.serde import loads  # deferred: start-up speed
+    from qvc.codec.tagged import dumps_tagged
+
+    data = file.read()
+    try:
+        value = loads(data, "blob")
+    except QvcError:  # not a qvc value (a blob of another tool): say so rather than print bytes
+        out(f"(not a qvc value: {len(data)} bytes)")
+        return
+    click.echo(dumps_tagged(value), nl=False)

@@ -76,6 +76,9 @@ def status(as_json: bool) -> None:
         f"{st.pending_writes} checkpoint(s) with pending writes")
     if st.recovery:
         out(style(f"recovered on open: {st.recovery}", fg="yellow"))
+    for folder in st.quarantine:
+        out(style(f"files moved aside by a repair: {folder} (nothing reads them; look, then delete it)",
+                  fg="yellow"))
     if st.maintenance_due:
         out(style(f"maintenance due ({st.maintenance_due}): run `qvc gc`", fg="yellow"))
     if st.failures:

@@ -21,7 +21,9 @@ from qvc.cli.output import out
 def serve(host: str, port: int, read_only: bool, token: str | None, allow_no_token: bool, agent: str | None) -> None:
     """Serve the repository over HTTP: a JSON API (OpenAPI at /openapi.json) and a page to browse runs.
 
-    Listens on loopback by default; another host needs --token. Ctrl-C stops it.
+    Listens on loopback by default; another host needs --token. Without --token, actions need
+    the token made for this start, which the printed URL carries (reads stay open on loopback).
+    Ctrl-C stops it.
 
     \b
     Example:
@@ -40,3 +42,4 @@ def serve(host: str, port: int, read_only: bool, token: str | None, allow_no_tok
                agent=load_agent(agent) if agent else None,
                on_listen=lambda url: out(f"Serving {path} at {url}" + (" (read-only)" if read_only else "")
                                          + "; Ctrl-C stops"))
+    out(f"Stopped serving {path}")

@@ -22,7 +22,8 @@ def checkout_to(store, name: str | None, to: str, as_json: bool, force: bool = F
     for note in done.notes:
         warn(note)
     if as_json:
-        emit_json({"directory": done.directory, "id": done.id, "thread": done.thread, "files": done.files})
+        emit_json({"directory": done.directory, "id": done.id, "thread": done.thread, "files": done.files,
+                   "notes": done.notes})
     else:
         out(f"Wrote {len(done.files)} field(s) of checkpoint {short(done.id)} (thread {qname(done.thread)}, "
             f"step {done.step}) to {to}; edit them, then `qvc commit {to}`")
@@ -55,8 +56,10 @@ def commit(directory: str, message: str, force: bool, allow_empty: bool, as_json
     from qvc.edit.workdir import commit_directory  # deferred: start-up speed
 
     store = session().store(write=True)
-    stale = check_directory(store, directory, force, allow_empty)
-    done = commit_directory(store, directory, message)
+    head = store.current()
+    stale = check_directory(store, head, directory, force, allow_empty)
+    # the head checked is the head swapped: another writer's checkpoint in between is refused, never rewound
+    done = commit_directory(store, directory, message, expected_head=head.commit)
     if as_json:
         emit_json({"thread": done.thread, "id": done.id, "commit": done.commit, "step": done.step,
                    "changed": done.changed, "time_travel": done.time_travel})
@@ -71,13 +74,13 @@ def commit(directory: str, message: str, force: bool, allow_empty: bool, as_json
             "checkpoints are kept as a superseded line (`qvc log --all`)")
 
 
-def check_directory(store, directory: str, force: bool, allow_empty: bool) -> bool:
+def check_directory(store, head, directory: str, force: bool, allow_empty: bool) -> bool:
     """Refuse ``qvc commit DIR`` before anything is written, as git would: a commit that would rewind
     checkpoints the thread gained after DIR was checked out (unless ``force``), and one that stores the
-    state it builds on unchanged (unless ``allow_empty``). Returns whether the thread moved on since."""
+    state it builds on unchanged (unless ``allow_empty``). ``head``: HEAD as the caller read it (the
+    commit then swaps only that head). Returns whether the thread moved on since."""
     from qvc.readers.statefiles import local_changes, read_state  # deferred: start-up speed
 
-    head = store.current()
     if head.thread is None or head.commit is None:
         return False  # detached (commit_directory says so) or a first checkpoint: nothing to rewind
     state, meta = read_state(directory)

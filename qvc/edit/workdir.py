@@ -16,9 +16,10 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from qvc.errors import CorruptionError, InvalidInputError, StorageError
+from qvc.errors import CheckpointConflictError, CorruptionError, InvalidInputError, StorageError
 from qvc.readers.statefiles import read_state, record_state
 from qvc.store.format import HEADER
+from qvc.store.git_store import UNCHECKED
 from qvc.store.refnames import decode_name
 from qvc.store.viewers import editor_for
 from qvc.types import Checkpoint, CheckpointConfig
@@ -39,7 +40,8 @@ class CommittedDirectory:
     time_travel: bool  # the parent was not the thread's head: the newer line is kept as superseded
 
 
-def commit_directory(store: GitCheckpointStore, directory: str | os.PathLike, message: str = "") -> CommittedDirectory:
+def commit_directory(store: GitCheckpointStore, directory: str | os.PathLike, message: str = "", *,
+                     expected_head: str | None = UNCHECKED) -> CommittedDirectory:
     """Store the state in ``directory`` (as :func:`qvc.readers.workdir.checkout_to_directory` wrote
     it, then edited) as a new checkpoint on the current thread, and move the thread's head to it.
 
@@ -56,6 +58,13 @@ def commit_directory(store: GitCheckpointStore, directory: str | os.PathLike, me
     and checkpoint id, its metadata keys beside the ones above; values left as checked out are
     stored exactly as the checkpoint they came from stores them.
 
+    ``expected_head`` is the current thread's head as the caller saw it (a commit SHA, ``None`` for a
+    thread without checkpoints), when the caller decided on it (``qvc commit`` refuses a stale
+    directory by it): the head is compared with it when the commit starts, and the store's
+    compare-and-swap (``put(expected_head=)``) moves the head only from it, so the check and the
+    write are one step and a checkpoint another writer adds in between is never rewound. Without
+    it, the head read here is the one swapped.
+
     Writes through :meth:`~qvc.store.git_store.GitCheckpointStore.put`, so the checkpoint is durable
     on return when the store's durability is SYNC (the default). Raises
     :class:`~qvc.errors.InvalidInputError` when HEAD is detached (nothing is read then) or for a
@@ -63,7 +72,8 @@ def commit_directory(store: GitCheckpointStore, directory: str | os.PathLike, me
     line), names an editor that does not import here, or holds a value its editor cannot read;
     :class:`~qvc.errors.SerializationError` for values that cannot be stored;
     :class:`~qvc.errors.CheckpointConflictError` (naming the thread) if another writer moved the
-    thread after it was read here, and nothing is stored then;
+    thread after it was read here (or, with ``expected_head``, after the caller read it), and
+    nothing is stored then;
     :class:`~qvc.errors.DurabilityError` if the flush fails; :class:`~qvc.errors.StorageError` (keeping
     the errno) for a full disk or another I/O error: nothing is stored then, or, if only the
     manifest could not be updated afterwards, its message says the checkpoint is stored.
@@ -71,6 +81,11 @@ def commit_directory(store: GitCheckpointStore, directory: str | os.PathLike, me
     head = store.current()
     if head.thread is None:
         raise InvalidInputError("HEAD is detached: `qvc checkout THREAD` (or `checkout -b NEW`) first")
+    if expected_head is not UNCHECKED and head.commit != expected_head:
+        was = expected_head[:12] if expected_head else "no checkpoints"
+        now = head.commit[:12] if head.commit else "no checkpoints"
+        raise CheckpointConflictError(f"thread {head.thread!r} was moved by another writer (expected {was}, found "
+                                      f"{now}); nothing was stored")
     files: dict = {}
     state, meta = read_state(directory, files=files)
     key = meta.get("editor")

@@ -6,24 +6,32 @@ global configuration ignored, nothing a repository names runs).
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import TYPE_CHECKING
 
 from qvc.plumbing import refpack
 from qvc.plumbing.durability import harden
 from qvc.plumbing.launcher import git
-from qvc.plumbing.recovery import RecoveryReport, remove_stale_files
+from qvc.plumbing.recovery import RecoveryReport, remove_stale_files, repair_packs
 
 if TYPE_CHECKING:
     from qvc.plumbing.repository import Repository
 
+log = logging.getLogger("qvc")
+
 
 def _prepare(repo: Repository) -> None:
-    """Flush everything, and remove lock files crashed writers left (git refuses to touch a
-    locked ref). Under the exclusive lock no qvc writer is mid-write, so every lock is stale."""
+    """Flush everything, remove lock files crashed writers left (git refuses to touch a locked
+    ref) and rebuild damaged pack indexes (moving what cannot be repaired aside, see
+    :func:`~qvc.plumbing.recovery.repair_packs`). Under the exclusive lock no qvc writer is
+    mid-write, so every lock is stale."""
     repo.harden()
     report = RecoveryReport()
     remove_stale_files(repo, 0.0, report)
+    repair_packs(repo, report)  # git refuses to repack beside a damaged index
+    if report:
+        log.warning("qvc: before maintenance of %s: %s", repo.path, report.summary())
     repo.recovered(report.moved)
 
 

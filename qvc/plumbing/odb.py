@@ -245,6 +245,7 @@ class ObjectReader(RefReader):
         self.pack_dir = os.path.join(path, "objects", "pack")
         self._packs: dict[str, _Pack] = {}
         self._listing: list[str] = []
+        self._failed: set[str] = set()  # packs listed that did not open
         self._lock = threading.Lock()
         self._bases: OrderedDict[tuple[str, int], tuple[int, bytes]] = OrderedDict()  # delta bases
         self._last: _Pack | None = None
@@ -253,7 +254,8 @@ class ObjectReader(RefReader):
     # -- objects --------------------------------------------------------------------------
 
     def _scan(self) -> bool:
-        """Open packs that appeared; return whether the directory changed since the last scan."""
+        """Open packs that appeared; return whether the directory changed since the last scan or a
+        pack opened that did not before (an index rebuilt in place)."""
         try:
             listing = sorted(n[:-4] for n in os.listdir(self.pack_dir) if n.endswith(".idx"))
         except FileNotFoundError:
@@ -265,8 +267,13 @@ class ObjectReader(RefReader):
                 if name not in self._packs:
                     try:
                         self._packs[name] = _Pack(os.path.join(self.pack_dir, name))
-                    except (OSError, ValueError):
-                        continue  # half-installed or gone again: the next scan sees it
+                        changed = changed or name in self._failed
+                        self._failed.discard(name)
+                    except (OSError, ValueError, CorruptionError):
+                        # half-installed or gone again: the next scan sees it; or a damaged
+                        # index, which recovery on open rebuilds (qvc.plumbing.recovery.repair_packs)
+                        self._failed.add(name)
+                        continue
             for name in [n for n in self._packs if n not in listing]:
                 self._packs.pop(name).close()
         return changed

@@ -23,6 +23,10 @@ from qvc.plumbing.objects import MODE_TREE, TYPE_NAMES, parse_tree
 
 TYPE_CODES = {"commit": 1, "tree": 2, "blob": 3}
 _IDX_MAGIC = b"\xfftOc" + struct.pack(">I", 2)
+#: the first bytes of a version-2 pack index
+IDX_MAGIC = _IDX_MAGIC
+#: the size of the smallest version-2 pack index (header, fan-out, two checksums)
+MIN_INDEX_SIZE = 8 + 1024 + 40
 
 
 def object_id(kind: str, data: bytes) -> bytes:
@@ -311,7 +315,7 @@ def is_intact(base: str) -> bool:
     try:
         with open(base + ".idx", "rb") as f:
             idx = f.read()
-        if len(idx) < 8 + 1024 + 40 or idx[:8] != _IDX_MAGIC:
+        if len(idx) < MIN_INDEX_SIZE or idx[:8] != _IDX_MAGIC:
             return False
         count = struct.unpack(">I", idx[8 + 1020 : 8 + 1024])[0]
         extra = len(idx) - (8 + 1024 + 28 * count + 40)  # the 64-bit offset table of a big pack

@@ -9,8 +9,18 @@ Runs under the repository's exclusive maintenance lock, before the store accepts
 2. Stale ``*.lock`` files under ``refs/`` and libgit2's temporary object files are removed
    (all of them when no other qvc store has the repository open, else those older than
    ``STALE_SECONDS``). After a crash, empty loose objects are removed too (``git fsck``
-   rejects them).
+   rejects them). A pack index that does not match its pack is rebuilt from the pack
+   (``git index-pack``).
 3. The repaired files are hardened and the replayed journals deleted.
+
+Nothing that may hold data is deleted: a damaged pack, a damaged pack index, a file in the
+journal directory that is no journal, a damaged loose object and the file of a ref that is
+repaired or removed are moved aside, by a rename inside the repository (crash-safe), into one
+quarantine folder per repair, ``<repo>/qvc/quarantine/<UTC time>/<their path in the
+repository>`` (:func:`move_aside`), which the report names. git never looks under ``qvc/``
+(``gc``, ``push`` and ``fsck`` ignore it) and no qvc reader does; inspect it, then delete it.
+What is removed is what holds nothing: empty files, stale locks, temporary files of killed
+writers and journals once replayed.
 
 The result is a :class:`RecoveryReport`, kept as ``store.recovery`` and logged.
 """
@@ -20,14 +30,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import time
 from dataclasses import dataclass, field, fields
 from typing import Protocol
 
-from qvc.errors import CorruptionError
+from qvc.errors import CorruptionError, QvcError
 from qvc.plumbing import leases, pack
 from qvc.plumbing.durability import harden
-from qvc.plumbing.journal import GENERATION, claim_orphans, fsync_dir, read_records
+from qvc.plumbing.journal import GENERATION, MAGIC, claim_orphans, fsync_dir, read_records
 from qvc.plumbing.libgit2 import pygit2
 from qvc.plumbing.locking import flocked, try_flock, unlock
 from qvc.plumbing.objects import MODE_TREE
@@ -83,11 +94,22 @@ class RecoveryReport:
 
     journals_replayed: int = 0
     objects_restored: int = 0
+    #: refs set back to a value that reads, each also in :attr:`restored_from`
     refs_restored: list[str] = field(default_factory=list)
+    #: ref -> where its restored value came from: ``"the journal"``, ``"the reflog"`` or ``"its
+    #: tip's first readable ancestor"``
+    restored_from: dict[str, str] = field(default_factory=dict)
+    #: refs deleted: nothing they named reads back, nor any earlier value of theirs
+    refs_removed: list[str] = field(default_factory=list)
     locks_removed: list[str] = field(default_factory=list)
     temp_files_removed: int = 0
     empty_objects_removed: int = 0
-    damaged_packs_removed: list[str] = field(default_factory=list)
+    #: pack indexes rebuilt from their packs (the damaged ones moved aside)
+    indexes_rebuilt: list[str] = field(default_factory=list)
+    #: files moved into :attr:`quarantine`, as paths relative to the repository
+    moved_aside: list[str] = field(default_factory=list)
+    #: the quarantine folder of this repair, relative to the repository (``None``: nothing moved)
+    quarantine: str | None = None
     reflogs_repaired: list[str] = field(default_factory=list)
     #: refs the replayed journals moved, as ``{name: (value before the first move, last value)}``
     #: (their writers may have died before indexing what they wrote)
@@ -96,19 +118,77 @@ class RecoveryReport:
     def __bool__(self) -> bool:
         return any(getattr(self, f.name) for f in fields(self))
 
+    def restored(self, name: str, source: str) -> None:
+        """Note that ref ``name`` was set back to a value from ``source`` (``"the journal"``, ...)."""
+        if name not in self.refs_restored:
+            self.refs_restored.append(name)
+        self.restored_from[name] = source
+        if name in self.refs_removed:
+            self.refs_removed.remove(name)
+
+    def removed(self, name: str) -> None:
+        """Note that ref ``name`` was deleted."""
+        if name not in self.refs_removed:
+            self.refs_removed.append(name)
+        if name in self.refs_restored:
+            self.refs_restored.remove(name)
+            self.restored_from.pop(name, None)
+
     def summary(self) -> str:
+        """What happened, each kind of repair in its own words: restored (and from where),
+        removed, moved aside (and where to)."""
+        by_source: dict[str, list[str]] = {}
+        for name in self.refs_restored:
+            by_source.setdefault(self.restored_from.get(name, "the journal"), []).append(name)
         lines = (
             (self.journals_replayed, f"replayed {self.journals_replayed} journal(s) of crashed writers"),
-            (self.objects_restored, f"restored {self.objects_restored} object(s)"),
-            (self.refs_restored, f"restored ref(s) {', '.join(self.refs_restored)}"),
+            (self.objects_restored, f"restored {self.objects_restored} object(s) from the journal"),
+            *((True, f"restored ref(s) {', '.join(names)} from {source}") for source, names in by_source.items()),
+            (self.refs_removed, f"removed ref(s) {', '.join(self.refs_removed)} (nothing they named reads "
+                                "back, nor any earlier value)"),
             (self.locks_removed, f"removed stale lock(s) {', '.join(self.locks_removed)}"),
             (self.temp_files_removed, f"removed {self.temp_files_removed} temporary file(s)"),
             (self.empty_objects_removed, f"removed {self.empty_objects_removed} empty object file(s)"),
-            (self.damaged_packs_removed, f"removed damaged pack(s) {', '.join(self.damaged_packs_removed)}"),
+            (self.indexes_rebuilt, f"rebuilt pack index(es) {', '.join(self.indexes_rebuilt)} from their packs"),
+            (self.moved_aside, f"moved aside to {self.quarantine}/: {', '.join(self.moved_aside[:5])}"
+                               + (f" and {len(self.moved_aside) - 5} more" if len(self.moved_aside) > 5 else "")),
             (self.reflogs_repaired, f"repaired reflog(s) of {', '.join(self.reflogs_repaired)}"),
         )
         parts = [text for present, text in lines if present]
         return "; ".join(parts) or "nothing to repair"
+
+
+#: the folder under ``<repo>/qvc`` that repairs move files aside into (see :func:`move_aside`)
+QUARANTINE = "quarantine"
+
+
+def move_aside(repo: RecoveryHost, path: str, report: RecoveryReport) -> str | None:
+    """Move the file at ``path`` (inside the repository) into this repair's quarantine folder,
+    ``<repo>/qvc/quarantine/<UTC time>/<its path in the repository>``, made on the first move
+    and named in ``report``; a rename, so a crash leaves the file in one place or the other.
+    Returns its path relative to the repository (``None``: it was gone already)."""
+    rel = os.path.relpath(path, repo.path)
+    if not os.path.lexists(path):
+        return None
+    if report.quarantine is None:
+        root = os.path.join(repo.qvc_dir, QUARANTINE)
+        os.makedirs(root, exist_ok=True)
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        for n in range(1, 10000):
+            name = stamp if n == 1 else f"{stamp}-{n}"
+            try:
+                os.mkdir(os.path.join(root, name))
+                break
+            except FileExistsError:
+                continue
+        report.quarantine = os.path.relpath(os.path.join(root, name), repo.path)
+    target = os.path.join(repo.path, report.quarantine, rel)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    while os.path.lexists(target):  # the same file twice in one repair (a ref moved aside again)
+        target += "~"
+    os.rename(path, target)
+    report.moved_aside.append(rel)
+    return rel
 
 
 def _abandoned(path: str) -> bool:
@@ -160,7 +240,21 @@ def needed(repo: RecoveryHost) -> bool:
                     holder = leases.holder(repo.path, name)
                     if holder is None or not journal_alive(repo, holder):
                         return True  # a live store's lease is no leftover
-    return any(os.path.exists(os.path.join(repo.path, n)) for n in ("packed-refs.lock", "config.lock", "HEAD.lock"))
+    if any(os.path.exists(os.path.join(repo.path, n)) for n in ("packed-refs.lock", "config.lock", "HEAD.lock")):
+        return True
+    return suspect_indexes(repo)  # a damaged index fails every read of its pack: rebuilt by recovery
+
+
+def is_journal(path: str) -> bool:
+    """Whether the file at ``path`` is a qvc journal: it starts with the journal's magic, or is
+    a prefix of it (a writer killed while creating it). Anything else in the journal directory
+    is no journal of qvc's, and recovery moves it aside instead of deleting it."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(MAGIC))
+    except FileNotFoundError:
+        return True
+    return MAGIC.startswith(head)
 
 
 def journal_alive(repo: RecoveryHost, name: str) -> bool:
@@ -362,7 +456,8 @@ def recover(repo: RecoveryHost) -> RecoveryReport:
                            dead={os.path.basename(path) for path, _ in orphans}, leased=leased)
         if orphans:
             _remove_empty_objects(repo, report)
-            _remove_damaged_packs(repo, report)
+        if orphans or suspect_indexes(repo):
+            repair_packs(repo, report)
         missing: dict[bytes, tuple[str, bytes]] = {}  # raw id -> (kind, data) of every journal
         replayed = [_replay(repo, path, report, missing) for path, _ in orphans]
         _restore_objects(repo, missing)  # before anything reads them (reflogs, refs)
@@ -392,7 +487,10 @@ def recover(repo: RecoveryHost) -> RecoveryReport:
         if report:
             harden(repo.path, fsync=repo.fsync)
         for path, _ in orphans:
-            os.unlink(path)
+            if is_journal(path):
+                os.unlink(path)  # replayed: git's files hold all of it now
+            else:
+                move_aside(repo, path, report)  # not qvc's: kept for whoever put it there
         if orphans and repo.fsync:
             fsync_dir(journal_dir)
     finally:
@@ -484,21 +582,80 @@ def remove_stale_files(repo: RecoveryHost, older_than: float, report: RecoveryRe
                 report.temp_files_removed += 1
 
 
-def _remove_damaged_packs(repo: RecoveryHost, report: RecoveryReport) -> None:
-    """Packs a power loss left torn (or a .pack whose .idx never got written): the journal has their objects."""
+#: what git may keep beside a pack (``pack-<sha>.<ext>``): moved aside with it
+PACK_SIDECARS = (".pack", ".idx", ".rev", ".bitmap", ".keep", ".mtimes", ".promisor")
+
+
+def index_pack(pack_path: str) -> bool:
+    """Rebuild the index of the pack at ``pack_path`` (``git index-pack``, on the file alone: no
+    repository, so nothing a repository's config names runs) and put it in place by a rename;
+    whether the pack read whole. Any index there is replaced: move a damaged one aside first."""
+    from qvc.plumbing.launcher import run
+
+    base = pack_path[:-len(".pack")]
+    tmp = f"{base}.idx.tmp-qvc-{os.getpid()}"  # a kill leaves a temporary file remove_stale_files removes
+    try:
+        proc = run(None, ["index-pack", "-o", tmp, pack_path], user_config=False, capture_output=True, cwd="/")
+    except (OSError, QvcError):  # no git here: the pack cannot be checked
+        return False
+    if proc.returncode != 0 or not os.path.exists(tmp):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)  # git's partial output: nothing of anyone's
+        return False
+    os.replace(tmp, base + ".idx")
+    return pack.is_intact(base)
+
+
+def suspect_indexes(repo: RecoveryHost) -> bool:
+    """Whether a pack index is no version-2 index or too short to be one (what ``echo garbage >
+    pack-x.idx`` or a torn copy leaves): its first bytes and size alone, cheap enough for every
+    open (see :func:`needed`); :func:`repair_packs` checks the rest."""
     pack_dir = os.path.join(repo.path, "objects", "pack")
-    for name in sorted(os.listdir(pack_dir)):
-        base, ext = os.path.splitext(os.path.join(pack_dir, name))
-        if not os.path.exists(base + ext):
-            continue  # removed with its .idx just before
-        if ext == ".pack" and not os.path.exists(base + ".idx"):
-            os.unlink(base + ".pack")
-            report.damaged_packs_removed.append(name)
-        elif ext == ".idx" and not pack.is_intact(base):
-            for suffix in (".idx", ".pack"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(base + suffix)
-            report.damaged_packs_removed.append(name)
+    try:
+        entries = list(os.scandir(pack_dir))
+    except FileNotFoundError:
+        return False
+    for entry in entries:
+        if entry.name.endswith(".idx"):
+            try:
+                fd = os.open(entry.path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            try:
+                if os.pread(fd, 8, 0) != pack.IDX_MAGIC or os.fstat(fd).st_size < pack.MIN_INDEX_SIZE:
+                    return True
+            finally:
+                os.close(fd)
+    return False
+
+
+def repair_packs(repo: RecoveryHost, report: RecoveryReport) -> None:
+    """Under the exclusive lock: every pack whose index does not match it (:func:`pack.is_intact`)
+    gets its index rebuilt from the pack (the damaged index moved aside); a pack that does not
+    read whole (a power loss tore it; the journals have its objects), an index without its pack
+    and a pack without an index that cannot be rebuilt are moved aside with what git keeps
+    beside them (:func:`move_aside`)."""
+    pack_dir = os.path.join(repo.path, "objects", "pack")
+    names = os.listdir(pack_dir)
+    bases = sorted({os.path.join(pack_dir, n[:-len(ext)]) for n in names for ext in (".pack", ".idx")
+                    if n.endswith(ext) and n.startswith("pack-")})
+    for base in bases:
+        has_pack, has_idx = os.path.exists(base + ".pack"), os.path.exists(base + ".idx")
+        if has_pack and has_idx and pack.is_intact(base):
+            continue
+        if has_pack:
+            if shutil.which("git") is None:  # nothing can check the pack: left as it is, and said
+                logging.getLogger("qvc").warning(
+                    "qvc: %s: the index of %s.pack is damaged or missing; install git and open the repository "
+                    "again to rebuild it (or run `git index-pack %s.pack`)", repo.path, base, base)
+                continue
+            if has_idx:
+                move_aside(repo, base + ".idx", report)
+            if index_pack(base + ".pack"):
+                report.indexes_rebuilt.append(os.path.basename(base) + ".idx")
+                continue
+        for ext in PACK_SIDECARS:
+            move_aside(repo, base + ext, report)
 
 
 def _remove_empty_objects(repo: RecoveryHost, report: RecoveryReport) -> None:
@@ -553,6 +710,8 @@ def _replay(repo: RecoveryHost, path: str, report: RecoveryReport,
     of it: the one it saw then, and those its own later deletes wrote while no other writer's
     token came between (a later record of the writer that saw a token not in the chain proves
     another writer deleted history after the move: the chain ends there)."""
+    if not is_journal(path):
+        return {}, {}  # no journal of qvc's (moved aside once recovery is done): nothing to replay
     report.journals_replayed += 1
     moves: dict[str, list[tuple[str | None, str | None, float]]] = {}
     chains: dict[str, set[str | None]] = {}  # ref -> the tokens since its last move (None: no file yet)
@@ -582,8 +741,7 @@ def _replay(repo: RecoveryHost, path: str, report: RecoveryReport,
                 continue
             except CorruptionError:
                 pass
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(_loose_path(repo, raw))  # a damaged loose copy: the packed one is read instead
+            move_aside(repo, _loose_path(repo, raw), report)  # a damaged loose copy: the restored one is read instead
             missing[raw] = (kind, data)
             report.objects_restored += 1
         for name, old, new in record.refs:
@@ -701,13 +859,13 @@ def _restore_ref(repo: RecoveryHost, name: str, moves: list[tuple[str | None, st
         if current == decided or not _history_reads(repo, decided, {current} if current else set()):
             return
         if holder is not None and _publish_lease(repo, name, holder, serial, current, decided):
-            report.refs_restored.append(name)
+            report.restored(name, "the journal")
             return
         if not _unlocked(repo, name, cut_short, holder):
             return
         repo.git.create_reference_direct(name, pygit2.Oid(hex=decided), True,
                                          message="recovery: restored from the journal")
-        report.refs_restored.append(name)
+        report.restored(name, "the journal")
         return
     if not broken:
         if current == new:
@@ -738,15 +896,16 @@ def _restore_ref(repo: RecoveryHost, name: str, moves: list[tuple[str | None, st
         return
     loose = os.path.join(repo.path, name)
     if broken and os.path.exists(loose):
-        os.unlink(loose)
+        move_aside(repo, loose, report)  # what it named does not read: kept for whoever looks
     refs = repo.git.references
     if value is None:
         if refs.get(name) is not None:
             refs.delete(name)
+        report.removed(name)  # the crashed writer created it: there was no ref before
     else:
         repo.git.create_reference_direct(name, pygit2.Oid(hex=value), True,
                                          message="recovery: restored from the journal")
-    report.refs_restored.append(name)
+        report.restored(name, "the journal")
 
 
 def _cut_short(repo: RecoveryHost, name: str, values: set[str]) -> str | None:
@@ -832,13 +991,17 @@ def _repair_unjournalled_refs(repo: RecoveryHost, journalled: set[str], report: 
                     continue
             except CorruptionError:
                 pass
-            candidates = [e.new for e in repo.reflog(name) if e.new] + _first_parents(repo, current)
+            logged = [e.new for e in repo.reflog(name) if e.new]
+            candidates = logged + _first_parents(repo, current)
             fallback = next((c for c in candidates if _history_reads(repo, c, set())), None)
-            os.unlink(os.path.join(dirpath, fname))
+            move_aside(repo, os.path.join(dirpath, fname), report)  # what it named does not read
             if fallback is not None:
+                source = "the reflog" if fallback in logged else "its tip's first readable ancestor"
                 repo.git.create_reference_direct(name, pygit2.Oid(hex=fallback), True,
-                                                 message="recovery: restored from the reflog")
-            report.refs_restored.append(name)
+                                                 message=f"recovery: restored from {source}")
+                report.restored(name, source)
+            else:
+                report.removed(name)
 
 
 def _first_parents(repo: RecoveryHost, commit_hex: str | None, limit: int = 64) -> list[str]:

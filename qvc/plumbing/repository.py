@@ -107,6 +107,7 @@ def _create(path: str, *, fsync: bool = True) -> None:
         repo.config["gc.auto"] = "0"
         repo.config["receive.denyNonFastForwards"] = "false"
         repo.free()
+        mark_blobs(tmp)
         os.makedirs(os.path.join(tmp, QVC_DIR, "journal"))
         if fsync:
             _flush_tree(tmp)
@@ -120,6 +121,50 @@ def _create(path: str, *, fsync: bool = True) -> None:
         if os.path.isdir(path) and os.listdir(path):
             return  # another process created it first; opening it will validate it
         raise StorageError.of(exc, path, "cannot create repository") from None
+
+
+#: how plain git shows a qvc repository's blobs (msgpack): every path has the ``qvc`` diff driver
+#: (``info/attributes``), which is binary (the repository's config), so ``git log -p``, ``git show``
+#: and ``git diff`` print "Binary files differ"; a user who wants JSON adds one line to the config,
+#: ``git config diff.qvc.textconv "qvc cat-blob"`` (docs/format.md). qvc's own git runs never use a
+#: textconv the repository names (:mod:`qvc.plumbing.launcher`).
+ATTRIBUTES_LINE = "* diff=qvc"
+DIFF_BINARY = "diff.qvc.binary"
+
+
+def _user_decided(line: str) -> bool:
+    """Whether an ``info/attributes`` line already says how git diffs every path (``* -diff``,
+    ``* diff=json``, ...): then it is the user's choice, and qvc adds nothing."""
+    parts = line.split()
+    return len(parts) > 1 and parts[0] == "*" and any(a.lstrip("-!").split("=")[0] == "diff" for a in parts[1:])
+
+
+def mark_blobs(path: str) -> bool:
+    """Mark the blobs of the repository at ``path`` as binary for plain git (see
+    :data:`ATTRIBUTES_LINE`), unless its ``info/attributes`` already has a line for every path's
+    diff: then nothing changes. Only adds: a user's own lines and settings are kept, and an
+    existing ``diff.qvc.binary`` is left as it is. The config is written before the attributes
+    (a kill in between leaves a setting nothing uses) and the attributes file is replaced
+    whole by a rename. Returns whether it changed anything."""
+    attributes = os.path.join(path, "info", "attributes")
+    try:
+        with open(attributes, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except FileNotFoundError:
+        text = ""
+    if any(_user_decided(line) for line in text.splitlines()):
+        return False
+    config = configured().Config(os.path.join(path, "config"))
+    try:
+        config[DIFF_BINARY]
+    except KeyError:
+        config[DIFF_BINARY] = True
+    os.makedirs(os.path.dirname(attributes), exist_ok=True)
+    tmp = f"{attributes}.qvc-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text + ("\n" if text and not text.endswith("\n") else "") + ATTRIBUTES_LINE + "\n")
+    os.replace(tmp, attributes)
+    return True
 
 
 #: what a new repository needs on stable storage to open as one (git's HEAD, objects/ and refs/,
@@ -201,6 +246,11 @@ class Repository:
         self._calls = threading.Condition()  # guards _running and the change of _closed to True
         self._running = 0  # writes and flushes under way (see _admitted): close waits for them
         # Recovery takes the exclusive lock (pausing writers) only when a quick look finds work.
+        if not readonly:
+            try:
+                mark_blobs(self.path)  # repositories made before qvc marked them
+            except (OSError, pygit2.GitError) as exc:  # a read-only file system: plain git shows bytes
+                log.warning("qvc: cannot mark %s's blobs as binary for git: %s", self.path, exc)
         self.recovery = recovery.RecoveryReport()
         if recovery.needed(self):
             with self.exclusive():

@@ -33,7 +33,7 @@ from qvc.errors import NotFoundError
 from qvc.readers.statediff import item_identity
 from qvc.readers.views import iso
 from qvc.store.refnames import encode_name
-from qvc.store.viewers import viewer_of
+from qvc.store.viewers import view_state, viewer_of
 
 if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore
@@ -89,7 +89,7 @@ def blame(store: GitCheckpointStore, field: str, commit: str, *, raw: bool = Fal
     (``raw``: as stored; see the module docstring). Raises :class:`NotFoundError` when the
     checkpoint has no such field. Reads only."""
     viewer = None if raw else viewer_of(store, commit)
-    versions = _viewed_versions(store, field, commit, viewer) if viewer is not None \
+    versions = _viewed_versions(store, field, commit) if viewer is not None \
         else _stored_versions(store, field, commit)
     value: Any = None
     origins: Any = None  # list of _Origin (list), {key: (_Origin, bytes)} (mapping), _Origin (scalar)
@@ -147,15 +147,13 @@ def _stored_versions(store: GitCheckpointStore, field: str, commit: str) -> list
     return out
 
 
-def _viewed_versions(store: GitCheckpointStore, field: str, commit: str, viewer: Any) -> list[tuple[CommitInfo, Any]]:
+def _viewed_versions(store: GitCheckpointStore, field: str, commit: str) -> list[tuple[CommitInfo, Any]]:
     """The viewed field's values along ``commit``'s line, oldest first, one per checkpoint whose
     view of it changed; a checkpoint whose tree is its child's is not decoded again."""
     def shown(sha: str) -> Any:
-        found = viewer_of(store, sha)
-        state = store.read(sha).checkpoint.state_data
-        return (found(store, sha, state) if found is not None else state).get(field, _MISSING)
+        return view_state(store, sha, store.read(sha).checkpoint.state_data).get(field, _MISSING)
 
-    newest = viewer(store, commit, store.read(commit).checkpoint.state_data)
+    newest = view_state(store, commit, store.read(commit).checkpoint.state_data)
     if field not in newest:
         raise NotFoundError(f"checkpoint {commit[:12]} has no field {field!r} "
                             f"(fields: {', '.join(sorted(newest)) or 'none'})")

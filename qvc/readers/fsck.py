@@ -2,10 +2,16 @@
 
 Two levels: git's own ``git fsck`` for the object store (hashes, links, missing objects), then
 qvc's checks on top (thread names, checkpoint headers, state fields, pending writes).
+
+A reflog entry naming a commit that is gone ("invalid reflog entry") is what ``qvc reset
+THREAD@{1}`` leaves when it puts back a thread whose head commit was missing: the reflog records
+the head it left, as git's does. In a repository that is otherwise healthy it is a warning, not
+a problem (``qvc gc --prune`` drops such entries); with other problems it is one of them.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,13 +30,19 @@ class FsckReport:
     checkpoints: int = 0
     pending_writes: int = 0
     problems: list[str] = field(default_factory=list)
+    #: what needs no repair: reflog entries naming a commit that is gone (``qvc gc --prune`` drops them)
+    warnings: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(self.problems)
 
     def to_json(self) -> dict[str, Any]:
         return {"ok": not self.problems, "refs": self.refs, "checkpoints": self.checkpoints,
-                "pending_writes": self.pending_writes, "problems": self.problems}
+                "pending_writes": self.pending_writes, "problems": self.problems, "warnings": self.warnings}
+
+
+# git fsck's line for a reflog entry whose new (or old) commit is missing
+_INVALID_REFLOG = re.compile(r"error: (\S+): invalid reflog entry ([0-9a-f]{40,64})")
 
 
 def fsck(store: GitCheckpointStore, *, objects: bool = True) -> FsckReport:
@@ -39,24 +51,42 @@ def fsck(store: GitCheckpointStore, *, objects: bool = True) -> FsckReport:
 
     Each problem names where it is: the thread (and ref) of a ref pointing at a missing or
     unreadable commit; the thread, checkpoint id and commit, and the field, of a damaged
-    checkpoint. ``checkpoints`` counts every checkpoint commit reached, damaged ones too.
+    checkpoint. ``checkpoints`` counts every checkpoint commit reached, damaged ones too. A
+    reflog entry naming a missing commit is one of ``warnings`` (naming ``qvc gc --prune``, which
+    drops it) when nothing else is wrong, else one of the ``problems``.
     """
     from qvc.plumbing.launcher import run_git as run
 
     report = FsckReport()
+    git_lines: list[str] = []  # git fsck's findings, in its order
+    reflog: list[re.Match] = []  # those that are reflog entries naming a missing commit
     if objects:
         proc = run(store.path, "fsck", "--no-dangling", "--no-progress", "--strict")
         for line in (proc.stdout + proc.stderr).splitlines():
             if line.strip() and not line.startswith("notice:"):
-                report.problems.append(f"git fsck: {line.strip()}")
-        if proc.returncode != 0 and not report.problems:
-            report.problems.append(f"git fsck failed with exit status {proc.returncode}")
+                git_lines.append(f"git fsck: {line.strip()}")
+                found = _INVALID_REFLOG.fullmatch(line.strip())
+                if found is not None:
+                    reflog.append(found)
+        if proc.returncode != 0 and not git_lines:
+            git_lines.append(f"git fsck failed with exit status {proc.returncode}")
+    _check_refs(store, report)
+    if report.problems or len(reflog) < len(git_lines):  # damaged otherwise: missing commits may be part of it
+        report.problems[:0] = git_lines
+    else:
+        report.warnings += [f"{m.group(1)}: reflog entry {m.group(2)[:12]} names a commit that is gone (left by a "
+                            f"repair of a damaged head); `qvc gc --prune` drops it" for m in reflog]
+    return report
+
+
+def _check_refs(store: GitCheckpointStore, report: FsckReport) -> None:
+    """qvc's checks of every ref and what it reaches, into ``report``."""
     seen: set[str] = set()
     try:
         refs = list(store.repository.refs("refs/"))
     except QvcError as exc:
         report.problems.append(str(exc))
-        return report
+        return
     for name, tip in refs:
         report.refs += 1
         if name.startswith(WRITES):
@@ -108,4 +138,3 @@ def fsck(store: GitCheckpointStore, *, objects: bool = True) -> FsckReport:
                 continue
             for field_name, why in damaged.items():
                 report.problems.append(f"{label} field {field_name!r}: {why}")
-    return report

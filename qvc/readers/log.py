@@ -2,7 +2,10 @@
 fields, dates, message patterns), ``--format`` placeholders, and the fork graph.
 
 Entries are read from commits and trees only (a checkpoint's state is not decoded, except its
-``status`` field when it has one), so listing stays cheap on long threads.
+``status`` field when it has one), so listing stays cheap on long threads. With ``viewed=True``
+(``qvc log`` without ``--raw``), the fields a checkpoint changed are named as its viewer shows
+them (:class:`ViewedNames`: a run's ``messages``, not its ``log.00000003`` segment): only the
+checkpoints that have a viewer are decoded for that, plain states keep the cheap path.
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from qvc.codec import serde
-from qvc.errors import CorruptionError, InvalidInputError, NotFoundError
+from qvc.errors import CorruptionError, InvalidInputError, NotFoundError, QvcError
 from qvc.plumbing.objects import MODE_BLOB
 from qvc.readers.dates import ago
 from qvc.store.format import HEADER
 from qvc.store.refnames import HEADS, SUPERSEDED, decode_name, decode_thread, encode_name
+from qvc.store.viewers import view_state, viewer_of
 
 if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore
@@ -70,16 +74,70 @@ def source_of(info: CommitInfo) -> str:
     return " · ".join(parts[1:-1]) if len(parts) >= 3 and parts[0].startswith("step ") else ""
 
 
+class ViewedNames:
+    """The fields checkpoints changed as their viewers show them (:mod:`qvc.store.viewers`), for
+    log entries: :func:`entry` and :func:`log` take one (``viewed=True``). Only a checkpoint that
+    has a viewer is decoded (with its parent, as the viewers show both); the viewed states of the
+    last few commits are kept, since a line's entries each need their parent's."""
+
+    KEPT = 8
+
+    def __init__(self, store: GitCheckpointStore) -> None:
+        self._store = store
+        self._states: dict[str, dict] = {}
+
+    def kinds(self, commit: str, parent: str | None) -> dict[str, str] | None:
+        """``{field: "A" | "M" | "D"}`` for what checkpoint commit ``commit`` added, changed or
+        removed against ``parent`` (``None``: everything added), as its viewer shows both, in the
+        order it shows them (removed ones last); ``None`` when it has no viewer (its stored field
+        names are the ones people see) or does not read (the caller names the stored fields, and
+        ``qvc fsck`` the damage)."""
+        from qvc.readers.statediff import diff_states  # deferred: only a viewer's checkpoints need it
+
+        try:
+            if viewer_of(self._store, commit) is None:
+                return None
+            new = self._viewed(commit)
+            old = self._viewed(parent) if parent is not None else {}
+        except CorruptionError:
+            return None
+        if new is None or old is None:
+            return None
+        try:
+            found = {d.field: d.status for d in diff_states(old, new)}
+        except QvcError:  # a value the diff cannot compare: the stored names
+            return None
+        kinds = {f: {"added": "A", "changed": "M"}[found[f]] for f in new if f in found}
+        kinds.update((f, "D") for f in old if found.get(f) == "removed")
+        return kinds
+
+    def _viewed(self, sha: str) -> dict | None:
+        """The state of ``sha`` as its viewer shows it; ``None`` when a field is damaged."""
+        if sha in self._states:
+            return self._states[sha]
+        damaged: dict[str, str] = {}
+        state = self._store.read(sha, damaged=damaged).checkpoint.state_data
+        shown = None if damaged else view_state(self._store, sha, state)
+        if len(self._states) >= self.KEPT:
+            self._states.pop(next(iter(self._states)))
+        self._states[sha] = shown
+        return shown
+
+
 def entry(store: GitCheckpointStore, commit: str, heads: dict[str, list[str]] | None = None,
-          superseded: bool = False, tags: dict[str, list[str]] | None = None) -> LogEntry:
-    """The log entry of one checkpoint commit (``heads`` and ``tags``: ``{commit: [names]}``)."""
+          superseded: bool = False, tags: dict[str, list[str]] | None = None, *,
+          viewed: ViewedNames | None = None) -> LogEntry:
+    """The log entry of one checkpoint commit (``heads`` and ``tags``: ``{commit: [names]}``); with
+    ``viewed``, the fields it changed as its viewer shows them, when it has one."""
     info = store.commit_info(commit)
-    mine = store.tree_entries(commit)
-    theirs = store.tree_entries(info.parent) if info.parent is not None else {}
-    # added or changed, then removed (as in the commit subject); entries compare by (mode, id)
-    kinds = {decode_name(n): "M" if n in theirs else "A" for n, e in mine.items()
-             if n != HEADER and theirs.get(n) != e}
-    kinds.update((decode_name(n), "D") for n in theirs if n != HEADER and n not in mine)
+    kinds = viewed.kinds(commit, info.parent) if viewed is not None else None
+    if kinds is None:
+        mine = store.tree_entries(commit)
+        theirs = store.tree_entries(info.parent) if info.parent is not None else {}
+        # added or changed, then removed (as in the commit subject); entries compare by (mode, id)
+        kinds = {decode_name(n): "M" if n in theirs else "A" for n, e in mine.items()
+                 if n != HEADER and theirs.get(n) != e}
+        kinds.update((decode_name(n), "D") for n in theirs if n != HEADER and n not in mine)
     return LogEntry(commit, info.checkpoint_id, info.thread_id, info.step, source_of(info), info.time,
                     info.parents, list(kinds), _status(store, info), (heads or {}).get(commit, []), superseded,
                     info.message, (tags or {}).get(commit, []), kinds)
@@ -189,7 +247,7 @@ def log(store: GitCheckpointStore, start: str | Sequence[str] | None = None, *, 
         all: bool = False, exclude: str | Sequence[str] | None = None, fields: Sequence[str] = (),
         since: float | None = None, until: float | None = None, grep: str | None = None, reverse: bool = False,
         first_parent: bool = False, order: str | None = None,
-        where: Callable[[LogEntry], bool] | None = None) -> Iterator[LogEntry]:
+        where: Callable[[LogEntry], bool] | None = None, viewed: bool = False) -> Iterator[LogEntry]:
     """Checkpoints newest first.
 
     With ``start`` (a commit), its first-parent line, crossing into the source thread at a
@@ -211,6 +269,10 @@ def log(store: GitCheckpointStore, start: str | Sequence[str] | None = None, *, 
     limit, a bad pattern or an unknown order. ``git rev-list`` orders several lines; where git
     cannot read the repository, a walk of everything here does (and raises
     :class:`CorruptionError` on what it cannot read).
+
+    ``viewed``: each entry's changed fields (``changed``, ``kinds``, and so what ``fields``
+    selects by) are named as its checkpoint's viewer shows them (:class:`ViewedNames`), for the
+    checkpoints that have one.
     """
     if limit is not None and limit < 0:
         raise InvalidInputError(f"limit must be a non-negative integer, not {limit!r}")
@@ -223,6 +285,7 @@ def log(store: GitCheckpointStore, start: str | Sequence[str] | None = None, *, 
     starts = [start] if isinstance(start, str) else list(start or ())
     excludes = [exclude] if isinstance(exclude, str) else list(exclude or ())
     wanted = set(fields)
+    names = ViewedNames(store) if viewed else None
 
     def chosen(e: LogEntry) -> bool:
         return ((not wanted or not wanted.isdisjoint(e.changed))
@@ -235,10 +298,11 @@ def log(store: GitCheckpointStore, start: str | Sequence[str] | None = None, *, 
     def selected() -> Iterator[LogEntry]:
         count = 0
         if not all and len(starts) == 1:
-            candidates = _line(store, starts[0], _reachable_from(store, set(excludes)) if excludes else set())
+            candidates = _line(store, starts[0], _reachable_from(store, set(excludes)) if excludes else set(),
+                               names)
         else:
             candidates = _walk(store, starts, excludes, all, first_parent, order or "date",
-                               limit if trivial else None)
+                               limit if trivial else None, names)
         for e in candidates:
             if limit is not None and count >= limit:
                 return
@@ -252,7 +316,8 @@ def log(store: GitCheckpointStore, start: str | Sequence[str] | None = None, *, 
         yield from selected()
 
 
-def _line(store: GitCheckpointStore, start: str, hidden: set[str]) -> Iterator[LogEntry]:
+def _line(store: GitCheckpointStore, start: str, hidden: set[str],
+          viewed: ViewedNames | None = None) -> Iterator[LogEntry]:
     """One commit's first-parent line, newest first, up to the first commit in ``hidden``."""
     # Decorate with the heads of the threads this line belongs to and of HEAD's thread
     # (not every ref: listing thousands of threads would cost more than the log itself).
@@ -271,11 +336,11 @@ def _line(store: GitCheckpointStore, start: str, hidden: set[str]) -> Iterator[L
     for info in store.first_parents(start):
         if info.hex in hidden:
             return
-        yield entry(store, info.hex, heads, tags=tags)
+        yield entry(store, info.hex, heads, tags=tags, viewed=viewed)
 
 
 def _walk(store: GitCheckpointStore, starts: list[str], excludes: list[str], all: bool, first_parent: bool,
-          order: str, limit: int | None) -> Iterator[LogEntry]:
+          order: str, limit: int | None, viewed: ViewedNames | None = None) -> Iterator[LogEntry]:
     """What ``starts`` (and with ``all`` every thread and superseded line) reach and ``excludes``
     do not, in ``order``; ``limit``: how many at most the caller takes (``None``: it filters
     them, so all may be needed)."""
@@ -288,7 +353,7 @@ def _walk(store: GitCheckpointStore, starts: list[str], excludes: list[str], all
             if tip in shown:
                 names.setdefault(tip, []).append(store.thread_of_ref(name, tip))
         for commit, superseded in ordered:
-            yield entry(store, commit, names, superseded=superseded, tags=tags)
+            yield entry(store, commit, names, superseded=superseded, tags=tags, viewed=viewed)
         return
     heads = head_map(store)
     tips = set(starts)
@@ -298,7 +363,7 @@ def _walk(store: GitCheckpointStore, starts: list[str], excludes: list[str], all
     hidden = _reachable_from(store, set(excludes), first_parent) if excludes else set()
     everything = _reachable_from(store, tips, first_parent) - hidden
     for commit in _ordered(store, everything, first_parent, order):
-        yield entry(store, commit, heads, superseded=all and commit not in on_live, tags=tags)
+        yield entry(store, commit, heads, superseded=all and commit not in on_live, tags=tags, viewed=viewed)
 
 
 def _ordered(store: GitCheckpointStore, commits: set[str], first_parent: bool, order: str) -> Iterator[str]:
@@ -383,14 +448,15 @@ def graph(store: GitCheckpointStore, start: str | Sequence[str] | None = None, *
           all: bool = False, color: bool = False, exclude: Sequence[str] = (), first_parent: bool = False,
           order: str | None = None, since: float | None = None, until: float | None = None,
           decorate: str = "short", fmt: str | None = None, head_thread: str | None = None,
-          head_commit: str | None = None) -> str:
+          head_commit: str | None = None, viewed: bool = False) -> str:
     """The fork graph drawn by ``git log --graph`` (threads as branch decorations), of what
     ``start`` (a commit or several; with ``all`` every thread and superseded line too) reaches
     and ``exclude`` does not, in ``order`` (default ``"topo"``: git's graph order, each line
     drawn whole), at most ``limit`` checkpoints, between ``since`` and ``until`` (inclusive);
     ``decorate`` is one of :data:`DECORATE`. With ``fmt`` (a ``--format`` as :func:`check_format`
     returns it), each checkpoint is written as :func:`format_entry` writes it (``head_thread``
-    and ``head_commit`` for ``%d``), each of its lines beside the graph as git draws it.
+    and ``head_commit`` for ``%d``), each of its lines beside the graph as git draws it;
+    ``viewed``: ``%(changed)`` names the fields as viewers show them (see :func:`log`).
 
     git is better at laying out a graph than anything we would write; it runs with the
     repository's own configuration neutralized (see :mod:`qvc.plumbing.maintenance`).
@@ -426,7 +492,7 @@ def graph(store: GitCheckpointStore, start: str | Sequence[str] | None = None, *
         return ""
     text = git(store.path, *args, *starts, *(f"^{c}" for c in exclude), "--")
     if fmt is not None:
-        return _formatted(store, text, pieces, all, head_thread, head_commit)
+        return _formatted(store, text, pieces, all, head_thread, head_commit, ViewedNames(store) if viewed else None)
     return _DECORATION.sub(lambda m: _decorate(m.group(1), color), text)
 
 
@@ -441,7 +507,7 @@ def _lines_of(fmt: str) -> list[str]:
 
 
 def _formatted(store: GitCheckpointStore, text: str, pieces: list[str], all: bool, head_thread: str | None,
-               head_commit: str | None) -> str:
+               head_commit: str | None, viewed: ViewedNames | None = None) -> str:
     """git's graph ``text`` (a marked commit, then a line per further piece) with each commit's
     lines written from ``pieces``."""
     lines = text.split("\n")
@@ -457,7 +523,7 @@ def _formatted(store: GitCheckpointStore, text: str, pieces: list[str], all: boo
     rest: list[str] = []
     for line, m in zip(lines, marked, strict=True):
         if m is not None:
-            e = entry(store, m.group(1), names, superseded=m.group(1) in hidden, tags=tags)
+            e = entry(store, m.group(1), names, superseded=m.group(1) in hidden, tags=tags, viewed=viewed)
             written = [format_entry(e, piece, head_thread=head_thread, head_commit=head_commit) for piece in pieces]
             out.append(line[:m.start()] + written[0])
             rest = written[1:]

@@ -48,23 +48,30 @@ log = logging.getLogger("qvc")
 
 def run_revision(store: GitCheckpointStore, text: str) -> Optional[Revision]:
     """The checkpoint ``RUN@INDEX`` / ``RUN@CHECKPOINT_ID`` names, as a revision on the run's
-    thread: the checkpoint ``qvc show RUN@INDEX`` says the run is shown as of (the boundary at
-    that pair-safe index, else the last one before it). ``None`` when ``text`` is not such a
-    reference to a run of ``store``, so :func:`qvc.store.revisions.parse_revision` can take it
-    as its ``names``. Raises :class:`InvalidInputError` for an index outside the run and
+    thread (``RUN`` alone: the run's head): the checkpoint ``qvc show RUN@INDEX`` says the run is
+    shown as of (the boundary at that pair-safe index, else the last one before it). ``None``
+    when ``text`` is not such a reference to a run of ``store``, so
+    :func:`qvc.store.revisions.parse_revision` can take it as its ``names``. Raises
+    :class:`InvalidInputError` for an index outside the run and
     :class:`~qvc.errors.UnknownCheckpointError` for a checkpoint id not in it. Reads only.
     """
-    if not isinstance(text, str) or "@" not in text:
+    if not isinstance(text, str) or not text:
         return None
-    try:
-        run_id, at = parse_run_ref(text)
-    except InvalidInputError:
-        return None
+    if "@" not in text:  # a run id alone: the run's latest checkpoint, as `qvc show RUN` shows it
+        run_id, at = text, None
+    else:
+        try:
+            run_id, at = parse_run_ref(text)
+        except InvalidInputError:
+            return None
     runs = Runs(store)
     try:
         thread = runs.thread(run_id)
-    except UnknownRunError:
+    except (UnknownRunError, InvalidInputError):
         return None
+    if at is None:
+        head = store.head(thread)
+        return Revision(head, thread) if head is not None else None
     return Revision(store.resolve(runs.snapshot(run_id, at).checkpoint_id), thread)
 
 

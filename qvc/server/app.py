@@ -56,12 +56,14 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optional[str] = None,
                poll_interval: float = 0.5, agent: Optional[Callable[[Any], Any]] = None,
-               any_host: bool = False) -> FastAPI:
+               any_host: bool = False, action_token: Optional[str] = None) -> FastAPI:
     """The ``qvc serve`` application for the repository at ``path``.
 
     ``read_only`` refuses every action with 403; ``token`` (when not ``None``) is required on
     every request; without one, requests must name a loopback host unless ``any_host`` (see
-    :class:`Guard`; actions from other sites' pages are always refused). ``poll_interval``
+    :class:`Guard`; actions from other sites' pages are always refused); without a ``token``,
+    an ``action_token`` (when not ``None``) is required on every action, reads stay open
+    (``qvc serve`` makes one per start). ``poll_interval``
     bounds how long the event stream goes without re-reading the refs (inotify wakes it
     sooner). ``agent``, when given, is called with the :class:`~qvc.runs.RunRecorder` of each
     continuation (in a thread of its own) to record it: the agent loop of :mod:`qvc.runs`.
@@ -76,7 +78,7 @@ def create_app(path: str | os.PathLike, *, read_only: bool = False, token: Optio
                   description=DESCRIPTION)
     app.state.qvc = state
     app.state.path, app.state.reader = path, reader  # as before the routes took their state as dependencies
-    app.add_middleware(Guard, token=token, read_only=read_only, any_host=any_host)
+    app.add_middleware(Guard, token=token, read_only=read_only, any_host=any_host, action_token=action_token)
     app.add_exception_handler(QvcError, on_qvc_error)
     app.add_exception_handler(RequestValidationError, on_bad_request)
     app.add_exception_handler(StarletteHTTPException, on_http_error)

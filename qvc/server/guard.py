@@ -71,11 +71,17 @@ class Guard:
       from clients that send no ``Origin``: another site's page cannot make a browser act here
       (403). With a token this check is not needed (other sites' requests carry no token: the
       cookie is SameSite=Strict), and it would refuse pages served through a reverse proxy.
+    - Without a token, an ``action_token`` (when set: ``qvc serve`` makes one per start, as
+      notebook servers do) on every action, presented as the token is (401 otherwise): any
+      local process can reach a loopback port, but only who has the printed URL may act.
+      Reads stay open on loopback.
     - No actions at all in read-only mode (403).
     """
 
-    def __init__(self, app: Any, token: Optional[str], read_only: bool, any_host: bool = False):
+    def __init__(self, app: Any, token: Optional[str], read_only: bool, any_host: bool = False,
+                 action_token: Optional[str] = None):
         self.app, self.token, self.read_only, self.any_host = app, token, read_only, any_host
+        self.action_token = None if token is not None else action_token
 
     async def __call__(self, scope: Dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
@@ -94,6 +100,11 @@ class Guard:
                 response.headers["WWW-Authenticate"] = "Bearer"
             elif self.read_only and scope["method"] in WRITE_METHODS:
                 response = error(403, "read_only", "the server is read-only (qvc serve --read-only)")
+            elif self.action_token is not None and scope["method"] in WRITE_METHODS and not any(
+                    hmac.compare_digest(t.encode(), self.action_token.encode()) for t in presented_tokens(scope)):
+                response = error(401, "unauthorized", "actions need the token in the URL qvc serve printed "
+                                 "(open the page with its ?token=, or send Authorization: Bearer TOKEN)")
+                response.headers["WWW-Authenticate"] = "Bearer"
             if response is not None:
                 await response(scope, receive, send)
                 return

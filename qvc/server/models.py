@@ -37,8 +37,12 @@ class Repository(BaseModel):
     pending_writes: int
     recovery: Optional[str]
     maintenance_due: Optional[str]
+    damaged: Optional[str] = Field(None, description="Why HEAD or the current thread's head does not read "
+                                   "(`qvc checkout THREAD` repairs a garbled HEAD); null when they do")
     failures: int = Field(0, description="Checkpoint writes that failed where the caller may not see it")
     last_failures: List[Dict[str, Any]] = Field(default_factory=list, description="The last 5 of them")
+    quarantine: List[str] = Field(default_factory=list, description="Folders of files a repair moved aside "
+                                  "instead of deleting them (qvc/quarantine/<time>); nothing reads them")
     version: str
     read_only: bool
     live: str = Field(description="How /api/events learns of changes: 'poll' (ref polling) or 'watch'")

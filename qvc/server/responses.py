@@ -36,9 +36,14 @@ ERRORS: Dict[int | str, Dict[str, Any]] = {
     400: {"model": models.ErrorBody, "description": "Bad input (a bad boundary, name or body)"},
     401: {"model": models.ErrorBody, "description": "The server has a token and the request did not carry it"},
     404: {"model": models.ErrorBody, "description": "Unknown thread, checkpoint or run"}}
-#: The error answers every action declares: :data:`ERRORS`, read-only (403) and conflicts (409).
+#: The error answers every action declares: :data:`ERRORS`, no token (401: actions need one even
+#: without ``--token``), read-only (403) and conflicts (409).
 ACTION_ERRORS: Dict[int | str, Dict[str, Any]] = {
-    **ERRORS, 403: {"model": models.ErrorBody, "description": "The server is read-only"},
+    **ERRORS,
+    401: {"model": models.ErrorBody, "description": "The request did not carry the server's token (with `qvc "
+          "serve --token`), or this start's token for actions (without it: the `?token=` of the printed URL)"},
+    403: {"model": models.ErrorBody, "description": "The server is read-only, or the request came from another "
+          "site's page"},
     409: {"model": models.ErrorBody,
           "description": "Conflict: a CANCELLED run, a run owned by a live worker, a name taken"}}
 

@@ -55,8 +55,10 @@ def threads(reader: Reader,
             status: Optional[str] = Query(None, description="Only threads whose head has this status"),
             prefix: Optional[str] = Query(None, description="Only threads whose name starts with this"),
             offset: int = Query(0, ge=0), limit: int = Query(100, ge=1, le=1000)) -> Dict[str, Any]:
-    """Threads, sorted by name, a page at a time (head, step, status, last update, checkpoint count)."""
-    current = reader.current().thread
+    """Threads, sorted by name, a page at a time (head, step, status, last update, checkpoint count).
+    A garbled HEAD marks no thread current (``/api/repository`` says it is damaged)."""
+    head = reader.current_or_none()
+    current = head.thread if head is not None else None
     names = [t for t in reader.threads() if prefix is None or t.startswith(prefix)]
     if status is not None:
         names = [r["thread"] for r in thread_rows(reader, names, current, count=False) if r.get("status") == status]

@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from typing import Any, Callable, Iterator, Mapping, Optional, Protocol, Sequence
+import threading
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Optional, Protocol, Sequence
 
 from qvc.codec import serde
 from qvc.errors import (
@@ -49,7 +50,17 @@ from qvc.store.refnames import (
 )
 from qvc.store.rewrite import Rewriter
 from qvc.store.summaries import MISSING, Summaries, Summary, summarize
-from qvc.store.writes import Item, PendingWrites, entry_key, key_path, keyed_prefix, keyed_ref, thread_writes_ref
+from qvc.store.writes import (
+    ALL,
+    KEYED,
+    Item,
+    PendingWrites,
+    entry_key,
+    key_path,
+    keyed_prefix,
+    keyed_ref,
+    thread_writes_ref,
+)
 from qvc.types import (
     Checkpoint,
     CheckpointConfig,
@@ -79,6 +90,16 @@ SERVICES: list[Callable[[GitCheckpointStore], Optional[Service]]] = []
 #: ``put(expected_head=...)`` not given: the head is not checked.
 UNCHECKED: Any = object()
 
+
+class PutRequest(NamedTuple):
+    """One checkpoint of :meth:`GitCheckpointStore.put_many`: the arguments :meth:`GitCheckpointStore.put` takes."""
+
+    config: CheckpointConfig
+    checkpoint: Checkpoint
+    metadata: CheckpointMetadata
+    expected_head: Optional[str] = UNCHECKED
+    header: Optional[Mapping[str, Any]] = None
+
 _PUT_RETRIES = 100
 _HEXISH = re.compile(r"^[0-9a-fA-F]{4,40}$")
 _MOVED = re.compile(r"^checkout: moving from (\S+) to \S+$")  # what git and libgit2 log in HEAD's reflog
@@ -106,6 +127,7 @@ class GitCheckpointStore(CheckpointStore):
         self._repo = Repository(path, create=create, durability=durability, fsync=fsync, max_lag=max_lag,
                                 readonly=readonly)
         self._history = History(self._repo)
+        self._batches = threading.Lock()  # put_many: one batch at a time in this process (see there)
         self._writes = PendingWrites(self._repo, self._history)
         self._rewriter = Rewriter(self._repo, self._history)
         self._summaries = Summaries(self._repo, self._history)
@@ -641,6 +663,84 @@ class GitCheckpointStore(CheckpointStore):
                 raise CheckpointConflictError(_moved(thread, head, found)) from None
         return CheckpointConfig(thread, checkpoint.id)
 
+    def put_many(self, puts: Sequence[PutRequest]) -> list[CheckpointConfig]:
+        """Store several checkpoints, each on its own thread, in one transaction: all or nothing.
+
+        Each :class:`PutRequest` is what :meth:`put` takes (``config``, ``checkpoint``,
+        ``metadata``, ``expected_head``, ``header``) and is stored as :meth:`put` stores it, with
+        two limits: every request names a different thread, and each extends its thread (its
+        ``checkpoint.parent_id`` is ``None`` or the id of the thread's head: no time travel and
+        no fork from another thread in a batch; :class:`InvalidInputError` otherwise). A request
+        whose id is stored already with the same content is a no-op, as in :meth:`put`.
+
+        The heads move one after another inside the transaction, recorded as one journal record.
+        If any thread's head is not its ``expected_head`` when the write starts, or another writer
+        moves one before its move, :class:`CheckpointConflictError` names the thread and nothing is
+        stored: heads this call moved already are moved back (compare-and-swap). Other processes
+        see the moves only once the transaction is published (each moved ref stays leased until
+        then), so never a half; in this process, batches run one at a time. A plain :meth:`put`
+        from another Python thread of this process on one of the batch's threads could still build
+        on a head the batch then moves back: in one process, write threads shared with batches
+        through batches. What a returned call stored is durable in SYNC mode. Returns each
+        request's new address, in order. Raises what :meth:`put` raises.
+        """
+        requests = list(puts)
+        threads = [_thread_of(r.config) for r in requests]
+        if len(set(threads)) != len(threads):
+            raise InvalidInputError("put_many: each request must name a different thread")
+        prepared = []
+        for request, thread in zip(requests, threads, strict=True):
+            _check_checkpoint(request.checkpoint, thread)
+            metadata = _check_mapping(request.metadata, "metadata")
+            extra = _check_mapping(request.header, "header")
+            cp = request.checkpoint
+            header = {
+                "id": cp.id, "thread_id": thread, "step": cp.step, "parent_id": cp.parent_id,
+                "created_at": cp.created_at, "schema_version": cp.schema_version,
+                "versions_seen": cp.versions_seen,
+                "pending_writes": [list(w) for w in cp.pending_writes or []],
+            }
+            clash = sorted(k for k in extra if k in header or k == "versions")
+            if clash:
+                raise InvalidInputError(f"header keys {clash} are the store's own")
+            header.update(extra)
+            prepared.append((request, thread, header, metadata))
+        out: list[CheckpointConfig] = []
+        with self._batches, self._repo.transaction() as tx:
+            staged: list[tuple[str, str, str | None, str, str]] = []
+            for request, thread, header, metadata in prepared:
+                cp = request.checkpoint
+                ref = head_ref(thread)
+                head = tx.ref(ref)
+                if request.expected_head is not UNCHECKED and head != request.expected_head:
+                    raise CheckpointConflictError(_moved(thread, request.expected_head, head))
+                if cp.parent_id is not None and (
+                        head is None or self._history.commit(head).checkpoint_id != cp.parent_id):
+                    raise InvalidInputError(f"put_many: thread {thread!r}: parent_id {cp.parent_id!r} is not the "
+                                            "thread's head (a batch only extends threads)")
+                out.append(CheckpointConfig(thread, cp.id))
+                existing = self._history.lookup(cp.id, refresh=False)
+                if existing is not None:
+                    self._check_reput(existing, header, metadata, cp.state_data, head, cp.parent_id is not None)
+                    continue
+                parent_entries = self._history.entries(self._history.commit(head)) if head else {}
+                fields, _ = self._builder(tx.write).fields(cp.state_data, parent_entries)
+                new = self.write_checkpoint(tx, header, metadata, fields, [head] if head else [])
+                cause = f"{metadata.get('source') or 'put'}: step {cp.step} {cp.id}"
+                staged.append((thread, ref, head, new, cause))
+            moved: list[tuple[str, str | None, str]] = []
+            for thread, ref, head, new, cause in staged:
+                try:
+                    tx.move_ref(ref, head, new, cause)
+                except CheckpointConflictError:
+                    found = tx.ref(ref)
+                    for done_ref, old, done in reversed(moved):  # all or nothing
+                        with contextlib.suppress(CheckpointConflictError):
+                            tx.move_ref(done_ref, done, old, "put_many: conflicted")
+                    raise CheckpointConflictError(_moved(thread, head, found)) from None
+                moved.append((ref, head, new))
+        return out
+
     def write_checkpoint(self, tx: Transaction, header: dict[str, Any], metadata: dict[str, Any],
                          fields: dict[str, Entry], parents: Sequence[str], *, source: str | None = None) -> str:
         """Write the commit of one checkpoint into ``tx`` in qvc's format (:mod:`qvc.store.format`);
@@ -1172,6 +1272,139 @@ class GitCheckpointStore(CheckpointStore):
                 prefix = keyed_prefix(source)
                 for ref, tip in tx.refs(prefix):
                     tx.move_ref(keyed_prefix(target) + ref[len(prefix):], None, tip)
+
+    # -- a thread's record: what an adapter keeps beside the head, moved with it -----------
+    #
+    # For frameworks whose conversation is a chain of immutable entries plus one mutable record
+    # (pydantic-ai's ConversationStore): each entry a checkpoint, the record's head the thread's
+    # head, the record's other fields bytes of the adapter's kept in the thread's writes ref
+    # (:data:`qvc.store.writes.RECORD`), and one compare-and-swap on the record for all of it.
+
+    def thread_record(self, thread_id: str) -> bytes | None:
+        """The thread's record, the bytes :meth:`put_record` stored last, or ``None`` (none stored,
+        or deleted). Raises :class:`CorruptionError` if it does not read."""
+        thread = check_thread_id(thread_id)
+        return self._writes.record_at(self._repo.ref(thread_writes_ref(thread)))
+
+    def record_threads(self) -> list[str]:
+        """Every thread with a writes ref, where a record may be (:meth:`thread_record` says),
+        sorted: those with a head and those without (a record whose head is ``None``). A thread
+        whose id is too long to name its ref is found through its head only."""
+        found = set(self.threads())
+        tail = "/" + ALL
+        for name, _ in self._repo.refs(KEYED):
+            if name.endswith(tail):
+                thread = decode_thread(name[len(KEYED):-len(tail)])
+                if thread is not None:
+                    found.add(thread)
+        return sorted(found)
+
+    def put_record(self, thread_id: str, record: bytes, *, expected: bytes | None,
+                   checkpoints: Sequence[tuple[Checkpoint, Mapping[str, Any]]] = (),
+                   head: str | None, header: Mapping[str, Any] | None = None) -> dict[str, str]:
+        """Store new checkpoints, move the thread's head and replace its record, in one transaction,
+        as a compare-and-swap on the record; returns ``{checkpoint id: commit SHA}`` of the new ones.
+
+        ``expected`` is the record as the caller read it (:meth:`thread_record`; ``None``: none
+        stored): if the stored one differs when the transaction starts, or another writer moves it
+        or the head before it ends, :class:`CheckpointConflictError` names the thread and nothing
+        is stored (no ref moved, so neither the record nor the head). ``checkpoints`` are
+        ``(checkpoint, metadata)`` pairs in order, each checkpoint's parent its ``parent_id`` (one
+        written earlier in this call, or any stored checkpoint, of any thread: a fork), ``None`` a
+        root; their ids must be new (:class:`CheckpointConflictError` otherwise); ``header`` holds
+        keys kept in each one's header beside the store's own (what names a viewer, as
+        :meth:`put`'s). ``head`` is the checkpoint id the thread's head moves to (one of
+        ``checkpoints`` or any stored checkpoint; ``None``: the thread keeps no head); a head
+        not reached from the new one stays as a superseded line (time travel, asked for by
+        the caller's ``expected``; so does a head another kind of writer moved, :meth:`put`,
+        before the transaction). The record lives in the thread's writes ref, so it is
+        pushed, cloned and deleted with the thread (:meth:`delete_record`,
+        :meth:`delete_thread`); :meth:`prune_thread` drops it. Durable on return in SYNC mode.
+        Raises :class:`InvalidInputError`, :class:`UnknownCheckpointError` (an unknown parent
+        or head) and :class:`SerializationError`.
+        """
+        thread = check_thread_id(thread_id)
+        if not isinstance(record, bytes):
+            raise InvalidInputError(f"record must be bytes, not {type(record).__name__}")
+        extra = _check_mapping(header, "header")
+        ref, wref = head_ref(thread), thread_writes_ref(thread)
+        with self._repo.transaction() as tx:
+            wtip = tx.ref(wref)
+            if self._writes.record_at(wtip) != expected:
+                raise CheckpointConflictError(f"thread {thread!r}: its record was changed by another writer; "
+                                              f"nothing was stored")
+            old = tx.ref(ref)
+            made: dict[str, str] = {}
+            for checkpoint, metadata in checkpoints:
+                _check_checkpoint(checkpoint, thread)
+                if checkpoint.id in made or self._history.lookup(checkpoint.id, refresh=False) is not None:
+                    raise CheckpointConflictError(f"checkpoint {checkpoint.id!r} already exists; nothing was stored")
+                pid = checkpoint.parent_id
+                parent = None if pid is None else made.get(pid) or self._exact(pid, "parent_id")
+                cp_header = {"id": checkpoint.id, "thread_id": thread, "step": checkpoint.step, "parent_id": pid,
+                             "created_at": checkpoint.created_at, "schema_version": checkpoint.schema_version,
+                             "versions_seen": checkpoint.versions_seen, "pending_writes": []}
+                clash = sorted(k for k in extra if k in cp_header or k == "versions")
+                if clash:
+                    raise InvalidInputError(f"header keys {clash} are the store's own")
+                cp_header.update(extra)
+                parent_entries = self._history.entries(self._history.commit(parent)) if parent else {}
+                fields, _ = self._builder(tx.write).fields(dict(checkpoint.state_data), parent_entries)
+                made[checkpoint.id] = self.write_checkpoint(tx, cp_header, _check_mapping(metadata, "metadata"),
+                                                            fields, [parent] if parent else [])
+                tx.make_readable()  # the next checkpoint's parent, and the head's line, read it
+            target = None if head is None else made.get(head) or self._exact(head, "head")
+            cause = f"record: {len(made)} new checkpoint(s), head {head}"
+            new_wtip = self._writes.stage_record(tx, wtip, record, cause + "\n")
+            tx.move_ref(wref, wtip, new_wtip)  # first: the record's compare-and-swap orders its writers
+            kept = None
+            try:
+                if old is not None and target != old and (
+                        target is None or not any(i.hex == old for i in self._history.first_parents(target))):
+                    kept = self._keep_superseded(tx, thread, old)
+                if target != old:
+                    tx.move_ref(ref, old, target, cause)
+                    # Lines the new head reaches again (a branch back to a tip left) are no longer superseded.
+                    left = tx.refs(superseded_prefix(thread))
+                    line = {i.hex for i in self._history.first_parents(target)} if target and left else set()
+                    for name, tip in left:
+                        if tip in line:
+                            tx.move_ref(name, tip, None, "record: line reached again")
+            except CheckpointConflictError:  # a writer that does not keep the record moved the head
+                with contextlib.suppress(CheckpointConflictError):
+                    if kept is not None:
+                        tx.move_ref(kept, old, None, "record: conflicted")
+                    tx.move_ref(wref, new_wtip, wtip)
+                raise CheckpointConflictError(_moved(thread, old, tx.ref(ref))) from None
+        return made
+
+    def delete_record(self, thread_id: str, *, expected: bytes) -> None:
+        """Delete the thread with its record, as a compare-and-swap on the record: its head,
+        superseded lines and writes ref go (:meth:`delete_thread`; checkpoints other threads
+        reach stay), only if the stored record is ``expected``, else
+        :class:`CheckpointConflictError` and nothing changes. The data stays in the object store
+        until :meth:`purge`."""
+        thread = check_thread_id(thread_id)
+        wref = thread_writes_ref(thread)
+        with self._repo.transaction() as tx:
+            wtip = tx.ref(wref)
+            if wtip is None or self._writes.record_at(wtip) != expected:
+                raise CheckpointConflictError(f"thread {thread!r}: its record was changed or deleted by another "
+                                              f"writer; nothing was deleted")
+            own = [(head_ref(thread), tx.ref(head_ref(thread)))] + tx.refs(superseded_prefix(thread))
+            refs = [(n, t) for n, t in own if t is not None] + [(n, t) for n, t in tx.refs(keyed_prefix(thread))
+                                                               if n != wref]
+            tx.rewrite_history()
+            tx.move_ref(wref, wtip, None)  # first, as put_record moves it first
+            for name, tip in refs:
+                tx.move_ref(name, tip, None)
+
+    def _exact(self, checkpoint_id: str, what: str) -> str:
+        """The commit of the checkpoint with exactly this id; :class:`UnknownCheckpointError` if none."""
+        found = self._history.lookup(checkpoint_id) if isinstance(checkpoint_id, str) and checkpoint_id else None
+        if found is None:
+            raise UnknownCheckpointError(f"{what} {checkpoint_id!r}: unknown checkpoint")
+        return found
 
     # -- maintenance ------------------------------------------------------------------------
 

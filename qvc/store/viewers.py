@@ -10,7 +10,11 @@ header (:meth:`~qvc.store.git_store.GitCheckpointStore.header`) beside the store
 ``"langgraph"``; or, for writers that store through the store's ``put`` (which writes no header
 keys but the store's), under ``"source:<name>"`` for checkpoints whose metadata's ``source`` is
 ``<name>`` (:mod:`qvc.runs` and agno's runs write ``"source": "run"``: ``"source:run"``). Header
-keys are looked up first. It comes from either
+keys are looked up first. A checkpoint that copies or edits another (metadata ``source``
+``"fork"``: ``qvc branch``, :func:`~qvc.store.fork.fork_checkpoint`; ``"update"``: ``qvc commit``)
+and has no viewer of its own is shown by the viewer of the checkpoint it was made from, its first
+parent (:data:`COPY_SOURCES`); when that viewer cannot read the copy (edited into something
+else), the copy is shown as stored. A viewer comes from either
 
 - the ``qvc.viewers`` entry-point group (name: the header key, value: ``module:function``), read
   the first time a checkpoint carries a key the store does not write, and its module imported
@@ -29,7 +33,7 @@ edits as JSON files; ``from_files`` turns the edited values back into what the a
 plus the header keys the adapter keeps, so the commit reads back through the adapter as its
 framework's objects. Without an editor a directory holds the stored values (qvc's tagged JSON).
 
-Imports nothing of qvc (the store only for type hints).
+Imports only :mod:`qvc.errors` (the store only for type hints).
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
+
+from qvc.errors import CorruptionError
 
 if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore
@@ -61,6 +67,10 @@ STORE_KEYS = frozenset({"id", "thread_id", "step", "parent_id", "created_at", "s
 #: ``input``/``loop`` steps LangGraph names, whose checkpoints have a header key): no viewer is
 #: looked up for them, so showing one never reads the entry points.
 STORE_SOURCES = frozenset({"", "put", "update", "fork", "commit", "input", "loop"})
+#: Metadata ``source`` values of checkpoints made from another one, their first parent: a fork copies
+#: it (``qvc branch``, ``fork_checkpoint``), ``qvc commit`` stores an edit of it ("update"). Without a
+#: viewer of their own (no header key has one) they are shown by their first parent's viewer.
+COPY_SOURCES = frozenset({"fork", "update"})
 
 
 @dataclass(frozen=True)
@@ -116,10 +126,17 @@ _loaded: dict[str, dict[str, Any]] = {GROUP: {}, EDITORS: {}}  # imported (None:
 _declared: dict[str, dict[str, Any]] = {}  # group -> header key -> entry point, read once per group
 
 
+# Copies (COPY_SOURCES) -> the commit whose viewer shows them (None: none), by commit SHA: what a
+# commit and its ancestors hold never changes, so a long line of edits is walked once.
+_made_from: dict[str, Optional[str]] = {}
+_MADE_FROM_MAX = 100_000
+
+
 def register_viewer(key: str, viewer: Viewer) -> None:
     """Show checkpoints whose header carries ``key`` through ``viewer`` (replacing a declared one)."""
     with _lock:
         _registered[GROUP][key] = viewer
+        _made_from.clear()
 
 
 def register_editor(key: str, editor: Editor) -> None:
@@ -186,26 +203,80 @@ def editor_of(store: GitCheckpointStore, sha: str) -> Optional[tuple[str, Option
 
 def view_state(store: GitCheckpointStore, sha: str, state: dict[str, Any], *, plain: bool = False) -> dict[str, Any]:
     """The state of checkpoint commit ``sha`` to show people: ``state`` (its ``state_data``) as
-    the viewer of one of its header's keys shows it (as plain data with ``plain``, see
-    :data:`Viewer`), or ``state`` itself when no key has one.
-    Reads the checkpoint's header; raises what the viewer raises
-    (:class:`~qvc.errors.CorruptionError` for values that do not decode)."""
-    viewer = viewer_of(store, sha)
-    return viewer(store, sha, state, plain=plain) if viewer is not None else state
+    its viewer (:func:`viewer_of`) shows it (as plain data with ``plain``, see :data:`Viewer`), or
+    ``state`` itself when it has none. Reads the checkpoint's header; raises what the viewer raises
+    (:class:`~qvc.errors.CorruptionError` for values that do not decode), except for a copy shown
+    by the viewer of the checkpoint it was made from (:data:`COPY_SOURCES`): a copy that viewer
+    cannot read is shown as stored."""
+    found = _viewer_of(store, sha)
+    if found is None:
+        return state
+    viewer, inherited = found
+    if not inherited:
+        return viewer(store, sha, state, plain=plain)
+    try:
+        return viewer(store, sha, state, plain=plain)
+    except CorruptionError:  # an edit the writer's viewer does not read: the values as stored
+        return state
 
 
 def viewer_of(store: GitCheckpointStore, sha: str) -> Optional[Viewer]:
     """The viewer of checkpoint commit ``sha``: that of the first of its header's keys that has
-    one, else that of ``"source:" + `` its metadata's ``source``, else ``None`` (its values are
-    shown as stored). Reads the checkpoint's header."""
+    one, else that of ``"source:" + `` its metadata's ``source``; for a copy or an edit of another
+    checkpoint (its ``source`` in :data:`COPY_SOURCES`) without one, the viewer of the checkpoint
+    it was made from (its first parent, and so on back); else ``None`` (its values are shown as
+    stored). Reads the checkpoint's header (and, for a copy, its ancestors' until one is not a
+    copy, once per commit in this process)."""
+    found = _viewer_of(store, sha)
+    return found[0] if found is not None else None
+
+
+def _own_viewer(store: GitCheckpointStore, sha: str) -> tuple[Optional[Viewer], bool]:
+    """``(viewer, copy)``: the viewer of ``sha`` by its own header and metadata, and whether it is a
+    copy without one (:data:`COPY_SOURCES`: its first parent's is looked up)."""
     header, metadata = store.header(sha)
     for key in header:
         if key in STORE_KEYS:
             continue
         viewer = viewer_for(key)
         if viewer is not None:
-            return viewer
+            return viewer, False
     source = metadata.get("source") if isinstance(metadata, dict) else None
     if isinstance(source, str) and source not in STORE_SOURCES:
-        return viewer_for("source:" + source)
-    return None
+        return viewer_for("source:" + source), False
+    return None, source in COPY_SOURCES
+
+
+def _viewer_of(store: GitCheckpointStore, sha: str) -> Optional[tuple[Viewer, bool]]:
+    """``(viewer, inherited)`` of ``sha`` (see :func:`viewer_of`), or ``None``."""
+    viewer, copy = _own_viewer(store, sha)
+    if not copy:
+        return (viewer, False) if viewer is not None else None
+    walked: list[str] = []
+    at: Optional[str] = sha
+    found: Optional[str] = None
+    while at is not None:
+        with _lock:
+            if at in _made_from:
+                found = _made_from[at]
+                break
+        walked.append(at)
+        parent = store.commit_info(at).parent
+        if parent is None:
+            break
+        try:
+            viewer, copy = _own_viewer(store, parent)
+        except CorruptionError:  # not a checkpoint (a foreign commit), or damaged: no viewer, not kept
+            return None
+        if not copy:
+            found = parent if viewer is not None else None
+            break
+        at = parent
+    with _lock:
+        if len(_made_from) > _MADE_FROM_MAX:
+            _made_from.clear()
+        _made_from.update(dict.fromkeys(walked, found))
+    if found is None:
+        return None
+    viewer = _own_viewer(store, found)[0]
+    return (viewer, True) if viewer is not None else None

@@ -64,6 +64,9 @@ KEYED = WRITES + "lg/"
 ALL = "%all"
 #: An empty blob at the root of a thread writes ref's tree: the thread has no per-key refs left.
 NO_LEGACY = ".nolegacy"
+#: A blob at the root of a thread writes ref's tree: the thread's *record*, bytes an adapter keeps
+#: beside the thread's head and moves with it (:meth:`~qvc.store.git_store.GitCheckpointStore.put_record`).
+RECORD = ".record"
 #: Fan-out of a thread writes ref's tree: ``LEVELS`` levels of ``1 << BITS`` subtrees each.
 BITS, LEVELS = 2, 4
 RETRIES = 100
@@ -228,6 +231,23 @@ class PendingWrites:
                 continue  # an upsert meanwhile: edit its commit
             return
         raise CheckpointConflictError(f"pending writes {ref}: too many concurrent writers")
+
+    def record_at(self, tip: str | None) -> bytes | None:
+        """The thread record (:data:`RECORD`) in the thread writes commit ``tip`` (``None``: no
+        commit, or none recorded). Raises :class:`~qvc.errors.CorruptionError` if it does not read."""
+        if tip is None:
+            return None
+        entry = self._history.entries(self._history.commit(tip)).get(RECORD)
+        return None if entry is None or entry[0] != MODE_BLOB else self._history.blob(entry[1])
+
+    def stage_record(self, tx: Transaction, tip: str | None, data: bytes, message: str) -> str:
+        """Write into ``tx`` a commit on top of the thread writes commit ``tip`` (``None``: a root
+        commit) whose tree is ``tip``'s with the thread record set to ``data``; return its SHA.
+        Moves no ref: the caller moves the thread writes ref, with the thread's head."""
+        root = dict(self._history.entries(self._history.commit(tip))) if tip else {}
+        root[RECORD] = (MODE_BLOB, tx.write("blob", data))
+        tree = tx.write("tree", tree_bytes(root))
+        return tx.write("commit", commit_bytes(tree.hex(), [tip] if tip else [], message)).hex()
 
     def read(self, tip: str) -> list[tuple[str, bytes]]:
         """``(key, stored bytes)`` of the writes commit ``tip``, in the order first written.

@@ -38,7 +38,7 @@ LOG_KEYS = {"id", "commit", "thread", "step", "n", "name", "source", "time", "ti
             "status", "heads", "tags", "superseded"}
 STATUS_KEYS = {"path", "thread", "head", "head_id", "head_step", "durability", "threads", "superseded_lines",
                "pending_writes", "recovery", "maintenance_due", "replication", "damaged", "failures",
-               "last_failures"}
+               "last_failures", "quarantine"}
 BRANCH_KEYS = {"thread", "current", "head", "head_id", "step", "status", "updated", "timestamp", "checkpoints"}
 REFLOG_KEYS = {"selector", "old", "new", "time", "timestamp", "message"}
 
@@ -929,7 +929,7 @@ def test_status_json_keys_and_text(repo):
     assert st == {"path": str(repo), "thread": "run-1", "head": sha(repo, "run-1"), "head_id": "c3", "head_step": 3,
                   "durability": "sync", "threads": 1, "superseded_lines": 0, "pending_writes": 0, "recovery": None,
                   "maintenance_due": st["maintenance_due"], "replication": [], "damaged": None,
-                  "failures": 0, "last_failures": []}
+                  "failures": 0, "last_failures": [], "quarantine": []}
     lines = ok("status").splitlines()
     assert lines[:3] == [f"repository {repo}", "On thread run-1, head c3 (step 3)",
                          "durability sync · 1 thread(s) · 0 superseded line(s) · 0 checkpoint(s) with pending writes"]
@@ -982,7 +982,8 @@ def test_gc_prune_drops_deleted_checkpoints(repo, capsys):
 
 def test_fsck_clean(repo):
     assert ok("fsck").strip() == "checked 1 ref(s), 4 checkpoint(s), 0 set(s) of pending writes: ok"
-    assert ok_json("fsck") == {"ok": True, "refs": 1, "checkpoints": 4, "pending_writes": 0, "problems": []}
+    assert ok_json("fsck") == {"ok": True, "refs": 1, "checkpoints": 4, "pending_writes": 0, "problems": [],
+                               "warnings": []}
     assert qvc.cli.main(["fsck"]) == 0
 
 

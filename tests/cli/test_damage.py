@@ -164,7 +164,7 @@ def test_the_server_lists_the_other_threads(work):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(),
                             stdin=subprocess.DEVNULL)
     try:
-        base = re.search(r"at (http://\S+?/)[ ;]", proc.stdout.readline()).group(1)
+        base = re.search(r"at (http://\S+?/)(?:\?token=\S+?)?[ ;]", proc.stdout.readline()).group(1)
         with urllib.request.urlopen(base + "api/threads", timeout=30) as resp:
             listing = json.loads(resp.read())
         assert [t["thread"] for t in listing["threads"]] == ["main", "side"]

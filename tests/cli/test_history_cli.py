@@ -173,6 +173,9 @@ def test_run_at_n_names_a_checkpoint_in_every_command(runs_repo, tmp_path):
     assert out["id"] == at[6]
     assert json.loads(run_qvc(runs_repo, "show", "r1@6", "--json").stdout)["message_index"] == 6  # still the run
     assert "outside" in run_qvc(runs_repo, "log", "r1@99", check=2).stderr
+    # the run's id alone is its latest checkpoint, in log and diff as in show
+    assert json.loads(run_qvc(runs_repo, "log", "--json", "-n", "1", "r1").stdout)[0]["id"] == at[9]
+    assert json.loads(run_qvc(runs_repo, "diff", "r1@8", "r1", "--json").stdout)
     assert "unknown revision" in run_qvc(runs_repo, "log", "nobody@3", check=3).stderr
 
 

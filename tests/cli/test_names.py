@@ -119,7 +119,7 @@ def test_the_server_answers_for_any_thread_id(odd):
                             stdin=subprocess.DEVNULL)
     try:
         line = proc.stdout.readline()
-        base = re.search(r"at (http://\S+?/)[ ;]", line).group(1)
+        base = re.search(r"at (http://\S+?/)(?:\?token=\S+?)?[ ;]", line).group(1)
 
         def get(path: str) -> tuple[int, dict]:
             try:

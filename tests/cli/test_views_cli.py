@@ -123,7 +123,7 @@ def test_langgraph_diff_stat_json_and_log_p(langgraph_repo):
         "4 messages added, 1 tool call made, 1 tool call failed"
     assert '+ messages[4] user: "now explode"' in text and "+ messages[6] tool [boom] (failed):" in text
     stat = qvc(*repo, "diff", "--stat", f"{old}~4", old).stdout
-    assert "messages  | 4 + · 4 messages added, 1 tool call made, 1 tool call failed" in stat
+    assert "messages | 4 + · 4 messages added, 1 tool call made, 1 tool call failed" in stat  # LangGraph's own hidden
     diff = qvc_json(*repo, "diff", f"{old}~4", old)
     messages = next(d for d in diff if d["field"] == "messages")
     assert messages["summary"] == "4 messages added, 1 tool call made, 1 tool call failed"

@@ -66,7 +66,8 @@ def build_repository(path: Path) -> dict:
 
 
 class Server:
-    """A `qvc serve` process; ``url`` is where it listens."""
+    """A `qvc serve` process; ``url`` is where it listens, ``token`` the one its URL carries (for
+    actions, or every request with --token), ``page`` the URL it printed, ``auth`` the header."""
 
     def __init__(self, repo: Path, *args: str, env: dict | None = None):
         self.proc = subprocess.Popen([sys.executable, "-m", "qvc", "--repo", str(repo), "serve", "--port", "0", *args],
@@ -76,6 +77,9 @@ class Server:
         m = re.search(r"at (http://\S+?/)(\?token=[^\s;]+)?[ ;]", line)
         assert m, f"no URL in {line!r}: {self.proc.stderr.read() if self.proc.poll() is not None else ''}"
         self.url = m.group(1)
+        self.token = (m.group(2) or "")[len("?token="):] or None
+        self.page = self.url + (m.group(2) or "")
+        self.auth = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         self.line = line
 
     def stop(self) -> int:
@@ -156,7 +160,7 @@ class API:
 
 @pytest.fixture(scope="module")
 def api(server) -> API:
-    return API(server.url)
+    return API(server.url, headers=server.auth)
 
 
 # -- the document -------------------------------------------------------------------------------
@@ -377,7 +381,7 @@ def test_fork_run_reset_delete(api):
 def test_continue_with_an_agent(repo):
     s = Server(repo[0], "--agent", "tests.workers.server_agent:scripted")
     try:
-        api = API(s.url)
+        api = API(s.url, headers=s.auth)
         status, made = api("POST", "/api/runs/{run_id}/continue", {"continue_from": 7, "input": "and Berlin?"},
                            run_id="done")
         assert status == 200 and made["agent"] and made["forked"] and made["forked_from_message_index"] == 7
@@ -524,8 +528,53 @@ def test_other_names_and_other_sites_refused(server):
         assert status == 403 and json.loads(raw)["error"]["type"] == "cross_origin", origin
     # The server's own page (same origin) and clients that send no Origin reach the endpoint.
     same = "http://" + server.url.split("//", 1)[1].rstrip("/")
-    assert request(server.url + "api/reset", "POST", {}, headers={"Origin": same})[0] == 400
-    assert request(server.url + "api/reset", "POST", {})[0] == 400
+    assert request(server.url + "api/reset", "POST", {}, headers={"Origin": same, **server.auth})[0] == 400
+    assert request(server.url + "api/reset", "POST", {}, headers=server.auth)[0] == 400
+
+
+def test_actions_need_the_token_of_this_start(server, api):
+    """Without --token any local process can reach the port: reads stay open, but every action
+    needs the random token made at start (the printed URL carries it; the page sends it)."""
+    assert server.token and len(server.token) >= 24 and server.page == f"{server.url}?token={server.token}"
+    assert f"at {server.page};" in server.line
+    fork = {"checkpoint": "note-0", "thread": "notes/guarded"}
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Cookie": f"qvc_token={server.token[:-1]}"}):
+        for method, path in (("POST", "api/fork"), ("DELETE", "api/threads/notes"), ("POST", "api/reset")):
+            status, answer, raw = request(server.url + path, method, fork if method == "POST" else None, headers)
+            assert status == 401 and json.loads(raw)["error"]["type"] == "unauthorized", (method, path, raw)
+            assert "token" in json.loads(raw)["error"]["message"] and answer["WWW-Authenticate"] == "Bearer"
+    assert API(server.url, spec=api.spec)("POST", "/api/fork", fork)[0] == 401  # as the document declares
+    assert request(server.url + "api/threads/notes/guarded")[0] == 404  # refused: nothing was done
+    assert request(server.url + "api/repository")[0] == 200  # reads need no token on loopback
+    assert request(server.url + "static/app.js")[0] == 200 and request(server.url)[0] == 200
+    status, _, raw = request(server.url + "api/fork", "POST", fork, server.auth)
+    assert status == 200 and json.loads(raw)["thread"] == "notes/guarded"
+    query = server.url + "api/threads/notes/guarded?token=" + server.token  # the ?token= of the URL works too
+    assert request(query, "DELETE")[0] == 200
+    # The page sends it: one function adds the header to its requests.
+    app_js = request(server.url + "static/app.js")[2].decode()
+    assert "function authHeaders()" in app_js and "headers: authHeaders()" in app_js
+
+
+def test_ctrl_c_with_an_event_stream_open_stops_cleanly(repo, server):
+    s = Server(repo[0])
+    stream = EventStream(s.url + "api/events")
+    try:
+        assert stream.wait(lambda name, data: name == "ready")
+        assert s.token and s.token != server.token  # a token per start
+        s.proc.send_signal(signal.SIGINT)
+        s.proc.wait(timeout=8)
+        out, err = s.proc.stdout.read(), s.proc.stderr.read()
+        assert s.proc.returncode == 0, err
+        assert "Traceback" not in err and "ERROR" not in err and err == "", err
+        assert out == f"Stopped serving {repo[0]}\n"
+        stream.thread.join(5)
+        assert not stream.thread.is_alive()  # the server ended the stream
+    finally:
+        if s.proc.poll() is None:
+            s.proc.kill()
+        stream.conn.close()
+        s.stop()
 
 
 def test_non_loopback_needs_a_token(repo):

@@ -181,8 +181,8 @@ def page(server, browser, artifacts, request):
 
 
 def base_url(server: Server) -> str:
-    """The URL `qvc serve` printed: with ``?token=`` when the server has one for actions."""
-    return getattr(server, "page", server.url)
+    """The URL `qvc serve` printed: with ``?token=`` for actions."""
+    return server.page
 
 
 def shot(browser, artifacts: Path, name: str, at: str | None = None) -> None:

@@ -746,7 +746,18 @@ def test_recovery_repairs_broken_refs_no_journal_record_names(tmp_path):
     with GitCheckpointStore(path) as store:
         rec = store.recovery
         assert rec.journals_replayed == 1
-        assert {"refs/heads/ghost", "refs/heads/empty", "refs/heads/keep"} <= set(rec.refs_restored), rec.summary()
+        # said as it happened (issue 25): ghost and empty were removed (nothing earlier reads), keep restored
+        assert set(rec.refs_removed) == {"refs/heads/ghost", "refs/heads/empty"}, rec.summary()
+        ancestor = "its tip's first readable ancestor"  # no reflog left: its parent
+        assert "refs/heads/keep" in rec.refs_restored and rec.restored_from["refs/heads/keep"] == ancestor
+        summary = rec.summary()
+        assert "removed ref(s) refs/heads/ghost, refs/heads/empty" in summary or \
+            "removed ref(s) refs/heads/empty, refs/heads/ghost" in summary, summary
+        assert f"refs/heads/keep from {ancestor}" in summary and "restored ref(s) refs/heads/ghost" not in summary
+        # their files were moved aside, not deleted
+        aside = path / rec.quarantine
+        assert (aside / "refs" / "heads" / "ghost").read_text() == "1" * 40 + "\n"
+        assert (aside / "refs" / "heads" / "empty").read_bytes() == b""
         assert store.head("ghost") is None and store.head("empty") is None
         assert store.head("keep") == parent
         assert store.get_tuple(CheckpointConfig("a")).checkpoint.id == "a-1"

@@ -4,10 +4,18 @@ An agno user changes one line: ``Agent(db=QvcDb("runs.qvc"), checkpoint="tool-ba
 Sessions (agent, team, workflow) and runs are stored in the repository
 (:mod:`~qvc.integrations.agno.sessions`, :mod:`~qvc.integrations.agno.runstore`); runs are qvc
 runs, so ``qvc runs``, ``qvc timeline``, ``qvc show``, ``qvc diff``, ``qvc log`` and ``qvc
-serve`` show them. Memories, metrics, knowledge, evals, traces, spans and learnings are not
-kept in git: pass a second agno database as ``other=`` (``QvcDb(path, other=SqliteDb(...))``)
-and every such call, and every other agno database method qvc does not implement, goes to it.
-Without ``other`` those calls raise :class:`NotStoredError`, which names what to pass.
+serve`` show them. Metrics are computed from those sessions and runs and kept in the repository
+too (:mod:`~qvc.integrations.agno.metrics`). Memories, knowledge, evals, traces, spans and
+learnings are not kept in git: pass a second agno database as ``other=`` (``QvcDb(path,
+other=SqliteDb(...))``) and every such call, and every other agno database method qvc does not
+implement, goes to it. Without ``other`` those calls raise :class:`NotStoredError`, which names
+what to pass.
+
+**Identity.** ``db.id`` is derived from the repository's path (as ``SqliteDb`` derives its own
+from its file), so AgentOS's ``db_id`` and the configs agno stores stay the same across
+objects and restarts; ``to_dict()`` / :meth:`QvcDb.from_dict` (and
+:func:`qvc.integrations.agno.config.db_from_dict`, which rebuilds agno's own types too)
+round-trip the database.
 
 **Failures are visible.** agno catches a database exception and only logs it, so a failed
 write is logged here at error level with the repository path, recorded for ``qvc status``
@@ -21,13 +29,17 @@ from __future__ import annotations
 import abc
 import logging
 import os
+import time
+from datetime import date
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from agno.db.base import BaseDb, SessionType
 from agno.db.utils import deserialize_run, deserialize_session, filter_context_runs, validate_pagination
+from agno.utils.string import generate_id
 
 from qvc.errors import QvcError
-from qvc.integrations.agno.index import ThreadIndex
+from qvc.integrations.agno.index import ThreadIndex, run_index_thread
+from qvc.integrations.agno.metrics import AgnoMetrics
 from qvc.integrations.agno.runstore import AgnoRunStore
 from qvc.integrations.agno.sessions import AgnoSessionStore, SessionOwnedError, attach_runs
 from qvc.runs.failures import record_failure
@@ -41,7 +53,6 @@ DELEGATED: Dict[str, Tuple[str, ...]] = {
     "memories": ("clear_memories", "delete_user_memories", "delete_user_memory", "get_all_memory_topics",
                  "get_user_memories", "get_user_memory", "get_user_memory_stats", "upsert_memories",
                  "upsert_user_memory"),
-    "metrics": ("calculate_metrics", "get_metrics"),
     "knowledge": ("delete_knowledge_content", "get_knowledge_content", "get_knowledge_contents",
                   "upsert_knowledge_content"),
     "evals": ("create_eval_run", "delete_eval_runs", "get_eval_run", "get_eval_runs", "rename_eval_run"),
@@ -51,10 +62,22 @@ DELEGATED: Dict[str, Tuple[str, ...]] = {
 }
 #: BaseDb methods never taken from ``other``.
 _OWN_ONLY = frozenset({"to_dict", "from_dict", "close"})
+#: ``to_dict()["type"]`` of :class:`QvcDb` (agno's ``db_from_dict`` knows only its own types: see :func:`db_from_dict`).
+TYPE = "qvc"
+#: ``to_dict()["type"]`` of :class:`~qvc.integrations.agno.AsyncQvcDb`.
+ASYNC_TYPE = "qvc-async"
+#: How often ``get_metrics`` recomputes the metrics first (at most), as agno's SQL databases do.
+METRICS_REFRESH_S = 60
+
+
+def repository_id(path: str) -> str:
+    """The agno database id of the repository at ``path`` (an absolute path): a UUID derived from it, as
+    ``SqliteDb`` derives its id from its file, so it is the same for every object and process."""
+    return generate_id(f"qvc://{os.path.realpath(path)}")
 
 
 class NotStoredError(QvcError):
-    """An agno database call for data qvc does not keep (memories, metrics, ...) with no ``other=`` database."""
+    """An agno database call for data qvc does not keep (memories, knowledge, ...) with no ``other=`` database."""
 
 
 def _kind_of(name: str) -> str:
@@ -80,22 +103,25 @@ class QvcDb(BaseDb):
 
     ``durability``: ``"sync"`` (default: a checkpoint is on stable storage when agno's hook
     returns), ``"async"`` or ``"exit"`` (see :mod:`qvc.plumbing.durability`). ``other``: an agno
-    database for memories, metrics, knowledge, evals, traces, spans, learnings and every method
-    qvc does not implement (components, schedules, approvals, ...). ``store``: an open
-    :class:`~qvc.GitCheckpointStore` to use instead of opening ``path``.
+    database for memories, knowledge, evals, traces, spans, learnings and every method qvc does
+    not implement (components, schedules, approvals, ...). ``store``: an open
+    :class:`~qvc.GitCheckpointStore` to use instead of opening ``path``. ``id``: agno's id of
+    this database (default: :func:`repository_id` of the repository's path).
     """
 
     def __init__(self, path: str | os.PathLike = "runs.qvc", *,
                  durability: DurabilityMode | str = DurabilityMode.SYNC, other: Optional[Any] = None,
                  store: Optional[GitCheckpointStore] = None, id: Optional[str] = None):
-        super().__init__(id=id)
         self._own = store is None
         self.store = store if store is not None else GitCheckpointStore(path, durability=durability)
+        super().__init__(id=id if id is not None else repository_id(self.store.path))
         self.path = self.store.path
         self.other = other
         self.index = ThreadIndex(self.store)
         self.runs = AgnoRunStore(self.store, self.index)
         self.sessions = AgnoSessionStore(self.store, self.index)
+        self.metrics = AgnoMetrics(self.store, self.sessions, self.runs)
+        self._metrics_refreshed_at = 0.0
         if other is not None:  # everything agno may call that qvc does not implement goes to other
             for name, value in vars(BaseDb).items():
                 if callable(value) and not name.startswith("_") and name not in _IMPLEMENTED \
@@ -113,8 +139,24 @@ class QvcDb(BaseDb):
             self.other.close()
 
     def to_dict(self) -> Dict[str, Any]:
-        """agno's serialized form of this database (agno's ``db_from_dict`` does not rebuild it)."""
-        return {"type": "qvc", "id": self.id, "path": self.path, "durability": self.store.durability.value}
+        """agno's serialized form of this database: agno's keys (id, table names), ``type`` ``"qvc"``, the
+        repository's ``path``, ``durability`` and ``other``'s own form. :meth:`from_dict` and
+        :func:`qvc.integrations.agno.config.db_from_dict` rebuild it; agno's ``db_from_dict`` knows only
+        its own types, so an agno component loaded from a stored config finds this database through its registry
+        (``Registry(dbs=[db])``) by ``id``, which is the same for every object on the repository."""
+        out = super().to_dict()
+        out.update({"type": TYPE, "path": self.path, "durability": self.store.durability.value,
+                    "other": self.other.to_dict() if self.other is not None and hasattr(self.other, "to_dict")
+                    else None})
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> QvcDb:
+        """The database :meth:`to_dict` described (``other`` rebuilt with agno's ``db_from_dict``)."""
+        from agno.db.utils import db_from_dict
+
+        return cls(data["path"], durability=data.get("durability") or DurabilityMode.SYNC, id=data.get("id"),
+                   other=db_from_dict(data["other"]) if isinstance(data.get("other"), dict) else None)
 
     # -- failures -------------------------------------------------------------------------
 
@@ -227,6 +269,8 @@ class QvcDb(BaseDb):
         try:
             for run_id in self.index.session_run_ids(session_id):
                 self.runs.delete(run_id)
+            if self.store.head(run_index_thread(session_id)) is not None:
+                self.store.delete_thread(run_index_thread(session_id))
             return self.sessions.delete(session_id)
         except Exception as exc:
             self._failed("delete_session", exc, session_id=session_id)
@@ -236,6 +280,16 @@ class QvcDb(BaseDb):
         """:meth:`delete_session` for each id."""
         for session_id in session_ids or []:
             self.delete_session(session_id, user_id=user_id)
+
+    def reassign_session_owner(self, session_id: str, *, previous_user_id: str, user_id: Optional[str]) -> bool:
+        """Give the session to ``user_id`` if ``previous_user_id`` still owns it and none of its runs is
+        PENDING, RUNNING or PAUSED (one compare-and-swap; a new checkpoint of the session). Returns whether
+        it changed owner, as agno's SQL databases do; its runs keep their ``user_id``, as there."""
+        try:
+            return self.sessions.reassign(session_id, previous_user_id, user_id, self.runs.busy)
+        except Exception as exc:
+            self._failed("reassign_session_owner", exc, session_id=session_id)
+            raise
 
     def rename_session(self, session_id: str, session_type: Optional[SessionType], session_name: str,
                        user_id: Optional[str] = None, deserialize: Optional[bool] = True) -> Any:
@@ -259,6 +313,19 @@ class QvcDb(BaseDb):
             self.runs.upsert(run, session_id, user_id=user_id, run_index=run_index)
         except Exception as exc:
             self._failed("upsert_run", exc, run_id=run_id, session_id=session_id)
+            raise
+
+    def cancel_pending_run(self, run_id: str, *, session_id: str, reason: str, user_id: Optional[str] = None,
+                           expected_status: str = "PENDING") -> bool:
+        """Cancel the run if it is still ``expected_status`` (``"PENDING"`` or ``"RUNNING"``) and ``user_id``'s
+        or nobody's: a new checkpoint with status CANCELLED and ``reason`` as its content if it had none,
+        as one compare-and-swap (a status another writer set meanwhile wins). Returns whether it was
+        cancelled. :class:`~qvc.errors.InvalidInputError` (a ``ValueError``) for another ``expected_status``."""
+        try:
+            return self.runs.cancel(run_id, session_id, reason, user_id=user_id, expected_status=expected_status)
+        except QvcError as exc:
+            if not isinstance(exc, ValueError):
+                self._failed("cancel_pending_run", exc, run_id=run_id, session_id=session_id)
             raise
 
     def get_run(self, run_id: str, deserialize: Optional[bool] = True) -> Any:
@@ -311,6 +378,32 @@ class QvcDb(BaseDb):
         """:meth:`delete_run` for each id."""
         for run_id in run_ids or []:
             self.delete_run(run_id)
+
+
+    # -- metrics ----------------------------------------------------------------------------
+
+    def calculate_metrics(self) -> Optional[List[Dict[str, Any]]]:
+        """Compute agno's daily metrics from the sessions and runs in the repository, for every day without a
+        completed record, and store them (:mod:`~qvc.integrations.agno.metrics`); the records computed, or
+        ``None`` when there was nothing to compute, as agno's SQL databases return them."""
+        self._metrics_refreshed_at = time.time()
+        try:
+            return self.metrics.calculate()
+        except Exception as exc:
+            self._failed("calculate_metrics", exc)
+            raise
+
+    def get_metrics(self, starting_date: Optional[date] = None, ending_date: Optional[date] = None,
+                    user_id: Optional[str] = None) -> Tuple[List[Dict[str, Any]], Optional[int]]:
+        """``(records, latest updated_at)`` of the stored metrics in the date range (one user's with
+        ``user_id``); recomputed first when this object last did so a minute ago or more, as agno's SQL
+        databases do."""
+        if time.time() - self._metrics_refreshed_at >= METRICS_REFRESH_S:
+            try:
+                self.calculate_metrics()
+            except Exception as exc:  # as agno's SQL databases: stale metrics rather than none
+                log.warning("qvc: could not refresh the metrics of %s before reading them: %s", self.path, exc)
+        return self.metrics.get(starting_date, ending_date, user_id)
 
 
 def _row(run: Dict[str, Any], info: Dict[str, Any]) -> Dict[str, Any]:

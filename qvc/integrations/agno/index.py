@@ -26,11 +26,21 @@ from qvc.store.threadnames import ThreadNames
 
 #: Thread prefix of agno session rows (registered: no other owner may claim it).
 SESSION_PREFIX = register_prefix("agno.sessions", "agno/session/")
+#: Thread prefix of each session's run-index counter (the next ``run_index`` to give a run stored
+#: without one), advanced by compare-and-swap so concurrent writers never give one index twice.
+RUN_INDEX_PREFIX = register_prefix("agno.run-index", "agno/run-index/")
+#: The thread holding the daily metrics agno's ``calculate_metrics`` computes from the sessions and runs.
+METRICS_THREAD = register_prefix("agno.metrics", "agno/metrics/") + "daily"
 
 
 def session_thread(session_id: str) -> str:
     """The thread holding the row of session ``session_id``."""
     return SESSION_PREFIX + session_id
+
+
+def run_index_thread(session_id: str) -> str:
+    """The thread holding the run-index counter of session ``session_id``."""
+    return RUN_INDEX_PREFIX + session_id
 
 
 class ThreadIndex:

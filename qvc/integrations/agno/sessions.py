@@ -5,7 +5,9 @@ The session ``S`` is the thread ``agno/session/S``; each column of its row (``se
 one column stores one new blob, and every earlier version of the row stays in the thread's
 history. The columns a listing filters and sorts on are also kept in the checkpoint's metadata
 (read without the tree, cached by commit), so a page of sessions reads one small object per
-session at most, and nothing of the runs.
+session at most, and nothing of the runs. So is the time the session was first stored
+(``inserted``), which orders a listing without ``sort_by`` as agno's SQL databases order their
+rows: by insertion.
 
 Imports :mod:`qvc.store`, :mod:`qvc.types`, :mod:`qvc.runs` and the adapter's ``codec`` and ``index``.
 """
@@ -16,7 +18,7 @@ import threading
 import time
 from typing import Any, Dict, List, Mapping, Optional
 
-from qvc.errors import QvcError
+from qvc.errors import CheckpointConflictError, QvcError
 from qvc.integrations.agno.codec import SESSION_COLUMNS, normalize, session_summary
 from qvc.integrations.agno.index import ThreadIndex, session_thread
 from qvc.runs.ids import check_id, new_id
@@ -26,6 +28,8 @@ from qvc.types import Checkpoint, CheckpointConfig
 #: Sort keys a session listing accepts (agno's session table columns); others are ignored, as agno's SQL
 #: databases ignore them.
 SORTABLE = frozenset(SESSION_COLUMNS) | {"session_name"}
+#: How many times a compare-and-swap is retried when other writers keep moving the head.
+_RETRIES = 50
 
 
 class SessionOwnedError(QvcError):
@@ -87,12 +91,68 @@ class AgnoSessionStore:
                 return old
             new["updated_at"] = row.get("updated_at") if preserve_updated_at and row.get("updated_at") is not None \
                 else now if old is not None else row["created_at"]
-            metadata = {"source": "agno-session", "session_id": session_id, "time": time.time(),
-                        "agno_session": session_summary(new)}
-            checkpoint = Checkpoint(id=new_id(), thread_id=thread, step=head[1] + 1 if head else 0, state_data=new)
-            self.store.put(CheckpointConfig(thread), checkpoint, metadata)
-            self._last[thread] = (checkpoint.id, checkpoint.step, new)
+            self._put(thread, session_id, head, new)
             return new
+
+    def _put(self, thread: str, session_id: str, head: Optional[tuple], row: Dict[str, Any], *,
+             expected_head: Any = None, cas: bool = False) -> None:
+        """Store ``row`` as the next checkpoint of the session's thread (``head``: its current head, if any);
+        with ``cas``, only if the thread's head is still the commit ``expected_head``."""
+        now = time.time()
+        summary = session_summary(row)
+        summary["inserted"] = self._inserted(self.store.head(thread)) if head is not None else now
+        metadata = {"source": "agno-session", "session_id": session_id, "time": now, "agno_session": summary}
+        checkpoint = Checkpoint(id=new_id(), thread_id=thread, step=head[1] + 1 if head else 0, state_data=row)
+        if cas:
+            self.store.put(CheckpointConfig(thread), checkpoint, metadata, expected_head=expected_head)
+        else:
+            self.store.put(CheckpointConfig(thread), checkpoint, metadata)
+        self._last[thread] = (checkpoint.id, checkpoint.step, row)
+
+    def _inserted(self, sha: Optional[str]) -> float:
+        """When the session whose head is the commit ``sha`` was first stored (kept in each checkpoint's
+        summary; for a session written before that, the time of its first checkpoint)."""
+        if sha is None:
+            return time.time()
+        found = self.summary(sha).get("inserted")
+        if isinstance(found, (int, float)):
+            return found
+        root = sha
+        for info in self.store.first_parents(sha):
+            root = info.hex
+        _, metadata = self.store.header(root)
+        when = metadata.get("time")
+        found = when if isinstance(when, (int, float)) else float(self.store.commit_info(root).time)
+        self._summaries.setdefault(sha, {})["inserted"] = found
+        return found
+
+    def reassign(self, session_id: str, previous_user_id: Optional[str], user_id: Optional[str],
+                 busy: Any) -> bool:
+        """Give the session to ``user_id`` if its owner is still ``previous_user_id`` and ``busy(session_id)``
+        is false (no pending, running or paused run), as one compare-and-swap on the session's head; the
+        other columns, ``updated_at`` included, stay as they are (as agno's SQL databases do).
+
+        Returns whether the owner changed. Retries when another writer moved the session meanwhile.
+        """
+        if not isinstance(session_id, str) or not session_id:
+            return False
+        thread = session_thread(session_id)
+        with self._lock:
+            for _ in range(_RETRIES):
+                sha = self.store.head(thread)
+                head = self._head(thread)
+                if sha is None or head is None:
+                    return False
+                row = dict(head[2])
+                if row.get("user_id") != previous_user_id or busy(session_id):
+                    return False
+                row["user_id"] = user_id
+                try:
+                    self._put(thread, session_id, head, row, expected_head=sha, cas=True)
+                except CheckpointConflictError:
+                    continue
+                return True
+        raise CheckpointConflictError(f"session {session_id!r}: moved by other writers {_RETRIES} times running")
 
     def _head(self, thread: str) -> Optional[tuple]:
         """``(checkpoint id, step, row)`` of the session's head (this process's last write when still the head)."""
@@ -136,10 +196,11 @@ class AgnoSessionStore:
         ``component_id`` matches the agent, team or workflow id of the type asked for (any, without
         a type); ``session_name`` is a substring of the session's name; timestamps bound
         ``created_at``. Sorting is by ``sort_by`` (descending unless ``sort_order="asc"``;
-        ``updated_at`` falls back to ``created_at``), else by creation.
+        ``updated_at`` falls back to ``created_at``), else in the order the sessions were first stored.
         """
         rows = []
-        for session_id, sha in self.index.session_heads().items():
+        heads = self.index.session_heads()
+        for session_id, sha in heads.items():
             s = self.summary(sha)
             if session_type is not None and s.get("session_type") != session_type:
                 continue
@@ -167,8 +228,9 @@ class AgnoSessionStore:
                     value = s.get("created_at")
                 return (value is not None, _sortable(value), sid)
             rows.sort(key=key, reverse=sort_order != "asc")
-        else:
-            rows.sort(key=lambda item: (_sortable(item[1].get("created_at")), item[0]))
+        else:  # insertion order, as agno's SQL databases return rows without ORDER BY
+            inserted = {sid: self._inserted(heads[sid]) for sid, _ in rows}
+            rows.sort(key=lambda item: (inserted[item[0]], item[0]))
         if limit is not None:
             start = (page - 1) * limit if page else 0
             rows = rows[start:start + limit]

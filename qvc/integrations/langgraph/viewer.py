@@ -14,17 +14,28 @@ serializer writes it as JSON: a pydantic model as its fields (``model_dump(mode=
 dataclass, named tuple or ``Send`` as its fields, an enum as its value, a UUID, path, decimal or
 pattern as its text. Never a ``repr``, never the stored bytes.
 
+LangGraph's own channels, which drive the graph rather than hold its state (``__start__`` and
+every other ``__``-prefixed name such as ``__pregel_tasks``, ``branch:to:NODE`` and the other
+``branch:`` channels, ``join:`` channels), are left out (:func:`internal`), and so are pending
+writes to them; ``--raw`` shows them, and ``qvc checkout --to`` writes them (through the editor).
+While the viewer decodes, LangGraph's serializer's warnings about the types it meets
+("Deserializing unregistered type ...") are not logged: the viewer only reads values to show
+them, the user's graph is where such types are registered.
+
 Imports LangGraph and LangChain (through :mod:`.values`) and :mod:`qvc.store`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import enum
 import ipaddress
+import logging
 import pathlib
 import re
+import threading
 import uuid
 from decimal import Decimal
 from typing import Any
@@ -50,13 +61,50 @@ _TEXT_TYPES = (uuid.UUID, pathlib.PurePath, Decimal, ipaddress.IPv4Address, ipad
                ipaddress.IPv4Network, ipaddress.IPv6Network, ipaddress.IPv4Interface, ipaddress.IPv6Interface)
 
 
+#: Prefixes of the channels LangGraph keeps for itself (see :func:`internal`).
+INTERNAL_PREFIXES = ("__", "branch:", "join:")
+# The logger of LangGraph's serializer, whose type warnings the viewer keeps quiet.
+_SERDE_LOGGER = "langgraph.checkpoint.serde.jsonplus"
+_decoding = threading.local()
+
+
+class _WhileViewing(logging.Filter):
+    """Drops the serializer's records logged in a thread while :func:`view` decodes there."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(_decoding, "depth", 0)
+
+
+_quiet_filter = _WhileViewing()
+logging.getLogger(_SERDE_LOGGER).addFilter(_quiet_filter)
+
+
+@contextlib.contextmanager
+def _quiet():
+    _decoding.depth = getattr(_decoding, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _decoding.depth -= 1
+
+
+def internal(channel: str) -> bool:
+    """Whether ``channel`` is one LangGraph keeps for itself (``__start__``, ``__pregel_tasks``,
+    ``branch:to:NODE``, ``join:A+B:C``) rather than one of the graph's state."""
+    return channel.startswith(INTERNAL_PREFIXES)
+
+
 def view(store: GitCheckpointStore, sha: str, state: dict[str, Any], *, plain: bool = False) -> dict[str, Any]:
     """The channel values of the LangGraph checkpoint in commit ``sha``, decoded
     (:func:`~qvc.integrations.langgraph.values.channel_values`; ``state``, the stored
     ``[type, bytes]`` pairs, is read again from ``sha``) and shown as plain data (see the module
     docstring), whatever ``plain`` says: the text forms show messages by role and content too.
-    Raises :class:`~qvc.errors.CorruptionError` when a channel does not decode."""
-    return {name: plain_value(value) for name, value in channel_values(store, sha).items()}
+    LangGraph's internal channels (:func:`internal`) are left out; the serializer's type warnings
+    are not logged meanwhile. Raises :class:`~qvc.errors.CorruptionError` when a channel does not
+    decode."""
+    with _quiet():
+        values = channel_values(store, sha)
+        return {name: plain_value(value) for name, value in values.items() if not internal(name)}
 
 
 def message_dict(message: BaseMessage) -> dict[str, Any]:

@@ -32,8 +32,19 @@ function svg(tag, attrs = {}, ...children) {
   return node;
 }
 
+// The token of the URL qvc serve printed (?token=, kept for this tab): actions need it.
+const TOKEN_KEY = "qvc-token";
+{
+  const t = new URLSearchParams(location.search).get("token");
+  if (t) sessionStorage.setItem(TOKEN_KEY, t);
+}
+function authHeaders() {
+  const t = sessionStorage.getItem(TOKEN_KEY);
+  return t ? { Authorization: "Bearer " + t } : {};
+}
+
 async function api(method, path, body) {
-  const opts = { method, headers: {} };
+  const opts = { method, headers: authHeaders() };
   if (body !== undefined) { opts.body = JSON.stringify(body); opts.headers["Content-Type"] = "application/json"; }
   const resp = await fetch(path, opts);
   const data = await resp.json().catch(() => ({ error: { message: resp.statusText, status: resp.status } }));

@@ -1,0 +1,69 @@
+"""No sample deletes what it did not create (issue 25): every runnable sample, as a real process,
+refuses a directory holding a user's file and a file path with one line and exit status 2, and
+leaves them as they were. The runs on fresh paths are in tests/features/test_runs.py
+(crash_recovery, tool_error, time_travel), tests/integrations/test_agno.py (agno_agent),
+tests/integrations/test_google_adk.py (google_adk_session) and tests/integrations/test_openai_agents.py
+(openai_agents_session); quickstart's is here."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+from helpers import child_env, fsck, qvc_json  # noqa: E402
+
+SAMPLES = ROOT / "samples"
+#: every sample a user runs (the others are modules the samples share)
+RUNNABLE = sorted(p.name for p in SAMPLES.glob("*.py") if 'if __name__ == "__main__"' in p.read_text())
+
+
+def sample(name: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SAMPLES / name), *args], env=child_env(), capture_output=True,
+                          text=True, timeout=300, stdin=subprocess.DEVNULL)
+
+
+def test_every_sample_is_covered():
+    assert set(RUNNABLE) == {"agno_agent.py", "crash_recovery.py", "google_adk_session.py", "openai_agents_session.py",
+                             "pydantic_ai_conversation.py", "quickstart.py", "time_travel.py", "tool_error.py"}
+
+
+@pytest.mark.parametrize("name", RUNNABLE)
+def test_a_sample_refuses_a_directory_holding_a_users_file(name, tmp_path):
+    mydir = tmp_path / "mydir"
+    mydir.mkdir()
+    (mydir / "notes.txt").write_text("mine\n")
+    proc = sample(name, "--repo", str(mydir))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert str(mydir) in proc.stderr and "refusing" in proc.stderr
+    assert (mydir / "notes.txt").read_text() == "mine\n"
+    assert [p.name for p in mydir.iterdir()] == ["notes.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mydir"]  # nothing beside it either
+
+
+@pytest.mark.parametrize("name", RUNNABLE)
+def test_a_sample_refuses_a_file_path(name, tmp_path):
+    mine = tmp_path / "notes.txt"
+    mine.write_text("mine\n")
+    for target in (mine, mine / "repo.qvc"):
+        proc = sample(name, "--repo", str(target))
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert mine.read_text() == "mine\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_quickstart_on_a_fresh_path_then_again_on_its_own(tmp_path):
+    repo = tmp_path / "q.qvc"
+    for _ in range(2):  # the second run replaces what the first created
+        proc = sample("quickstart.py", "--repo", str(repo))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert (repo / "qvc-sample").is_file() and (tmp_path / "q.qvc-remote.git" / "qvc-sample").is_file()
+    fsck(repo)
+    assert {t["thread"] for t in qvc_json("--repo", str(repo), "branch")} >= {"france", "france/metropolitan"}
