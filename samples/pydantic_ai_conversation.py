@@ -36,7 +36,8 @@ from pydantic_ai.conversation import Conversation  # noqa: E402
 from pydantic_ai.conversation_store import ConversationConflict  # noqa: E402
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart  # noqa: E402
 from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
-from scripted_agent import sample_repository, show_cli  # noqa: E402
+from sample_repo import sample_repository  # noqa: E402
+from scripted_agent import show_cli  # noqa: E402
 
 from qvc.integrations.pydantic_ai import QvcConversationStore, conversation_thread  # noqa: E402
 
