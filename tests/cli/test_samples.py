@@ -1,8 +1,9 @@
 """No sample deletes what it did not create (issue 25): every runnable sample, as a real process,
 refuses a directory holding a user's file and a file path with one line and exit status 2, and
 leaves them as they were. The runs on fresh paths are in tests/features/test_runs.py
-(crash_recovery, tool_error, time_travel), tests/integrations/test_agno.py (agno_agent) and
-tests/integrations/test_google_adk.py (google_adk_session); quickstart's is here."""
+(crash_recovery, tool_error, time_travel), tests/integrations/test_agno.py (agno_agent),
+tests/integrations/test_google_adk.py (google_adk_session) and tests/integrations/test_openai_agents.py
+(openai_agents_session); quickstart's is here."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def sample(name: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_every_sample_is_covered():
-    assert set(RUNNABLE) == {"agno_agent.py", "crash_recovery.py", "google_adk_session.py",
+    assert set(RUNNABLE) == {"agno_agent.py", "crash_recovery.py", "google_adk_session.py", "openai_agents_session.py",
                              "pydantic_ai_conversation.py", "quickstart.py", "time_travel.py", "tool_error.py"}
 
 
