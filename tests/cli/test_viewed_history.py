@@ -1,4 +1,5 @@
-"""Issue 25's follow-ups, each through the real ``qvc`` as a subprocess (or ``qvc serve``).
+"""History as readers show it after copies, edits, races and repairs, each through the real ``qvc``
+as a subprocess (or ``qvc serve``):
 
 1. a run checkpoint copied by a fork (``qvc branch``) or edited by ``qvc commit`` still reads as a
    run (the viewer of the checkpoint it was made from), and so does a LangGraph fork;
