@@ -531,7 +531,10 @@ def two_writer_loop(tmp_path: Path, mode: str, kills: int, seed: int) -> dict:
             finally:
                 lines = a.finish()
             wait_gone(list(a.orphans))
-            assert b.proc.poll() is None, f"{where}: writer B died:\n{b.stderr()}"
+            if b.proc.poll() is not None:
+                said = [ln for ln in b.finish() if ln.startswith("ERROR")]
+                raise AssertionError(f"{where}: writer B died ({b.proc.returncode}): {said}\n"
+                                     f"{b.stderr_path.read_text(errors='replace')}")
             _, acked, wrote = replay_lines(model_a, lines)
             acked_a |= acked
             stats["kills"] += 1
