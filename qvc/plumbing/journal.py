@@ -18,13 +18,14 @@ import os
 import struct
 import sys
 import threading
+import time
 import zlib
 from dataclasses import dataclass, field
 from typing import Iterator
 
 import msgpack
 
-from qvc.plumbing.locking import try_flock
+from qvc.plumbing.locking import try_flock, unlock
 
 MAGIC = b"QVCJ1\n"
 GENERATION = "qvc/generation"  # replaced whenever history is deleted or rewritten (see Repository)
@@ -256,6 +257,26 @@ def read_records(path: str) -> Iterator[Record]:
         pos += _FRAME.size + length
 
 
+#: how long :func:`claim_orphans` waits for processes that only look at a dead journal (a
+#: shared ``flock`` held for a moment, as :func:`qvc.plumbing.locking.flocked` takes it)
+LOOKER_WAIT = 2.0
+
+
+def _take(fd: int) -> bool:
+    """Lock a journal exclusively; ``False`` if another process holds it so (its owner). Holders
+    of a shared lock (a reader of another process testing whether the owner lives) are only
+    looking: waited for, up to :data:`LOOKER_WAIT`, not taken for an owner."""
+    deadline = time.monotonic() + LOOKER_WAIT
+    delay = 0.0005
+    while not try_flock(fd):
+        if not try_flock(fd, shared=True) or time.monotonic() > deadline:
+            return False
+        unlock(fd)
+        time.sleep(delay)
+        delay = min(delay * 2, 0.02)
+    return True
+
+
 def claim_orphans(directory: str) -> list[tuple[str, int]]:
     """Journals whose owner is gone, each with an open fd holding its lock (close it when done)."""
     found = []
@@ -271,7 +292,7 @@ def claim_orphans(directory: str) -> list[tuple[str, int]]:
             fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         except FileNotFoundError:
             continue
-        if not try_flock(fd):
+        if not _take(fd):
             os.close(fd)  # a live store owns it
             continue
         if not os.path.exists(path):  # its owner closed and removed it while we opened it

@@ -6,7 +6,7 @@ pending set, ref moves in leases (:mod:`qvc.plumbing.leases`: the ref's git lock
 published). :meth:`Publication.publish` writes the pending objects as one pack, then each leased
 ref (its reflog lines, then its value), releasing the leases; the publisher thread does this
 about :data:`PUBLISH_LAG` after each write. Deletes are never leased: they move git's files at
-once, by compare-and-swap under git's ref lock (:meth:`Publication.move_ref`). Durability is
+once, by compare-and-swap under git's ref lock and ``packed-refs.lock`` (:func:`delete_ref`). Durability is
 the journal's, not this module's: a move is journaled by the transaction that made it.
 
 Lock order: ``publish_mutex`` before ``state``, never after; the maintenance lock is held
@@ -17,6 +17,7 @@ this thread holds it exclusively.
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import logging
 import os
@@ -123,6 +124,110 @@ def moved(name: str, old: str | None, current: str | None) -> CheckpointConflict
         return CheckpointConflictError(f"{name}: created by another writer meanwhile")
     found = (current or "nothing")[:12]
     return CheckpointConflictError(f"{name}: moved by another writer (expected {old[:12]}, found {found})")
+
+
+PACKED_REFS = "packed-refs"
+
+
+def _create_lock(path: str) -> None:
+    """Create the lock file ``path`` exclusively (its directory too); ``OSError`` naming the
+    lock when it exists (the callers' retry loops look for "lock" in the message)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    try:
+        try:
+            os.close(os.open(path, flags, 0o644))
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.close(os.open(path, flags, 0o644))
+    except FileExistsError:
+        raise OSError(errno.EEXIST, "locked by another writer", path) from None
+
+
+def _prune_dirs(root: str, name: str) -> None:
+    """Remove the empty directories ``name`` (a ref) leaves under ``root`` (as git and libgit2
+    do after a delete), keeping ``refs/<kind>``."""
+    parts = name.split("/")[:-1]
+    while len(parts) > 2:
+        try:
+            os.rmdir(os.path.join(root, *parts))
+        except OSError:
+            return
+        parts.pop()
+
+
+def delete_ref(repo_path: str, name: str, old: str) -> None:
+    """Delete ref ``name`` if it holds ``old`` (:class:`CheckpointConflictError` if not), as git
+    deletes a ref: under the ref's lock and ``packed-refs.lock`` both, its ``packed-refs`` entry
+    first, then its loose file and reflog.
+
+    Holding ``packed-refs.lock`` is what keeps a concurrent ``git pack-refs`` (any store's
+    packer, or git's) from reading the loose ref before the delete and writing it into
+    ``packed-refs`` after: the deleted ref would come back with its old value. (libgit2 takes
+    that lock only when the ref is packed already, so its delete is not used.) ``OSError``
+    naming the lock when either lock is held by another writer."""
+    ref_lock = os.path.join(repo_path, name + ".lock")
+    packed = os.path.join(repo_path, PACKED_REFS)
+    _create_lock(ref_lock)
+    try:
+        _create_lock(packed + ".lock")
+        committed = False
+        try:
+            loose = os.path.join(repo_path, name)
+            try:
+                with open(loose, "rb") as f:
+                    current: str | None = f.read(4096).decode("utf-8", "replace").strip()
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                current = None
+            try:
+                with open(packed, "rb") as f:
+                    lines = f.read().split(b"\n")
+            except FileNotFoundError:
+                lines = []
+            wanted = name.encode("utf-8", "surrogateescape")
+            kept: list[bytes] = []
+            packed_value = None
+            skipping = False
+            for line in lines:
+                if skipping and line.startswith(b"^"):
+                    continue  # the peeled value of the removed entry
+                skipping = False
+                sha, _, ref = line.partition(b" ")
+                if ref == wanted and len(sha) == 40 and not line.startswith(b"#"):
+                    packed_value, skipping = sha.decode("ascii", "replace"), True
+                    continue
+                kept.append(line)
+            if current is None:
+                current = packed_value
+            if current != old:
+                raise moved(name, old, current)
+            if packed_value is not None:
+                with open(packed + ".lock", "wb") as f:
+                    f.write(b"\n".join(kept))
+                os.rename(packed + ".lock", packed)
+                committed = True
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                os.unlink(loose)
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                os.unlink(os.path.join(repo_path, "logs", name))
+        finally:
+            if not committed:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(packed + ".lock")
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(ref_lock)
+    _prune_dirs(repo_path, name)
+    _prune_dirs(os.path.join(repo_path, "logs"), name)
+
+
+def clear_stale_packed_lock(repo_path: str, older_than: float) -> None:
+    """Remove ``packed-refs.lock`` once it is ``older_than`` seconds old: a writer killed while it
+    held it (git and qvc hold it for milliseconds), which would block every delete."""
+    lock = os.path.join(repo_path, PACKED_REFS + ".lock")
+    with contextlib.suppress(OSError):
+        if time.time() - os.stat(lock).st_mtime > older_than:
+            os.unlink(lock)
+            log.warning("qvc: removed stale lock %s", lock)
 
 
 class Publication:
@@ -304,12 +409,13 @@ class Publication:
                 if "lock" not in str(exc):
                     raise
                 self.clear_stale_lock(name)
+                clear_stale_packed_lock(self.path, LOCK_WAIT / 2)
                 if time.monotonic() > deadline:
                     raise CheckpointConflictError(
                         f"{name}: locked by another writer for over {LOCK_WAIT:.0f} s") from None
                 time.sleep(delay)
                 delay = min(delay * 2, 0.05)
-        # libgit2 removed the ref's file and reflog, and rewrote packed-refs if it held the ref
+        # the ref's file and reflog are gone, and packed-refs was rewritten if it held the ref
         dirty(self.path).wrote(os.path.join(self.path, "packed-refs"))
         dirty(self.path).changed(os.path.dirname(os.path.join(self.path, name)),
                                  os.path.dirname(os.path.join(self.path, "logs", name)))
@@ -329,15 +435,15 @@ class Publication:
                     raise moved(name, None, None)
                 tx.set_target(name, pygit2.Oid(hex=new), message=message or "qvc")
             return
+        if new is None:
+            delete_ref(self.path, name, old)
+            return
         ref = refs.get(name)
         current = None if ref is None else str(ref.target)
         if current != old:
             raise moved(name, old, current)
         try:
-            if new is None:
-                ref.delete()
-            else:
-                ref.set_target(pygit2.Oid(hex=new), message or "qvc")
+            ref.set_target(pygit2.Oid(hex=new), message or "qvc")
         except pygit2.GitError as exc:
             if "does not match" in str(exc) or "not found" in str(exc):
                 raise CheckpointConflictError(f"{name}: moved by another writer meanwhile") from None

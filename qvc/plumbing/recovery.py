@@ -228,6 +228,8 @@ def needed(repo: RecoveryHost) -> bool:
             try:
                 if try_flock(fd, shared=True):
                     return True  # nobody holds it: its owner died
+                if os.path.exists(os.path.join(journal_dir, name + ADOPTING)):
+                    return True  # held by a process finishing its dead owner's leases, not by the owner
             finally:
                 os.close(fd)
     for top in ("refs", "objects"):
@@ -262,6 +264,11 @@ def journal_alive(repo: RecoveryHost, name: str) -> bool:
     exists and someone holds its ``flock`` (this process included)."""
     return bool(flocked(os.path.join(repo.qvc_dir, "journal", os.path.basename(name))))
 
+
+#: the suffix of the marker a process finishing a dead store's leases (:func:`adopt_lease`) puts
+#: beside its journal while it holds the journal's lock, so that :func:`needed` tells that lock
+#: from its owner's: the journal still needs recovery
+ADOPTING = ".adopting"
 
 #: how long finishing a dead writer's lease waits for processes that only look at its journal
 #: (a shared ``flock`` held for a moment, as :func:`qvc.plumbing.locking.flocked` takes it)
@@ -342,8 +349,12 @@ def adopt_lease(repo: RecoveryHost, name: str, holder: str,
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     except FileNotFoundError:
         fd = -1  # its journal is gone: nothing of the lease was acknowledged
+    if fd >= 0:  # made before the claim: the journal is never seen held without it meanwhile
+        with contextlib.suppress(OSError), open(path + ADOPTING, "wb"):
+            pass
+    claimed = False
     try:
-        if fd >= 0 and not _claim(fd):
+        if fd >= 0 and not (claimed := _claim(fd)):
             return False
         found = leases.tag(repo.path, name)
         if found is None or found[0] != holder:
@@ -374,6 +385,9 @@ def adopt_lease(repo: RecoveryHost, name: str, holder: str,
             moved[name] = (moves[0][0], value)
         return True
     finally:
+        if claimed:  # (else another process holds it and removes the marker when done)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path + ADOPTING)  # before the lock goes
         if fd >= 0:
             os.close(fd)
 
@@ -487,10 +501,16 @@ def recover(repo: RecoveryHost) -> RecoveryReport:
         if report:
             harden(repo.path, fsync=repo.fsync)
         for path, _ in orphans:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path + ADOPTING)  # left by a process killed while it finished the journal's leases
             if is_journal(path):
                 os.unlink(path)  # replayed: git's files hold all of it now
             else:
                 move_aside(repo, path, report)  # not qvc's: kept for whoever put it there
+        for n in os.listdir(journal_dir):  # markers of adopters that lost the race for a journal now gone
+            if n.endswith(ADOPTING) and not os.path.exists(os.path.join(journal_dir, n[:-len(ADOPTING)])):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(journal_dir, n))
         if orphans and repo.fsync:
             fsync_dir(journal_dir)
     finally:
