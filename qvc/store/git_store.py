@@ -607,17 +607,7 @@ class GitCheckpointStore(CheckpointStore):
         thread = _thread_of(config)
         _check_checkpoint(checkpoint, thread)
         metadata = _check_mapping(metadata, "metadata")
-        extra = _check_mapping(header, "header")
-        header = {
-            "id": checkpoint.id, "thread_id": thread, "step": checkpoint.step, "parent_id": checkpoint.parent_id,
-            "created_at": checkpoint.created_at, "schema_version": checkpoint.schema_version,
-            "versions_seen": checkpoint.versions_seen,
-            "pending_writes": [list(w) for w in checkpoint.pending_writes or []],
-        }
-        clash = sorted(k for k in extra if k in header or k == "versions")
-        if clash:
-            raise InvalidInputError(f"header keys {clash} are the store's own")
-        header.update(extra)
+        header = _checkpoint_header(checkpoint, thread, _check_mapping(header, "header"))
         ref = head_ref(thread)
         with self._repo.transaction() as tx:
             head = tx.ref(ref)
@@ -692,18 +682,7 @@ class GitCheckpointStore(CheckpointStore):
         for request, thread in zip(requests, threads, strict=True):
             _check_checkpoint(request.checkpoint, thread)
             metadata = _check_mapping(request.metadata, "metadata")
-            extra = _check_mapping(request.header, "header")
-            cp = request.checkpoint
-            header = {
-                "id": cp.id, "thread_id": thread, "step": cp.step, "parent_id": cp.parent_id,
-                "created_at": cp.created_at, "schema_version": cp.schema_version,
-                "versions_seen": cp.versions_seen,
-                "pending_writes": [list(w) for w in cp.pending_writes or []],
-            }
-            clash = sorted(k for k in extra if k in header or k == "versions")
-            if clash:
-                raise InvalidInputError(f"header keys {clash} are the store's own")
-            header.update(extra)
+            header = _checkpoint_header(request.checkpoint, thread, _check_mapping(request.header, "header"))
             prepared.append((request, thread, header, metadata))
         out: list[CheckpointConfig] = []
         with self._batches, self._repo.transaction() as tx:
@@ -1341,13 +1320,7 @@ class GitCheckpointStore(CheckpointStore):
                     raise CheckpointConflictError(f"checkpoint {checkpoint.id!r} already exists; nothing was stored")
                 pid = checkpoint.parent_id
                 parent = None if pid is None else made.get(pid) or self._exact(pid, "parent_id")
-                cp_header = {"id": checkpoint.id, "thread_id": thread, "step": checkpoint.step, "parent_id": pid,
-                             "created_at": checkpoint.created_at, "schema_version": checkpoint.schema_version,
-                             "versions_seen": checkpoint.versions_seen, "pending_writes": []}
-                clash = sorted(k for k in extra if k in cp_header or k == "versions")
-                if clash:
-                    raise InvalidInputError(f"header keys {clash} are the store's own")
-                cp_header.update(extra)
+                cp_header = _checkpoint_header(checkpoint, thread, extra, pending_writes=False)
                 parent_entries = self._history.entries(self._history.commit(parent)) if parent else {}
                 fields, _ = self._builder(tx.write).fields(dict(checkpoint.state_data), parent_entries)
                 made[checkpoint.id] = self.write_checkpoint(tx, cp_header, _check_mapping(metadata, "metadata"),
@@ -1459,6 +1432,22 @@ def _thread_of(config: Any) -> str:
     if thread is None and not hasattr(config, "thread_id"):
         raise InvalidInputError(f"expected a CheckpointConfig, not {type(config).__name__}")
     return check_thread_id(thread)
+
+
+def _checkpoint_header(checkpoint: Checkpoint, thread: str, extra: dict, *, pending_writes: bool = True) -> dict:
+    """The header a checkpoint's commit stores: the store's keys, then ``extra`` (an adapter's own
+    keys; :class:`InvalidInputError` for one of the store's). ``pending_writes=False``: none kept."""
+    header = {
+        "id": checkpoint.id, "thread_id": thread, "step": checkpoint.step, "parent_id": checkpoint.parent_id,
+        "created_at": checkpoint.created_at, "schema_version": checkpoint.schema_version,
+        "versions_seen": checkpoint.versions_seen,
+        "pending_writes": [list(w) for w in checkpoint.pending_writes or []] if pending_writes else [],
+    }
+    clash = sorted(k for k in extra if k in header or k == "versions")
+    if clash:
+        raise InvalidInputError(f"header keys {clash} are the store's own")
+    header.update(extra)
+    return header
 
 
 def _check_mapping(value: Any, what: str) -> dict:
