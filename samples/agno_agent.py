@@ -32,7 +32,7 @@ import time
 
 from agno.agent import Agent
 from agno.run.base import RunStatus
-from sample_repo import sample_repository
+from sample_repo import check, sample_repository
 
 from qvc.integrations.agno import AsyncQvcDb, QvcDb
 from qvc.integrations.agno.scripted import ScriptedModel
@@ -54,12 +54,6 @@ def agent(db: object) -> Agent:
     """The agent: agno's Agent, checkpointing after each tool batch, on ``db``."""
     return Agent(model=ScriptedModel(script=list(PLAN)), db=db, tools=[population], checkpoint="tool-batch",
                  session_id=SESSION, telemetry=False)
-
-
-def check(condition: bool, what: str) -> None:
-    print(("  ok    " if condition else "  FAIL  ") + what)
-    if not condition:
-        raise SystemExit(1)
 
 
 def qvc(repo: str, *args: str) -> None:

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 
-from sample_repo import sample_repository
+from sample_repo import check, sample_repository
 from scripted_agent import QUESTION, RESEARCH_PLAN, SYSTEM, ScriptedModel, drive, make_tools
 
 from qvc.errors import UnknownRunError
@@ -47,12 +47,6 @@ def worker(repo: str, delay: float) -> None:
 
         drive(rec, ScriptedModel(RESEARCH_PLAN), make_tools(delay), on_checkpoint=announce)
     print("worker: finished (it should have been killed)", flush=True)
-
-
-def check(condition: bool, what: str) -> None:
-    print(("  ok    " if condition else "  FAIL  ") + what)
-    if not condition:
-        raise SystemExit(1)
 
 
 def main() -> None:

@@ -31,19 +31,13 @@ import subprocess
 import sys
 import warnings
 
-from sample_repo import sample_repository
+from sample_repo import check, sample_repository
 
 from qvc.integrations.google_adk import QvcArtifactService, QvcSessionService
 from qvc.integrations.google_adk.layout import session_thread
 from qvc.integrations.google_adk.scripted import ask, make_runner
 
 APP, USER = "calc", "ada"
-
-
-def check(condition: bool, what: str) -> None:
-    print(("  ok    " if condition else "  FAIL  ") + what)
-    if not condition:
-        raise SystemExit(1)
 
 
 def qvc(repo: str, *args: str) -> None:

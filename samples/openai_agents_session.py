@@ -32,18 +32,12 @@ import subprocess
 import sys
 
 from agents import Runner
-from sample_repo import sample_repository
+from sample_repo import check, sample_repository
 from scripted_agent import show_cli
 
 from qvc import CheckpointConfig
 from qvc.integrations.openai_agents import QvcSession
 from qvc.integrations.openai_agents.scripted import RUN_CONFIG, email_agent, make_agent
-
-
-def check(condition: bool, what: str) -> None:
-    print(("  ok    " if condition else "  FAIL  ") + what)
-    if not condition:
-        raise SystemExit(1)
 
 
 def checkpoints(session: QvcSession) -> list:

@@ -36,7 +36,7 @@ from pydantic_ai.conversation import Conversation  # noqa: E402
 from pydantic_ai.conversation_store import ConversationConflict  # noqa: E402
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart  # noqa: E402
 from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
-from sample_repo import sample_repository  # noqa: E402
+from sample_repo import check, sample_repository  # noqa: E402
 from scripted_agent import show_cli  # noqa: E402
 
 from qvc.integrations.pydantic_ai import QvcConversationStore, conversation_thread  # noqa: E402
@@ -67,12 +67,6 @@ def weather(city: str) -> str:
 def send_email(to: str) -> str:
     """Send the plan by e-mail (a person approves first)."""
     return f"sent to {to}"
-
-
-def check(condition: bool, what: str) -> None:
-    print(("  ok    " if condition else "  FAIL  ") + what)
-    if not condition:
-        raise SystemExit(1)
 
 
 async def turn(store: QvcConversationStore, cid: str, prompt: str) -> None:

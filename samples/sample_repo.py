@@ -1,4 +1,5 @@
-"""Where a sample writes: the one helper every sample (``samples/*.py``) goes through.
+"""Where a sample writes: the one helper every sample (``samples/*.py``) goes through; and
+:func:`check`, how a sample says what it verified.
 
 A sample creates its repositories at new paths only. It reuses a path only when a sample
 created what is there (it holds the :data:`MARK` file), and then replaces only that. Anything
@@ -17,6 +18,14 @@ import tempfile
 from collections.abc import Iterator
 
 from qvc import GitCheckpointStore
+
+
+def check(condition: bool, what: str) -> None:
+    """Print ``what`` as verified (``ok``) or not (``FAIL``, then exit 1)."""
+    print(("  ok    " if condition else "  FAIL  ") + what)
+    if not condition:
+        raise SystemExit(1)
+
 
 #: The file a sample writes into every repository it creates: only those are ever replaced.
 MARK = "qvc-sample"

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import argparse
 
-from sample_repo import sample_repository
+from sample_repo import check, sample_repository
 from scripted_agent import (
     QUESTION,
     RESEARCH_PLAN,
@@ -38,12 +38,6 @@ from scripted_agent import (
 from qvc.runs import Runs, RunStatus
 
 SESSION = "time-travel"
-
-
-def check(condition: bool, what: str) -> None:
-    print(("  ok    " if condition else "  FAIL  ") + what)
-    if not condition:
-        raise SystemExit(1)
 
 
 def show_timeline(runs: Runs, run_id: str) -> None:

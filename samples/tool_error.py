@@ -19,16 +19,10 @@ from __future__ import annotations
 
 import argparse
 
-from sample_repo import sample_repository
+from sample_repo import check, sample_repository
 from scripted_agent import SYSTEM, ScriptedModel, drive, make_tools
 
 from qvc.runs import Runs, RunStatus
-
-
-def check(condition: bool, what: str) -> None:
-    print(("  ok    " if condition else "  FAIL  ") + what)
-    if not condition:
-        raise SystemExit(1)
 
 
 def demo(repo: str) -> None:
