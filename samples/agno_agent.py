@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -32,7 +31,7 @@ import time
 
 from agno.agent import Agent
 from agno.run.base import RunStatus
-from sample_repo import check, sample_repository
+from sample_repo import check, qvc, sample_repository
 
 from qvc.integrations.agno import AsyncQvcDb, QvcDb
 from qvc.integrations.agno.scripted import ScriptedModel
@@ -54,15 +53,6 @@ def agent(db: object) -> Agent:
     """The agent: agno's Agent, checkpointing after each tool batch, on ``db``."""
     return Agent(model=ScriptedModel(script=list(PLAN)), db=db, tools=[population], checkpoint="tool-batch",
                  session_id=SESSION, telemetry=False)
-
-
-def qvc(repo: str, *args: str) -> None:
-    exe = [shutil.which("qvc")] if shutil.which("qvc") else [sys.executable, "-m", "qvc"]
-    print(f"\n$ qvc {' '.join(args)}")
-    done = subprocess.run([*exe, "--repo", repo, "--no-pager", "--color=never", *args], capture_output=True,
-                          text=True)
-    print(done.stdout.rstrip())
-    check(done.returncode == 0, f"qvc {args[0]} succeeded" + (f": {done.stderr.strip()}" if done.stderr else ""))
 
 
 def worker(repo: str) -> None:

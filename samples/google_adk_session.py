@@ -26,27 +26,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import shutil
-import subprocess
-import sys
 import warnings
 
-from sample_repo import check, sample_repository
+from sample_repo import check, qvc, sample_repository
 
 from qvc.integrations.google_adk import QvcArtifactService, QvcSessionService
 from qvc.integrations.google_adk.layout import session_thread
 from qvc.integrations.google_adk.scripted import ask, make_runner
 
 APP, USER = "calc", "ada"
-
-
-def qvc(repo: str, *args: str) -> None:
-    exe = [shutil.which("qvc")] if shutil.which("qvc") else [sys.executable, "-m", "qvc"]
-    print(f"\n$ qvc {' '.join(args)}")
-    done = subprocess.run([*exe, "--repo", repo, "--no-pager", "--color=never", *args], capture_output=True,
-                          text=True)
-    print(done.stdout.rstrip())
-    check(done.returncode == 0, f"qvc {args[0]} succeeded" + (f": {done.stderr.strip()}" if done.stderr else ""))
 
 
 async def demo(repo: str) -> None:

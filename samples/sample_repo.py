@@ -1,5 +1,5 @@
 """Where a sample writes: the one helper every sample (``samples/*.py``) goes through; and
-:func:`check`, how a sample says what it verified.
+:func:`check` and :func:`qvc`, how a sample says what it verified and shows a command.
 
 A sample creates its repositories at new paths only. It reuses a path only when a sample
 created what is there (it holds the :data:`MARK` file), and then replaces only that. Anything
@@ -25,6 +25,16 @@ def check(condition: bool, what: str) -> None:
     print(("  ok    " if condition else "  FAIL  ") + what)
     if not condition:
         raise SystemExit(1)
+
+
+def qvc(repo: str, *args: str) -> None:
+    """Run ``qvc --repo REPO ARGS`` as a user would, print its output, and :func:`check` it succeeded."""
+    exe = [shutil.which("qvc")] if shutil.which("qvc") else [sys.executable, "-m", "qvc"]
+    print(f"\n$ qvc {' '.join(args)}")
+    done = subprocess.run([*exe, "--repo", repo, "--no-pager", "--color=never", *args], capture_output=True,
+                          text=True)
+    print(done.stdout.rstrip())
+    check(done.returncode == 0, f"qvc {args[0]} succeeded" + (f": {done.stderr.strip()}" if done.stderr else ""))
 
 
 #: The file a sample writes into every repository it creates: only those are ever replaced.
