@@ -211,8 +211,9 @@ class History:
                 ids.append((info.checkpoint_id, info.hex))
                 with self._lock:
                     if self._tips or self._by_id:
+                        # not marked walked (_indexed): a walk reaching it still goes on to its
+                        # parents, which another process may have written and no walk here saw
                         self._by_id[info.checkpoint_id] = info.hex
-                        self._indexed.add(info.hex)
         for name, old, new in record.refs:  # refs git moved (a fetch): their commits are new here
             if new is not None and new not in written and not name.startswith(WRITES):
                 ids += self._checkpoints(self._walk_new(new, old))
@@ -396,8 +397,10 @@ class History:
             stack.extend(info.parents)
         return stops
 
-    def _index_from(self, tip: str) -> None:
+    def _index_from(self, tip: str) -> bool:
+        """Index the commits reachable from ``tip``; whether every one of them read."""
         stack = [tip]
+        whole = True
         while stack:
             hexid = stack.pop()
             if hexid in self._indexed:
@@ -405,20 +408,23 @@ class History:
             try:
                 info = self.commit(hexid)
             except CorruptionError:
-                continue  # fsck names it; lookups simply do not find it
+                whole = False  # fsck names it; lookups do not find it (nor what lies behind it)
+                continue
             self._indexed.add(hexid)
             self._by_id.setdefault(info.checkpoint_id, hexid)
             stack.extend(info.parents)
+        return whole
 
     def refresh(self) -> None:
-        """Index every commit reachable from any ref whose tip moved since the last refresh."""
+        """Index every commit reachable from any ref whose tip moved since the last refresh (or
+        whose last walk met a commit that did not read: walked again, in case it reads now)."""
         self._check_generation()
         with self._lock:
             for name, tip in self.repo.refs("refs/"):
                 if name.startswith(WRITES) or self._tips.get(name) == tip:
                     continue
-                self._index_from(tip)
-                self._tips[name] = tip
+                if self._index_from(tip):
+                    self._tips[name] = tip
 
     def lookup(self, checkpoint_id: str, *, refresh: bool = True) -> str | None:
         """The commit holding ``checkpoint_id`` (exact id): from what this process wrote or read,

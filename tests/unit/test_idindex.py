@@ -244,3 +244,31 @@ def test_a_long_log_is_searched_as_read_then_parsed_and_answers_the_same(tmp_pat
     assert index.find("id-7", "g", list) == [sha[2600], sha[7]]
     assert index.find("id-9", "g", list) == [sha[2700], sha[9]]
     assert index.find("new", "g", list) == [sha[2800]] and index.find("absent", "g", list) == []
+
+
+_UNINDEXED_PUT = r"""
+import sys
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+from qvc.store.idindex import IdIndex
+IdIndex.append = lambda self, *args, **kwargs: None  # as a writer killed before its append to the index
+with GitCheckpointStore(sys.argv[1], fsync=False) as store:
+    store.put(CheckpointConfig("t"), Checkpoint(id="w", thread_id="t", step=1, state_data={"n": 1}), {})
+"""
+
+
+def test_a_checkpoint_another_process_left_unindexed_is_found_after_a_put_on_it(tmp_path):
+    """A process that walked the refs once, then put a checkpoint on top of one another process
+    wrote but never indexed (killed between its ref move and its append), still finds the
+    other's checkpoint by id: its own put does not stop the walk short of what lies below."""
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path, fsync=False) as store:
+        _put(store, "t", "a0", 0)
+        assert store.get_tuple(CheckpointConfig("t", "nope")) is None  # a walk of every ref, and the log built
+        proc = subprocess.run([sys.executable, "-c", _UNINDEXED_PUT, str(path)], env=child_env(),
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert all(not line.endswith(b" w") for line in (path / IDS / _logs(path)[0]).read_bytes().splitlines())
+        _put(store, "t", "c", 2)
+        assert store.get_tuple(CheckpointConfig("t", "c")).parent_config.checkpoint_id == "w"
+        found = store.get_tuple(CheckpointConfig("t", "w"))
+        assert found is not None and found.checkpoint.state_data == {"n": 1}
