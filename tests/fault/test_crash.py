@@ -16,6 +16,7 @@ import importlib.util
 import os
 import queue
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -33,7 +34,7 @@ ROOT = HERE.parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from helpers import child_env, fsck  # noqa: E402
+from helpers import child_env, fsck, git_env  # noqa: E402
 
 from qvc import Checkpoint, CheckpointConfig, DurabilityMode, GitCheckpointStore  # noqa: E402
 from qvc.plumbing.journal import GENERATION  # noqa: E402
@@ -399,6 +400,38 @@ def fresh_puts(store, model: Model, tag: str, where: str, prefix: str = "", limi
     return slowest
 
 
+def post_mortem(tmp_path: Path, path: Path, message: str, limit: int = 120) -> str:
+    """What the writers said about the checkpoints and threads a failure names, and what git's
+    files say of those threads now: the lines a CI log needs to explain a lost checkpoint."""
+    names = set(re.findall(r"\b(?:f?r\d{4}-\d{5}|t\d)\b", message))
+    out = []
+    runs = sorted(tmp_path.glob("writer-*.out"), key=lambda p: int(p.stem.split("-")[1]))
+    for run in runs:
+        for line in run.read_text().splitlines():
+            if line.startswith("OPEN") and line != "OPEN nothing to repair" or set(line.split(" ")) & names:
+                out.append(f"{run.stem}: {line}")
+    for name in sorted(n for n in names if not n.startswith("r")):  # the threads
+        for sub in (f"refs/heads/{name}", f"logs/refs/heads/{name}"):
+            f = path / sub
+            out.append(f"{sub}: " + (f.read_text().strip() if f.exists() else "(no file)"))
+    for cid in sorted(n for n in names if n.startswith("r")):  # the checkpoints
+        for where, extra in (("a ref", ["--all"]), ("a reflog", ["--reflog"])):
+            proc = subprocess.run(["git", "log", *extra, "--format=%H %D", f"--grep=^Checkpoint-Id: {cid}$"],
+                                  env=git_env(path), capture_output=True, text=True, stdin=subprocess.DEVNULL)
+            out.append(f"git log {' '.join(extra)} (commits of {cid} on {where}): "
+                       + (" | ".join(proc.stdout.split("\n")).strip(" |") or proc.stderr.strip() or "none"))
+        for log in sorted((path / "qvc" / "ids").glob("*")):
+            if log.is_file():
+                out += [f"{log.relative_to(path)}: {ln}" for ln in log.read_text(errors="replace").splitlines()
+                        if ln.endswith(" " + cid)]
+    packed = path / "packed-refs"
+    if packed.exists():
+        out += [f"packed-refs: {ln}" for ln in packed.read_text().splitlines() if any(n in ln for n in names)]
+    if len(out) > limit:
+        out = out[:20] + [f"... {len(out) - limit} lines left out ..."] + out[-(limit - 20):]
+    return "post-mortem:\n" + "\n".join(out)
+
+
 def crash_loop(tmp_path: Path, mode: str, iterations: int, seed: int) -> dict:
     rng = random.Random(seed)
     path = tmp_path / "repo.qvc"
@@ -485,10 +518,13 @@ def crash_loop(tmp_path: Path, mode: str, iterations: int, seed: int) -> dict:
                 f"{where}: replayed journals were not removed: {os.listdir(path / 'qvc' / 'journal')}")
             # (c) acknowledged checkpoints and heads
             t_phase = time.monotonic()
-            verify(store, model, acked_since, rng, where)
-            acked_since = set()
-            # (d) a fresh put on each thread
-            fresh_puts(store, model, f"p{it:04d}", where)
+            try:
+                verify(store, model, acked_since, rng, where)
+                acked_since = set()
+                # (d) a fresh put on each thread
+                fresh_puts(store, model, f"p{it:04d}", where)
+            except AssertionError as e:
+                raise AssertionError(f"{e}\n{post_mortem(tmp_path, path, str(e))}") from None
         finally:
             store.close()
             stats["t_verify"] += time.monotonic() - t_phase

@@ -188,7 +188,10 @@ def check_state(run: Run, fs: powerloss.FS, p: int, where: Path, stats: dict) ->
             try:
                 got = pw.view(store)
             except QvcError as exc:
-                return f"a checkpoint does not read back: {exc!r}"
+                cut = {path: fs.data.get(ino, b"")[:48] for path, ino in sorted(fs.files.items())
+                       if path.startswith(("refs/", "qvc/journal/"))}
+                return (f"a checkpoint does not read back: {exc!r} (recovery: {store.recovery.summary()}; "
+                        f"refs and journals as the power cut left them: {cut})")
         finally:
             store.close()
         try:
