@@ -342,7 +342,12 @@ class Publication:
             # current value durable in the journal so recovery can always roll back to it.
             with self._touched_lock:
                 if name not in self._touched:
-                    journal.sync(journal.append(Record(refs=[(name, old, old)])))
+                    # with what it saw (the file, the generation token), as every move notes it:
+                    # a record naming no token would tell recovery nothing of later deletes, and
+                    # a ref this write then deletes and dies before re-creating (a delete
+                    # rewriting a superseded line) would not be restored
+                    seen = {name: [file_identity(self.path, name), self.generation.current()[1]]}
+                    journal.sync(journal.append(Record(refs=[(name, old, old)], seen=seen)))
         # The record is journaled after the refs move: its space is taken now, so a full disk
         # fails the write here, before any ref moved, and never between the move and the journal.
         journal.reserve(record.size_hint(more_refs=1))

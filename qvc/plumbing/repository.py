@@ -546,7 +546,9 @@ class Repository:
             self.publish()
             self.dirty.flush(fsync=self.fsync)
             names = self.publication.touched()
-            self.journal.restart(Record(refs=[(n, None, self.ref(n)) for n in names], base=True))
+            token = self.generation_watch.current()[1]  # noted as each move notes it (see Publication.move_ref)
+            self.journal.restart(Record(refs=[(n, None, self.ref(n)) for n in names], base=True,
+                                        seen={n: [file_identity(self.path, n), token] for n in names}))
 
     def raise_if_failed(self) -> None:
         """Raise an earlier failed flush (in the background or not) as :class:`DurabilityError`.

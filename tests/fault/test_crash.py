@@ -765,6 +765,56 @@ def test_kill_at_every_ref_move_of_a_delete(tmp_path):
     assert moves is not None and moves >= 3, "the delete should move the fork's head and its writes ref"
 
 
+MID_DELETE_OF_A_LINE = """
+import os, signal, sys
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+path, mode = sys.argv[1], sys.argv[2]
+s = GitCheckpointStore(path, durability="sync" if mode in ("purge", "reopen") else mode)
+def put(thread, cid, step):
+    s.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step,
+                                               state_data={"cid": cid, "step": step}), {})
+put("other", "o", 0)
+s.delete(CheckpointConfig("other"))  # a generation token stands from here on
+for step, cid in enumerate("ABCD"):
+    put("t", cid, step)
+s.reset("t", "B")  # C and D: a superseded line through B
+if mode == "purge":
+    s.purge()  # the journal restarts: the line's ref is in its base record
+if mode == "reopen":
+    s.close()  # the next store first moves the line's ref: its current value is journaled then
+    s = GitCheckpointStore(path)
+print("ACKED", flush=True)
+import qvc.plumbing.publication as publication
+real = publication.delete_ref
+def delete_ref(repo_path, name, old):  # SIGKILL once the old superseded ref is gone, before its rewrite is kept
+    real(repo_path, name, old)
+    if "superseded" in name:
+        os.kill(os.getpid(), signal.SIGKILL)
+publication.delete_ref = delete_ref
+s.delete(CheckpointConfig("t"))  # B goes: the line is rewritten onto A under a new name
+print("DELETED", flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["sync", "exit", "purge", "reopen"])
+def test_kill_between_a_superseded_lines_old_and_new_name_keeps_it(tmp_path, mode):
+    """A delete rewrites a superseded line through the deleted checkpoint: the old ref goes, then
+    the line's new ref comes. Killed in between (its record not yet journaled), the line must
+    come back from what the journal holds of the old ref, even though earlier deletes left a
+    generation token standing (which alone would say another writer deleted history since)."""
+    path = tmp_path / "r.qvc"
+    proc = subprocess.run([sys.executable, "-c", MID_DELETE_OF_A_LINE, os.fspath(path), mode], env=child_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout.split() == ["ACKED"] and proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    fsck(path)
+    with GitCheckpointStore(path) as store:
+        for cid in "ACD":  # (B's delete was in flight: gone or not)
+            assert store.get_tuple(CheckpointConfig("t", cid)) is not None, (
+                f"[{mode}] acknowledged checkpoint {cid} is gone after a kill mid-delete: {store.recovery.summary()}")
+        line = [t.checkpoint.id for t in store.list(CheckpointConfig("t"), superseded=True)]
+        assert {"C", "D"} <= set(line), line
+
+
 OLD_DELETER = """
 import sys
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
