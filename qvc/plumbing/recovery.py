@@ -490,7 +490,11 @@ def recover(repo: RecoveryHost) -> RecoveryReport:
         if orphans:  # locks holding a value that no replayed journal owned: stale now
             remove_stale_files(repo, 0.0 if alone else STALE_SECONDS, report)
         if orphans:
-            _repair_unjournalled_refs(repo, {name for m in moves for name in m}, report)
+            journalled: dict[str, list[str]] = {}  # ref -> the values the journals moved it to, newest first
+            for m in moves:
+                for name, history in m.items():
+                    journalled.setdefault(name, [])[:0] = [new for _, new, _ in reversed(history) if new]
+            _repair_unjournalled_refs(repo, journalled, report)
             for path, _ in orphans:
                 _finish_generation(repo, path)
         if orphans:  # the dead writers' small packs, while no writer runs
@@ -988,35 +992,41 @@ def _unlocked(repo: RecoveryHost, name: str, cut_short: bool, holder: str | None
     return False
 
 
-def _repair_unjournalled_refs(repo: RecoveryHost, journalled: set[str], report: RecoveryReport) -> None:
-    """Loose refs no durable journal record names, whose tip a power loss left unreadable.
+def _repair_unjournalled_refs(repo: RecoveryHost, journalled: dict[str, list[str]], report: RecoveryReport) -> None:
+    """Loose refs no durable journal record names, whose tip a power loss left unreadable; and
+    journalled ones whose file is still no ref after the restores (``journalled``: ref -> the
+    values the journals moved it to, newest first).
 
     A store moves a ref before the journal record of that move is flushed, so a power cut
     can keep the ref's new file (possibly empty) but lose its objects and the record. Such
     a move was never acknowledged as durable: the ref goes back to the newest reflog value (or
     first parent, if its commit still reads) that reads back, or is deleted if there is none
-    (a thread created by the lost write).
+    (a thread created by the lost write). A journalled ref is left to :func:`_restore_ref`
+    unless its file holds no value at all (a publication torn by the power cut, left in place
+    because a lock of a lost record's publication stood on it then): it goes back to the
+    newest journalled, else reflog, value that reads back.
     """
     refs_dir = os.path.join(repo.path, "refs")
     for dirpath, _, files in os.walk(refs_dir):
         for fname in files:
             name = os.path.relpath(os.path.join(dirpath, fname), repo.path).replace(os.sep, "/")
-            if name in journalled or name.endswith(".lock"):
+            if name.endswith(".lock"):
                 continue
             current = None
             try:
                 current = repo.ref(name)
                 # the whole line, not just the tip: a power cut may keep a new tip whose parents' packs it tore
-                if current is not None and _history_reads(repo, current, set()):
+                if name in journalled or (current is not None and _history_reads(repo, current, set())):
                     continue
             except CorruptionError:
                 pass
             logged = [e.new for e in repo.reflog(name) if e.new]
-            candidates = logged + _first_parents(repo, current)
+            candidates = journalled.get(name, []) + logged + _first_parents(repo, current)
             fallback = next((c for c in candidates if _history_reads(repo, c, set())), None)
             move_aside(repo, os.path.join(dirpath, fname), report)  # what it named does not read
             if fallback is not None:
-                source = "the reflog" if fallback in logged else "its tip's first readable ancestor"
+                source = ("the journal" if fallback in journalled.get(name, ()) else "the reflog" if fallback in logged
+                          else "its tip's first readable ancestor")
                 repo.git.create_reference_direct(name, pygit2.Oid(hex=fallback), True,
                                                  message=f"recovery: restored from {source}")
                 report.restored(name, source)

@@ -903,3 +903,36 @@ def test_harden_while_writers_put_loses_no_move(tmp_path, mode):
         for n in range(4):
             assert store.get_tuple(CheckpointConfig(f"h{n}")).checkpoint.id == f"h{n}-0024"
     fsck(path)
+
+
+PUBLISHED_THEN_KILLED = """
+import os, signal, sys
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+store = GitCheckpointStore(sys.argv[1], fsync=False)
+for i, thread in enumerate(["t1", "t1", "other"]):
+    store.put(CheckpointConfig(thread), Checkpoint(id=f"c{i}", thread_id=thread, step=i, state_data={"i": i}), {})
+store.flush()  # published: t1's file holds c1
+print(store.head("t1"), store.head("other"), flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_torn_ref_under_the_lock_of_a_lost_publication_is_repaired(tmp_path):
+    """A power cut can keep a publication's rename and truncation but not its bytes (the ref's
+    file all NULs), and also the lock of a later publication whose journal record it lost (a
+    value no record names). Recovery cannot take that lock for the dead writer's, so restoring
+    the ref from the journal leaves it; the ref is then set to the newest journalled value that
+    reads back, not left unreadable."""
+    path = tmp_path / "r.qvc"
+    proc = subprocess.run([sys.executable, "-c", PUBLISHED_THEN_KILLED, str(path)], env=child_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    head, other = proc.stdout.split()
+    (path / "refs" / "heads" / "t1").write_bytes(b"\0" * 41)  # the publication's bytes lost
+    (path / "refs" / "heads" / "t1.lock").write_bytes(other.encode() + b"\n")  # a lost record's publication
+    with GitCheckpointStore(path) as store:
+        assert store.head("t1") == head, store.recovery.summary()
+        assert store.get_tuple(CheckpointConfig("t1")).checkpoint.id == "c1"
+        assert "restored ref(s) refs/heads/t1 from the journal" in store.recovery.summary()
+    assert not (path / "refs" / "heads" / "t1.lock").exists()
+    fsck(path)
