@@ -3,6 +3,7 @@ helpers tests import are in helpers.py); and the choice of the quick tier."""
 
 from __future__ import annotations
 
+import faulthandler
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,16 @@ def pytest_collection_modifyitems(config, items) -> None:
     if heavy:
         config.hook.pytest_deselected(items=heavy)
         items[:] = [item for item in items if not item.get_closest_marker("heavy")]
+
+
+@pytest.fixture(autouse=True)
+def _long_variants_are_not_timed(request):
+    """A long variant (marked ``slow``) may run past ``faulthandler_timeout`` by design; dumping
+    every thread's stack then, while another thread is inside libgit2, can crash the process,
+    so the dump is not armed for them."""
+    if request.node.get_closest_marker("slow"):
+        faulthandler.cancel_dump_traceback_later()
+    yield
 
 
 @pytest.fixture
