@@ -12,6 +12,7 @@ The writer is ``tests/fault/workers/crash_writer.py``; its protocol is described
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import os
 import queue
@@ -38,6 +39,7 @@ from helpers import child_env, fsck, git_env  # noqa: E402
 
 from qvc import Checkpoint, CheckpointConfig, DurabilityMode, GitCheckpointStore  # noqa: E402
 from qvc.plumbing.journal import GENERATION  # noqa: E402
+from qvc.plumbing.locking import LOCK  # noqa: E402
 
 WRITER = HERE / "workers" / "crash_writer.py"
 _spec = importlib.util.spec_from_file_location("qvc_tests_crash_writer", WRITER)
@@ -109,6 +111,28 @@ def wait_gone(pids: list[int], timeout: float = 60.0) -> None:
     while any(running(p) for p in pids):
         assert time.monotonic() < deadline, f"processes {pids} still running after {timeout} s"
         time.sleep(0.01)
+
+
+def wait_maintenance_lock(path: Path, timeout: float = 60.0) -> None:
+    """Wait until no process holds the repository's maintenance lock (``qvc/lock``) exclusively:
+    a ``git repack`` started by a purge inherits it and keeps it after the purger is killed, so
+    this waits for that git (and its own children) whatever the process scan above saw."""
+    try:
+        fd = os.open(path / LOCK, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                return
+            except BlockingIOError:
+                assert time.monotonic() < deadline, f"{path / LOCK} still held after {timeout} s"
+                time.sleep(0.01)
+    finally:
+        os.close(fd)
 
 
 class Writer:
@@ -479,6 +503,7 @@ def crash_loop(tmp_path: Path, mode: str, iterations: int, seed: int) -> dict:
         # test_killed_purge_leaves_no_git_running): let it finish so this loop tests the rest.
         stats["orphaned_git"] += len(w.orphans)
         wait_gone(list(w.orphans))
+        wait_maintenance_lock(path)  # and any git that inherited the killed purge's lock, however started
         stats["t_writer"] += time.monotonic() - t_start
         assert w.proc.returncode == -signal.SIGKILL, f"{where}: writer ended with {w.proc.returncode}:\n{w.stderr()}"
         inflight, acked, wrote = replay_lines(model, lines)
