@@ -169,6 +169,13 @@ QUICK_EXAMPLES_SHARE = 10  # the quick tier runs a tenth of each property test's
 _quick = False
 
 
+def slow_enabled(config) -> bool:
+    """Whether the long variants (marked ``slow``) run: ``-m slow`` selected them, or ``QVC_SLOW``
+    is set. Each long variant may also answer to a knob of its own."""
+    expr = config.getoption("markexpr", "") or ""
+    return bool(os.environ.get("QVC_SLOW") or ("slow" in expr and "not slow" not in expr))
+
+
 def quick() -> bool:
     """Whether this run is the quick tier (see :func:`use_quick_profile`)."""
     return _quick

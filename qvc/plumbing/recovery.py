@@ -493,7 +493,7 @@ def recover(repo: RecoveryHost) -> RecoveryReport:
             journalled: dict[str, list[str]] = {}  # ref -> the values the journals moved it to, newest first
             for m in moves:
                 for name, history in m.items():
-                    journalled.setdefault(name, [])[:0] = [new for _, new, _ in reversed(history) if new]
+                    journalled[name] = [new for _, new, _ in reversed(history) if new] + journalled.get(name, [])
             _repair_unjournalled_refs(repo, journalled, report)
             for path, _ in orphans:
                 _finish_generation(repo, path)

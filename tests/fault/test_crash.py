@@ -12,7 +12,6 @@ The writer is ``tests/fault/workers/crash_writer.py``; its protocol is described
 
 from __future__ import annotations
 
-import fcntl
 import importlib.util
 import os
 import queue
@@ -35,11 +34,12 @@ ROOT = HERE.parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+import helpers  # noqa: E402
 from helpers import child_env, fsck, git_env  # noqa: E402
 
 from qvc import Checkpoint, CheckpointConfig, DurabilityMode, GitCheckpointStore  # noqa: E402
 from qvc.plumbing.journal import GENERATION  # noqa: E402
-from qvc.plumbing.locking import LOCK  # noqa: E402
+from qvc.plumbing.locking import LOCK, flocked  # noqa: E402
 
 WRITER = HERE / "workers" / "crash_writer.py"
 _spec = importlib.util.spec_from_file_location("qvc_tests_crash_writer", WRITER)
@@ -54,9 +54,8 @@ LINE_TIMEOUT = 20.0  # a writer that prints nothing for this long is blocked
 
 
 def slow_enabled(config) -> bool:
-    expr = config.getoption("markexpr", "") or ""
-    return bool(os.environ.get("QVC_SLOW") or os.environ.get("QVC_CRASH_ITERATIONS")
-                or ("slow" in expr and "not slow" not in expr))
+    """:func:`helpers.slow_enabled`, or ``QVC_CRASH_ITERATIONS`` set (the fault suites' shared knob)."""
+    return helpers.slow_enabled(config) or bool(os.environ.get("QVC_CRASH_ITERATIONS"))
 
 
 
@@ -114,25 +113,13 @@ def wait_gone(pids: list[int], timeout: float = 60.0) -> None:
 
 
 def wait_maintenance_lock(path: Path, timeout: float = 60.0) -> None:
-    """Wait until no process holds the repository's maintenance lock (``qvc/lock``) exclusively:
-    a ``git repack`` started by a purge inherits it and keeps it after the purger is killed, so
-    this waits for that git (and its own children) whatever the process scan above saw."""
-    try:
-        fd = os.open(path / LOCK, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                return
-            except BlockingIOError:
-                assert time.monotonic() < deadline, f"{path / LOCK} still held after {timeout} s"
-                time.sleep(0.01)
-    finally:
-        os.close(fd)
+    """Wait until no process holds the repository's maintenance lock (``qvc/lock``): a ``git
+    repack`` started by a purge inherits it and keeps it after the purger is killed, so this
+    waits for that git (and its own children) whatever the process scan above saw."""
+    deadline = time.monotonic() + timeout
+    while flocked(str(path / LOCK)):
+        assert time.monotonic() < deadline, f"{path / LOCK} still held after {timeout} s"
+        time.sleep(0.01)
 
 
 class Writer:

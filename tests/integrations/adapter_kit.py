@@ -41,7 +41,7 @@ from typing import Any, Callable, Dict, List, Optional, Set
 
 import pytest
 from git_servers import GitDaemon
-from helpers import child_env, fsck, run_git
+from helpers import child_env, fsck, run_git, slow_enabled
 
 from qvc import GitCheckpointStore
 
@@ -346,9 +346,7 @@ class AdapterKit:
 
     @pytest.mark.slow
     def test_writers_killed_many_times_recover(self, tmp_path: Path, request: pytest.FixtureRequest) -> None:
-        expr = request.config.getoption("markexpr", "") or ""
-        if not (os.environ.get("QVC_SLOW") or os.environ.get("QVC_KIT_ROUNDS")
-                or ("slow" in expr and "not slow" not in expr)):
+        if not (slow_enabled(request.config) or os.environ.get("QVC_KIT_ROUNDS")):
             pytest.skip("long variant: run with -m slow (or QVC_SLOW=1, or QVC_KIT_ROUNDS=N)")
         self._kill_and_recover(tmp_path / "k.qvc", rounds=int(os.environ.get("QVC_KIT_ROUNDS", "20")), seed=_seed())
 
