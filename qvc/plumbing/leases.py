@@ -69,6 +69,29 @@ def lock_path(repo_path: str, name: str) -> str:
     return os.path.join(repo_path, name + ".lock")
 
 
+#: how many times a file is created again after its directory vanished under it
+CREATE_TRIES = 16
+
+
+def open_creating_dirs(repo_path: str, path: str, flags: int) -> int:
+    """``os.open(path, flags | O_CREAT)`` under ``repo_path``, making its directories first if
+    they are missing (noted for the next flush). Another process deleting the last ref of a
+    directory removes the emptied directory, as git does, possibly between the making and the
+    open: the open is then tried again (as git's own ``raceproof_create_file`` does), so that
+    race never fails a write. Raises what ``os.open`` raises otherwise."""
+    flags |= os.O_CREAT
+    for _ in range(CREATE_TRIES):
+        try:
+            return os.open(path, flags, 0o644)
+        except FileNotFoundError:
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+            except FileNotFoundError:
+                continue  # a parent went meanwhile: make them again
+            dirty(repo_path).made_dirs(os.path.dirname(path))
+    return os.open(path, flags, 0o644)
+
+
 def take(repo_path: str, name: str, holder: str, serial: int | None = None) -> int | None:
     """Create ``<ref>.lock`` exclusively and write the holder's tag in it (``qvc lease <holder>
     <serial>``); return its fd.
@@ -78,20 +101,10 @@ def take(repo_path: str, name: str, holder: str, serial: int | None = None) -> i
     of its directory, or it is a directory).
     """
     path = lock_path(repo_path, name)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
     try:
-        fd = os.open(path, flags, 0o644)
+        fd = open_creating_dirs(repo_path, path, os.O_WRONLY | os.O_EXCL | os.O_CLOEXEC)
     except FileExistsError:
         return None
-    except FileNotFoundError:
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            dirty(repo_path).made_dirs(os.path.dirname(path))
-            fd = os.open(path, flags, 0o644)
-        except FileExistsError:
-            return None
-        except (NotADirectoryError, IsADirectoryError) as exc:
-            raise CheckpointConflictError(f"{name}: cannot be created here ({exc.strerror})") from None
     except (NotADirectoryError, IsADirectoryError) as exc:
         raise CheckpointConflictError(f"{name}: cannot be created here ({exc.strerror})") from None
     try:
@@ -233,13 +246,7 @@ def reflog_line(old: str | None, new: str | None, who: str, when: float, message
 def append_reflog(repo_path: str, name: str, lines: bytes) -> None:
     """Append reflog lines to ``logs/<name>`` (created, with its directories, if needed)."""
     path = os.path.join(repo_path, "logs", name)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags, 0o644)
-    except FileNotFoundError:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        dirty(repo_path).made_dirs(os.path.dirname(path))
-        fd = os.open(path, flags, 0o644)
+    fd = open_creating_dirs(repo_path, path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
     try:
         os.write(fd, lines)
     finally:

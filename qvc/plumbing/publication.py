@@ -129,16 +129,11 @@ def moved(name: str, old: str | None, current: str | None) -> CheckpointConflict
 PACKED_REFS = "packed-refs"
 
 
-def _create_lock(path: str) -> None:
+def _create_lock(repo_path: str, path: str) -> None:
     """Create the lock file ``path`` exclusively (its directory too); ``OSError`` naming the
     lock when it exists (the callers' retry loops look for "lock" in the message)."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
     try:
-        try:
-            os.close(os.open(path, flags, 0o644))
-        except FileNotFoundError:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            os.close(os.open(path, flags, 0o644))
+        os.close(leases.open_creating_dirs(repo_path, path, os.O_WRONLY | os.O_EXCL | os.O_CLOEXEC))
     except FileExistsError:
         raise OSError(errno.EEXIST, "locked by another writer", path) from None
 
@@ -167,9 +162,9 @@ def delete_ref(repo_path: str, name: str, old: str) -> None:
     naming the lock when either lock is held by another writer."""
     ref_lock = os.path.join(repo_path, name + ".lock")
     packed = os.path.join(repo_path, PACKED_REFS)
-    _create_lock(ref_lock)
+    _create_lock(repo_path, ref_lock)
     try:
-        _create_lock(packed + ".lock")
+        _create_lock(repo_path, packed + ".lock")
         committed = False
         try:
             loose = os.path.join(repo_path, name)
