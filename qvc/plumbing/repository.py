@@ -472,6 +472,14 @@ class Repository:
             return os.path.lexists(leases.lock_path(self.path, name))
         return not recovery.finish_publication(self, name)
 
+    def finish_dead_writers(self, prefix: str) -> None:
+        """:meth:`finish_dead_writer` for every ref under ``prefix`` that has a lock file (one
+        walk of the ref directories): what is read next is every store's acknowledged refs,
+        dead ones' included (a walk building an index from them must not read a dead delete's
+        refs as they were before it)."""
+        for name in self.locked_refs(prefix):
+            self.finish_dead_writer(name)
+
     def recovered(self, moved: dict[str, tuple[str | None, str | None]]) -> None:
         """Tell :attr:`recovery_listeners` of refs this process moved for dead writers (``moved``
         as :attr:`RecoveryReport.moved <qvc.plumbing.recovery.RecoveryReport.moved>`); nothing

@@ -53,8 +53,8 @@ class TransactionHost(Protocol):
     def refs(self, prefix: str) -> Iterable[tuple[str, str]]:
         """``(name, hex target)`` of every ref under ``prefix``."""
 
-    def locked_refs(self, prefix: str) -> list[str]:
-        """The refs under ``prefix`` that have a lock file now."""
+    def finish_dead_writers(self, prefix: str) -> None:
+        """Roll forward every dead store's lease under ``prefix``."""
 
     def publish(self) -> None:
         """Write what this process applied to git's files."""
@@ -126,8 +126,7 @@ class Transaction:
         every dead store's lease under ``prefix`` is rolled forward (:meth:`Repository.finish_dead_writer`):
         a change that rewrites or deletes the refs it lists reaches those a dead store
         acknowledged but never published (the superseded line its time travel created, say)."""
-        for name in self.repo.locked_refs(prefix):
-            self.repo.finish_dead_writer(name)
+        self.repo.finish_dead_writers(prefix)
         return list(self.repo.refs(prefix))
 
     def move_ref(self, name: str, old: str | None, new: str | None, message: str | None = None) -> None:

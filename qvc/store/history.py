@@ -417,7 +417,14 @@ class History:
 
     def refresh(self) -> None:
         """Index every commit reachable from any ref whose tip moved since the last refresh (or
-        whose last walk met a commit that did not read: walked again, in case it reads now)."""
+        whose last walk met a commit that did not read: walked again, in case it reads now).
+
+        A writing store first rolls forward the leases dead stores left (one walk of the ref
+        directories): read as they were before, the refs a killed delete had rewritten would
+        put what it deleted into the index built from this walk, which that delete's
+        roll-forward later does not retire. A read-only store reads them as they are."""
+        if not self.repo.readonly:
+            self.repo.finish_dead_writers("refs/")
         self._check_generation()
         with self._lock:
             for name, tip in self.repo.refs("refs/"):

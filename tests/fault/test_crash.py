@@ -827,6 +827,58 @@ def test_kill_between_a_superseded_lines_old_and_new_name_keeps_it(tmp_path, mod
         assert {"C", "D"} <= set(line), line
 
 
+DELETE_KILLED_BEFORE_PUBLISHING = """
+import os, signal, sys
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+from qvc.plumbing.repository import Repository
+s = GitCheckpointStore(sys.argv[1], durability="sync")
+def commit_record(repo, record):  # journaled and durable, then SIGKILL: its leases are never published
+    repo.journal.sync(repo.journal.append(record))
+    os.kill(os.getpid(), signal.SIGKILL)
+Repository.commit_record = commit_record
+s.delete(CheckpointConfig("a", "A1"))
+"""
+
+
+def test_an_index_built_before_a_dead_deletes_leases_roll_forward_never_names_what_it_deleted(tmp_path):
+    """A delete killed once its record is journaled, before its leases are published, leaves
+    the refs it rewrote at their old values on disk, under its dead leases, with the old
+    generation token standing. Another live writer then starts a generation of its own (it
+    deletes an unrelated thread, whose refs are all it reads) and looks an id up, which builds
+    that generation's checkpoint-id index by walking the refs. That walk must roll the dead
+    leases forward first: were it to read the old values, the index would name the deleted
+    checkpoint for good (the roll-forward at the next open starts no new generation), and a
+    lookup by id would find it after recovery (a fault the model test found)."""
+    path = tmp_path / "r.qvc"
+
+    def put(store, thread, cid, step, parent=None):
+        store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step, parent_id=parent,
+                                                       state_data={"cid": cid}), {})
+
+    with GitCheckpointStore(path) as live:
+        put(live, "a", "A1", 0)
+        put(live, "a", "A2", 1)
+        put(live, "d", "D1", 2, parent="A2")  # a fork: d's line runs through A2 and A1
+        put(live, "x", "X1", 3)
+        live.flush()
+        old = {t: live.head(t) for t in ("a", "d")}
+        proc = subprocess.run([sys.executable, "-c", DELETE_KILLED_BEFORE_PUBLISHING, os.fspath(path)],
+                              env=child_env(), capture_output=True, text=True, timeout=120)
+        assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+        on_disk = {t: subprocess.run(["git", "rev-parse", f"refs/heads/{t}"], env=git_env(path), capture_output=True,
+                                     text=True).stdout.strip() for t in ("a", "d")}
+        assert on_disk == old, "the killed delete published its refs: this test no longer builds its state"
+        live.delete_thread("x")  # a new generation, started while the dead delete's leases stand
+        live.get_tuple(CheckpointConfig("any", "X1"))  # builds the new generation's index
+        line = [t.checkpoint.id for t in live.list(CheckpointConfig("d"))]  # rolled forward by then, or not yet
+        assert (live.get_tuple(CheckpointConfig("any", "A1")) is None) == (line == ["D1", "A2"]), line
+    fsck(path)
+    with GitCheckpointStore(path) as store:
+        assert [t.checkpoint.id for t in store.list(CheckpointConfig("d"))] == ["D1", "A2"], store.recovery.summary()
+        assert store.get_tuple(CheckpointConfig("any", "A1")) is None, (
+            f"the deleted checkpoint A1 is found by id after recovery ({store.recovery.summary()})")
+
+
 OLD_DELETER = """
 import sys
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
