@@ -461,24 +461,33 @@ class Repository:
         so that the writer builds on everything the dead store acknowledged. Returns whether
         the ref has a lock that is no dead store's (git's own, or a live store's lease).
         Costs one ``stat`` when the ref has no lock."""
-        if self.publication.leased(name) is not None or not os.path.lexists(leases.lock_path(self.path, name)):
+        lock = leases.lock_path(self.path, name)
+        if self.publication.leased(name) is not None or not os.path.lexists(lock):
             return False
-        holder = leases.holder(self.path, name)
-        if holder is not None:
-            if not recovery.journal_alive(self, holder):
-                moved: dict[str, tuple[str | None, str | None]] = {}
-                recovery.adopt_lease(self, name, holder, moved)
-                self.recovered(moved)
-            return os.path.lexists(leases.lock_path(self.path, name))
-        return not recovery.finish_publication(self, name)
+        self._finish_dead(name)
+        return os.path.lexists(lock)
 
-    def finish_dead_writers(self, prefix: str) -> None:
+    def finish_dead_writers(self, prefix: str) -> int:
         """:meth:`finish_dead_writer` for every ref under ``prefix`` that has a lock file (one
-        walk of the ref directories): what is read next is every store's acknowledged refs,
-        dead ones' included (a walk building an index from them must not read a dead delete's
-        refs as they were before it)."""
-        for name in self.locked_refs(prefix):
-            self.finish_dead_writer(name)
+        walk of the ref directories), so that what is read next holds every store's acknowledged
+        moves, dead ones' included (a walk building an index must not read the refs a dead
+        delete rewrote as they were before it). Returns how many dead leases or cut-short
+        publications it finished."""
+        return sum(1 for name in self.locked_refs(prefix)
+                   if self.publication.leased(name) is None and self._finish_dead(name))
+
+    def _finish_dead(self, name: str) -> bool:
+        """Roll forward a dead store's lease on ``name``, or complete its publication cut short;
+        whether it did (``False``: no lock, or one a live store or git holds)."""
+        holder = leases.holder(self.path, name)
+        if holder is None:
+            return recovery.finish_publication(self, name)
+        if recovery.journal_alive(self, holder):
+            return False
+        moved: dict[str, tuple[str | None, str | None]] = {}
+        done = recovery.adopt_lease(self, name, holder, moved)
+        self.recovered(moved)
+        return done
 
     def recovered(self, moved: dict[str, tuple[str | None, str | None]]) -> None:
         """Tell :attr:`recovery_listeners` of refs this process moved for dead writers (``moved``

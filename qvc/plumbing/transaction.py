@@ -53,8 +53,8 @@ class TransactionHost(Protocol):
     def refs(self, prefix: str) -> Iterable[tuple[str, str]]:
         """``(name, hex target)`` of every ref under ``prefix``."""
 
-    def finish_dead_writers(self, prefix: str) -> None:
-        """Roll forward every dead store's lease under ``prefix``."""
+    def finish_dead_writers(self, prefix: str) -> int:
+        """Roll forward every dead store's lease under ``prefix``; how many."""
 
     def publish(self) -> None:
         """Write what this process applied to git's files."""

@@ -311,11 +311,15 @@ class History:
     def _walk_all(self) -> list[tuple[str, str]]:
         """``(checkpoint id, commit hex)`` of every commit reachable from a ref, read now (a build
         of the durable index: every ref is walked again, not only those that moved)."""
-        with self._lock:
-            self._tips.clear()
-            self._indexed.clear()
-            self._by_id.clear()
-        self.refresh()
+        for _ in range(3):
+            with self._lock:
+                self._tips.clear()
+                self._indexed.clear()
+                self._by_id.clear()
+            self.refresh()
+            # a writer that died while the walk waited for its lease left the ref as it was: walk again
+            if self.repo.readonly or not self.repo.finish_dead_writers("refs/"):
+                break
         with self._lock:
             return list(self._by_id.items())
 
