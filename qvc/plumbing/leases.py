@@ -63,6 +63,9 @@ class Lease:
     identity: list | None  # ``[inode, mtime ns]`` of the ref's file when the lease was taken
     moves: list[tuple[str | None, str | None, str, float]] = field(default_factory=list)  # old, new, why, when
     serial: int | None = None  # the lease's number in its holder's journal (see the module docstring)
+    #: ``id()`` of the records with moves under this lease that are not journaled yet: the
+    #: background publisher leaves the lease alone until they are (see ``Publication.publish``)
+    unjournaled: set[int] = field(default_factory=set)
 
 
 def lock_path(repo_path: str, name: str) -> str:
@@ -258,8 +261,8 @@ def publish(repo_path: str, name: str, lease: Lease, who: str, *, log: bool, hea
     """Release ``lease`` by writing its value: its moves' reflog lines (``log``; also to HEAD's
     reflog when ``head_too``, as git does for the branch HEAD names), then the lock renamed
     over the ref. On an error the lease is kept whole, with the lines already written dropped
-    from it, so a later call finishes the job. The value must not be ``None`` (deletes are not
-    deferred)."""
+    from it, so a later call finishes the job. The value must not be ``None`` (a lease that
+    deletes its ref is published by :func:`qvc.plumbing.publication.delete_ref`)."""
     if lease.moves and log:
         lines = b"".join(reflog_line(old, new, who, when, why) for old, new, why, when in lease.moves)
         append_reflog(repo_path, name, lines)

@@ -150,69 +150,77 @@ def _prune_dirs(root: str, name: str) -> None:
         parts.pop()
 
 
-def delete_ref(repo_path: str, name: str, old: str) -> None:
-    """Delete ref ``name`` if it holds ``old`` (:class:`CheckpointConflictError` if not), as git
-    deletes a ref: under the ref's lock and ``packed-refs.lock`` both, its ``packed-refs`` entry
-    first, then its loose file and reflog.
+def delete_leased_ref(repo_path: str, name: str) -> None:
+    """Delete ref ``name`` under the lease lock held on it (:mod:`qvc.plumbing.leases`: no one
+    else moved the ref meanwhile), as git deletes a ref: under ``packed-refs.lock`` too, its
+    ``packed-refs`` entry first, then its loose file and reflog, then the lock. A failure keeps
+    the lease whole and a kill leaves it for a roll-forward, which deletes again (each step
+    finds what an earlier try left). Waits out another writer's ``packed-refs.lock`` (held for
+    milliseconds) up to :data:`LOCK_WAIT`, then raises ``OSError``.
 
     Holding ``packed-refs.lock`` is what keeps a concurrent ``git pack-refs`` (any store's
     packer, or git's) from reading the loose ref before the delete and writing it into
     ``packed-refs`` after: the deleted ref would come back with its old value. (libgit2 takes
-    that lock only when the ref is packed already, so its delete is not used.) ``OSError``
-    naming the lock when either lock is held by another writer."""
-    ref_lock = os.path.join(repo_path, name + ".lock")
-    packed = os.path.join(repo_path, PACKED_REFS)
-    _create_lock(repo_path, ref_lock)
-    try:
-        _create_lock(repo_path, packed + ".lock")
-        committed = False
+    that lock only when the ref is packed already, so its delete is not used.)"""
+    deadline = time.monotonic() + LOCK_WAIT
+    delay = 0.0005
+    while True:
         try:
-            loose = os.path.join(repo_path, name)
-            try:
-                with open(loose, "rb") as f:
-                    current: str | None = f.read(4096).decode("utf-8", "replace").strip()
-            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-                current = None
-            try:
-                with open(packed, "rb") as f:
-                    lines = f.read().split(b"\n")
-            except FileNotFoundError:
-                lines = []
-            wanted = name.encode("utf-8", "surrogateescape")
-            kept: list[bytes] = []
-            packed_value = None
-            skipping = False
-            for line in lines:
-                if skipping and line.startswith(b"^"):
-                    continue  # the peeled value of the removed entry
-                skipping = False
-                sha, _, ref = line.partition(b" ")
-                if ref == wanted and len(sha) == 40 and not line.startswith(b"#"):
-                    packed_value, skipping = sha.decode("ascii", "replace"), True
-                    continue
-                kept.append(line)
-            if current is None:
-                current = packed_value
-            if current != old:
-                raise moved(name, old, current)
-            if packed_value is not None:
-                with open(packed + ".lock", "wb") as f:
-                    f.write(b"\n".join(kept))
-                os.rename(packed + ".lock", packed)
-                committed = True
-            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-                os.unlink(loose)
-            with contextlib.suppress(FileNotFoundError, NotADirectoryError, IsADirectoryError):
-                os.unlink(os.path.join(repo_path, "logs", name))
-        finally:
-            if not committed:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(packed + ".lock")
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(ref_lock)
+            _delete_under_lock(repo_path, name)
+            break
+        except OSError as exc:
+            if exc.errno != errno.EEXIST or time.monotonic() > deadline:  # (a full disk is no lock)
+                raise
+            clear_stale_packed_lock(repo_path, LOCK_WAIT / 2)
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+    # the ref's file and reflog are gone, and packed-refs was rewritten if it held the ref
+    dirty(repo_path).wrote(os.path.join(repo_path, PACKED_REFS))
+    dirty(repo_path).changed(os.path.dirname(os.path.join(repo_path, name)),
+                             os.path.dirname(os.path.join(repo_path, "logs", name)))
     _prune_dirs(repo_path, name)
     _prune_dirs(os.path.join(repo_path, "logs"), name)
+
+
+def _delete_under_lock(repo_path: str, name: str) -> None:
+    """One try of :func:`delete_leased_ref`; ``OSError`` (``EEXIST``) when another writer holds
+    ``packed-refs.lock``."""
+    packed = os.path.join(repo_path, PACKED_REFS)
+    _create_lock(repo_path, packed + ".lock")
+    committed = False
+    try:
+        try:
+            with open(packed, "rb") as f:
+                lines = f.read().split(b"\n")
+        except FileNotFoundError:
+            lines = []
+        wanted = name.encode("utf-8", "surrogateescape")
+        kept: list[bytes] = []
+        found = skipping = False
+        for line in lines:
+            if skipping and line.startswith(b"^"):
+                continue  # the peeled value of the removed entry
+            skipping = False
+            sha, _, ref = line.partition(b" ")
+            if ref == wanted and len(sha) == 40 and not line.startswith(b"#"):
+                found = skipping = True
+                continue
+            kept.append(line)
+        if found:
+            with open(packed + ".lock", "wb") as f:
+                f.write(b"\n".join(kept))
+            os.rename(packed + ".lock", packed)
+            committed = True
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            os.unlink(os.path.join(repo_path, name))
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            os.unlink(os.path.join(repo_path, "logs", name))
+    finally:
+        if not committed:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(packed + ".lock")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(repo_path, name + ".lock"))
 
 
 def clear_stale_packed_lock(repo_path: str, older_than: float) -> None:
@@ -327,9 +335,11 @@ class Publication:
     def move_ref(self, record: Record, name: str, old: str | None, new: str | None,
                  message: str | None = None) -> None:
         """Compare-and-swap ``name`` from ``old`` to ``new`` for ``record`` (which it joins):
-        under a lease (published later) unless a delete, which is published at once. Raises
+        under a lease, published once the record is journaled (a delete too). Raises
         :class:`CheckpointConflictError` if the ref is not at ``old`` or stays locked by
         another writer for over :data:`LOCK_WAIT` seconds."""
+        if old is None and new is None:
+            return
         self.make_readable(record)
         journal = self._get_journal()  # created (its name made durable) before any of its moves reaches git's files
         if old is not None and name not in self._touched:
@@ -346,16 +356,14 @@ class Publication:
         # The record is journaled after the refs move: its space is taken now, so a full disk
         # fails the write here, before any ref moved, and never between the move and the journal.
         journal.reserve(record.size_hint(more_refs=1))
-        if new is None:
-            self.publish()  # deletes are never deferred: git's files first catch up with this process
-            self._move_now(record, name, old, new, message)
-        else:
-            self._lease_move(record, name, old, new, message)
+        # Deletes too: in git's files only once the record is journaled (see publish), so a
+        # writer killed before that leaves every ref it moved under a lease that rolls back.
+        self._lease_move(record, name, old, new, message)
         with self._touched_lock:
             self._touched.add(name)
         record.refs.append((name, old, new))
 
-    def _lease_move(self, record: Record, name: str, old: str | None, new: str, message: str | None) -> None:
+    def _lease_move(self, record: Record, name: str, old: str | None, new: str | None, message: str | None) -> None:
         """Move ``name`` under this process's lease on it (see :mod:`qvc.plumbing.leases`), taking
         the lease first if needed; git's files get the move at the next :meth:`publish`."""
         why = message or "qvc"
@@ -368,6 +376,7 @@ class Publication:
                     if lease.value != old:
                         raise moved(name, old, lease.value)
                     record.seen[name] = [lease.identity, self.generation.current()[1], lease.serial]
+                    lease.unjournaled.add(id(record))
                     lease.value = new
                     lease.moves.append((old, new, why, time.time()))
                     break
@@ -383,7 +392,8 @@ class Publication:
                     if current != old:
                         leases.drop(self.path, name, fd)
                         raise moved(name, old, current)
-                    self._leases[name] = Lease(fd, new, identity, [(old, new, why, time.time())], serial)
+                    self._leases[name] = Lease(fd, new, identity, [(old, new, why, time.time())], serial,
+                                               {id(record)})
                     record.seen[name] = [identity, gen, serial]
                     break
             self.clear_stale_lock(name)  # another writer holds it: wait, unless it is a stale or dead one's
@@ -395,59 +405,6 @@ class Publication:
             with self._state:
                 if self._publisher is None:
                     self._publisher = Worker(self._publish_quietly, PUBLISH_LAG, name="qvc-publisher")
-
-    def _move_now(self, record: Record, name: str, old: str | None, new: str | None, message: str | None) -> None:
-        """Move ``name`` in git's files at once, by compare-and-swap under git's ref lock."""
-        deadline = time.monotonic() + LOCK_WAIT
-        delay = 0.0005
-        while True:
-            record.seen[name] = [file_identity(self.path, name), self.generation.current()[1]]
-            try:
-                self._cas(name, old, new, message)
-                break
-            except (OSError, pygit2.GitError) as exc:  # another writer holds the ref's lock file
-                if "lock" not in str(exc):
-                    raise
-                self.clear_stale_lock(name)
-                clear_stale_packed_lock(self.path, LOCK_WAIT / 2)
-                if time.monotonic() > deadline:
-                    raise CheckpointConflictError(
-                        f"{name}: locked by another writer for over {LOCK_WAIT:.0f} s") from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.05)
-        # the ref's file and reflog are gone, and packed-refs was rewritten if it held the ref
-        dirty(self.path).wrote(os.path.join(self.path, "packed-refs"))
-        dirty(self.path).changed(os.path.dirname(os.path.join(self.path, name)),
-                                 os.path.dirname(os.path.join(self.path, "logs", name)))
-
-    def _cas(self, name: str, old: str | None, new: str | None, message: str | None) -> None:
-        git = self._backend.git
-        refs = git.references
-        if old is None:
-            if new is None:
-                return
-            # Not references.create(force=False): libgit2 checks for an existing ref before it
-            # takes the lock, so two creators can both succeed and the second overwrites the
-            # first. Check under the ref's own lock instead.
-            with git.transaction() as tx:
-                tx.lock_ref(name)
-                if refs.get(name) is not None:
-                    raise moved(name, None, None)
-                tx.set_target(name, pygit2.Oid(hex=new), message=message or "qvc")
-            return
-        if new is None:
-            delete_ref(self.path, name, old)
-            return
-        ref = refs.get(name)
-        current = None if ref is None else str(ref.target)
-        if current != old:
-            raise moved(name, old, current)
-        try:
-            ref.set_target(pygit2.Oid(hex=new), message or "qvc")
-        except pygit2.GitError as exc:
-            if "does not match" in str(exc) or "not found" in str(exc):
-                raise CheckpointConflictError(f"{name}: moved by another writer meanwhile") from None
-            raise
 
     def clear_stale_lock(self, name: str, older_than: float = LOCK_WAIT / 2) -> None:
         """Remove ``name``'s lock when its writer is gone: a dead store's is finished
@@ -463,12 +420,17 @@ class Publication:
 
     # -- publishing ---------------------------------------------------------------------
 
-    def publish(self) -> None:
+    def publish(self, *, journaled_only: bool = False) -> None:
         """Write what this store has applied but git's files lack: every pending object, as one
-        pack, then every leased ref (its reflog lines, then its value), releasing the leases.
+        pack, then every leased ref (its reflog lines, then its value; a deleted ref is deleted),
+        releasing the leases.
 
-        See :meth:`qvc.plumbing.repository.Repository.publish`. Raises ``OSError`` if a file
-        cannot be written; what was not written stays pending and the next call retries.
+        ``journaled_only`` (the background publisher): leave the leases holding a move whose
+        record is not journaled yet (a transaction still under way), so that a writer killed
+        before its record leaves each of its moves under a lease that rolls back, never in
+        git's files (a delete's first moves without its last ones). See
+        :meth:`qvc.plumbing.repository.Repository.publish`. Raises ``OSError`` if a file cannot
+        be written; what was not written stays pending and the next call retries.
         """
         if not (self._pending or self._leases) or self._backend.released:
             return
@@ -491,15 +453,35 @@ class Publication:
                     if self._leases:
                         head = self._head_target()
                         who = self._identity()
-                        for name in list(self._leases):
-                            leases.publish(self.path, name, self._leases[name], who, log=self._logged(name),
-                                           head_too=name == head)
+                        for name, lease in list(self._leases.items()):
+                            if journaled_only and lease.unjournaled:
+                                continue
+                            if lease.value is None:
+                                self._publish_delete(name, lease)
+                            else:
+                                leases.publish(self.path, name, lease, who, log=self._logged(name),
+                                               head_too=name == head)
                             del self._leases[name]
         self._after_publish()
 
+    def _publish_delete(self, name: str, lease: Lease) -> None:
+        """Publish a lease that deletes its ref (:func:`delete_leased_ref`)."""
+        delete_leased_ref(self.path, name)
+        os.close(lease.fd)
+        lease.fd = -1
+
+    def journaled(self, record: Record) -> None:
+        """Note that ``record`` is in the journal: the background publisher may now publish the
+        leases holding its moves."""
+        with self._state:
+            for name, _, _ in record.refs:
+                lease = self._leases.get(name)
+                if lease is not None:
+                    lease.unjournaled.discard(id(record))
+
     def _publish_quietly(self) -> None:
         try:
-            self.publish()
+            self.publish(journaled_only=True)
         except Exception as exc:  # kept pending: the next write, flush or close retries, and close reports it
             log.warning("qvc: writing %s's git files failed (retried later): %s", self.path, exc)
 

@@ -42,6 +42,7 @@ from qvc.plumbing.journal import GENERATION, MAGIC, claim_orphans, fsync_dir, re
 from qvc.plumbing.libgit2 import pygit2
 from qvc.plumbing.locking import flocked, try_flock, unlock
 from qvc.plumbing.objects import MODE_TREE
+from qvc.plumbing.publication import delete_leased_ref
 from qvc.plumbing.reflog import ReflogEntry
 
 
@@ -101,6 +102,8 @@ class RecoveryReport:
     restored_from: dict[str, str] = field(default_factory=dict)
     #: refs deleted: nothing they named reads back, nor any earlier value of theirs
     refs_removed: list[str] = field(default_factory=list)
+    #: refs deleted as a crashed writer's journal says (its delete, journaled, was not yet in git's files)
+    refs_deleted: list[str] = field(default_factory=list)
     locks_removed: list[str] = field(default_factory=list)
     temp_files_removed: int = 0
     empty_objects_removed: int = 0
@@ -134,6 +137,11 @@ class RecoveryReport:
             self.refs_restored.remove(name)
             self.restored_from.pop(name, None)
 
+    def deleted(self, name: str) -> None:
+        """Note that ref ``name`` was deleted, finishing a crashed writer's journaled delete."""
+        if name not in self.refs_deleted:
+            self.refs_deleted.append(name)
+
     def summary(self) -> str:
         """What happened, each kind of repair in its own words: restored (and from where),
         removed, moved aside (and where to)."""
@@ -146,6 +154,7 @@ class RecoveryReport:
             *((True, f"restored ref(s) {', '.join(names)} from {source}") for source, names in by_source.items()),
             (self.refs_removed, f"removed ref(s) {', '.join(self.refs_removed)} (nothing they named reads "
                                 "back, nor any earlier value)"),
+            (self.refs_deleted, f"deleted ref(s) {', '.join(self.refs_deleted)} as the journal says"),
             (self.locks_removed, f"removed stale lock(s) {', '.join(self.locks_removed)}"),
             (self.temp_files_removed, f"removed {self.temp_files_removed} temporary file(s)"),
             (self.empty_objects_removed, f"removed {self.empty_objects_removed} empty object file(s)"),
@@ -367,8 +376,13 @@ def adopt_lease(repo: RecoveryHost, name: str, holder: str,
                 moves, objects = lease_moves(path, name, serial)
             if serial is None or moves is None:  # an old lock, or (after a power cut) one left behind
                 moves, objects = _unnumbered_lease_moves(repo, path, name)
-        if not moves or moves[-1][1] is None:
+        if not moves:
             os.unlink(lock)  # the lease's moves never reached the journal: nothing to roll forward
+            return True
+        if moves[-1][1] is None:  # its journaled last move deletes the ref
+            delete_leased_ref(repo.path, name)
+            if moved is not None:
+                moved[name] = (moves[0][0], None)
             return True
         # not this process's unpublished objects: git's files must hold what the ref will name
         missing = {repo.hash(kind, data): (kind, data) for kind, data in objects
@@ -879,6 +893,11 @@ def _restore_ref(repo: RecoveryHost, name: str, moves: list[tuple[str | None, st
         if not under and not broken:
             return  # nothing under the lease was acknowledged: the ref is as the lease found it
         decided = under[-1][1] if under else None
+        if under and decided is None and leases.tag(repo.path, name) == (holder, serial):
+            delete_leased_ref(repo.path, name)  # its journaled last move deletes the ref
+            if current is not None or broken:
+                report.deleted(name)
+            return
     if decided is not None and not broken:
         if current == decided or not _history_reads(repo, decided, {current} if current else set()):
             return

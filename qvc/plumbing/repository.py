@@ -379,8 +379,8 @@ class Repository:
         self._ensure_usable()
         mine = self.unpublished(prefix)  # before git's files: a lease published meanwhile is on disk by then
         found = self.backend.refs(prefix)
-        if mine:
-            found = [(n, mine.pop(n) if n in mine else v) for n, v in found]
+        if mine:  # (a value of None: deleted under a lease)
+            found = [(n, v) for n, v in ((n, mine.pop(n) if n in mine else v) for n, v in found) if v is not None]
             found += [(n, v) for n, v in sorted(mine.items()) if v is not None]
         yield from found
 
@@ -509,7 +509,10 @@ class Repository:
         """Journal ``record``, apply the durability mode (SYNC: durable on return), tell the
         listeners. :meth:`Transaction.finish` calls it; nothing else should."""
         self.make_readable(record)
-        seq = self.journal.append(record)
+        try:
+            seq = self.journal.append(record)
+        finally:  # (also when the append failed: its moves are not held back for good)
+            self.publication.journaled(record)
         if self.durability is DurabilityMode.SYNC:
             try:
                 self.journal.sync(seq)

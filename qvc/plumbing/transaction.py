@@ -78,7 +78,9 @@ class Transaction:
       not at ``old``. The move holds a lease on the ref (its git lock) until it is published,
       about :data:`~qvc.plumbing.publication.PUBLISH_LAG` later, so no other process or git moves it meanwhile; other
       processes' readers of the ref wait for that (:func:`qvc.plumbing.leases.settle`), so they
-      see it once the transaction returned. A delete (``new=None``) is published at once.
+      see it once the transaction returned. A delete (``new=None``) is a move under a lease too;
+      the background publisher publishes a lease only once the record of its moves is journaled,
+      and a transaction that deleted a ref publishes before it returns.
     * At the end of the ``with`` block, also when it raises, a transaction that moved a ref
       is appended to the journal as one record and the
       repository's durability mode applies: in SYNC mode the change is on stable storage when
@@ -210,6 +212,11 @@ class Transaction:
         if not self.record.refs:  # nothing moved (a rewrite that failed first included): no trace
             return
         self.repo.commit_record(self.record)
+        if self._token is None and any(new is None for _, _, new in self.record.refs):
+            # a delete is in git's files on return (a rewrite's flush below does it); journaled
+            # already, so a failure here (a full disk) is left to the publisher's next try
+            with contextlib.suppress(OSError):
+                self.repo.publish()
         if self._token is not None:
             # Durable first, in every mode: a power cut must never keep the new token and lose
             # the record naming it, or recovery would take this delete for a later writer's and

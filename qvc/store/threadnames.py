@@ -67,8 +67,8 @@ class ThreadNames:
         """Every thread id, listed afresh (names are decoded once per process; a hashed long id
         costs one read of its head the first time)."""
         # This process's moves first: one published meanwhile is in git's files when they are read.
-        own = set(self._store.repository.unpublished(HEADS))
-        names = self._reader.names(HEADS) | own
+        own = self._store.repository.unpublished(HEADS)  # (None: deleted under a lease)
+        names = (self._reader.names(HEADS) | set(own)) - {n for n, v in own.items() if v is None}
         with self._lock:
             for name in set(self._decoded) - names:
                 del self._decoded[name]

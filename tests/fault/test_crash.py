@@ -796,13 +796,15 @@ if mode == "reopen":
     s.close()  # the next store first moves the line's ref: its current value is journaled then
     s = GitCheckpointStore(path)
 print("ACKED", flush=True)
-import qvc.plumbing.publication as publication
-real = publication.delete_ref
-def delete_ref(repo_path, name, old):  # SIGKILL once the old superseded ref is gone, before its rewrite is kept
-    real(repo_path, name, old)
-    if "superseded" in name:
+import time
+from qvc.plumbing.repository import Transaction
+real = Transaction.move_ref
+def move_ref(tx, name, old, new, message=None):  # SIGKILL once the old superseded ref is deleted, before its rewrite
+    real(tx, name, old, new, message)
+    if "superseded" in name and new is None:
+        time.sleep(0.2)  # the background publisher's time: it must leave a move whose record is not journaled
         os.kill(os.getpid(), signal.SIGKILL)
-publication.delete_ref = delete_ref
+Transaction.move_ref = move_ref
 s.delete(CheckpointConfig("t"))  # B goes: the line is rewritten onto A under a new name
 print("DELETED", flush=True)
 """
@@ -811,9 +813,9 @@ print("DELETED", flush=True)
 @pytest.mark.parametrize("mode", ["sync", "exit", "purge", "reopen"])
 def test_kill_between_a_superseded_lines_old_and_new_name_keeps_it(tmp_path, mode):
     """A delete rewrites a superseded line through the deleted checkpoint: the old ref goes, then
-    the line's new ref comes. Killed in between (its record not yet journaled), the line must
-    come back from what the journal holds of the old ref, even though earlier deletes left a
-    generation token standing (which alone would say another writer deleted history since)."""
+    the line's new ref comes. Killed in between (its record not yet journaled, however long after
+    the first move), the line must stay, even though earlier deletes left a generation token
+    standing (which alone would say another writer deleted history since)."""
     path = tmp_path / "r.qvc"
     proc = subprocess.run([sys.executable, "-c", MID_DELETE_OF_A_LINE, os.fspath(path), mode], env=child_env(),
                           capture_output=True, text=True, timeout=120)
@@ -825,6 +827,38 @@ def test_kill_between_a_superseded_lines_old_and_new_name_keeps_it(tmp_path, mod
                 f"[{mode}] acknowledged checkpoint {cid} is gone after a kill mid-delete: {store.recovery.summary()}")
         line = [t.checkpoint.id for t in store.list(CheckpointConfig("t"), superseded=True)]
         assert {"C", "D"} <= set(line), line
+
+
+
+def test_a_delete_killed_mid_line_loses_nothing_when_another_writer_deletes_first(tmp_path):
+    """As above, but before anyone recovers, another live store deletes an unrelated thread (a
+    new generation token). Recovery cannot tell that delete from one of the line's thread by the
+    token, so the killed delete's moves must never have reached git's files: the old ref is
+    deleted under a lease, published only once the record is journaled."""
+    path = tmp_path / "r.qvc"
+    acked = 'print("ACKED", flush=True)'
+    script = MID_DELETE_OF_A_LINE.replace(acked, acked + "; sys.stdin.readline()")  # then waits to be let go
+    proc = subprocess.Popen([sys.executable, "-c", script, os.fspath(path), "sync"], env=child_env(), text=True,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout.readline().strip() == "ACKED", proc.stderr.read()[-3000:]
+        live = GitCheckpointStore(path)  # open while the writer lives: nothing to recover yet
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        assert proc.wait(timeout=120) == -signal.SIGKILL, proc.stderr.read()[-3000:]
+    finally:
+        proc.kill()
+        proc.communicate(timeout=60)
+    try:
+        live.put(CheckpointConfig("x"), Checkpoint(id="X", thread_id="x", step=0, state_data={}), {})
+        live.delete_thread("x")
+        assert {"C", "D"} <= {t.checkpoint.id for t in live.list(CheckpointConfig("t"), superseded=True)}
+    finally:
+        live.close()
+    fsck(path)
+    with GitCheckpointStore(path) as store:
+        line = [t.checkpoint.id for t in store.list(CheckpointConfig("t"), superseded=True)]
+        assert {"C", "D"} <= set(line), f"{line}: {store.recovery.summary()}"
 
 
 DELETE_KILLED_BEFORE_PUBLISHING = """
