@@ -262,7 +262,7 @@ def publish(repo_path: str, name: str, lease: Lease, who: str, *, log: bool, hea
     reflog when ``head_too``, as git does for the branch HEAD names), then the lock renamed
     over the ref. On an error the lease is kept whole, with the lines already written dropped
     from it, so a later call finishes the job. The value must not be ``None`` (a lease that
-    deletes its ref is published by :func:`qvc.plumbing.publication.delete_ref`)."""
+    deletes its ref is published by :func:`qvc.plumbing.publication.delete_leased_ref`)."""
     if lease.moves and log:
         lines = b"".join(reflog_line(old, new, who, when, why) for old, new, why, when in lease.moves)
         append_reflog(repo_path, name, lines)

@@ -5,9 +5,10 @@ files later (other processes and plain git see it then): objects wait in :class:
 pending set, ref moves in leases (:mod:`qvc.plumbing.leases`: the ref's git lock, held until
 published). :meth:`Publication.publish` writes the pending objects as one pack, then each leased
 ref (its reflog lines, then its value), releasing the leases; the publisher thread does this
-about :data:`PUBLISH_LAG` after each write. Deletes are never leased: they move git's files at
-once, by compare-and-swap under git's ref lock and ``packed-refs.lock`` (:func:`delete_ref`). Durability is
-the journal's, not this module's: a move is journaled by the transaction that made it.
+about :data:`PUBLISH_LAG` after each write, once the records of the moves under a lease are
+journaled. A delete is a lease too, published as git deletes a ref (:func:`delete_leased_ref`).
+Durability is the journal's, not this module's: a move is journaled by the transaction that
+made it.
 
 Lock order: ``publish_mutex`` before ``state``, never after; the maintenance lock is held
 shared (:class:`qvc.plumbing.locking.LockProtocol`) while git's files are written, unless
