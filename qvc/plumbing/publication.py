@@ -473,12 +473,13 @@ class Publication:
 
     def journaled(self, record: Record) -> None:
         """Note that ``record`` is in the journal: the background publisher may now publish the
-        leases holding its moves."""
-        with self._state:
-            for name, _, _ in record.refs:
-                lease = self._leases.get(name)
-                if lease is not None:
-                    lease.unjournaled.discard(id(record))
+        leases holding its moves. Without the state lock (a publish holds it while it writes a
+        pack; a put must not wait for that): a publisher that saw the lease held back skips it
+        this once, and the poke that follows the journaling wakes it again."""
+        for name, _, _ in record.refs:
+            lease = self._leases.get(name)
+            if lease is not None:
+                lease.unjournaled.discard(id(record))
 
     def _publish_quietly(self) -> None:
         try:
