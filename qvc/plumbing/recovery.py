@@ -37,6 +37,7 @@ from typing import Protocol
 
 from qvc.errors import CorruptionError, QvcError
 from qvc.plumbing import leases, pack
+from qvc.plumbing.backend import QVC_DIR
 from qvc.plumbing.durability import harden
 from qvc.plumbing.journal import GENERATION, MAGIC, claim_orphans, fsync_dir, read_records
 from qvc.plumbing.libgit2 import pygit2
@@ -169,6 +170,18 @@ class RecoveryReport:
 
 #: the folder under ``<repo>/qvc`` that repairs move files aside into (see :func:`move_aside`)
 QUARANTINE = "quarantine"
+
+
+def quarantine_folders(repo_path: str) -> list[str]:
+    """The quarantine folders (:func:`move_aside`) of the repository at ``repo_path`` that hold
+    files, oldest first, as paths."""
+    root = os.path.join(repo_path, QVC_DIR, QUARANTINE)
+    try:
+        names = sorted(os.listdir(root))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [os.path.join(root, n) for n in names if os.path.isdir(os.path.join(root, n))
+            and any(files for _, _, files in os.walk(os.path.join(root, n)))]
 
 
 def move_aside(repo: RecoveryHost, path: str, report: RecoveryReport) -> str | None:

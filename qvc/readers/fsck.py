@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from qvc.errors import QvcError
+from qvc.plumbing.recovery import quarantine_folders
 from qvc.store.refnames import HEADS, SUPERSEDED, WRITES, decode_thread
 
 if TYPE_CHECKING:
@@ -76,6 +77,8 @@ def fsck(store: GitCheckpointStore, *, objects: bool = True) -> FsckReport:
     else:
         report.warnings += [f"{m.group(1)}: reflog entry {m.group(2)[:12]} names a commit that is gone (left by a "
                             f"repair of a damaged head); `qvc gc --prune` drops it" for m in reflog]
+    report.warnings += [f"files moved aside by a repair: {folder} (nothing reads them; look, then delete it)"
+                        for folder in quarantine_folders(store.path)]
     return report
 
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from qvc.errors import CorruptionError
-from qvc.plumbing.backend import QVC_DIR
 from qvc.plumbing.maintenance import due
-from qvc.plumbing.recovery import QUARANTINE
+from qvc.plumbing.recovery import quarantine_folders
 from qvc.remotes.replication import replication_status
 from qvc.runs.failures import recorded_failures
 from qvc.store.refnames import HEADS, SUPERSEDED, WRITES
@@ -69,16 +67,5 @@ def status(store: GitCheckpointStore) -> RepoStatus:
         superseded_lines=counts[SUPERSEDED], pending_writes=counts[WRITES],
         recovery=store.recovery.summary() if store.recovery else None, maintenance_due=due(store.repository),
         replication=[r.to_json() for r in replication_status(store)], damaged=damaged,
-        failures=len(failures), last_failures=failures[-5:], quarantine=quarantined(store.path),
+        failures=len(failures), last_failures=failures[-5:], quarantine=quarantine_folders(store.path),
     )
-
-
-def quarantined(path: str) -> list[str]:
-    """The quarantine folders of the repository at ``path`` that hold files, oldest first."""
-    root = os.path.join(path, QVC_DIR, QUARANTINE)
-    try:
-        names = sorted(os.listdir(root))
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return [os.path.join(root, n) for n in names if os.path.isdir(os.path.join(root, n))
-            and any(files for _, _, files in os.walk(os.path.join(root, n)))]

@@ -65,7 +65,10 @@ def test_status_moves_junk_aside_and_says_what_it_did(repo):
     assert qvc_json("log", cwd=repo.parent, QVC_DIR=str(repo)) == log_before
     qvc("--repo", str(repo), "gc", "--prune")
     assert (aside / GARBAGE_PACK).is_file()
-    qvc("--repo", str(repo), "fsck")
+    checked = qvc("--repo", str(repo), "fsck")  # healthy (exit 0), and it names the folder
+    assert f"warning: files moved aside by a repair: {aside}" in checked.stderr, checked.stderr
+    assert qvc_json("--repo", str(repo), "fsck")["warnings"] == [
+        f"files moved aside by a repair: {aside} (nothing reads them; look, then delete it)"]
     fsck(repo)
 
 
