@@ -102,6 +102,7 @@ class Transaction:
         self.repo = repo
         self.record = Record()
         self._token: str | None = None
+        self._prepends: list[tuple[str, list[ReflogEntry]]] = []
 
     def write(self, kind: str, data: bytes) -> bytes:
         """Add a git object (``"blob"``, ``"tree"`` or ``"commit"``) to the transaction; return its raw id."""
@@ -159,8 +160,13 @@ class Transaction:
 
     def prepend_reflog(self, name: str, entries: list[ReflogEntry]) -> None:
         """Put ``entries`` (newest first, as :meth:`Repository.reflog` gives them) before the
-        reflog of ``name``, which this transaction must have moved: a renamed ref keeps its past."""
-        self.repo.publish()
+        reflog of ``name``, which this transaction must have moved: a renamed ref keeps its past.
+        Done as the transaction ends, once its record is journaled and its moves published
+        (nothing of a transaction reaches git's files before its record); a kill before that
+        leaves the reflog without them, which no checkpoint needs."""
+        self._prepends.append((name, entries))
+
+    def _prepend_reflog(self, name: str, entries: list[ReflogEntry]) -> None:
         path = os.path.join(self.repo.path, "logs", name)
         with open(path, "rb") as f:
             tail = f.read()
@@ -208,7 +214,8 @@ class Transaction:
     def finish(self) -> None:
         """End the transaction (:meth:`Repository.transaction` calls it when the block exits,
         also when it raises): journal the record, apply the durability mode, tell the listeners,
-        and replace the generation token if :meth:`rewrite_history` was called."""
+        replace the generation token if :meth:`rewrite_history` was called, and prepend the
+        reflog lines :meth:`prepend_reflog` was given."""
         if not self.record.refs:  # nothing moved (a rewrite that failed first included): no trace
             return
         self.repo.commit_record(self.record)
@@ -228,6 +235,10 @@ class Transaction:
                 f.write(self._token)
             os.replace(tmp, path)
             dirty(self.repo.path).wrote(path)
+        if self._prepends:
+            self.repo.publish()  # (a rewrite's flush did already: then a no-op)
+            for name, entries in self._prepends:
+                self._prepend_reflog(name, entries)
 
 
 def _head_readable(path: str) -> bool:
