@@ -861,6 +861,36 @@ def test_a_delete_killed_mid_line_loses_nothing_when_another_writer_deletes_firs
         assert {"C", "D"} <= set(line), f"{line}: {store.recovery.summary()}"
 
 
+
+RENAME_KILLED_BEFORE_ITS_RECORD = """
+import os, signal, sys, time
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+from qvc.plumbing.repository import Repository
+s = GitCheckpointStore(sys.argv[1], durability="sync")
+for step, cid in enumerate("AB"):
+    s.put(CheckpointConfig("old"), Checkpoint(id=cid, thread_id="old", step=step, state_data={"cid": cid}), {})
+def commit_record(repo, record):  # every move made, the reflog to carry over: SIGKILL before the record
+    time.sleep(0.2)  # the background publisher's time
+    os.kill(os.getpid(), signal.SIGKILL)
+Repository.commit_record = commit_record
+s.rename_thread("old", "new")
+"""
+
+
+def test_a_rename_killed_before_its_record_leaves_the_old_thread_alone(tmp_path):
+    """A rename creates the new names and deletes the old ones, then carries the reflog over.
+    Killed before its record is journaled, none of it may have reached git's files: after
+    recovery the thread is under its old name only, whole (not under both names)."""
+    path = tmp_path / "r.qvc"
+    proc = subprocess.run([sys.executable, "-c", RENAME_KILLED_BEFORE_ITS_RECORD, os.fspath(path)],
+                          env=child_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+    fsck(path)
+    with GitCheckpointStore(path) as store:
+        assert store.threads() == ["old"], store.recovery.summary()
+        assert [t.checkpoint.id for t in store.list(CheckpointConfig("old"))] == ["B", "A"]
+
+
 DELETE_KILLED_BEFORE_PUBLISHING = """
 import os, signal, sys
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
