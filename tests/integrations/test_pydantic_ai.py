@@ -282,6 +282,27 @@ def test_branch_and_fork_share_commits(tmp_path: Path) -> None:
     fsck(path)
 
 
+
+def test_a_conversation_renamed_with_branch_m_reads_and_saves_under_its_new_id(tmp_path: Path) -> None:
+    """``qvc branch -m`` renames the conversation's thread: the store then knows it by the new
+    id only (its record says so, though written under the old one), and saving goes on there."""
+    path = tmp_path / "r.qvc"
+    with QvcConversationStore(path) as store:
+        run(turn(store, "a", "one"))
+    qvc("branch", "-m", conversation_thread("a"), conversation_thread("b"), cwd=path)
+    with QvcConversationStore(path) as store:
+        assert run(store.read_record("a")) is None
+        rec = run(store.read_record("b"))
+        assert rec.conversation_id == "b"
+        assert [r.conversation_id for r in run(store.read_records())] == ["b"]
+        before = len(run(store.load_entries("b")))
+        run(turn(store, "b", "two"))
+        assert len(run(store.load_entries("b"))) > before
+        assert run(store.read_record("b")).conversation_id == "b"
+        assert qvc("branch", cwd=path).stdout.split() == [conversation_thread("b")]
+    fsck(path)
+
+
 def test_delete_purges_what_no_other_conversation_reaches(tmp_path: Path) -> None:
     path = tmp_path / "r.qvc"
     with QvcConversationStore(path) as store:

@@ -26,6 +26,7 @@ Entries are found by id through the store's checkpoint-id index. Imports pydanti
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -53,6 +54,14 @@ FORMAT = 1
 SOURCE = "pydantic-ai"
 
 _RECORD = pydantic.TypeAdapter(ConversationRecord)
+
+
+def _record_of(conversation_id: str, data: bytes) -> ConversationRecord:
+    """The record stored as ``data`` in the thread of ``conversation_id``. The thread's name is
+    the conversation's id: after ``qvc branch -m`` renamed the thread, the record (written
+    under the old name) is read as the renamed conversation's, and the next save stores it so."""
+    rec = _RECORD.validate_json(data)
+    return rec if rec.conversation_id == conversation_id else dataclasses.replace(rec, conversation_id=conversation_id)
 
 
 def conversation_thread(conversation_id: str) -> str:
@@ -139,7 +148,7 @@ class QvcConversationStore(ConversationStore):
     def record(self, conversation_id: str) -> ConversationRecord | None:
         """The stored record of ``conversation_id``, or ``None``."""
         data = self.store.thread_record(conversation_thread(conversation_id))
-        return None if data is None else _RECORD.validate_json(data)
+        return None if data is None else _record_of(conversation_id, data)
 
     def records(self, *, scope: str | None = None, limit: int | None = None) -> list[ConversationRecord]:
         """Every stored record (of ``scope``), newest ``updated_at`` first, at most ``limit``."""
@@ -150,7 +159,7 @@ class QvcConversationStore(ConversationStore):
             data = self.store.thread_record(thread)
             if data is None:
                 continue
-            rec = _RECORD.validate_json(data)
+            rec = _record_of(conversation_of(thread), data)
             if scope is None or rec.scope == scope:
                 found.append(rec)
         found.sort(key=lambda r: r.updated_at, reverse=True)
