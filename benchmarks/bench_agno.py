@@ -42,32 +42,14 @@ import sys
 import tempfile
 import time
 
+from measure import apparent, wchar  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 KS = (1, 16, 64)
 RESULT_BYTES = 2000
-
-
-def wchar() -> int:
-    with open("/proc/self/io") as f:
-        for line in f:
-            if line.startswith("wchar:"):
-                return int(line.split()[1])
-    raise RuntimeError("/proc/self/io has no wchar")
-
-
-def du(paths) -> int:
-    from qvc.plumbing.maintenance import disk_usage
-
-    total = 0
-    for p in paths:
-        if os.path.isdir(p):
-            total += disk_usage(p)
-        elif os.path.exists(p):
-            total += os.path.getsize(p)
-    return total
 
 
 def one_batch_run(kind: str, k: int, where: str) -> dict:
@@ -107,7 +89,7 @@ def one_batch_run(kind: str, k: int, where: str) -> dict:
     final = len(json.dumps(db.get_run("measured").to_dict()))
     db.close()
     return {"kind": kind, "k": k, "status": str(out.status.value), "write_bytes": written,
-            "disk_bytes": du(files), "wall_s": wall, "cpu_s": cpu,
+            "disk_bytes": apparent(*files), "wall_s": wall, "cpu_s": cpu,
             "final_json_bytes": final}
 
 

@@ -33,6 +33,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from measure import allocated  # noqa: E402
+
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore  # noqa: E402
 
 # open, read one thread, write one checkpoint, close: what a fresh worker process does
@@ -72,19 +74,8 @@ def build(path: str, threads: int, long_thread: int) -> tuple[float, float, floa
     return time.perf_counter() - t0, med(first) if first else 0.0, med(last) if last else 0.0
 
 
-def du(path: str) -> int:
-    """Allocated bytes under ``path`` (as du)."""
-    total = 0
-    if os.path.isfile(path):
-        return os.lstat(path).st_blocks * 512
-    for dirpath, _, files in os.walk(path):
-        for name in files:
-            total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
-    return total
-
-
 def disk(repo: str) -> dict[str, int]:
-    return {part: du(os.path.join(repo, part)) for part in ("objects", "refs", "packed-refs", "logs", "qvc")
+    return {part: allocated(os.path.join(repo, part)) for part in ("objects", "refs", "packed-refs", "logs", "qvc")
             if os.path.exists(os.path.join(repo, part))}
 
 
@@ -137,7 +128,7 @@ def remotes(work: str, big: str, qvc: list[str], env: dict) -> None:
             shutil.rmtree(dest, ignore_errors=True)
             t0 = time.perf_counter()
             subprocess.run([*qvc, "clone", "-q", *extra, url, dest], env=env, check=True, capture_output=True)
-            rows.append((label, time.perf_counter() - t0, du(os.path.join(dest, "objects"))))
+            rows.append((label, time.perf_counter() - t0, allocated(os.path.join(dest, "objects"))))
         dest = os.path.join(work, "fetch.qvc")
         shutil.rmtree(dest, ignore_errors=True)
         subprocess.run([*qvc, "init", dest], env=env, check=True, capture_output=True)
@@ -146,7 +137,7 @@ def remotes(work: str, big: str, qvc: list[str], env: dict) -> None:
         subprocess.run([*qvc, "--repo", dest, "fetch", "-q", "origin", "run-000001", "run-000002", "big"], env=env,
                        check=True, capture_output=True)
         rows.append(("fetch origin run-000001 run-000002 big", time.perf_counter() - t0,
-                     du(os.path.join(dest, "objects"))))
+                     allocated(os.path.join(dest, "objects"))))
         print("\n== a few runs from the big repository over git daemon ==")
         for label, took, size in rows:
             print(f"{label:40} {took * 1000:9.0f} ms {size / 2**20:9.2f} MB of objects")

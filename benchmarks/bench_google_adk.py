@@ -31,31 +31,14 @@ import sys
 import tempfile
 import time
 
+from measure import allocated, wchar  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 KS = (1, 16, 64)
 KINDS = ("qvc", "sqlite", "memory")
-
-
-def wchar() -> int:
-    with open("/proc/self/io") as f:
-        for line in f:
-            if line.startswith("wchar:"):
-                return int(line.split()[1])
-    raise RuntimeError("/proc/self/io has no wchar")
-
-
-def on_disk(path: str) -> int:
-    """Allocated bytes of a file, or of every file under a directory."""
-    if os.path.isfile(path):
-        return os.stat(path).st_blocks * 512
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            total += os.lstat(os.path.join(root, name)).st_blocks * 512
-    return total
 
 
 def one_case(kind: str, k: int, where: str) -> dict:
@@ -93,7 +76,7 @@ def one_case(kind: str, k: int, where: str) -> dict:
         await service.close() if hasattr(service, "close") else None
         size = 0
         if path is not None:
-            size = sum(on_disk(p) for p in (path, path + "-journal", path + "-wal", path + "-shm")
+            size = sum(allocated(p) for p in (path, path + "-journal", path + "-wal", path + "-shm")
                        if os.path.exists(p))
         return {"kind": kind, "k": k, "seconds": seconds, "per_step": seconds / k, "written": written,
                 "disk": size, "events": events}

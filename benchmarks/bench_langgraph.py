@@ -42,6 +42,7 @@ from langchain_core.messages import AIMessage, HumanMessage  # noqa: E402
 from langgraph.checkpoint.sqlite import SqliteSaver  # noqa: E402
 from langgraph.graph import END, START, StateGraph  # noqa: E402
 from langgraph.graph.message import add_messages  # noqa: E402
+from measure import allocated  # noqa: E402
 from typing_extensions import TypedDict  # noqa: E402
 
 from qvc.integrations.langgraph import QvcSaver  # noqa: E402
@@ -92,18 +93,6 @@ def build(checkpointer: Any, text: Text) -> Any:
     return g.compile(checkpointer=checkpointer)
 
 
-def disk_bytes(paths: list[str]) -> int:
-    """Allocated bytes (st_blocks) of files and directory trees, as ``du`` counts them."""
-    total = 0
-    for path in paths:
-        if os.path.isfile(path):
-            total += os.stat(path).st_blocks * 512
-        elif os.path.isdir(path):
-            for root, _, files in os.walk(path):
-                total += sum(os.lstat(os.path.join(root, f)).st_blocks * 512 for f in files)
-    return total
-
-
 def run(savers: dict[str, Any], turns: int, templated: bool) -> tuple[dict[str, list[float]], dict[str, list]]:
     """Run the turns on every saver, interleaved (the order alternates each turn), so that noise
     from other processes on the disk hits every saver alike; return latencies and final states."""
@@ -148,8 +137,8 @@ def main() -> int:
         journal = conn.execute("PRAGMA journal_mode").fetchone()[0]
         conn.close()
         saver.close()
-        q_bytes = disk_bytes([repo])
-        s_bytes = disk_bytes([db, db + "-wal", db + "-shm"])
+        q_bytes = allocated(repo)
+        s_bytes = allocated(db, db + "-wal", db + "-shm")
         with QvcSaver(repo, create=False) as reopened:  # read back after reopening
             back = build(reopened, Text(args.templated)).get_state({"configurable": {"thread_id": "bench"}})
             q_back = [(m.type, m.id, m.content) for m in back.values["messages"]]

@@ -38,30 +38,14 @@ import sys
 import tempfile
 import time
 
+from measure import apparent, proc_io  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 KS = (1, 16, 64)
 RESULT_BYTES = 2000
-
-
-def proc_io() -> dict:
-    """This process's ``/proc/self/io`` counters."""
-    with open("/proc/self/io") as f:
-        return {k: int(v) for k, v in (line.split(":") for line in f)}
-
-
-def du(path: str) -> int:
-    """Bytes of the files under ``path`` (their sizes)."""
-    total = 0
-    for base, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(base, name)).st_size
-            except FileNotFoundError:
-                pass
-    return total
 
 
 def agent_for(k: int, tag: str):
@@ -97,7 +81,7 @@ async def one_case(kind: str, k: int, where: str) -> dict:
         warm = QvcSession("warm", path)
         session = QvcSession("bench", store=warm.store)
     await Runner.run(agent_for(1, "w"), "warm up", session=warm, run_config=RUN_CONFIG)
-    io0, size0 = proc_io(), du(where)
+    io0, size0 = proc_io(), apparent(where)
     t0 = time.perf_counter()
     result = await Runner.run(agent_for(k, "m"), "Look up the items.", session=session, run_config=RUN_CONFIG,
                               max_turns=k + 5)
@@ -109,7 +93,7 @@ async def one_case(kind: str, k: int, where: str) -> dict:
     assert result.final_output == "done" and items == 2 * k + 2, (result.final_output, items)
     return {"kind": kind, "k": k, "wall_per_step_s": wall / (k + 2), "wall_s": wall,
             "wchar": io1["wchar"] - io0["wchar"], "write_bytes": io1["write_bytes"] - io0["write_bytes"],
-            "growth": du(where) - size0, "disk": du(where)}
+            "growth": apparent(where) - size0, "disk": apparent(where)}
 
 
 def kb(n: float) -> str:

@@ -41,6 +41,8 @@ import sys
 import tempfile
 import time
 
+from measure import allocated, wchar  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
@@ -48,25 +50,6 @@ if ROOT not in sys.path:
 KS = (1, 16, 64)
 KINDS = ("qvc", "memory", "json-file")
 RESULT_BYTES = 2000
-
-
-def wchar() -> int:
-    with open("/proc/self/io") as f:
-        for line in f:
-            if line.startswith("wchar:"):
-                return int(line.split()[1])
-    raise RuntimeError("/proc/self/io has no wchar")
-
-
-def du(path: str) -> int:
-    total = 0
-    for dirpath, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
-            except FileNotFoundError:
-                pass
-    return total
 
 
 class JsonFileStore:
@@ -163,7 +146,7 @@ def one_case(kind: str, k: int, where: str) -> dict:
         store.close()
     return {"kind": kind, "k": k, "step_ms": statistics.median(total) * 1e3,
             "store_ms": statistics.median(stored) * 1e3, "written": written,
-            "disk": du(path) if os.path.isdir(path) else 0}
+            "disk": allocated(path) if os.path.isdir(path) else 0}
 
 
 def child(args: list) -> dict:

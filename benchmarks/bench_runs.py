@@ -41,6 +41,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from measure import wchar  # noqa: E402
+
 from qvc import GitCheckpointStore  # noqa: E402
 from qvc.plumbing.maintenance import disk_usage  # noqa: E402
 from qvc.runs import Message, Runs, ToolCall  # noqa: E402
@@ -79,11 +81,6 @@ def objects(repo: str) -> dict[str, int]:
     out = subprocess.run(["git", "--git-dir", repo, "cat-file", "--batch-all-objects",
                           "--batch-check=%(objectname) %(objectsize)"], capture_output=True, text=True, check=True)
     return {oid: int(size) for oid, size in (line.split() for line in out.stdout.splitlines())}
-
-
-def wchar() -> int:
-    with open("/proc/self/io") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("wchar:"))
 
 
 def record(runs: Runs, k: int, text: Text, session: str, cadence: str = "tool-batch") -> tuple:
