@@ -508,10 +508,10 @@ class Repository:
     def commit_record(self, record: Record) -> None:
         """Journal ``record``, apply the durability mode (SYNC: durable on return), tell the
         listeners. :meth:`Transaction.finish` calls it; nothing else should."""
-        self.make_readable(record)
         try:
+            self.make_readable(record)
             seq = self.journal.append(record)
-        finally:  # (also when the append failed: its moves are not held back for good)
+        finally:  # (also when that failed: its moves are not held back for good)
             self.publication.journaled(record)
         if self.durability is DurabilityMode.SYNC:
             try:
