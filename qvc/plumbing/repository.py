@@ -472,9 +472,16 @@ class Repository:
         walk of the ref directories), so that what is read next holds every store's acknowledged
         moves, dead ones' included (a walk building an index must not read the refs a dead
         delete rewrote as they were before it). Returns how many dead leases or cut-short
-        publications it finished."""
-        return sum(1 for name in self.locked_refs(prefix)
-                   if self.publication.leased(name) is None and self._finish_dead(name))
+        publications it finished. Holds the maintenance lock shared meanwhile, as a transaction
+        or a publication does (so never beside a recovery, which may be claiming the same
+        journals); a no-op in a read-only store."""
+        names = [] if self.readonly else self.locked_refs(prefix)
+        if not names:
+            return 0
+        with contextlib.ExitStack() as held:
+            if not self.locks.excluding_here:  # (else maintenance already excludes writers)
+                held.enter_context(self.locks.shared())
+            return sum(1 for name in names if self.publication.leased(name) is None and self._finish_dead(name))
 
     def _finish_dead(self, name: str) -> bool:
         """Roll forward a dead store's lease on ``name``, or complete its publication cut short;

@@ -318,7 +318,7 @@ class History:
                 self._by_id.clear()
             self.refresh()
             # a writer that died while the walk waited for its lease left the ref as it was: walk again
-            if self.repo.readonly or not self.repo.finish_dead_writers("refs/"):
+            if not self.repo.finish_dead_writers("refs/"):
                 break
         with self._lock:
             return list(self._by_id.items())
@@ -427,8 +427,7 @@ class History:
         directories): read as they were before, the refs a killed delete had rewritten would
         put what it deleted into the index built from this walk, which that delete's
         roll-forward later does not retire. A read-only store reads them as they are."""
-        if not self.repo.readonly:
-            self.repo.finish_dead_writers("refs/")
+        self.repo.finish_dead_writers("refs/")
         self._check_generation()
         with self._lock:
             for name, tip in self.repo.refs("refs/"):
