@@ -54,10 +54,14 @@ def work(tmp_path) -> Path:
     return tmp_path / "work"
 
 
+#: one typed name of each kind of rule, through the real command (test_the_rules_are_gits checks
+#: every name of GIT_REFUSES against git's own rules, in process)
+TYPED = ["a\nb", "a b", "HEAD", "france~1", "a..b", "a@{1}", "-x", "-", "/a", "a.lock", ".a", "a\x7f"]
+
+
 def test_creating_a_thread_from_a_typed_name_refuses_what_git_refuses(work):
-    for k, name in enumerate(GIT_REFUSES):
-        if not name:
-            continue
+    assert set(TYPED) <= set(GIT_REFUSES)
+    for k, name in enumerate(TYPED):
         commands = [["branch", "--", name]] + ([["checkout", "-b", name], ["branch", "-m", "--", name]]
                                                if k % 4 == 0 else [])
         for args in commands:
