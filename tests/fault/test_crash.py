@@ -943,6 +943,48 @@ def test_an_index_built_before_a_dead_deletes_leases_roll_forward_never_names_wh
             f"the deleted checkpoint A1 is found by id after recovery ({store.recovery.summary()})")
 
 
+
+DELETE_THREAD_KILLED_BEFORE_PUBLISHING = """
+import os, signal, sys
+from qvc import CheckpointConfig, GitCheckpointStore
+from qvc.plumbing.repository import Repository
+s = GitCheckpointStore(sys.argv[1], durability="sync")
+def commit_record(repo, record):  # journaled and durable, then SIGKILL: the deletes stay leased
+    repo.journal.sync(repo.journal.append(record))
+    os.kill(os.getpid(), signal.SIGKILL)
+Repository.commit_record = commit_record
+s.delete_thread("x")
+"""
+
+
+@pytest.mark.parametrize("finisher", ["reopen", "live"])
+def test_a_journaled_delete_killed_before_publishing_is_rolled_forward(tmp_path, finisher):
+    """A delete is a lease until published: killed once its record is journaled, its refs are
+    still on disk under its dead leases. Whoever finishes them (recovery on open, or a live
+    writer meeting the lease) deletes the refs, as the journal says."""
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path) as live:
+        for step, cid in enumerate(["X1", "X2"]):
+            live.put(CheckpointConfig("x"), Checkpoint(id=cid, thread_id="x", step=step, state_data={}), {})
+        live.put(CheckpointConfig("y"), Checkpoint(id="Y1", thread_id="y", step=0, state_data={}), {})
+        live.flush()
+        proc = subprocess.run([sys.executable, "-c", DELETE_THREAD_KILLED_BEFORE_PUBLISHING, os.fspath(path)],
+                              env=child_env(), capture_output=True, text=True, timeout=120)
+        assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
+        assert (path / "refs" / "heads" / "x").exists() and (path / "refs" / "heads" / "x.lock").exists()
+        if finisher == "live":  # a put on the thread meets the dead lease and finishes it first
+            live.put(CheckpointConfig("x"), Checkpoint(id="N1", thread_id="x", step=0, state_data={}), {},
+                     expected_head=None)
+    fsck(path)
+    with GitCheckpointStore(path) as store:
+        line = [t.checkpoint.id for t in store.list(CheckpointConfig("x"))]
+        assert line == ([] if finisher == "reopen" else ["N1"]), store.recovery.summary()
+        assert store.get_tuple(CheckpointConfig("any", "X2")) is None
+        assert [t.checkpoint.id for t in store.list(CheckpointConfig("y"))] == ["Y1"]
+        if finisher == "reopen":
+            assert "deleted ref(s) refs/heads/x as the journal says" in store.recovery.summary()
+
+
 OLD_DELETER = """
 import sys
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
