@@ -1,0 +1,204 @@
+"""The staging database (qvc.plumbing.staging): transactions, readers, publication to git's files.
+Real SQLite databases and real git repositories; plain git checks what is published."""
+
+from __future__ import annotations
+
+import threading
+
+import pygit2
+import pytest
+from helpers import run_git
+
+from qvc.errors import CheckpointConflictError, QvcError
+from qvc.plumbing.staging import DB, Staging
+
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+
+
+@pytest.fixture
+def repo(tmp_path):
+    path = tmp_path / "r.git"
+    pygit2.init_repository(str(path), bare=True)
+    return path
+
+
+def commit(tx, parent: str | None, text: str) -> str:
+    tree = tx.write("tree", b"").hex()
+    body = f"tree {tree}\n" + (f"parent {parent}\n" if parent else "")
+    body += f"author t <t@t> 0 +0000\ncommitter t <t@t> 0 +0000\n\n{text}\n"
+    return tx.write("commit", body.encode()).hex()
+
+
+def stage(staging: Staging, ref: str, text: str, message: str | None = "put") -> str:
+    with staging.transaction() as tx:
+        head = tx.ref(ref)
+        new = commit(tx, head, text)
+        tx.move(ref, head, new, message)
+    return new
+
+
+def test_a_transaction_is_visible_to_every_later_reader_before_publication(repo):
+    writer, reader = Staging(repo), Staging(repo, readonly=True)
+    try:
+        first = stage(writer, "refs/heads/t", "one")
+        assert reader.ref("refs/heads/t") == first
+        assert reader.object(bytes.fromhex(first))[0] == "commit"
+        assert run_git(repo, "for-each-ref").stdout == ""  # git's files do not have it yet
+        assert reader.refs("refs/heads/") == [("refs/heads/t", first)]
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_a_conflicting_move_stores_nothing(repo):
+    staging = Staging(repo)
+    try:
+        first = stage(staging, "refs/heads/t", "one")
+        with pytest.raises(CheckpointConflictError, match="created by another writer"):
+            with staging.transaction() as tx:
+                orphan = commit(tx, None, "lost race")
+                tx.move("refs/heads/other", None, orphan, "put")
+                tx.move("refs/heads/t", None, orphan, "put")  # expected absent, found first
+        assert staging.ref("refs/heads/t") == first
+        assert staging.ref("refs/heads/other") is None  # the whole transaction rolled back
+        assert staging.object(bytes.fromhex(orphan)) is None
+        with pytest.raises(CheckpointConflictError, match="moved by another writer"):
+            with staging.transaction() as tx:
+                tx.move("refs/heads/t", "0" * 40, first)
+    finally:
+        staging.close()
+
+
+def test_publication_writes_git_files_that_plain_git_reads(repo):
+    staging = Staging(repo)
+    try:
+        shas = [stage(staging, "refs/heads/t", f"step {i}", f"put {i}") for i in range(3)]
+        stage(staging, "refs/heads/u", "u")
+        with staging.transaction() as tx:
+            tx.move("refs/heads/u", staging.ref("refs/heads/u"), None)  # staged and deleted again
+        done = staging.publish()
+        assert done.refs == ["refs/heads/t", "refs/heads/u"] and done.objects >= 5
+        assert staging.staged() == 0
+        assert run_git(repo, "rev-parse", "refs/heads/t").stdout.strip() == shas[-1]
+        assert run_git(repo, "rev-list", "refs/heads/t").stdout.split() == shas[::-1]
+        assert "refs/heads/u" not in run_git(repo, "for-each-ref").stdout
+        log = run_git(repo, "reflog", "show", "--format=%gs", "refs/heads/t").stdout.split("\n")
+        assert log[:3] == ["put 2", "put 1", "put 0"]
+        run_git(repo, "fsck", "--strict")
+        assert staging.publish().refs == []  # nothing left: a no-op
+    finally:
+        staging.close()
+
+
+def test_a_move_staged_during_publication_builds_on_the_published_value(repo):
+    staging = Staging(repo)
+    try:
+        first = stage(staging, "refs/heads/t", "one")
+        staging.publish()
+        second = stage(staging, "refs/heads/t", "two")
+        assert staging.publish().refs == ["refs/heads/t"]
+        third = stage(staging, "refs/heads/t", "three")
+        assert staging.ref("refs/heads/t") == third
+        staging.publish()
+        assert run_git(repo, "rev-list", "refs/heads/t").stdout.split() == [third, second, first]
+    finally:
+        staging.close()
+
+
+def test_plain_git_moving_a_staged_ref_keeps_both_values(repo):
+    staging = Staging(repo)
+    try:
+        first = stage(staging, "refs/heads/t", "one")
+        staging.publish()
+        staged = stage(staging, "refs/heads/t", "staged")
+        # plain git moves the ref under the staged write (to a commit of its own)
+        theirs = run_git(repo, "-c", "user.name=u", "-c", "user.email=u@u", "commit-tree", EMPTY_TREE,
+                         "-p", first, "-m", "git's own").stdout.strip()
+        run_git(repo, "update-ref", "refs/heads/t", theirs)
+        done = staging.publish()
+        assert done.displaced == [f"refs/qvc/displaced/heads/t/{theirs}"]
+        assert run_git(repo, "rev-parse", "refs/heads/t").stdout.strip() == staged
+        assert run_git(repo, "rev-parse", done.displaced[0]).stdout.strip() == theirs
+        run_git(repo, "fsck", "--strict")
+    finally:
+        staging.close()
+
+
+def test_a_lock_another_program_holds_is_never_removed(repo):
+    staging = Staging(repo, lock_wait=0.2)
+    try:
+        stage(staging, "refs/heads/t", "one")
+        lock = repo / "refs" / "heads" / "t.lock"
+        lock.write_text("git is updating this ref\n")
+        done = staging.publish()
+        assert done.blocked == ["refs/heads/t"] and done.refs == []
+        assert lock.read_text() == "git is updating this ref\n"
+        assert staging.staged() == 1  # still staged, still read
+        lock.unlink()  # its owner is done
+        assert staging.publish().refs == ["refs/heads/t"]
+    finally:
+        staging.close()
+
+
+def test_threads_of_one_store_serialize_and_lose_no_move(repo):
+    staging = Staging(repo)
+    acked: list[str] = []
+    lock = threading.Lock()
+
+    def work(n: int) -> None:
+        for i in range(25):
+            while True:
+                try:
+                    new = stage(staging, "refs/heads/shared", f"{n}-{i}")
+                    break
+                except CheckpointConflictError:
+                    continue
+            with lock:
+                acked.append(new)
+
+    try:
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        staging.publish()
+        line = run_git(repo, "rev-list", "refs/heads/shared").stdout.split()
+        assert sorted(line) == sorted(acked) and len(line) == 100
+    finally:
+        staging.close()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "exit"])
+def test_every_mode_keeps_what_it_acknowledged_across_a_reopen(repo, mode):
+    staging = Staging(repo, mode=mode)
+    first = stage(staging, "refs/heads/t", "one")
+    with staging.transaction() as tx:
+        tx.index("checkpoint-1", first)
+    staging.flush()
+    staging.close()
+    again = Staging(repo, mode=mode)
+    try:
+        assert again.ref("refs/heads/t") == first
+        assert again.lookup("checkpoint-1") == first
+        with again.transaction() as tx:
+            tx.index("checkpoint-1", None)
+        assert again.lookup("checkpoint-1") is None
+    finally:
+        again.close()
+    assert (repo / DB).exists()
+
+
+def test_bad_use_is_a_clear_error(repo, tmp_path):
+    with pytest.raises(QvcError, match="durability mode"):
+        Staging(repo, mode="sometimes")
+    reader = Staging(repo, readonly=True)
+    assert reader.ref("refs/heads/t") is None and reader.staged() == 0  # no database: nothing staged
+    with pytest.raises(QvcError, match="read-only"):
+        with reader.transaction():
+            pass
+    staging = Staging(repo)
+    staging.close()
+    with pytest.raises(QvcError, match="closed"):
+        with staging.transaction():
+            pass
