@@ -66,7 +66,7 @@ from qvc.plumbing import pack
 from qvc.plumbing.journal import fsync_dir
 from qvc.plumbing.odb import RefReader
 from qvc.plumbing.publication import moved
-from qvc.plumbing.reflog import reflog_line
+from qvc.plumbing.reflog import ReflogEntry, reflog_line
 
 DB = "qvc/staging.db"
 QUEUE = "qvc/staging.queue"  # the writers' fair queue in front of SQLite's write lock
@@ -140,6 +140,13 @@ class StagedTransaction:
             self._db.execute("UPDATE refs SET value = ?, seq = ? WHERE name = ?", (new, self.seq, name))
         self._db.execute("INSERT INTO moves (name, old, new, message, who, time, seq) VALUES (?, ?, ?, ?, ?, ?, ?)",
                          (name, old, new, message, self._staging.who, time.time(), self.seq))
+
+    def rewrite(self) -> str:
+        """Mark this transaction as rewriting history (a delete, a rename, a purge's rewrite): a
+        new generation token, returned, that readers see with the commit (:meth:`Staging.generation`)."""
+        token = os.urandom(8).hex()
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES ('generation', ?)", (token,))
+        return token
 
     def index(self, checkpoint_id: str, sha: str | None) -> None:
         """Note in the checkpoint-id index that ``checkpoint_id`` is commit ``sha`` (``None``: no
@@ -223,30 +230,64 @@ class Staging:
     @contextlib.contextmanager
     def transaction(self) -> Iterator[StagedTransaction]:
         """One write transaction: everything staged inside commits together or not at all
-        (an exception inside rolls it back and propagates). Durable on return per the mode."""
+        (an exception inside rolls it back and propagates). Durable on return per the mode.
+        Raises :class:`QvcError` in a thread that has one open already (they do not nest), and
+        :class:`StorageError` if SQLite cannot write (a full disk: nothing was stored)."""
         if self.readonly:
             raise QvcError(f"{self.path}: opened read-only")
         self._check_open()
+        if getattr(self._local, "open_tx", False):
+            raise QvcError(f"{self.path}: a transaction is already open in this thread (they do not nest)")
         db = self._connection()
-        queue = os.open(os.path.join(self.path, QUEUE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(queue, fcntl.LOCK_EX)  # fair and blocking: SQLite's busy handler backs off in sleeps
+        with self._queue():
             with self._guard("write"):
                 db.execute("BEGIN IMMEDIATE")
+            self._local.open_tx = True
             try:
                 row = db.execute("SELECT value FROM meta WHERE key = 'seq'").fetchone()
                 seq = (row[0] if row else 0) + 1
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('seq', ?)", (seq,))
                 yield StagedTransaction(self, db, seq)
+                with self._guard("commit"):
+                    db.execute("COMMIT")
             except BaseException:
-                db.execute("ROLLBACK")
+                if db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
                 raise
-            with self._guard("commit"):
-                db.execute("COMMIT")
-        finally:
-            os.close(queue)  # releases the flock
+            finally:
+                self._local.open_tx = False
         if self.mode != "sync":
             self._dirty.set()
+
+    @contextlib.contextmanager
+    def _queue(self) -> Iterator[None]:
+        """Hold the writers' queue (``qvc/staging.queue``), unless this thread holds it already
+        (inside :meth:`exclusive`)."""
+        if getattr(self._local, "queue", None) is not None:
+            yield
+            return
+        fd = os.open(os.path.join(self.path, QUEUE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # fair and blocking: SQLite's busy handler backs off in sleeps
+            self._local.queue = fd
+            yield
+        finally:
+            self._local.queue = None
+            os.close(fd)  # releases the flock
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold back every writer of every process (they wait in the queue) after publishing
+        everything staged: what maintenance that hands the repository to ``git`` needs. This
+        thread may still open transactions inside. Raises :class:`StorageError` if what is
+        staged cannot be published (git's files then lack it, and ``git`` must not run)."""
+        with self._queue():
+            done = self.publish()
+            if done.blocked or self.staged():
+                raise StorageError(f"{self.path}: cannot publish {', '.join(done.blocked) or 'what is staged'} "
+                                   f"to git's files (another program holds a lock)", errno.EAGAIN)
+            yield
 
     # -- reading --------------------------------------------------------------------------
 
@@ -281,6 +322,21 @@ class Staging:
         db = self._connection()
         row = db.execute("SELECT sha FROM ids WHERE checkpoint = ?", (checkpoint_id,)).fetchone() if db else None
         return row[0] if row is not None else None
+
+    def generation(self) -> str | None:
+        """The token of the last transaction that rewrote history (:meth:`StagedTransaction.rewrite`),
+        ``None`` if none did: what is derived from history is valid while it stays the same."""
+        db = self._connection()
+        row = db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone() if db else None
+        return row[0] if row is not None else None
+
+    def reflog(self, name: str) -> list[ReflogEntry]:
+        """The staged moves of ref ``name`` that have a reflog line, newest first (git's file
+        holds the older ones)."""
+        db = self._connection()
+        rows = db.execute("SELECT old, new, who, time, message FROM moves WHERE name = ? AND message IS NOT NULL "
+                          "ORDER BY id DESC", (name,)).fetchall() if db else []
+        return [ReflogEntry(old, new, int(when), who, message) for old, new, who, when, message in rows]
 
     def staged(self) -> int:
         """How many refs are staged and not yet published."""
@@ -350,6 +406,8 @@ class Staging:
         it did; ``busy`` when another publisher holds the turn (nothing done). Raises
         :class:`StorageError` (the rows stay staged) if git's files cannot be written."""
         out = Published()
+        if getattr(self._local, "open_tx", False):
+            raise QvcError(f"{self.path}: publish inside a transaction of this thread (it would wait for itself)")
         if self.readonly or (self.staged() == 0 and not os.path.exists(os.path.join(self.path, PUBLISHING))):
             return out
         turn = os.open(os.path.join(self.path, PUBLISH_LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
@@ -400,7 +458,7 @@ class Staging:
         if self.fsync:
             for path in sorted(written):
                 _fsync_path(path)
-        with self._guard("publish"):
+        with self._queue(), self._guard("publish"):
             db.execute("BEGIN IMMEDIATE")
             try:
                 done = [name for name, _ in published]

@@ -202,3 +202,78 @@ def test_bad_use_is_a_clear_error(repo, tmp_path):
     with pytest.raises(QvcError, match="closed"):
         with staging.transaction():
             pass
+
+
+def test_transactions_do_not_nest_and_a_failed_one_leaves_the_next_free(repo):
+    staging = Staging(repo)
+    try:
+        with staging.transaction():
+            with pytest.raises(QvcError, match="already open"):
+                with staging.transaction():
+                    pass
+            with pytest.raises(QvcError, match="inside a transaction"):
+                staging.publish()
+        with pytest.raises(RuntimeError):
+            with staging.transaction() as tx:
+                tx.write("blob", b"rolled back")
+                raise RuntimeError("the caller failed midway")
+        assert stage(staging, "refs/heads/t", "after")  # neither the queue nor SQLite stayed locked
+    finally:
+        staging.close()
+
+
+def test_a_rewrite_changes_the_generation_every_reader_sees(repo):
+    staging, reader = Staging(repo), Staging(repo, readonly=True)
+    try:
+        assert staging.generation() is None
+        with staging.transaction() as tx:
+            token = tx.rewrite()
+        assert reader.generation() == token
+        with staging.transaction() as tx:
+            assert tx.rewrite() != token
+    finally:
+        staging.close()
+        reader.close()
+
+
+def test_staged_reflog_lines_read_newest_first(repo):
+    staging = Staging(repo)
+    try:
+        first = stage(staging, "refs/heads/t", "one", "put 1")
+        second = stage(staging, "refs/heads/t", "two", "put 2")
+        with staging.transaction() as tx:
+            tx.move("refs/heads/quiet", None, first)  # no message: no reflog line
+        entries = staging.reflog("refs/heads/t")
+        assert [(e.old, e.new, e.message) for e in entries] == [(first, second, "put 2"), (None, first, "put 1")]
+        assert staging.reflog("refs/heads/quiet") == []
+        staging.publish()
+        assert staging.reflog("refs/heads/t") == []  # git's file holds them now
+    finally:
+        staging.close()
+
+
+def test_exclusive_holds_writers_back_after_publishing(repo):
+    staging = Staging(repo)
+    try:
+        stage(staging, "refs/heads/t", "one")
+        entered, done = threading.Event(), threading.Event()
+        order: list[str] = []
+
+        def writer() -> None:
+            entered.wait()
+            stage(staging, "refs/heads/u", "waited")
+            order.append("writer")
+            done.set()
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        with staging.exclusive():
+            assert staging.staged() == 0 and "refs/heads/t" in run_git(repo, "for-each-ref").stdout
+            entered.set()
+            assert not done.wait(0.3)  # held back in the queue
+            stage(staging, "refs/heads/v", "mine")  # this thread still writes
+            order.append("maintenance")
+        thread.join(10)
+        assert order == ["maintenance", "writer"]
+    finally:
+        staging.close()
