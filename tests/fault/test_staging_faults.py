@@ -177,3 +177,64 @@ def test_a_publication_killed_anywhere_is_finished_by_the_next_publisher(tmp_pat
         assert not (copy / "qvc" / "publishing").exists() and not list((copy / "qvc").glob("publishing.d/*"))
         run_git(copy, "fsck", "--strict")
         shutil.rmtree(copy)
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("variant", ["short", pytest.param("long", marks=pytest.mark.slow)])
+def test_writers_and_publishers_killed_at_random_lose_no_acknowledged_move(tmp_path, repo, request, variant):
+    """Rounds of three writers (one shared ref, each its own too) and two publishers, SIGKILLed
+    at random moments; then the next publisher. Every move a writer acknowledged is on its ref's
+    line, each reflog line is there once, no lock is left, and plain git finds it whole.
+    ``QVC_STAGING_ROUNDS`` sets the long variant's rounds (default 40)."""
+    import os
+    import random
+
+    from helpers import slow_enabled
+
+    if variant == "long" and not slow_enabled(request.config):
+        pytest.skip("slow: run with -m slow or QVC_SLOW=1")
+    rounds = int(os.environ.get("QVC_STAGING_ROUNDS", "40")) if variant == "long" else 4
+    seed = int(os.environ.get("QVC_STAGING_SEED", random.randrange(2**32)))
+    rng = random.Random(seed)
+    acked: dict[str, list[str]] = {}
+    for r in range(rounds):
+        refs = ["refs/heads/shared"] * 3
+        refs = [ref if rng.random() < 0.5 else f"refs/heads/own{i}" for i, ref in enumerate(refs)]
+        writers = [(ref, worker("put", str(repo), ref, "400")) for ref in refs]
+        publishers = [worker("publish-loop", str(repo)) for _ in range(2)]
+        for _, proc in writers:
+            assert proc.stdout.readline().strip() == "READY"
+        time.sleep(rng.uniform(0.02, 0.4))
+        for _, proc in writers:
+            proc.kill()
+        for proc in publishers:
+            proc.kill()
+        for ref, proc in writers:
+            out, _ = proc.communicate(timeout=60)
+            acked.setdefault(ref, []).extend(line.split()[2] for line in out.splitlines()
+                                             if line.startswith("ACK ") and len(line.split()) == 3)
+        for proc in publishers:
+            proc.communicate(timeout=60)
+        if r % 2:  # the next round starts from a published repository or from a staged one
+            staging = Staging(repo)
+            try:
+                staging.publish()
+            finally:
+                staging.close()
+    staging = Staging(repo)
+    try:
+        done = staging.publish()
+        assert staging.staged() == 0 and not done.blocked, (seed, done)
+    finally:
+        staging.close()
+    for ref, shas in acked.items():
+        if not shas:
+            continue  # killed before its first acknowledgement
+        line = set(run_git(repo, "rev-list", ref).stdout.split())
+        missing = [sha for sha in shas if sha not in line]
+        assert not missing, f"seed {seed}: {ref} lost {len(missing)} acknowledged move(s)"
+        moves = run_git(repo, "reflog", "show", "--format=%H", ref).stdout.split()
+        assert len(moves) == len(set(moves)) == len(line), f"seed {seed}: {ref}'s reflog repeats or lacks lines"
+    assert not list(repo.glob("refs/**/*.lock")) and not (repo / "packed-refs.lock").exists(), seed
+    run_git(repo, "fsck", "--strict")
+    print(f"seed {seed}: {rounds} rounds, {sum(map(len, acked.values()))} acknowledged moves")

@@ -1,10 +1,12 @@
 """A writer or publisher of a repository's staging database (qvc.plumbing.staging), for the staging
 fault tests: a real process that stages, publishes, is killed or is stopped.
 
-    staging_worker.py put REPO REF N          stage N moves of REF (one blob commit each), print "ACK i sha"
+    staging_worker.py put REPO REF N          print "READY", then stage N moves of REF (one blob commit each),
+                                               printing "ACK i sha" after each
     staging_worker.py put-and-stop REPO REF   stage one move of REF, print "ACK sha", then SIGSTOP itself
     staging_worker.py publish-killed REPO K   publish, SIGKILLed at its K-th file operation (rename,
                                                write, unlink, fsync)
+    staging_worker.py publish-loop REPO       publish again and again (until killed)
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ def commit(tx, parent: str | None, text: str) -> str:
 
 def put(repo: str, ref: str, count: int) -> None:
     staging = Staging(repo)
+    print("READY")
     for i in range(count):
         while True:
             try:
@@ -79,6 +82,10 @@ if __name__ == "__main__":
         put(args[0], args[1], int(args[2]))
     elif command == "put-and-stop":
         put_and_stop(args[0], args[1])
+    elif command == "publish-loop":
+        staging = Staging(args[0])
+        while True:
+            staging.publish()
     elif command == "publish-killed":
         publish_killed(args[0], int(args[1]))
     else:
