@@ -452,7 +452,8 @@ class Staging:
         published: list[tuple[str, str | None]] = []
         for name, value, base_value in refs:
             chain = chains.get(name, [])
-            if self._publish_ref(name, value, [base_value] + [m[3] for m in chain], chain, out, written):
+            values = [base_value] + [m[2] for m in chain] + [m[3] for m in chain]  # every value it took
+            if self._publish_ref(name, value, values, chain, out, written):
                 published.append((name, value))
                 out.refs.append(name)
         if self.fsync:
@@ -465,7 +466,7 @@ class Staging:
                 db.execute("DELETE FROM objects WHERE seq <= ?", (seq,))
                 db.executemany("DELETE FROM refs WHERE name = ? AND seq <= ?", [(n, seq) for n in done])
                 # a ref staged again since the snapshot now builds on the value published
-                db.executemany("UPDATE refs SET base = ? WHERE name = ?", published)
+                db.executemany("UPDATE refs SET base = ? WHERE name = ?", [(v, n) for n, v in published])
                 db.executemany("DELETE FROM moves WHERE name = ? AND seq <= ?", [(n, seq) for n in done])
                 db.execute("COMMIT")
             except BaseException:

@@ -86,7 +86,7 @@ def test_processes_writing_one_ref_lose_no_acknowledged_move(repo):
     for proc in procs:
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
-        acked += [line.split()[2] for line in out.splitlines()]
+        acked += [line.split()[2] for line in out.splitlines() if line.startswith("ACK ")]
     staging = Staging(repo)
     try:
         staging.publish()

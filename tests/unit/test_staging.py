@@ -277,3 +277,33 @@ def test_exclusive_holds_writers_back_after_publishing(repo):
         assert order == ["maintenance", "writer"]
     finally:
         staging.close()
+
+
+def test_a_ref_staged_again_while_it_is_published_is_not_taken_for_another_programs_move(repo):
+    """The publisher's snapshot holds a move; a writer stages the next one before the publisher
+    deletes its rows: that row stays, and builds on the value published (not on git's value when
+    it was first staged), so the next publication finds git's file where the chain says."""
+    staging = Staging(repo)
+    try:
+        first = stage(staging, "refs/heads/t", "one")
+        staged = []
+        real = staging._append_reflog
+
+        def meanwhile(name, lines):  # inside the publication, after its snapshot: a writer stages again
+            if not staged:
+                import threading as _t
+
+                worker = _t.Thread(target=lambda: staged.append(stage(staging, "refs/heads/t", "two")))
+                worker.start()
+                worker.join()
+            return real(name, lines)
+
+        staging._append_reflog = meanwhile
+        staging.publish()
+        staging._append_reflog = real
+        assert run_git(repo, "rev-parse", "refs/heads/t").stdout.strip() == first
+        done = staging.publish()
+        assert done.displaced == [] and done.refs == ["refs/heads/t"]
+        assert run_git(repo, "rev-list", "refs/heads/t").stdout.split() == [staged[0], first]
+    finally:
+        staging.close()
