@@ -61,7 +61,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
-from qvc.errors import CorruptionError, QvcError, StorageError
+from qvc.errors import CorruptionError, QvcError, StorageError, StoreClosedError
 from qvc.plumbing import pack
 from qvc.plumbing.journal import fsync_dir
 from qvc.plumbing.odb import RefReader
@@ -197,6 +197,8 @@ class Staging:
     # -- connections ----------------------------------------------------------------------
 
     def _connection(self) -> sqlite3.Connection | None:
+        if self._closed:
+            raise StoreClosedError(f"{self.path}: the store is closed")
         db = getattr(self._local, "db", None)
         if db is not None:
             return db
@@ -210,6 +212,7 @@ class Staging:
             db.execute("PRAGMA journal_mode=WAL")
             sync = "FULL" if self.mode == "sync" and self.fsync else "NORMAL" if self.fsync else "OFF"
             db.execute(f"PRAGMA synchronous={sync}")
+            db.execute("PRAGMA secure_delete=ON")  # a published row's bytes are overwritten, not left free
         self._local.db = db
         with self._conns_lock:
             self._conns.append(db)
@@ -244,6 +247,8 @@ class Staging:
                 db.execute("BEGIN IMMEDIATE")
             self._local.open_tx = True
             try:
+                row = db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+                self._local.generation_before = row[0] if row else None
                 row = db.execute("SELECT value FROM meta WHERE key = 'seq'").fetchone()
                 seq = (row[0] if row else 0) + 1
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('seq', ?)", (seq,))
@@ -324,8 +329,13 @@ class Staging:
         return row[0] if row is not None else None
 
     def generation(self) -> str | None:
-        """The token of the last transaction that rewrote history (:meth:`StagedTransaction.rewrite`),
-        ``None`` if none did: what is derived from history is valid while it stays the same."""
+        """The token of the last committed transaction that rewrote history
+        (:meth:`StagedTransaction.rewrite`), ``None`` if none did: what is derived from history is
+        valid while it stays the same. Inside a transaction of this thread, the token it began
+        with (what is derived meanwhile must not be trusted under a token that transaction
+        may yet give)."""
+        if self.in_transaction():
+            return self._local.generation_before
         db = self._connection()
         row = db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone() if db else None
         return row[0] if row is not None else None
@@ -337,6 +347,22 @@ class Staging:
         rows = db.execute("SELECT old, new, who, time, message FROM moves WHERE name = ? AND message IS NOT NULL "
                           "ORDER BY id DESC", (name,)).fetchall() if db else []
         return [ReflogEntry(old, new, int(when), who, message) for old, new, who, when, message in rows]
+
+    def in_transaction(self) -> bool:
+        """Whether this thread has a transaction open."""
+        return getattr(self._local, "open_tx", False)
+
+    def staged_refs(self, prefix: str) -> dict[str, str | None]:
+        """Name to staged value (``None``: deleted) of every staged ref under ``prefix``: what a
+        reader of git's files alone lacks."""
+        db = self._connection()
+        return dict(db.execute("SELECT name, value FROM refs WHERE name >= ? AND name < ?",
+                               (prefix, prefix + "\U0010ffff")).fetchall()) if db else {}
+
+    @property
+    def failed(self) -> BaseException | None:
+        """The error of a failed flush, if one failed (every later write raises it)."""
+        return self._failed
 
     def staged(self) -> int:
         """How many refs are staged and not yet published."""
@@ -399,11 +425,35 @@ class Staging:
                         db.close()
                 self._conns.clear()
 
+    def erase(self) -> None:
+        """Leave nothing deleted readable in the database's files (``qvc purge``): publish what
+        is staged, copy the WAL into the database and cut it to nothing, then rebuild the
+        database without free pages (``VACUUM``). Call it with writers held back
+        (:meth:`exclusive`, or the repository's maintenance lock); a reader in another process
+        holding an old snapshot makes it wait (up to ``lock_wait`` seconds), then
+        :class:`StorageError`."""
+        self.publish()
+        db = self._connection()
+        deadline = time.monotonic() + self.lock_wait
+        with self._guard("erase"):
+            while True:
+                busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                if not busy:
+                    break
+                if time.monotonic() > deadline:
+                    raise StorageError(f"{self.path}: cannot erase the staging database's log: a reader "
+                                       "holds it", errno.EBUSY, self._db_path)
+                time.sleep(0.01)
+            db.execute("VACUUM")
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
     # -- publication ----------------------------------------------------------------------
 
-    def publish(self) -> Published:
+    def publish(self, *, wait: bool = True) -> Published:
         """Write what is staged to git's files (see the module docstring); idempotent. Returns what
-        it did; ``busy`` when another publisher holds the turn (nothing done). Raises
+        it did. When another publisher holds the turn: with ``wait``, waits for it (up to
+        ``lock_wait`` seconds: a publisher that is stopped holds it) and then publishes what is
+        left; without, returns at once. ``busy`` says nothing was done for that reason. Raises
         :class:`StorageError` (the rows stay staged) if git's files cannot be written."""
         out = Published()
         if getattr(self._local, "open_tx", False):
@@ -412,11 +462,18 @@ class Staging:
             return out
         turn = os.open(os.path.join(self.path, PUBLISH_LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            try:
-                fcntl.flock(turn, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                out.busy = True
-                return out
+            deadline = time.monotonic() + (self.lock_wait if wait else 0)
+            delay = 0.0005
+            while True:
+                try:
+                    fcntl.flock(turn, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        out.busy = True
+                        return out
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.01)
             try:
                 self._publish(out)
             except OSError as exc:
@@ -501,6 +558,8 @@ class Staging:
                      if message is not None]
             if lines:  # before the value, as git does; lines a killed publisher appended are not repeated
                 written.update(self._append_reflog(name, lines))
+                if name == self._head_target():  # git logs the branch HEAD names in HEAD's reflog too
+                    written.update(self._append_reflog("HEAD", lines))
             if current == value:
                 return True  # an earlier publication got this far
             os.rename(lock, os.path.join(self.path, name))
@@ -606,6 +665,15 @@ class Staging:
                 os.unlink(path)
                 written.add(os.path.dirname(path))
         return True
+
+    def _head_target(self) -> str | None:
+        """The ref HEAD names (read from its file), or ``None``."""
+        try:
+            with open(os.path.join(self.path, "HEAD"), "rb") as f:
+                data = f.read(4096)
+        except OSError:
+            return None
+        return data[5:].strip().decode("utf-8", "replace") if data.startswith(b"ref: ") else None
 
     def _displace(self, name: str, found: str | None, out: Published, written: set[str]) -> None:
         """Keep the value another program moved ref ``name`` to under ``refs/qvc/displaced/``."""

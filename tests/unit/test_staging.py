@@ -9,7 +9,7 @@ import pygit2
 import pytest
 from helpers import run_git
 
-from qvc.errors import CheckpointConflictError, QvcError
+from qvc.errors import CheckpointConflictError, QvcError, StoreClosedError
 from qvc.plumbing.staging import DB, Staging
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -307,3 +307,73 @@ def test_a_ref_staged_again_while_it_is_published_is_not_taken_for_another_progr
         assert run_git(repo, "rev-list", "refs/heads/t").stdout.split() == [staged[0], first]
     finally:
         staging.close()
+
+
+def test_erase_leaves_no_published_byte_in_the_database_files(repo):
+    """What purge relies on: a secret staged, published and then erased is in none of the
+    database's files (the WAL is cut to nothing, freed pages are overwritten and vacuumed)."""
+    secret = b"SECRET-5b1e-never-keep-me"
+    staging = Staging(repo)
+    try:
+        with staging.transaction() as tx:
+            blob = tx.write("blob", secret * 100)
+            tree = tx.write("tree", b"100644 s\0" + blob).hex()
+            body = f"tree {tree}\nauthor t <t@t> 0 +0000\ncommitter t <t@t> 0 +0000\n\nsecret\n".encode()
+            tx.move("refs/heads/t", None, tx.write("commit", body).hex(), "put")
+        staging.publish()
+        staging.erase()
+        for name in ("staging.db", "staging.db-wal"):
+            path = repo / "qvc" / name
+            assert not path.exists() or secret not in path.read_bytes(), name
+        assert stage(staging, "refs/heads/t", "after")  # and it goes on working
+    finally:
+        staging.close()
+
+
+def test_an_explicit_publish_waits_for_the_publisher_at_work(repo):
+    import fcntl
+    import os
+
+    staging = Staging(repo, lock_wait=5)
+    try:
+        first = stage(staging, "refs/heads/t", "one")
+        turn = os.open(repo / "qvc" / "publish.lock", os.O_RDWR | os.O_CREAT)
+        fcntl.flock(turn, fcntl.LOCK_EX)  # another publisher at work
+        assert staging.publish(wait=False).busy  # the background publisher's way: skip
+        release = threading.Timer(0.3, lambda: os.close(turn))
+        release.start()
+        done = staging.publish()  # what flush, close and a git run do: wait, then publish
+        release.join()
+        assert not done.busy and done.refs == ["refs/heads/t"]
+        assert run_git(repo, "rev-parse", "refs/heads/t").stdout.strip() == first
+    finally:
+        staging.close()
+
+
+def test_the_branch_head_names_gets_its_reflog_lines_in_heads_too(repo):
+    staging = Staging(repo)
+    try:
+        run_git(repo, "symbolic-ref", "HEAD", "refs/heads/t")
+        stage(staging, "refs/heads/t", "one", "put one")
+        stage(staging, "refs/heads/u", "other", "put other")
+        staging.publish()
+        assert run_git(repo, "reflog", "show", "--format=%gs", "HEAD").stdout.split("\n")[0] == "put one"
+        assert "put other" not in run_git(repo, "reflog", "show", "--format=%gs", "HEAD").stdout
+    finally:
+        staging.close()
+
+
+def test_inside_a_transaction_the_generation_is_the_one_it_began_with(repo):
+    staging = Staging(repo)
+    try:
+        with staging.transaction() as tx:
+            before = tx.rewrite()
+        with staging.transaction() as tx:
+            tx.rewrite()
+            assert staging.generation() == before  # derived data built meanwhile is not under the new token
+        assert staging.generation() != before
+        assert staging.staged_refs("refs/") == {} and staging.failed is None
+    finally:
+        staging.close()
+    with pytest.raises(StoreClosedError):
+        staging.ref("refs/heads/t")
