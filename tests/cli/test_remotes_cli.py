@@ -122,3 +122,110 @@ def test_progress_on_a_terminal_only_for_slow_transfers(tmp_path, setup):
         assert code == 0 and "clone origin" not in drawn  # under a second: no bar
     finally:
         daemon.stop()
+
+
+def test_push_refuses_to_undo_a_time_travel_the_fetch_reported(tmp_path, setup):
+    """A replica that fetched a time travel made elsewhere and did not follow it: a plain push
+    would bring the remote's superseded line back as the head (a fast-forward for git). Refused
+    (exit 4, the reason on the ref's line) unless --force or --force-with-lease, as git refuses a
+    non-fast-forward."""
+    repo, server = setup
+    r = str(repo)
+    qvc("--repo", r, "remote", "add", "origin", str(server))
+    qvc("--repo", r, "push", "-q")
+    replica = str(tmp_path / "replica.qvc")
+    qvc("clone", "-q", str(server), replica)
+    qvc("--repo", r, "checkout", "run-1")
+    qvc("--repo", r, "reset", "run-1~2")  # the time travel, made on a
+    assert "(time travel" in qvc("--repo", r, "push").stdout
+    rewound = run_git(server, "rev-parse", "refs/heads/run-1").stdout.strip()
+    assert "(time travel" in qvc("--repo", replica, "fetch").stdout  # reported to the replica
+    proc = qvc("--repo", replica, "push", check=4)
+    assert " ! [rejected]   run-1 (the remote's run-1 was time-travelled back to" in proc.stdout
+    assert "push --force" in proc.stdout and proc.stderr.count("\n") == 1
+    assert run_git(server, "rev-parse", "refs/heads/run-1").stdout.strip() == rewound
+    qvc("--repo", replica, "push", "origin", "run-1", check=4)  # naming the thread: the same
+    # --force-with-lease: the remote is where the fetch left origin/run-1, so it goes
+    made = qvc_json("--repo", replica, "push", "--force-with-lease")
+    assert [u["thread"] for u in made["updates"]] == ["run-1"]
+    assert run_git(server, "rev-parse", "refs/heads/run-1").stdout.strip() == qvc_json(
+        "--repo", replica, "show", "run-1")["commit"]
+    # the time travel made here and stepped back from: a deliberate fast-forward, as in git
+    qvc("--repo", r, "fetch", "-q")
+    qvc("--repo", r, "reset", "run-1@{1}")  # a is back where the replica pushed
+    qvc("--repo", replica, "checkout", "run-1")
+    qvc("--repo", replica, "reset", "run-1~1")
+    qvc("--repo", replica, "push", "-q")
+    qvc("--repo", replica, "reset", "run-1@{1}")
+    qvc("--repo", replica, "push", "-q")
+
+
+def test_push_force_keeps_the_remote_line(tmp_path, setup):
+    """--force over a remote head that is no ancestor and kept by no line here: pushed, the
+    remote's head kept as a superseded line there (nothing is lost); without it, refused."""
+    repo, server = setup
+    r = str(repo)
+    qvc("--repo", r, "remote", "add", "origin", str(server))
+    qvc("--repo", r, "push", "-q")
+    other = str(tmp_path / "other.qvc")
+    qvc("clone", "-q", str(server), other)
+    with GitCheckpointStore(other) as store:
+        put(store, "run-1", "x3", 3, {"n": 30})
+    qvc("--repo", other, "push", "-q")
+    qvc("--repo", r, "fetch", "-q")
+    with GitCheckpointStore(repo) as store:
+        put(store, "run-1", "c3", 3, {"n": 3})
+    theirs = run_git(server, "rev-parse", "refs/heads/run-1").stdout.strip()
+    assert "fetch first" in qvc("--repo", r, "push", check=4).stdout
+    assert " + " in qvc("--repo", r, "push", "--force").stdout
+    assert run_git(server, "rev-parse", f"refs/qvc/superseded/run-1/{theirs}").stdout.strip() == theirs
+    assert run_git(server, "rev-parse", "refs/heads/run-1").stdout.strip() == qvc_json(
+        "--repo", r, "show", "run-1")["commit"]
+
+
+def test_push_u_records_the_upstream(tmp_path, setup):
+    repo, server = setup
+    r = str(repo)
+    qvc("--repo", r, "remote", "add", "backup", str(server))
+    qvc("--repo", r, "checkout", "run-1")
+    assert "set up to track backup/run-1" in qvc("--repo", r, "push", "-u", "backup", "run-1").stdout
+    assert run_git(repo, "config", "branch.run-1.remote").stdout.strip() == "backup"
+    assert run_git(repo, "config", "branch.run-1.merge").stdout.strip() == "refs/heads/run-1"
+    with GitCheckpointStore(repo) as store:
+        put(store, "run-1", "c3", 3, {"n": 3})
+    assert f"To {server}" in qvc("--repo", r, "push").stdout  # no REMOTE: the upstream, not origin
+
+
+def test_fetch_all(tmp_path, setup):
+    repo, server = setup
+    r = str(repo)
+    second = tmp_path / "second.git"
+    run_git(None, "init", "-q", "--bare", str(second))
+    for name, url in (("one", server), ("two", second)):
+        qvc("--repo", r, "remote", "add", name, str(url))
+        qvc("--repo", r, "push", "-q", name)
+    b = str(tmp_path / "b.qvc")
+    qvc("clone", "-q", "-o", "one", str(server), b)
+    qvc("--repo", b, "remote", "add", "two", str(second))
+    text = qvc("--repo", b, "fetch", "--all").stdout
+    assert "one: up to date" in text and f"From {second}" in text and "two/run-1" in text
+    assert [x["remote"] for x in qvc_json("--repo", b, "fetch", "--all")] == ["one", "two"]
+    qvc("--repo", b, "fetch", "--all", "one", check=2)
+
+
+def test_clone_head_names_a_thread(tmp_path, setup):
+    """A server whose HEAD names no thread (a bare `git init`: an unborn main): the clone's HEAD
+    is the most recently written thread, so the first `qvc log` works; a HEAD naming a thread wins."""
+    repo, server = setup
+    r = str(repo)
+    qvc("--repo", r, "remote", "add", "origin", str(server))
+    qvc("--repo", r, "push", "-q")
+    copy = str(tmp_path / "copy.qvc")
+    qvc("clone", "-q", str(server), copy)
+    assert qvc_json("--repo", copy, "status")["thread"] == "run-2"
+    assert [e["id"] for e in qvc_json("--repo", copy, "log")] == ["r0"]
+    run_git(server, "symbolic-ref", "HEAD", "refs/heads/run-1")
+    again = str(tmp_path / "again.qvc")
+    qvc("clone", "-q", str(server), again)
+    assert qvc_json("--repo", again, "status")["thread"] == "run-1"
+    assert qvc("--repo", again, "log", "--oneline").stdout.count("\n") == 3
