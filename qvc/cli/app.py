@@ -116,8 +116,9 @@ def complete_names(ctx: click.Context, param: click.Parameter, incomplete: str) 
 
 
 # The order of `qvc --help`: reading history, changing it, runs, following, remotes, the rest.
-ORDER = ("init", "status", "log", "show", "diff", "blame", "bisect", "branch", "checkout", "commit", "reset", "reflog",
-         "tag", "runs", "timeline", "watch", "remote", "push", "fetch", "clone", "serve", "gc", "fsck", "completion")
+ORDER = ("init", "status", "log", "show", "diff", "blame", "bisect", "branch", "checkout", "switch", "commit", "reset",
+         "reflog", "rev-parse", "tag", "runs", "timeline", "watch", "remote", "push", "fetch", "clone", "serve", "gc",
+         "fsck", "completion")
 
 
 class Group(click.Group):

@@ -38,6 +38,16 @@ def setup(tmp_path):
     return repo, server
 
 
+def published(tmp_path, setup, copy: str) -> tuple[str, str, str]:
+    """``setup``'s repository pushed to its server as origin, and a clone of the server at ``copy``:
+    ``(repository, server, clone)`` as strings."""
+    repo, server = setup
+    qvc("--repo", str(repo), "remote", "add", "origin", str(server))
+    qvc("--repo", str(repo), "push", "-q")
+    qvc("clone", "-q", str(server), str(tmp_path / copy))
+    return str(repo), str(server), str(tmp_path / copy)
+
+
 def test_remote_push_clone_fetch_json(tmp_path, setup):
     repo, server = setup
     r = str(repo)
@@ -129,12 +139,7 @@ def test_push_refuses_to_undo_a_time_travel_the_fetch_reported(tmp_path, setup):
     would bring the remote's superseded line back as the head (a fast-forward for git). Refused
     (exit 4, the reason on the ref's line) unless --force or --force-with-lease, as git refuses a
     non-fast-forward."""
-    repo, server = setup
-    r = str(repo)
-    qvc("--repo", r, "remote", "add", "origin", str(server))
-    qvc("--repo", r, "push", "-q")
-    replica = str(tmp_path / "replica.qvc")
-    qvc("clone", "-q", str(server), replica)
+    r, server, replica = published(tmp_path, setup, "replica.qvc")
     qvc("--repo", r, "checkout", "run-1")
     qvc("--repo", r, "reset", "run-1~2")  # the time travel, made on a
     assert "(time travel" in qvc("--repo", r, "push").stdout
@@ -163,17 +168,12 @@ def test_push_refuses_to_undo_a_time_travel_the_fetch_reported(tmp_path, setup):
 def test_push_force_keeps_the_remote_line(tmp_path, setup):
     """--force over a remote head that is no ancestor and kept by no line here: pushed, the
     remote's head kept as a superseded line there (nothing is lost); without it, refused."""
-    repo, server = setup
-    r = str(repo)
-    qvc("--repo", r, "remote", "add", "origin", str(server))
-    qvc("--repo", r, "push", "-q")
-    other = str(tmp_path / "other.qvc")
-    qvc("clone", "-q", str(server), other)
+    r, server, other = published(tmp_path, setup, "other.qvc")
     with GitCheckpointStore(other) as store:
         put(store, "run-1", "x3", 3, {"n": 30})
     qvc("--repo", other, "push", "-q")
     qvc("--repo", r, "fetch", "-q")
-    with GitCheckpointStore(repo) as store:
+    with GitCheckpointStore(r) as store:
         put(store, "run-1", "c3", 3, {"n": 3})
     theirs = run_git(server, "rev-parse", "refs/heads/run-1").stdout.strip()
     assert "fetch first" in qvc("--repo", r, "push", check=4).stdout
@@ -216,12 +216,7 @@ def test_fetch_all(tmp_path, setup):
 def test_clone_head_names_a_thread(tmp_path, setup):
     """A server whose HEAD names no thread (a bare `git init`: an unborn main): the clone's HEAD
     is the most recently written thread, so the first `qvc log` works; a HEAD naming a thread wins."""
-    repo, server = setup
-    r = str(repo)
-    qvc("--repo", r, "remote", "add", "origin", str(server))
-    qvc("--repo", r, "push", "-q")
-    copy = str(tmp_path / "copy.qvc")
-    qvc("clone", "-q", str(server), copy)
+    r, server, copy = published(tmp_path, setup, "copy.qvc")
     assert qvc_json("--repo", copy, "status")["thread"] == "run-2"
     assert [e["id"] for e in qvc_json("--repo", copy, "log")] == ["r0"]
     run_git(server, "symbolic-ref", "HEAD", "refs/heads/run-1")
