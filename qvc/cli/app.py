@@ -31,6 +31,7 @@ EXIT_CONFLICT = 4  # another writer got there first; a name already taken
 EXIT_CORRUPT = 5  # damaged repository (also `qvc fsck` finding problems)
 EXIT_DURABILITY = 6  # a flush failed
 EXIT_NOT_A_REPO = 128  # no repository here (git's "fatal" status)
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as git)
 
 EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (NotARepositoryError, EXIT_NOT_A_REPO), (NotFoundError, EXIT_NOT_FOUND), (InvalidInputError, EXIT_USAGE),
@@ -184,8 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         return fail(exc.format_message() + hint, EXIT_USAGE)
     except click.ClickException as exc:
         return fail(exc.format_message(), exc.exit_code)
-    except click.Abort:
-        return fail("aborted", EXIT_ERROR)
+    except click.Abort as exc:  # click turns Ctrl-C into Abort: 130 then, as git (128 + SIGINT)
+        return fail("interrupted", EXIT_INTERRUPTED) if isinstance(exc.__cause__, KeyboardInterrupt) \
+            else fail("aborted", EXIT_ERROR)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_ERROR
     except QvcError as exc:
@@ -194,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         silence_stdout()
         return 0
     except KeyboardInterrupt:
-        return fail("interrupted", 130)
+        return fail("interrupted", EXIT_INTERRUPTED)
     except OSError as exc:
         return fail(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}", EXIT_ERROR)
 

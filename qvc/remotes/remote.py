@@ -37,6 +37,7 @@ Transport is the ``git`` executable (see :mod:`qvc.remotes.transfer` for why).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import shutil
@@ -53,6 +54,7 @@ from qvc.errors import (
     PushRejectedError,
     QvcError,
     RemoteError,
+    RemoteStorageError,
     UnknownRemoteError,
     UnknownThreadError,
 )
@@ -361,6 +363,8 @@ def push(store: GitCheckpointStore, remote: str = "origin", threads: Optional[It
     hook declined, permissions, stale lease) or here (the remote's thread holds checkpoints
     this repository has never seen); every other ref was still pushed.
     :class:`RemoteError` when the remote cannot be reached or read at all,
+    :class:`~qvc.errors.RemoteStorageError` (a :class:`~qvc.errors.StorageError` too) when the
+    remote's disk is full (git reports only "unpacker error" per ref; the refs sent before stay),
     :class:`UnknownRemoteError` for an unknown name, :class:`UnknownThreadError` for a
     thread with no checkpoints. ``remote_refs`` (the remote's refs, if the caller just read
     them) saves the ``ls-remote`` round trip.
@@ -440,6 +444,7 @@ def push(store: GitCheckpointStore, remote: str = "origin", threads: Optional[It
     batches = [b for b in batches if b[0]]
     state.chunks = len(batches)
     failed_lines: set[str] = set()
+    full = None  # the server's words when its disk is full
     try:
         for number, (batch, globs) in enumerate(batches, 1):
             state.chunk = number
@@ -464,6 +469,11 @@ def push(store: GitCheckpointStore, remote: str = "origin", threads: Optional[It
             result.objects += run.objects
             result.bytes += run.bytes
             lines = parse_porcelain(run.stdout)
+            if run.returncode != 0 and run.no_space() is not None:  # git says "unpacker error" per ref
+                full = run.no_space()
+                for update in send:
+                    update.status, update.reason = "rejected", "the remote's disk is full"
+                break
             if not lines and run.returncode != 0:
                 raise RemoteError(f"push to {name} failed: {run.failure()}")
             for update in send:
@@ -482,11 +492,19 @@ def push(store: GitCheckpointStore, remote: str = "origin", threads: Optional[It
             progress(state)
     if named:
         _track(store, name, [u for u in result.updates if u.status != "rejected"])
+    if full is not None:
+        raise RemoteStorageError(f"push to {name} failed: remote: no space left on device ({full}); "
+                                 f"{len(result.pushed)} ref(s) pushed before it", _full_errno(full), url)
     if result.rejected:
         first = result.rejected[0]
         more = f" (and {len(result.rejected) - 1} more)" if len(result.rejected) > 1 else ""
         raise PushRejectedError(f"push to {name} rejected {first.ref}: {first.reason}{more}", result)
     return result
+
+
+def _full_errno(text: str) -> int:
+    """``EDQUOT`` when the server's words say a quota, else ``ENOSPC``."""
+    return errno.EDQUOT if os.strerror(errno.EDQUOT) in text else errno.ENOSPC
 
 
 def _undone_line(store: GitCheckpointStore, thread: str, new: str, old: str,
@@ -754,11 +772,12 @@ def clone(url: str, path: str | os.PathLike, *, remote: str = "origin", progress
     os.makedirs(parent, exist_ok=True)
     _sweep_dead_clones(parent)
     tmp = tempfile.mkdtemp(prefix=_CLONE_PREFIX, dir=parent)
-    owner = open_lock_file(os.path.join(tmp, "owner.lock"))
-    wait_flock(owner)  # held until this process ends: tells a live clone from a killed one
     work = os.path.join(tmp, "repo")
     state = TransferProgress("clone", remote)
+    owner = None
     try:
+        owner = open_lock_file(os.path.join(tmp, "owner.lock"))
+        wait_flock(owner)  # held until this process ends: tells a live clone from a killed one
         with GitCheckpointStore(work, fsync=False) as store:
             add_remote(store, remote, url)
         if threads is None:
@@ -809,19 +828,52 @@ def clone(url: str, path: str | os.PathLike, *, remote: str = "origin", progress
         if os.path.exists(target):
             os.rmdir(target)
         os.rename(work, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException as exc:  # Ctrl-C included: nothing is left behind
+        _remove(tmp)
+        if isinstance(exc, (QvcError, OSError)):
+            _as_given(exc, {work: os.fspath(path), tmp: os.path.dirname(os.fspath(path)) or "."})
         raise
     finally:
-        os.close(owner)
+        if owner is not None:
+            os.close(owner)
         if progress is not None:
             state.done = True
             progress(state)
-    shutil.rmtree(tmp, ignore_errors=True)
+    _remove(tmp)
     try:
         return GitCheckpointStore(target, create=False, durability=durability)
     except NotARepositoryError as exc:
         raise RemoteError(f"clone from {url} did not give a qvc repository: {exc}") from None
+
+
+def _remove(folder: str) -> None:
+    """Remove a clone's work folder, finishing even when Ctrl-C comes again meanwhile, and again
+    while a git process that was stopped still had files to remove there."""
+    for _ in range(50):
+        try:
+            shutil.rmtree(folder, ignore_errors=True)
+            if not os.path.lexists(folder):
+                return
+            time.sleep(0.02)
+        except KeyboardInterrupt:
+            continue
+
+
+def _as_given(exc: BaseException, paths: dict[str, str]) -> None:
+    """Say the paths the user gave in ``exc``'s message, not the clone's work folder (each key of
+    ``paths``, longest first, becomes its value): the work folder is gone when the user reads it."""
+    def given(text):
+        if not isinstance(text, str):
+            return text
+        for inner in sorted(paths, key=len, reverse=True):
+            text = text.replace(inner, paths[inner])
+        return text
+
+    exc.args = tuple(given(a) for a in exc.args)
+    for attr in ("message", "filename", "filename2"):
+        if isinstance(getattr(exc, attr, None), str):
+            with contextlib.suppress(AttributeError):
+                setattr(exc, attr, given(getattr(exc, attr)))
 
 
 def _written(store: GitCheckpointStore, sha: str) -> float:

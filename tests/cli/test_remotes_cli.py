@@ -12,11 +12,14 @@ HERE = Path(__file__).resolve().parent
 if str(HERE.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent))
 
+import test_full_disk  # noqa: E402
 from git_servers import GitDaemon  # noqa: E402
 from helpers import put, qvc, qvc_json, run_git  # noqa: E402
 from test_cli_process import run_in_pty  # noqa: E402
 
 from qvc import GitCheckpointStore  # noqa: E402
+
+small_fs = test_full_disk.small_fs  # the fixture: a small tmpfs
 
 
 @pytest.fixture(autouse=True)
@@ -224,3 +227,91 @@ def test_clone_head_names_a_thread(tmp_path, setup):
     qvc("clone", "-q", str(server), again)
     assert qvc_json("--repo", again, "status")["thread"] == "run-1"
     assert qvc("--repo", again, "log", "--oneline").stdout.count("\n") == 3
+
+
+class SilentServer:
+    """A TCP server on 127.0.0.1 that accepts connections and never answers: a git:// remote
+    that hangs, so a clone, fetch or push is caught in the middle. ``connected`` is set when git
+    has connected; ``closed`` when git let go of the connection (it was stopped)."""
+
+    def __init__(self):
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.url = f"git://127.0.0.1:{self.sock.getsockname()[1]}/hub.git"
+        self.connected, self.closed = threading.Event(), threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        conn, _ = self.sock.accept()
+        self.connected.set()
+        with conn:
+            while conn.recv(4096):
+                pass
+        self.closed.set()
+
+
+@pytest.mark.parametrize("command", ["clone", "fetch", "push"])
+def test_ctrl_c_exits_130_and_leaves_nothing(tmp_path, setup, command):
+    """SIGINT while git waits on the remote: exit 130 (git's), one line, git stopped with it,
+    and no clone work folder (`.qvc-clone-*`) nor destination left; a fetch or push changes nothing."""
+    import signal
+    import subprocess
+
+    from helpers import QVC, env
+
+    repo, _ = setup
+    server = SilentServer()
+    if command == "clone":
+        args = ["clone", server.url, str(tmp_path / "copy.qvc")]
+    else:
+        qvc("--repo", str(repo), "remote", "add", "origin", server.url)
+        args = ["--repo", str(repo), command]
+    before = run_git(repo, "for-each-ref").stdout
+    proc = subprocess.Popen([*QVC, *args], cwd=tmp_path, env=env(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.connected.wait(30)
+        os.kill(proc.pid, signal.SIGINT)  # qvc alone: git must be stopped by qvc
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert err.strip() == "qvc: interrupted" and "Traceback" not in err
+    assert server.closed.wait(10)  # git went down with qvc
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".qvc-clone-") or n == "copy.qvc"]
+    assert run_git(repo, "for-each-ref").stdout == before
+
+
+def test_clone_errors_name_the_path_given(tmp_path, setup, small_fs):
+    """A clone that fails inside its work folder (here: the destination's file system is full)
+    names the destination the user typed, never `.qvc-clone-XXXX`, and leaves nothing behind."""
+    repo, server = setup
+    qvc("--repo", str(repo), "remote", "add", "origin", str(server))
+    qvc("--repo", str(repo), "push", "-q")
+    test_full_disk.fill(small_fs)
+    proc = qvc("clone", str(server), "fs/copy.qvc", cwd=tmp_path, check=1)
+    assert proc.stderr.count("\n") == 1 and ".qvc-clone-" not in proc.stderr, proc.stderr
+    assert "fs/copy.qvc" in proc.stderr and "No space left on device" in proc.stderr
+    assert os.listdir(small_fs) == ["ballast"]
+
+
+def test_push_to_a_full_remote_says_so(tmp_path, setup, small_fs):
+    """A remote whose disk is full: git says only "unpacker error" per ref. qvc names the full
+    disk in one line and exits 1 (a StorageError, as a full local disk), not 4 (a conflict);
+    once there is room, the push goes through."""
+    repo, _ = setup
+    server = small_fs / "hub.git"
+    run_git(None, "init", "-q", "--bare", str(server))
+    qvc("--repo", str(repo), "remote", "add", "origin", str(server))
+    ballast = test_full_disk.fill(small_fs)
+    proc = qvc("--repo", str(repo), "push", check=1)
+    assert proc.stderr.count("\n") == 1 and "unpacker error" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("qvc: push to origin failed: remote: no space left on device (")
+    proc = qvc("--repo", str(repo), "push", "--json", check=1)
+    assert "no space left on device" in proc.stderr
+    ballast.unlink()
+    assert qvc_json("--repo", str(repo), "push")["pushed"] == 2
