@@ -390,6 +390,10 @@ def push(store: GitCheckpointStore, remote: str = "origin", threads: Optional[It
     ordered = sorted(local, key=lambda ref: (ref.startswith(HEADS), ref))  # lines and writes before heads
     plans: list[RefUpdate] = []
     kept: list[RefUpdate] = []  # remote heads a forced push keeps as superseded lines there
+    remote_lines: dict[str, list[str]] = {}  # the remote's superseded lines, by their thread's prefix
+    for ref, tip in remote_refs.items():
+        if ref.startswith(SUPERSEDED):
+            remote_lines.setdefault(ref[:ref.rindex("/") + 1], []).append(tip)
     for ref in ordered:
         new, old = local[ref], remote_refs.get(ref)
         update = RefUpdate(ref, _thread_of(store, ref), old, new, "up-to-date")
@@ -411,7 +415,8 @@ def push(store: GitCheckpointStore, remote: str = "origin", threads: Optional[It
                 f"{name}/{update.thread or ref}: fetch first")
             continue
         elif ref.startswith(HEADS) and update.thread is not None and not overriding and (
-                undone := _undone_line(store, update.thread, new, old, remote_refs)):
+                undone := _undone_line(store, update.thread, new, old,
+                                       remote_lines.get(superseded_prefix(update.thread), []))):
             update.status, update.reason = "rejected", (
                 f"the remote's {update.thread} was time-travelled back to {old[:12]} (the line through "
                 f"{undone[:12]} is kept there as superseded); pushing would undo that: follow it with "
@@ -507,16 +512,13 @@ def _full_errno(text: str) -> int:
     return errno.EDQUOT if os.strerror(errno.EDQUOT) in text else errno.ENOSPC
 
 
-def _undone_line(store: GitCheckpointStore, thread: str, new: str, old: str,
-                 remote_refs: dict[str, str]) -> str | None:
+def _undone_line(store: GitCheckpointStore, thread: str, new: str, old: str, tips: list[str]) -> str | None:
     """The superseded line on the remote (its tip) that pushing ``new`` over the remote head
     ``old`` of ``thread`` would bring back, or ``None``: a checkpoint of ``new``'s line that
-    ``old`` does not reach but one of the remote's superseded lines of that thread does, unless
+    ``old`` does not reach but one of the remote's superseded lines of that thread (``tips``) does, unless
     the thread was rewound to ``old`` here (its reflog says so: a deliberate step forward again).
     Threads never merge, so ``new``'s own checkpoints are its first parents back to ``old``'s line."""
-    prefix = superseded_prefix(thread)
-    lines = [tip for ref, tip in remote_refs.items()
-             if ref.startswith(prefix) and _known(store, tip) and not _descends(store, old, tip)]
+    lines = [tip for tip in tips if _known(store, tip) and not _descends(store, old, tip)]
     if not lines or any(e.new == old and e.old not in (None, old) and _descends(store, e.old, old)
                         for e in store.reflog(thread)):
         return None  # nothing to undo, or the time travel was made here: moving on from it is deliberate

@@ -5,20 +5,13 @@ git itself does: ``diff A..B``, ``diff A B -- FIELD``, ``show REV:FIELD``, ``bra
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import put, qvc, qvc_json, run_git
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from helpers import put, qvc, qvc_json, run_git  # noqa: E402
-
-from qvc import GitCheckpointStore  # noqa: E402
-from qvc.store.fork import fork_thread  # noqa: E402
+from qvc import GitCheckpointStore
+from qvc.store.fork import fork_thread
 
 
 @pytest.fixture
