@@ -281,11 +281,11 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool, r
     try:  # RUN@N is the run as it was (show_run), not only its checkpoint
         rev = parse_revision(store, name or "HEAD")
     except NotFoundError:
+        if name is not None and show_run(store, name, full, as_json):
+            return
         if name is not None and ":" in name:  # git's REV:PATH
             return show_field(store, *name.split(":", 1), as_json)
-        if name is None or not show_run(store, name, full, as_json):
-            raise
-        return
+        raise
     about = store.commit_info(rev.commit)
     number = run_number(store, about.thread_id, about.checkpoint_id)  # RUN@N for a run's checkpoint
     if as_json:
