@@ -122,12 +122,22 @@ ORDER = ("init", "status", "log", "show", "diff", "blame", "bisect", "branch", "
          "fsck", "completion")
 
 
+class Interrupted(Exception):
+    """Ctrl-C while a command ran (click would print a blank line for a KeyboardInterrupt)."""
+
+
 class Group(click.Group):
     """Commands listed in :data:`ORDER`, then any others in the order they are defined."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         rank = {name: i for i, name in enumerate(ORDER)}
         return sorted(self.commands, key=lambda name: rank.get(name, len(ORDER)))
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise Interrupted() from None
 
 
 @click.group(cls=Group, context_settings=CONTEXT)
@@ -195,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `qvc log | head`: the reader left; not an error
         silence_stdout()
         return 0
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted):
         return fail("interrupted", EXIT_INTERRUPTED)
     except OSError as exc:
         return fail(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}", EXIT_ERROR)

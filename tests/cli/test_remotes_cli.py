@@ -280,7 +280,7 @@ def test_ctrl_c_exits_130_and_leaves_nothing(tmp_path, setup, command):
     finally:
         proc.kill()
     assert proc.returncode == 130, err
-    assert err.strip() == "qvc: interrupted" and "Traceback" not in err
+    assert err == "qvc: interrupted\n"
     assert server.closed.wait(10)  # git went down with qvc
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".qvc-clone-") or n == "copy.qvc"]
     assert run_git(repo, "for-each-ref").stdout == before
