@@ -8,24 +8,15 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import put, qvc, qvc_json, run_git
+import test_git_manners
+from helpers import qvc, qvc_json, run_git
 
-from qvc import GitCheckpointStore
-from qvc.store.fork import fork_thread
+work = test_git_manners.work  # thread main (m0..m2, HEAD; fields plan and n), thread fork (from m1, f1..f4)
 
 
 @pytest.fixture
-def repo(tmp_path) -> str:
-    """Thread main (m0..m2, HEAD; fields plan and n) and thread fork (forked from m1, then f1, f2)."""
-    path = tmp_path / "r.qvc"
-    with GitCheckpointStore(path) as store:
-        for i in range(3):
-            put(store, "main", f"m{i}", i, {"plan": [f"p{k}" for k in range(i + 1)], "n": i})
-        fork_thread(store, store.resolve("m1"), "fork")
-        for i in range(1, 3):
-            put(store, "fork", f"f{i}", None, {"n": 100 + i})
-        store.checkout("main")
-    return str(path)
+def repo(work) -> str:
+    return str(work / ".qvc")
 
 
 def test_diff_two_dots_and_fields_after_dashes(repo):
@@ -44,7 +35,7 @@ def test_diff_two_dots_and_fields_after_dashes(repo):
 def test_show_rev_colon_field(repo):
     assert qvc("--repo", repo, "show", "main:plan").stdout == '["p0", "p1", "p2"]\n'
     assert qvc("--repo", repo, "show", "main~2:n").stdout == "0\n"
-    assert qvc_json("--repo", repo, "show", "fork:n") == 102
+    assert qvc_json("--repo", repo, "show", "fork:n") == 104
     proc = qvc("--repo", repo, "show", "main:nope", check=3)
     assert proc.stderr == "qvc: checkpoint main has no field 'nope' (fields: n, plan)\n"
     qvc("--repo", repo, "show", "nope:plan", check=3)
@@ -61,7 +52,7 @@ def test_branch_show_current_contains_and_force(repo):
     # -f moves an existing thread (time travel, its line kept); the current one is refused, as git does
     before = qvc_json("--repo", repo, "show", "fork")["commit"]
     assert "Moved thread fork" in qvc("--repo", repo, "branch", "-f", "fork", "fork~1").stdout
-    assert qvc_json("--repo", repo, "show", "fork")["id"] == "f1"
+    assert qvc_json("--repo", repo, "show", "fork")["id"] == "f3"
     assert before in qvc("--repo", repo, "log", "--all", "--format=%H").stdout.split()
     qvc("--repo", repo, "branch", "fork", "fork~1", check=4)  # without -f: taken
     qvc("--repo", repo, "branch", "-f", "main", "main~1", check=2)
@@ -79,7 +70,7 @@ def test_branch_remote_threads(repo, tmp_path):
     assert qvc("--repo", repo, "branch", "-r").stdout == "  origin/fork\n"
     assert qvc("--repo", repo, "branch", "-a").stdout == "  fork\n* main\n  remotes/origin/fork\n"
     rows = qvc_json("--repo", repo, "branch", "-r", "-v")
-    assert [(r["thread"], r["head_id"], r["remote"]) for r in rows] == [("origin/fork", "f2", True)]
+    assert [(r["thread"], r["head_id"], r["remote"]) for r in rows] == [("origin/fork", "f4", True)]
     assert qvc("--repo", repo, "branch", "-a", "--contains", "main").stdout == "* main\n"
     # git: `git branch -r` lists the same remote-tracking branches
     assert run_git(repo, "branch", "-r").stdout.split() == ["origin/fork"]
@@ -107,7 +98,7 @@ def test_switch(repo, tmp_path):
     qvc("clone", "-q", "--thread", "main", str(server), other)
     qvc("--repo", other, "fetch", "-q")
     assert "Switched to a new thread 'fork'" in qvc("--repo", other, "switch", "fork").stdout
-    assert [e["id"] for e in qvc_json("--repo", other, "log", "-n", "1", "fork~1")] == ["f2"]
+    assert [e["id"] for e in qvc_json("--repo", other, "log", "-n", "1", "fork~1")] == ["f4"]
 
 
 def test_rev_parse(repo):
