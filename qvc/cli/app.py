@@ -31,6 +31,7 @@ EXIT_CONFLICT = 4  # another writer got there first; a name already taken
 EXIT_CORRUPT = 5  # damaged repository (also `qvc fsck` finding problems)
 EXIT_DURABILITY = 6  # a flush failed
 EXIT_NOT_A_REPO = 128  # no repository here (git's "fatal" status)
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as git)
 
 EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (NotARepositoryError, EXIT_NOT_A_REPO), (NotFoundError, EXIT_NOT_FOUND), (InvalidInputError, EXIT_USAGE),
@@ -116,8 +117,13 @@ def complete_names(ctx: click.Context, param: click.Parameter, incomplete: str) 
 
 
 # The order of `qvc --help`: reading history, changing it, runs, following, remotes, the rest.
-ORDER = ("init", "status", "log", "show", "diff", "blame", "bisect", "branch", "checkout", "commit", "reset", "reflog",
-         "tag", "runs", "timeline", "watch", "remote", "push", "fetch", "clone", "serve", "gc", "fsck", "completion")
+ORDER = ("init", "status", "log", "show", "diff", "blame", "bisect", "branch", "checkout", "switch", "commit", "reset",
+         "reflog", "rev-parse", "tag", "runs", "timeline", "watch", "remote", "push", "fetch", "clone", "serve", "gc",
+         "fsck", "completion")
+
+
+class Interrupted(Exception):
+    """Ctrl-C while a command ran (click would print a blank line for a KeyboardInterrupt)."""
 
 
 class Group(click.Group):
@@ -126,6 +132,12 @@ class Group(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         rank = {name: i for i, name in enumerate(ORDER)}
         return sorted(self.commands, key=lambda name: rank.get(name, len(ORDER)))
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise Interrupted() from None
 
 
 @click.group(cls=Group, context_settings=CONTEXT)
@@ -183,8 +195,9 @@ def main(argv: list[str] | None = None) -> int:
         return fail(exc.format_message() + hint, EXIT_USAGE)
     except click.ClickException as exc:
         return fail(exc.format_message(), exc.exit_code)
-    except click.Abort:
-        return fail("aborted", EXIT_ERROR)
+    except click.Abort as exc:  # click turns Ctrl-C into Abort: 130 then, as git (128 + SIGINT)
+        return fail("interrupted", EXIT_INTERRUPTED) if isinstance(exc.__cause__, KeyboardInterrupt) \
+            else fail("aborted", EXIT_ERROR)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_ERROR
     except QvcError as exc:
@@ -192,8 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `qvc log | head`: the reader left; not an error
         silence_stdout()
         return 0
-    except KeyboardInterrupt:
-        return fail("interrupted", 130)
+    except (KeyboardInterrupt, Interrupted):
+        return fail("interrupted", EXIT_INTERRUPTED)
     except OSError as exc:
         return fail(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}", EXIT_ERROR)
 
