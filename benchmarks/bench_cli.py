@@ -13,11 +13,12 @@ there; the large one measures how commands scale (``log -n 20`` under 150 ms).
 
 Each command is a fresh process (as a person runs it), timed with ``perf_counter`` around
 ``subprocess.run``; commands alternate round by round so load spikes hit them all alike.
-Reported: the median wall time per command over the rounds and ratios against the floors
-measured in the same run (``python -c pass``; ``import click``, the one dependency reading
-commands load: they never import pygit2) and against ``git log`` on the same repository. Bytecode is compiled first and kept (as a normal
-install has it), whatever PYTHONDONTWRITEBYTECODE says in the calling shell. The load average
-(``/proc/loadavg``) is printed before and after: on a shared machine, compare within one run.
+Reported: the median wall time per command over the rounds, the median CPU time (user + system,
+which load inflates less), and ratios against the floors measured in the same run
+(``python -c pass``; ``import click``, the one dependency reading commands load: they never import
+pygit2) and against ``git log`` on the same repository. Bytecode is compiled first and kept (as
+a normal install has it), whatever PYTHONDONTWRITEBYTECODE says in the calling shell. The load
+average (``/proc/loadavg``) is printed before and after: on a shared machine, compare within one run.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import compileall
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -119,24 +121,29 @@ def main() -> int:
             if phase == "after qvc gc":
                 subprocess.run([*qvc, "--repo", repo, "gc"], env=env, check=True, capture_output=True, cwd=work)
             times: dict[str, list[float]] = {name: [] for name in commands}
+            cpu: dict[str, list[float]] = {name: [] for name in commands}
             for cmd in commands.values():  # warm-up: page cache, pyc
                 subprocess.run(cmd, env=env, check=True, capture_output=True, cwd=work)
             for r in range(rounds):
                 order = list(commands.items())
                 order = order[r % len(order):] + order[: r % len(order)]
                 for name, cmd in order:
+                    before = resource.getrusage(resource.RUSAGE_CHILDREN)
                     t0 = time.perf_counter()
                     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                    cwd=work)
                     times[name].append((time.perf_counter() - t0) * 1000)
-            results[phase] = times
-        for phase, times in results.items():
+                    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    cpu[name].append((after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1000)
+            results[phase] = times, cpu
+        for phase, (times, cpu) in results.items():
             med = {name: statistics.median(v) for name, v in times.items()}
             floor, deps, git = med["python -c pass"], med["import click"], med["git log -n 20 big"]
             print(f"\n== {phase} (median of {rounds} runs, ms) ==")
-            print(f"{'command':32} {'median':>8} {'min':>8} {'x python':>9} {'x click':>7} {'x git':>7}")
+            print(f"{'command':32} {'median':>8} {'min':>8} {'cpu':>8} {'x python':>9} {'x click':>7} {'x git':>7}")
             for name, v in times.items():
-                print(f"{name:32} {med[name]:8.1f} {min(v):8.1f} {med[name] / floor:9.1f} "
+                print(f"{name:32} {med[name]:8.1f} {min(v):8.1f} {statistics.median(cpu[name]):8.1f} "
+                      f"{med[name] / floor:9.1f} "
                       f"{med[name] / deps:7.2f} {med[name] / git:7.1f}")
             for name, target in TARGETS[size].items():
                 verdict = "PASS" if med[name] <= target else "MISS"
