@@ -1,5 +1,5 @@
 """What a command loads: ``import qvc`` and the everyday reading commands pay only for what they
-use (docs/cli.md, "Start-up"). Each check runs a fresh Python, as a person runs ``qvc``; none
+use (docs/benchmarks.md, "Command line"). Each check runs a fresh Python, as a person runs ``qvc``; none
 times anything (benchmarks/bench_cli.py measures the time)."""
 
 from __future__ import annotations
