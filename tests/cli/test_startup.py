@@ -1,6 +1,6 @@
 """What a command loads: ``import qvc`` and the everyday reading commands pay only for what they
-use (docs/benchmarks.md, "Command line"). Each check runs a fresh Python, as a person runs ``qvc``; none
-times anything (benchmarks/bench_cli.py measures the time)."""
+use (docs/benchmarks.md, "Command line"). Each check runs a fresh Python, as a person runs
+``qvc``; none times anything (benchmarks/bench_cli.py measures the time)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from qvc import GitCheckpointStore
 
 
 def loaded_after(code: str) -> list[str]:
-    """The modules of qvc (and pygit2) a fresh interpreter holds after running ``code``."""
+    """The modules of qvc (and of pygit2 and filelock) a fresh interpreter holds after running ``code``."""
     script = (f"import sys\n{code}\nimport json\n"
-              "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('qvc', 'pygit2'))))")
+              "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('qvc', 'pygit2', 'filelock'))))")
     proc = subprocess.run([sys.executable, "-c", script], env=child_env(), capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -63,6 +63,7 @@ def test_a_reading_command_loads_its_own_command_module_only(tmp_path):
         assert module in commands, (argv, commands)
         assert not [m for m in commands if m not in (module, "qvc.cli.runs")], (argv, commands)
         assert "pygit2" not in loaded, argv  # reading commands open the repository read-only, without libgit2
+        assert "filelock" not in loaded, argv  # only a replicator (a writable store's service) locks with it
 
 
 def test_the_command_table_names_each_commands_module():
