@@ -2,12 +2,13 @@
 per-invocation session (which opens the store), names in arguments (resolving and completing
 them), and the entry points that turn errors into one line on stderr and an exit status.
 
-Command modules (:mod:`qvc.cli.history`, ...) add their commands to :data:`cli`;
-:mod:`qvc.cli` imports them all. This module imports none of them.
+Command modules (:mod:`qvc.cli.history`, ...) add their commands to :data:`cli` when imported;
+:class:`LazyGroup` imports the one a command needs on first use. No module imports them all up front.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
@@ -125,6 +126,29 @@ ORDER = ("init", "status", "log", "show", "diff", "blame", "bisect", "branch", "
 class Interrupted(Exception):
     """Ctrl-C while a command ran (click would print a blank line for a KeyboardInterrupt)."""
 
+#: The module of :mod:`qvc.cli` that defines each command: a command runs with its own module
+#: loaded and no other (start-up speed). A command missing here still runs (every module is
+#: loaded to find it), only slower.
+COMMANDS = {
+    "init": "repository", "status": "repository",
+    "log": "history", "show": "history", "blame": "history",
+    "diff": "changes",
+    "bisect": "searching",
+    "branch": "threads", "checkout": "threads", "reset": "threads", "reflog": "threads",
+    "commit": "workdir",
+    "tag": "tags",
+    "runs": "runs", "timeline": "runs",
+    "watch": "following",
+    "remote": "remotes", "push": "remotes", "fetch": "remotes", "clone": "remotes",
+    "serve": "serving",
+    "gc": "maintenance", "fsck": "maintenance", "cat-blob": "maintenance",
+    "completion": "completion",
+}
+
+#: Every command module; importing one adds its commands to :data:`cli`.
+MODULES = ("changes", "completion", "following", "history", "maintenance", "remotes", "repository", "runs",
+           "searching", "serving", "tags", "threads", "workdir")
+
 
 class Group(click.Group):
     """Commands listed in :data:`ORDER`, then any others in the order they are defined."""
@@ -140,7 +164,28 @@ class Group(click.Group):
             raise Interrupted() from None
 
 
-@click.group(cls=Group, context_settings=CONTEXT)
+class LazyGroup(Group):
+    """The root group: imports a command's module (:data:`COMMANDS`) when the command is first
+    asked for, so ``qvc log`` never loads what ``qvc push`` needs. Listing the commands (``--help``,
+    completion) loads them all."""
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands:
+            load(*([COMMANDS[name]] if name in COMMANDS else MODULES))
+        return super().get_command(ctx, name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        load(*MODULES)
+        return super().list_commands(ctx)
+
+
+def load(*modules: str) -> None:
+    """Import command modules of :mod:`qvc.cli` by name (each adds its commands to :data:`cli`)."""
+    for name in modules:
+        importlib.import_module(f"qvc.cli.{name}")
+
+
+@click.group(cls=LazyGroup, context_settings=CONTEXT)
 @click.option("-C", "chdir", metavar="DIR", type=click.Path(file_okay=False),
               help="Run as if qvc was started in DIR.")
 @click.option("--repo", metavar="PATH",

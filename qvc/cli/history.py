@@ -9,7 +9,6 @@ from datetime import datetime
 import click
 
 from qvc.cli.app import cli, complete_names, revision, run_names, session
-from qvc.cli.following import follow_log
 from qvc.cli.output import emit_json, page, qname, short, style, value_width
 from qvc.cli.runs import number_entries, run_number, show_run, shown_name
 from qvc.errors import CorruptionError, InvalidInputError, NotFoundError
@@ -132,6 +131,8 @@ def log(names: tuple[str, ...], limit: int | None, oneline: bool, graph: bool, a
     if follow:
         if graph or all_ or selecting or since or until or first_parent or order or len(names) > 1:
             raise click.UsageError("--follow takes one thread and -n, --oneline, --format, --raw or --json")
+        from qvc.cli.following import follow_log  # deferred: start-up speed (json, datetime)
+
         return follow_log(store, names[0] if names else None, limit, as_json,
                           lambda e, head: entry_lines(e, head, oneline, fmt, decorate),
                           compact=oneline or fmt is not None, raw=raw)
