@@ -130,11 +130,11 @@ class Interrupted(Exception):
 #: loaded and no other (start-up speed). A command missing here still runs (every module is
 #: loaded to find it), only slower.
 COMMANDS = {
-    "init": "repository", "status": "repository",
+    "init": "repository", "status": "repository", "rev-parse": "repository",
     "log": "history", "show": "history", "blame": "history",
     "diff": "changes",
     "bisect": "searching",
-    "branch": "threads", "checkout": "threads", "reset": "threads", "reflog": "threads",
+    "branch": "threads", "checkout": "threads", "switch": "threads", "reset": "threads", "reflog": "threads",
     "commit": "workdir",
     "tag": "tags",
     "runs": "runs", "timeline": "runs",
