@@ -55,6 +55,16 @@ class CorruptionError(QvcError):
     """Stored data failed to decode or verify; the message names the object or file."""
 
 
+class DamagedRefError(CorruptionError):
+    """A ref's file holds no ref (garbage text, a file another program left under ``refs/``);
+    ``ref`` names it (``refs/heads/<thread>``). Listings skip such a ref, as git does;
+    ``qvc fsck --repair`` moves the file aside and restores the ref from its reflog."""
+
+    def __init__(self, message: str, ref: str):
+        super().__init__(message)
+        self.ref = ref
+
+
 class LocalChangesError(QvcError):
     """Writing would overwrite changes the user made (edited state files); ``files`` lists them."""
 

@@ -10,7 +10,7 @@ import click
 
 from qvc.cli.app import cli, complete_names, revision, run_names, session
 from qvc.cli.following import follow_log
-from qvc.cli.output import emit_json, page, qname, short, style, value_width
+from qvc.cli.output import emit_json, page, qname, short, style, value_width, warn_damaged
 from qvc.cli.runs import number_entries, run_number, show_run, shown_name
 from qvc.errors import CorruptionError, InvalidInputError, NotFoundError
 from qvc.readers.dates import ago
@@ -136,6 +136,8 @@ def log(names: tuple[str, ...], limit: int | None, oneline: bool, graph: bool, a
                           lambda e, head: entry_lines(e, head, oneline, fmt, decorate),
                           compact=oneline or fmt is not None, raw=raw)
     head = store.current_or_none() or Head(None, None)  # a garbled HEAD: naming a thread still works
+    if all_:
+        warn_damaged(store)  # the threads --all cannot show, one line each
     if names:
         start, exclude = revision_set(store, names, names=lambda text: run_names(store, text))
     else:

@@ -56,6 +56,14 @@ def warn(text: str) -> None:
     click.echo(f"qvc: warning: {quoted(text)}", err=True)
 
 
+def warn_damaged(store, shown: str | None = None) -> None:
+    """One warning line for each thread whose ref file holds no ref (which listings skip),
+    but ``shown``, a thread already warned of."""
+    for thread, why in store.damaged_threads():
+        if thread != shown:
+            warn(f"thread {thread!r} is damaged: {why}")
+
+
 def emit_json(data: Any) -> None:
     """Print ``data`` as indented JSON (the stable ``--json`` forms)."""
     click.echo(json.dumps(data, ensure_ascii=False, indent=2, allow_nan=False))

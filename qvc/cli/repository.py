@@ -56,7 +56,10 @@ def status(as_json: bool) -> None:
     st = repo_status(session().store())
     unreadable = st.damaged is not None and st.thread is None and st.head is None  # HEAD itself
     if st.damaged and not unreadable:
-        warn(f"{'thread ' + repr(st.thread) if st.thread else 'HEAD'} is damaged: {st.damaged} (see `qvc fsck`)")
+        warn(st.damaged if st.head is None else
+             f"{'thread ' + repr(st.thread) if st.thread else 'HEAD'} is damaged: {st.damaged} (see `qvc fsck`)")
+    for problem in st.problems:
+        warn(problem)
     if as_json:
         emit_json(st.to_json())
         return
@@ -65,6 +68,8 @@ def status(as_json: bool) -> None:
         out(style(f"HEAD is damaged: {st.damaged}", fg="red"))
     elif st.thread is None:
         out(f"HEAD detached at {style(short(st.head_id or ''), fg='yellow')} (step {st.head_step})")
+    elif st.damaged and st.head is None:  # its ref file holds no ref
+        out(f"On thread {style(qname(st.thread), fg='green')} (damaged)")
     elif st.damaged:
         out(f"On thread {style(qname(st.thread), fg='green')}, head {style(st.head[:12], fg='red')} (damaged)")
     elif st.head is None:

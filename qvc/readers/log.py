@@ -329,7 +329,10 @@ def _line(store: GitCheckpointStore, start: str, hidden: set[str],
             break
     threads |= {store.commit_info(start).thread_id}
     for thread in sorted(t for t in threads if t is not None):
-        tip = store.head(thread)
+        try:
+            tip = store.head(thread)
+        except CorruptionError:  # its ref file holds no ref: no decoration of it
+            continue
         if tip is not None:
             heads.setdefault(tip, []).append(thread)
     tags = tag_map(store)
