@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from qvc.errors import CorruptionError, DamagedRefError
-from qvc.plumbing import pack
+from qvc.plumbing import leases, pack
 from qvc.plumbing.maintenance import due
 from qvc.plumbing.recovery import quarantine_folders
 from qvc.remotes.replication import replication_status
@@ -76,8 +76,26 @@ def status(store: GitCheckpointStore) -> RepoStatus:
         replication=[r.to_json() for r in replication_status(store)], damaged=damaged,
         failures=len(failures), last_failures=failures[-5:], quarantine=quarantine_folders(store.path),
         problems=[f"thread {thread!r} is damaged: {why}" for thread, why in store.damaged_threads()
-                  if thread != head.thread or head_damaged is None] + damaged_packs(store.path),
+                  if thread != head.thread or head_damaged is None]
+        + damaged_packs(store.path) + foreign_locks(store.path),
     )
+
+
+def foreign_locks(path: str) -> list[str]:
+    """A line for each lock file of the repository at ``path`` that no qvc store holds (git's,
+    another program's: ``refs/**.lock``, ``packed-refs.lock``, ``config.lock``, ``HEAD.lock``).
+    qvc never removes one (its owner cannot be proved gone); a write to what it locks waits,
+    then fails naming it."""
+    found = [name for name in ("packed-refs.lock", "config.lock", "HEAD.lock")
+             if os.path.lexists(os.path.join(path, name))]
+    for dirpath, _, files in os.walk(os.path.join(path, "refs")):
+        for n in files:
+            if n.endswith(".lock"):
+                ref = os.path.relpath(os.path.join(dirpath, n[:-5]), path).replace(os.sep, "/")
+                if leases.holder(path, ref) is None and os.path.lexists(os.path.join(dirpath, n)):
+                    found.append(f"{ref}.lock")
+    return [f"lock file {os.path.join(path, name)} is no qvc store's (another program is updating, or was killed): "
+            "a write it locks waits, then fails; if no other program is running, remove it" for name in sorted(found)]
 
 
 def damaged_packs(path: str) -> list[str]:
