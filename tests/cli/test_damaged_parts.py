@@ -1,11 +1,14 @@
-"""A ref file that holds no ref costs only its thread (issue 32, item 1), through ``qvc`` as a real process.
+"""A damaged part of a repository costs only what it damages (issue 32, item 1), through ``qvc``
+as a real process.
 
+A ref file that holds no ref costs only its thread.
 Garbage text in a thread's ref file (the current thread's or another's), or a file another
 program left under ``refs/heads/``: ``status``, ``branch``, ``log --all`` and ``fsck`` go on and
 name it in one line; creating and deleting other threads works; checking it out is refused in
 one line that names the repair; and the repair works: ``qvc fsck --repair`` moves the file
 aside into the quarantine folder and restores the ref from its reflog (``qvc reset
-THREAD@{1}`` puts it back too), saying so in one line.
+THREAD@{1}`` puts it back too), saying so in one line. A config file that does not parse is
+named as such, not as "not a qvc repository".
 """
 
 from __future__ import annotations
@@ -149,3 +152,12 @@ def test_garbage_in_another_threads_ref_and_a_junk_file_under_refs_heads(work):
     assert [r["thread"] for r in qvc_json("branch", cwd=work)] == ["main", "side"]
     assert qvc_json("show", "side", cwd=work)["id"] == "s1"
     fsck(work / ".qvc")
+
+
+def test_a_config_that_does_not_parse_is_named_by_a_write(work):
+    config = work / ".qvc" / "config"
+    config.write_text("garbage [[\n")
+    proc = qvc("branch", "x", "main", cwd=work, check=5)
+    assert proc.stderr.count("\n") == 1 and "not a qvc repository" not in proc.stderr
+    assert proc.stderr.startswith(f"qvc: {config}: config unreadable"), proc.stderr
+    assert qvc_json("log", "-n", "1", cwd=work)[0]["id"] == "m2"  # reads do not need it
