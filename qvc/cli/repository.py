@@ -9,7 +9,7 @@ import click
 
 from qvc.cli.app import cli, session
 from qvc.cli.output import emit_json, out, qname, short, style, warn
-from qvc.errors import InvalidInputError
+from qvc.errors import OBJECTS_REPAIR, InvalidInputError
 from qvc.readers.dates import ago
 
 
@@ -57,7 +57,7 @@ def status(as_json: bool) -> None:
     unreadable = st.damaged is not None and st.thread is None and st.head is None  # HEAD itself
     if st.damaged and not unreadable:
         warn(st.damaged if st.head is None else
-             f"{'thread ' + repr(st.thread) if st.thread else 'HEAD'} is damaged: {st.damaged} (see `qvc fsck`)")
+             f"{'thread ' + repr(st.thread) if st.thread else 'HEAD'} is damaged: {st.damaged}; {OBJECTS_REPAIR}")
     for problem in st.problems:
         warn(problem)
     if as_json:

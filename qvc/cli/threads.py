@@ -8,7 +8,14 @@ import click
 from qvc.cli.app import cli, complete_names, revision, session
 from qvc.cli.output import emit_json, out, page, qname, short, style, warn, warn_damaged
 from qvc.cli.workdir import checkout_to
-from qvc.errors import CorruptionError, DamagedRefError, InvalidInputError, InvalidThreadIdError, UnknownThreadError
+from qvc.errors import (
+    OBJECTS_REPAIR,
+    CorruptionError,
+    DamagedRefError,
+    InvalidInputError,
+    InvalidThreadIdError,
+    UnknownThreadError,
+)
 from qvc.readers.dates import ago
 from qvc.readers.views import iso
 from qvc.types import Head
@@ -189,7 +196,7 @@ def list_threads(store, verbose: bool, as_json: bool) -> None:
             try:
                 rows.append(thread_json(store, thread, thread == current, tip=tip))
             except CorruptionError as exc:  # one damaged thread: the others are listed all the same
-                warn(f"thread {thread!r} is damaged: {exc} (see `qvc fsck`; `qvc branch -D` removes it)")
+                warn(f"thread {thread!r} is damaged: {exc}; {OBJECTS_REPAIR}, else `qvc branch -D` removes it")
     warn_damaged(store, current)
     if as_json:
         emit_json(rows)

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from qvc.codec import serde
-from qvc.errors import CorruptionError, InvalidInputError, NotFoundError, QvcError
+from qvc.errors import OBJECTS_REPAIR, CorruptionError, InvalidInputError, NotFoundError, QvcError
 from qvc.plumbing.objects import MODE_BLOB
 from qvc.readers.dates import ago
 from qvc.store.format import HEADER
@@ -169,7 +169,7 @@ def readable(store: GitCheckpointStore, name: str, tip: str) -> bool:
     why = store.damage(tip)
     if why is not None:
         what = f"thread {store.thread_of_ref(name)!r}" if name.startswith(HEADS) else name
-        logging.getLogger("qvc").warning("qvc: warning: %s is damaged, skipped: %s (see `qvc fsck`)", what, why)
+        logging.getLogger("qvc").warning("qvc: warning: %s is damaged, skipped: %s; %s", what, why, OBJECTS_REPAIR)
     return why is None
 
 

@@ -6,7 +6,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from qvc.errors import CorruptionError, DamagedRefError
+from qvc.errors import OBJECTS_REPAIR, CorruptionError, DamagedRefError
 from qvc.plumbing import leases, pack
 from qvc.plumbing.maintenance import due
 from qvc.plumbing.recovery import quarantine_folders
@@ -111,6 +111,5 @@ def damaged_packs(path: str) -> list[str]:
         base = os.path.join(pack_dir, name[:-5])
         if not pack.is_intact(base) and os.path.exists(base + ".pack"):  # (not merged away meanwhile)
             found.append(f"pack {os.path.relpath(base + '.pack', path)} is damaged (its size or checksum "
-                         "disagrees with its index): `qvc fsck` names what it lost; `qvc fetch REMOTE` "
-                         "then `qvc gc` restores it from a remote that has it")
+                         f"disagrees with its index): {OBJECTS_REPAIR}")
     return found

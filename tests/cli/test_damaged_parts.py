@@ -161,3 +161,28 @@ def test_a_config_that_does_not_parse_is_named_by_a_write(work):
     assert proc.stderr.count("\n") == 1 and "not a qvc repository" not in proc.stderr
     assert proc.stderr.startswith(f"qvc: {config}: config unreadable"), proc.stderr
     assert qvc_json("log", "-n", "1", cwd=work)[0]["id"] == "m2"  # reads do not need it
+
+
+def test_a_truncated_pack_is_named_by_status_and_the_hint_that_repairs_it_works(work, tmp_path):
+    server = tmp_path / "server.git"
+    run_git(None, "init", "-q", "--bare", str(server))
+    qvc("remote", "add", "origin", str(server), cwd=work)
+    qvc("push", "origin", cwd=work)
+    [pack] = (work / ".qvc" / "objects" / "pack").glob("*.pack")
+    pack.chmod(0o644)
+    with open(pack, "r+b") as f:
+        f.truncate(pack.stat().st_size // 2)
+
+    proc = qvc("status", cwd=work)
+    named = [ln for ln in warnings_of(proc) if ln.startswith(f"qvc: warning: pack objects/pack/{pack.name}")]
+    assert len(named) == 1 and "`qvc fetch REMOTE` then `qvc gc`" in named[0], proc.stderr
+    assert pack.name in " ".join(qvc_json("status", cwd=work)["problems"])
+    hints = warnings_of(qvc("branch", "-v", cwd=work))
+    assert hints and all("`qvc fetch REMOTE` then `qvc gc`" in ln for ln in hints), hints
+
+    qvc("fetch", "origin", cwd=work)  # what the hint says
+    qvc("gc", cwd=work)
+    proc = qvc("status", cwd=work)
+    assert not [ln for ln in proc.stderr.splitlines() if "damaged" in ln], proc.stderr
+    assert qvc_json("status", cwd=work)["head_id"] == "m2"
+    assert qvc_json("fsck", cwd=work)["ok"] is True
