@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sys
+from dataclasses import replace
 from datetime import datetime
 
 import click
@@ -231,7 +232,10 @@ def decorations(entry, head, decorate: str = "short") -> str:
 
     if decorate == "no":
         return ""
-    found = names(entry, head.thread, head.commit, full=decorate == "full")
+    # names as every view shows them (qname): an escape sequence or a bidi override in a name
+    # is shown escaped, not obeyed by the terminal (nor dropped with the colours)
+    entry = replace(entry, heads=[qname(t) for t in entry.heads], tags=[qname(t) for t in entry.tags])
+    found = names(entry, None if head.thread is None else qname(head.thread), head.commit, full=decorate == "full")
     return f" ({', '.join(found)})" if found else ""
 
 
@@ -250,7 +254,7 @@ def entry_lines(e, head, oneline: bool, fmt: str | None = None, decorate: str = 
                 f"{e.source or 'put'} · {len(e.changed)} changed{status}{style(names, fg='cyan')}"]
     number = f"Run: {shown_name(e.name, e.n)}" if e.name else f"Step: {e.step}"
     return [style(f"checkpoint {e.checkpoint_id}", fg="yellow") + style(names, fg="cyan"),
-            f"Commit:  {e.commit[:12]}   Thread: {e.thread}   {number}   "
+            f"Commit:  {e.commit[:12]}   Thread: {qname(e.thread)}   {number}   "
             f"Source: {e.source or 'put'}{'   Status: ' + e.status if e.status else ''}",
             f"Date:    {ago(e.time)} ({datetime.fromtimestamp(e.time).astimezone():%Y-%m-%d %H:%M:%S %z})",
             f"Changed: {', '.join(e.changed) if e.changed else '(nothing)'}", ""]
@@ -307,7 +311,7 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool, r
     width = value_width()
     lines = [style(f"checkpoint {cp.id}", fg="yellow"),
              f"Commit:   {rev.commit}",
-             f"Thread:   {cp.thread_id}   "
+             f"Thread:   {qname(cp.thread_id)}   "
              + (f"Run: {shown_name(number[1], number[0])}" if number else f"Step: {cp.step}"),
              f"Parent:   {parent.thread_id}@{parent.checkpoint_id}" if parent else "Parent:   (none)",
              f"Date:     {ago(info.time)} ({cp.created_at or iso(info.time)})"]

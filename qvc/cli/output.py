@@ -30,14 +30,15 @@ def quoted(text: str, keep: str = "") -> str:
 
 def qname(name: str | None) -> str:
     """A thread name (or another name people typed or a program chose) for a line of output: as
-    it is when it is printable, else in double quotes with control characters, ``\\`` and ``"``
-    escaped (git's quoting of unusual paths), so one name is always one row."""
+    it is when it is printable, else in double quotes with control characters, characters that
+    do not print (a bidi override, a zero-width space), ``\\`` and ``"`` escaped (git's quoting
+    of unusual paths), so one name is always one row and reads as the name it is."""
     if name is None:
         return ""
     if not _CONTROL.search(name) and name.isprintable():
         return name
     inner = name.replace("\\", "\\\\").replace('"', '\\"')
-    return '"' + re.sub(r"[\x00-\x1f\x7f-\x9f]", lambda m: _escape(m.group(0)), inner) + '"'
+    return '"' + "".join(c if c.isprintable() else _escape(c) for c in inner) + '"'
 
 
 def style(text: str, **kw: Any) -> str:
