@@ -14,19 +14,12 @@ named as such, not as "not a qvc repository".
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import fsck, put, qvc, qvc_json, run_git
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from helpers import fsck, put, qvc, qvc_json, run_git  # noqa: E402
-
-from qvc import GitCheckpointStore  # noqa: E402
+from qvc import GitCheckpointStore
 
 
 @pytest.fixture
