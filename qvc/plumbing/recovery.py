@@ -523,7 +523,7 @@ def recover(repo: RecoveryHost) -> RecoveryReport:
                          serial=serial if holder == journal else None, holder=holder if holder == journal else None)
         _release_leases(repo, leased, report)  # those of refs the restores left as they were
         if orphans:  # locks holding a value that no replayed journal owned: stale now
-            remove_stale_files(repo, 0.0 if alone else STALE_SECONDS, report)
+            remove_stale_files(repo, 0.0 if alone else STALE_SECONDS, report, replayed=True)
         if orphans:
             journalled: dict[str, list[str]] = {}  # ref -> the values the journals moved it to, newest first
             for m in moves:
@@ -567,11 +567,13 @@ def _mtime(path: str, default: float) -> float:
 
 def remove_stale_files(repo: RecoveryHost, older_than: float, report: RecoveryReport,
                        dead: set[str] | frozenset[str] = frozenset(),
-                       leased: dict[str, tuple[str, int | None]] | None = None) -> None:
+                       leased: dict[str, tuple[str, int | None]] | None = None, replayed: bool = False) -> None:
     """Remove temporary files at least ``older_than`` seconds old, and the lock files of qvc
     stores that are gone. Under the exclusive lock (no qvc writer is mid-write) pass 0. A lock
     that names no store (git's, another program's) is never removed: it is noted in
-    ``report.locks_left`` (if ``older_than`` old).
+    ``report.locks_left`` (if ``older_than`` old). ``replayed``: this recovery has replayed
+    the journals of crashed writers, whose publications cut short by a power cut may have left
+    a lock holding a ref value that no surviving record names; such a lock is theirs and goes.
     A lease (:mod:`qvc.plumbing.leases`) goes, whatever its age, once its store is gone: one
     held by a journal in ``dead`` (those this recovery claimed and replays) is noted in
     ``leased`` (ref → (journal, lease serial)) and kept, for the restore of its ref to
@@ -619,6 +621,10 @@ def remove_stale_files(repo: RecoveryHost, older_than: float, report: RecoveryRe
                         continue
                     if dead or not stale(path):
                         continue  # a journal this recovery replays may own it: _restore_ref decides
+                    if replayed:  # a crashed writer's publication whose record the power cut lost
+                        os.unlink(path)
+                        report.locks_removed.append(os.path.relpath(path, repo.path))
+                        continue
                 # no store's (git's, another program's): its owner cannot be proved gone, so it stays
                 if stale(path) and os.path.relpath(path, repo.path) not in report.locks_left:
                     report.locks_left.append(os.path.relpath(path, repo.path))
