@@ -570,10 +570,12 @@ def remove_stale_files(repo: RecoveryHost, older_than: float, report: RecoveryRe
                        leased: dict[str, tuple[str, int | None]] | None = None, replayed: bool = False) -> None:
     """Remove temporary files at least ``older_than`` seconds old, and the lock files of qvc
     stores that are gone. Under the exclusive lock (no qvc writer is mid-write) pass 0. A lock
-    that names no store (git's, another program's) is never removed: it is noted in
-    ``report.locks_left`` (if ``older_than`` old). ``replayed``: this recovery has replayed
-    the journals of crashed writers, whose publications cut short by a power cut may have left
-    a lock holding a ref value that no surviving record names; such a lock is theirs and goes.
+    that names no store (git's, another program's) is left and noted in ``report.locks_left``
+    (if ``older_than`` old): its owner cannot be proved gone. Except while recovering crashed
+    qvc writers (``dead``: the journals this recovery claimed; ``replayed``: it has replayed
+    them): their own writes take git's locks too (libgit2's ref updates, ``packed-refs.lock``
+    for a delete, a publication writing its value), and a kill or a power cut leaves those
+    behind, so stale ones go then, as before.
     A lease (:mod:`qvc.plumbing.leases`) goes, whatever its age, once its store is gone: one
     held by a journal in ``dead`` (those this recovery claimed and replays) is noted in
     ``leased`` (ref → (journal, lease serial)) and kept, for the restore of its ref to
@@ -581,6 +583,7 @@ def remove_stale_files(repo: RecoveryHost, older_than: float, report: RecoveryRe
     one the lease's serial to decide by; any other dead store's is rolled forward
     (:func:`adopt_lease`), or removed when its ref is unreadable (recovery repairs the ref after)."""
     now = time.time()
+    crashed = bool(dead) or replayed
 
     def stale(path: str) -> bool:
         try:
@@ -621,13 +624,11 @@ def remove_stale_files(repo: RecoveryHost, older_than: float, report: RecoveryRe
                         continue
                     if dead or not stale(path):
                         continue  # a journal this recovery replays may own it: _restore_ref decides
-                    if replayed:  # a crashed writer's publication whose record the power cut lost
-                        os.unlink(path)
-                        report.locks_removed.append(os.path.relpath(path, repo.path))
-                        continue
-                # no store's (git's, another program's): its owner cannot be proved gone, so it stays
-                if stale(path) and os.path.relpath(path, repo.path) not in report.locks_left:
-                    report.locks_left.append(os.path.relpath(path, repo.path))
+                if crashed and stale(path):  # the crashed writers' own (see the docstring)
+                    os.unlink(path)
+                    report.locks_removed.append(os.path.relpath(path, repo.path))
+                elif stale(path) and os.path.relpath(path, repo.path) not in report.locks_left:
+                    report.locks_left.append(os.path.relpath(path, repo.path))  # its owner cannot be proved gone
                 continue
     journal_dir = os.path.join(repo.qvc_dir, "journal")
     for name in os.listdir(journal_dir):  # a store killed while creating its journal
@@ -635,10 +636,14 @@ def remove_stale_files(repo: RecoveryHost, older_than: float, report: RecoveryRe
         if name.endswith(".wal.new") and (now - _mtime(path, now) >= STALE_SECONDS or _abandoned(path)):
             os.unlink(path)
             report.temp_files_removed += 1
-    for name in ("packed-refs.lock", "config.lock", "HEAD.lock"):  # git's: left, as above
-        if os.path.exists(os.path.join(repo.path, name)) and stale(os.path.join(repo.path, name)) \
-                and name not in report.locks_left:
-            report.locks_left.append(name)
+    for name in ("packed-refs.lock", "config.lock", "HEAD.lock"):  # as above
+        path = os.path.join(repo.path, name)
+        if os.path.exists(path) and stale(path):
+            if crashed:
+                os.unlink(path)
+                report.locks_removed.append(name)
+            elif name not in report.locks_left:
+                report.locks_left.append(name)
     objects = os.path.join(repo.path, "objects")
     for dirpath, _, files in os.walk(objects):
         for name in files:
