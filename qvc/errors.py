@@ -55,6 +55,22 @@ class CorruptionError(QvcError):
     """Stored data failed to decode or verify; the message names the object or file."""
 
 
+#: the repair of objects that are missing or unreadable (a lost or truncated pack), for messages:
+#: what restores them, rather than deleting the threads that need them
+OBJECTS_REPAIR = ("`qvc fetch REMOTE` then `qvc gc` restores lost objects from a remote that has them "
+                  "(`qvc fsck` names what is damaged)")
+
+
+class DamagedRefError(CorruptionError):
+    """A ref's file holds no ref (garbage text, a file another program left under ``refs/``);
+    ``ref`` names it (``refs/heads/<thread>``). Listings skip such a ref, as git does;
+    ``qvc fsck --repair`` moves the file aside and restores the ref from its reflog."""
+
+    def __init__(self, message: str, ref: str):
+        super().__init__(message)
+        self.ref = ref
+
+
 class LocalChangesError(QvcError):
     """Writing would overwrite changes the user made (edited state files); ``files`` lists them."""
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import re
 import sys
+from dataclasses import replace
 from datetime import datetime
 
 import click
 
 from qvc.cli.app import cli, complete_names, revision, run_names, session
-from qvc.cli.output import emit_json, page, qname, short, style, value_width
+from qvc.cli.output import emit_json, page, qname, short, style, value_width, warn_damaged
 from qvc.cli.runs import number_entries, run_number, show_run, shown_name
 from qvc.errors import CorruptionError, InvalidInputError, NotFoundError
 from qvc.readers.dates import ago
@@ -137,6 +138,8 @@ def log(names: tuple[str, ...], limit: int | None, oneline: bool, graph: bool, a
                           lambda e, head: entry_lines(e, head, oneline, fmt, decorate),
                           compact=oneline or fmt is not None, raw=raw)
     head = store.current_or_none() or Head(None, None)  # a garbled HEAD: naming a thread still works
+    if all_:
+        warn_damaged(store)  # the threads --all cannot show, one line each
     if names:
         start, exclude = revision_set(store, names, names=lambda text: run_names(store, text))
     else:
@@ -230,7 +233,10 @@ def decorations(entry, head, decorate: str = "short") -> str:
 
     if decorate == "no":
         return ""
-    found = names(entry, head.thread, head.commit, full=decorate == "full")
+    # names as every view shows them (qname): an escape sequence or a bidi override in a name
+    # is shown escaped, not obeyed by the terminal (nor dropped with the colours)
+    entry = replace(entry, heads=[qname(t) for t in entry.heads], tags=[qname(t) for t in entry.tags])
+    found = names(entry, None if head.thread is None else qname(head.thread), head.commit, full=decorate == "full")
     return f" ({', '.join(found)})" if found else ""
 
 
@@ -249,7 +255,7 @@ def entry_lines(e, head, oneline: bool, fmt: str | None = None, decorate: str = 
                 f"{e.source or 'put'} · {len(e.changed)} changed{status}{style(names, fg='cyan')}"]
     number = f"Run: {shown_name(e.name, e.n)}" if e.name else f"Step: {e.step}"
     return [style(f"checkpoint {e.checkpoint_id}", fg="yellow") + style(names, fg="cyan"),
-            f"Commit:  {e.commit[:12]}   Thread: {e.thread}   {number}   "
+            f"Commit:  {e.commit[:12]}   Thread: {qname(e.thread)}   {number}   "
             f"Source: {e.source or 'put'}{'   Status: ' + e.status if e.status else ''}",
             f"Date:    {ago(e.time)} ({datetime.fromtimestamp(e.time).astimezone():%Y-%m-%d %H:%M:%S %z})",
             f"Changed: {', '.join(e.changed) if e.changed else '(nothing)'}", ""]
@@ -308,7 +314,7 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool, r
     width = value_width()
     lines = [style(f"checkpoint {cp.id}", fg="yellow"),
              f"Commit:   {rev.commit}",
-             f"Thread:   {cp.thread_id}   "
+             f"Thread:   {qname(cp.thread_id)}   "
              + (f"Run: {shown_name(number[1], number[0])}" if number else f"Step: {cp.step}"),
              f"Parent:   {parent.thread_id}@{parent.checkpoint_id}" if parent else "Parent:   (none)",
              f"Date:     {ago(info.time)} ({cp.created_at or iso(info.time)})"]

@@ -36,8 +36,10 @@ def gc(prune: bool) -> None:
 
 
 @cli.command()
+@click.option("--repair", is_flag=True,
+              help="First repair ref files that hold no ref: move each aside, restore the ref from its reflog.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def fsck(as_json: bool) -> None:
+def fsck(repair: bool, as_json: bool) -> None:
     """Verify the repository: git's object checks, every ref, every checkpoint and pending write.
 
     Exits with status 5 when it finds problems, each naming where it is: the thread of a
@@ -45,14 +47,26 @@ def fsck(as_json: bool) -> None:
     commit that is gone (what repairing a damaged head with `qvc reset THREAD@{1}` leaves) is
     a warning in an otherwise healthy repository (exit 0): `qvc gc --prune` drops it.
 
+    --repair first repairs every ref whose file holds no ref (garbage text, a file another
+    program left under refs/): the file is moved aside into qvc/quarantine/ (nothing is
+    deleted) and the ref set back to the newest commit its reflog names that is whole (a ref
+    without one stays removed), in one line saying what it did; then it verifies.
+
     \b
     Example:
       qvc fsck && echo healthy
-      qvc fsck || qvc branch -D broken-thread   # a thread whose ref points at a lost object
+      qvc fsck --repair                        # a thread whose ref file is garbage
+      qvc fetch origin && qvc gc                # objects lost (a truncated pack): from a remote
+      qvc fsck || qvc branch -D broken-thread   # a thread whose objects no remote has
     """
     from qvc.readers.fsck import fsck as check  # deferred: start-up speed
 
-    report = check(session().store())
+    store = session().store(write=repair)
+    if repair:
+        done = store.repair_refs()
+        if done:
+            click.echo(f"repaired: {done.summary()}", err=as_json)
+    report = check(store)
     if as_json:
         emit_json(report.to_json())
     else:

@@ -30,14 +30,15 @@ def quoted(text: str, keep: str = "") -> str:
 
 def qname(name: str | None) -> str:
     """A thread name (or another name people typed or a program chose) for a line of output: as
-    it is when it is printable, else in double quotes with control characters, ``\\`` and ``"``
-    escaped (git's quoting of unusual paths), so one name is always one row."""
+    it is when it is printable, else in double quotes with control characters, characters that
+    do not print (a bidi override, a zero-width space), ``\\`` and ``"`` escaped (git's quoting
+    of unusual paths), so one name is always one row and reads as the name it is."""
     if name is None:
         return ""
     if not _CONTROL.search(name) and name.isprintable():
         return name
     inner = name.replace("\\", "\\\\").replace('"', '\\"')
-    return '"' + re.sub(r"[\x00-\x1f\x7f-\x9f]", lambda m: _escape(m.group(0)), inner) + '"'
+    return '"' + "".join(c if c.isprintable() else _escape(c) for c in inner) + '"'
 
 
 def style(text: str, **kw: Any) -> str:
@@ -54,6 +55,14 @@ def out(text: str = "") -> None:
 def warn(text: str) -> None:
     """Print ``qvc: warning: text`` on stderr (the command goes on), control characters escaped."""
     click.echo(f"qvc: warning: {quoted(text)}", err=True)
+
+
+def warn_damaged(store, shown: str | None = None) -> None:
+    """One warning line for each thread whose ref file holds no ref (which listings skip),
+    but ``shown``, a thread already warned of."""
+    for thread, why in store.damaged_threads():
+        if thread != shown:
+            warn(f"thread {thread!r} is damaged: {why}")
 
 
 def emit_json(data: Any) -> None:

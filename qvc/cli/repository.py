@@ -9,7 +9,7 @@ import click
 
 from qvc.cli.app import cli, revision, session
 from qvc.cli.output import emit_json, out, qname, short, style, warn
-from qvc.errors import InvalidInputError
+from qvc.errors import OBJECTS_REPAIR, InvalidInputError
 from qvc.readers.dates import ago
 
 
@@ -60,7 +60,10 @@ def status(short_form: bool, with_branch: bool, as_json: bool) -> None:
     st = repo_status(session().store())
     unreadable = st.damaged is not None and st.thread is None and st.head is None  # HEAD itself
     if st.damaged and not unreadable and not short_form:
-        warn(f"{'thread ' + repr(st.thread) if st.thread else 'HEAD'} is damaged: {st.damaged} (see `qvc fsck`)")
+        warn(st.damaged if st.head is None else
+             f"{'thread ' + repr(st.thread) if st.thread else 'HEAD'} is damaged: {st.damaged}; {OBJECTS_REPAIR}")
+    for problem in st.problems:
+        warn(problem)
     if as_json:
         emit_json(st.to_json())
         return
@@ -71,6 +74,8 @@ def status(short_form: bool, with_branch: bool, as_json: bool) -> None:
         out(style(f"HEAD is damaged: {st.damaged}", fg="red"))
     elif st.thread is None:
         out(f"HEAD detached at {style(short(st.head_id or ''), fg='yellow')} (step {st.head_step})")
+    elif st.damaged and st.head is None:  # its ref file holds no ref
+        out(f"On thread {style(qname(st.thread), fg='green')} (damaged)")
     elif st.damaged:
         out(f"On thread {style(qname(st.thread), fg='green')}, head {style(st.head[:12], fg='red')} (damaged)")
     elif st.head is None:

@@ -6,9 +6,16 @@ from __future__ import annotations
 import click
 
 from qvc.cli.app import cli, complete_names, revision, session
-from qvc.cli.output import emit_json, out, page, qname, short, style, warn
+from qvc.cli.output import emit_json, out, page, qname, short, style, warn, warn_damaged
 from qvc.cli.workdir import checkout_to
-from qvc.errors import CorruptionError, InvalidInputError, InvalidThreadIdError, UnknownThreadError
+from qvc.errors import (
+    OBJECTS_REPAIR,
+    CorruptionError,
+    DamagedRefError,
+    InvalidInputError,
+    InvalidThreadIdError,
+    UnknownThreadError,
+)
 from qvc.readers.dates import ago
 from qvc.readers.views import iso
 from qvc.types import Head
@@ -27,9 +34,13 @@ def new_thread_name(name: str) -> str:
 
 def current_head(store) -> Head | None:
     """What HEAD stands for, or ``None`` (after a one-line warning) when HEAD itself is damaged:
-    listing and deleting threads still work then, and ``qvc checkout THREAD`` repairs it."""
+    listing and deleting threads still work then, and ``qvc checkout THREAD`` repairs it. When
+    HEAD names a thread whose ref file holds no ref, that thread without a head (after a warning)."""
     try:
         return store.current()
+    except DamagedRefError as exc:
+        warn(str(exc))
+        return Head(store.ref_thread(exc.ref), None)
     except CorruptionError as exc:
         warn(f"HEAD is damaged: {exc}")
         return None
@@ -160,6 +171,9 @@ def delete_threads(store, names: tuple[str, ...], force: bool) -> None:
     current = head.thread if head is not None else None
     for name in names:
         if store.head(name) is None:
+            why = dict(store.damaged_threads()).get(name)  # a file under refs/heads/ that holds no ref
+            if why is not None:
+                raise CorruptionError(f"thread {name!r} is damaged: {why}")
             raise UnknownThreadError(f"thread {name!r} not found")
         if name == current:
             raise InvalidInputError(f"cannot delete the current thread {name!r}: `qvc checkout` another first")
@@ -231,12 +245,13 @@ def list_threads(store, verbose: bool, as_json: bool, *, local: bool = True, rem
             try:
                 rows.append(thread_json(store, thread, thread == current, tip=tip))
             except CorruptionError as exc:  # one damaged thread: the others are listed all the same
-                warn(f"thread {thread!r} is damaged: {exc} (see `qvc fsck`; `qvc branch -D` removes it)")
+                warn(f"thread {thread!r} is damaged: {exc}; {OBJECTS_REPAIR}, else `qvc branch -D` removes it")
         for name, tip in others:
             try:
                 rows.append(thread_json(store, name, False, tip=tip) | {"remote": True})
             except CorruptionError as exc:
                 warn(f"remote thread {name!r} is damaged: {exc} (see `qvc fsck`)")
+    warn_damaged(store, current)
     if as_json:
         emit_json(rows)
         return
@@ -428,7 +443,10 @@ def reset(name: str | None, mode: str | None, to: str | None, as_json: bool) -> 
     if to is not None and mode != "hard":
         raise click.UsageError("--to DIR goes with --hard")
     store = session().store(write=True)
-    head = store.current()
+    try:
+        head = store.current()
+    except DamagedRefError as exc:  # its ref file holds no ref: the reset sets it aside and puts the ref back
+        head = Head(store.ref_thread(exc.ref), None)
     if head.thread is None:
         raise InvalidInputError("HEAD is detached: check out a thread to reset it")
     rev = revision(store, name)

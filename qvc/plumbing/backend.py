@@ -108,6 +108,9 @@ class GitBackend(Backend):
         try:
             git = configured().Repository(path)
         except (pygit2.GitError, KeyError, OSError) as exc:
+            config = os.path.join(path, "config")
+            if "config" in str(exc) and os.path.isfile(config):  # a repository whose config does not parse
+                raise CorruptionError(f"{config}: config unreadable ({exc}); fix or restore that file") from None
             raise NotARepositoryError(f"{path}: not a qvc repository ({exc})") from None
         if not git.is_bare:
             git.free()

@@ -19,7 +19,7 @@ import zlib
 from collections import OrderedDict
 from typing import Iterator
 
-from qvc.errors import CorruptionError
+from qvc.errors import CorruptionError, DamagedRefError
 from qvc.plumbing import delta, leases
 from qvc.plumbing import pack as packfile
 from qvc.plumbing.objects import TYPE_NAMES
@@ -145,7 +145,7 @@ class RefReader:
             found = self._loose(text[5:], depth + 1)
             return found if found is not None else self._packed().get(text[5:])
         if not _HEX40.fullmatch(text):
-            raise CorruptionError(f"ref {name} is unreadable: {text[:60]!r}")
+            raise DamagedRefError(f"ref {name} is unreadable: {text[:60]!r}", name)
         return text
 
     def ref(self, name: str, *, settle: bool = True) -> str | None:
@@ -160,20 +160,34 @@ class RefReader:
 
     def refs(self, prefix: str) -> Iterator[tuple[str, str]]:
         """``(name, hex target)`` of every direct ref whose name starts with ``prefix`` (a symbolic
-        one, such as ``refs/remotes/<remote>/HEAD``, is not listed).
+        one, such as ``refs/remotes/<remote>/HEAD``, is not listed). A ref file that holds no ref
+        is skipped, as git skips it ("ignoring broken ref"), rather than fail the listing; its
+        packed value, if any, is not listed either (:meth:`damaged` lists such files).
 
         Loose refs are read before ``packed-refs``: ``git pack-refs`` and libgit2 write the new
         ``packed-refs`` before they remove the loose files, so a ref moving into ``packed-refs``
         meanwhile is found in one or the other, never missed.
         """
-        out: dict[str, str] = {}
+        out: dict[str, str | None] = {}
         for name in self.loose_names(prefix):
-            target = self._loose(name, follow=False)
-            if target is not None:
-                out[name] = target
+            try:
+                out[name] = self._loose(name, follow=False)
+            except DamagedRefError:
+                out[name] = None
         for name, target in self._packed_under(prefix):
             out.setdefault(name, target)
-        return iter(sorted(out.items()))
+        return iter(sorted((name, target) for name, target in out.items() if target is not None))
+
+    def damaged(self, prefix: str) -> list[tuple[str, str]]:
+        """``(name, why)`` of every loose ref file under ``prefix`` that holds no ref (which
+        :meth:`refs` skips), sorted by name."""
+        found = []
+        for name in self.loose_names(prefix):
+            try:
+                self._loose(name, follow=False)
+            except DamagedRefError as exc:
+                found.append((name, str(exc)))
+        return sorted(found)
 
     def names(self, prefix: str) -> set[str]:
         """The names of every ref under ``prefix``, loose and packed, without reading their targets.

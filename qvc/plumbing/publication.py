@@ -170,9 +170,10 @@ def delete_leased_ref(repo_path: str, name: str) -> None:
             _delete_under_lock(repo_path, name)
             break
         except OSError as exc:
-            if exc.errno != errno.EEXIST or time.monotonic() > deadline:  # (a full disk is no lock)
+            if exc.errno != errno.EEXIST:  # (a full disk is no lock)
                 raise
-            clear_stale_packed_lock(repo_path, LOCK_WAIT / 2)
+            if time.monotonic() > deadline:
+                raise CheckpointConflictError(held_too_long(repo_path, PACKED_REFS)) from None
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
     # the ref's file and reflog are gone, and packed-refs was rewritten if it held the ref
@@ -224,14 +225,11 @@ def _delete_under_lock(repo_path: str, name: str) -> None:
         os.unlink(os.path.join(repo_path, name + ".lock"))
 
 
-def clear_stale_packed_lock(repo_path: str, older_than: float) -> None:
-    """Remove ``packed-refs.lock`` once it is ``older_than`` seconds old: a writer killed while it
-    held it (git and qvc hold it for milliseconds), which would block every delete."""
-    lock = os.path.join(repo_path, PACKED_REFS + ".lock")
-    with contextlib.suppress(OSError):
-        if time.time() - os.stat(lock).st_mtime > older_than:
-            os.unlink(lock)
-            log.warning("qvc: removed stale lock %s", lock)
+def held_too_long(repo_path: str, name: str) -> str:
+    """The one line for a write that waited :data:`LOCK_WAIT` for ``name``'s lock (no qvc store's):
+    it names the lock file and, as git does, leaves removing it to the user."""
+    return (f"{name}: locked by another program for over {LOCK_WAIT:.0f} s ({os.path.join(repo_path, name)}.lock "
+            "exists; if no other program is running, remove it and try again)")
 
 
 class Publication:
@@ -397,8 +395,10 @@ class Publication:
                                                {id(record)})
                     record.seen[name] = [identity, gen, serial]
                     break
-            self.clear_stale_lock(name)  # another writer holds it: wait, unless it is a stale or dead one's
+            self.clear_stale_lock(name)  # another writer holds it: wait, unless it is a dead store's
             if time.monotonic() > deadline:
+                if leases.holder(self.path, name) is None and os.path.lexists(leases.lock_path(self.path, name)):
+                    raise CheckpointConflictError(held_too_long(self.path, name))
                 raise CheckpointConflictError(f"{name}: locked by another writer for over {LOCK_WAIT:.0f} s")
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
@@ -407,17 +407,11 @@ class Publication:
                 if self._publisher is None:
                     self._publisher = Worker(self._publish_quietly, PUBLISH_LAG, name="qvc-publisher")
 
-    def clear_stale_lock(self, name: str, older_than: float = LOCK_WAIT / 2) -> None:
-        """Remove ``name``'s lock when its writer is gone: a dead store's is finished
-        (``finish_dead_writer``), git's own goes once it is ``older_than`` seconds old; a
-        live store's lease is never touched."""
-        if not self._finish_dead_writer(name) or leases.holder(self.path, name) is not None:
-            return
-        lock = os.path.join(self.path, name + ".lock")
-        with contextlib.suppress(OSError):
-            if time.time() - os.stat(lock).st_mtime > older_than:
-                os.unlink(lock)
-                log.warning("qvc: removed stale lock %s", lock)
+    def clear_stale_lock(self, name: str) -> None:
+        """Finish ``name``'s lock when its writer is a dead store (``finish_dead_writer``); a
+        live store's lease, git's lock and any other program's are never touched: their owner
+        cannot be proved gone."""
+        self._finish_dead_writer(name)
 
     # -- publishing ---------------------------------------------------------------------
 

@@ -6,11 +6,14 @@ Runs under the repository's exclusive maintenance lock, before the store accepts
    recorded is rewritten if it is missing, empty or truncated (all of them in one pack), and
    every ref they moved is checked; a ref that is missing or whose recent history no longer
    reads back is set to the newest value the journal made durable whose history does read back.
-2. Stale ``*.lock`` files under ``refs/`` and libgit2's temporary object files are removed
+2. Lease locks (``*.lock`` files under ``refs/`` that name their qvc store) whose store is
+   gone are rolled forward and removed, and libgit2's temporary object files are removed
    (all of them when no other qvc store has the repository open, else those older than
-   ``STALE_SECONDS``). After a crash, empty loose objects are removed too (``git fsck``
-   rejects them). A pack index that does not match its pack is rebuilt from the pack
-   (``git index-pack``).
+   ``STALE_SECONDS``). A lock file that names no qvc store (git's, another program's) is
+   never removed, however old: its owner cannot be proved gone (git's rule); it is left and
+   named in the report (:attr:`RecoveryReport.locks_left`). After a crash, empty loose
+   objects are removed too (``git fsck`` rejects them). A pack index that does not match its
+   pack is rebuilt from the pack (``git index-pack``).
 3. The repaired files are hardened and the replayed journals deleted.
 
 Nothing that may hold data is deleted: a damaged pack, a damaged pack index, a file in the
@@ -19,7 +22,7 @@ repaired or removed are moved aside, by a rename inside the repository (crash-sa
 quarantine folder per repair, ``<repo>/qvc/quarantine/<UTC time>/<their path in the
 repository>`` (:func:`move_aside`), which the report names. git never looks under ``qvc/``
 (``gc``, ``push`` and ``fsck`` ignore it) and no qvc reader does; inspect it, then delete it.
-What is removed is what holds nothing: empty files, stale locks, temporary files of killed
+What is removed is what holds nothing: empty files, dead stores' leases, temporary files of killed
 writers and journals once replayed.
 
 The result is a :class:`RecoveryReport`, kept as ``store.recovery`` and logged.
@@ -106,6 +109,9 @@ class RecoveryReport:
     #: refs deleted as a crashed writer's journal says (its delete, journaled, was not yet in git's files)
     refs_deleted: list[str] = field(default_factory=list)
     locks_removed: list[str] = field(default_factory=list)
+    #: lock files that name no qvc store (git's, another program's): never removed, since their
+    #: owner cannot be proved gone; a write to what they lock waits, then fails naming them
+    locks_left: list[str] = field(default_factory=list)
     temp_files_removed: int = 0
     empty_objects_removed: int = 0
     #: pack indexes rebuilt from their packs (the damaged ones moved aside)
@@ -157,6 +163,8 @@ class RecoveryReport:
                                 "back, nor any earlier value)"),
             (self.refs_deleted, f"deleted ref(s) {', '.join(self.refs_deleted)} as the journal says"),
             (self.locks_removed, f"removed stale lock(s) {', '.join(self.locks_removed)}"),
+            (self.locks_left, f"left lock(s) {', '.join(self.locks_left)} (no qvc store's: if no other "
+                              "program is running, remove them)"),
             (self.temp_files_removed, f"removed {self.temp_files_removed} temporary file(s)"),
             (self.empty_objects_removed, f"removed {self.empty_objects_removed} empty object file(s)"),
             (self.indexes_rebuilt, f"rebuilt pack index(es) {', '.join(self.indexes_rebuilt)} from their packs"),
@@ -262,10 +270,10 @@ def needed(repo: RecoveryHost) -> bool:
                 if n.endswith(".lock"):
                     name = os.path.relpath(os.path.join(dirpath, n[:-5]), repo.path).replace(os.sep, "/")
                     holder = leases.holder(repo.path, name)
-                    if holder is None or not journal_alive(repo, holder):
-                        return True  # a live store's lease is no leftover
-    if any(os.path.exists(os.path.join(repo.path, n)) for n in ("packed-refs.lock", "config.lock", "HEAD.lock")):
-        return True
+                    if holder is not None and not journal_alive(repo, holder):
+                        return True  # a dead store's lease (a live store's is no leftover)
+                    if holder is None and leases.publishing(os.path.join(dirpath, n)):
+                        return True  # maybe a dead store's publication cut short (or git's own)
     return suspect_indexes(repo)  # a damaged index fails every read of its pack: rebuilt by recovery
 
 
@@ -515,7 +523,7 @@ def recover(repo: RecoveryHost) -> RecoveryReport:
                          serial=serial if holder == journal else None, holder=holder if holder == journal else None)
         _release_leases(repo, leased, report)  # those of refs the restores left as they were
         if orphans:  # locks holding a value that no replayed journal owned: stale now
-            remove_stale_files(repo, 0.0 if alone else STALE_SECONDS, report)
+            remove_stale_files(repo, 0.0 if alone else STALE_SECONDS, report, replayed=True)
         if orphans:
             journalled: dict[str, list[str]] = {}  # ref -> the values the journals moved it to, newest first
             for m in moves:
@@ -559,9 +567,15 @@ def _mtime(path: str, default: float) -> float:
 
 def remove_stale_files(repo: RecoveryHost, older_than: float, report: RecoveryReport,
                        dead: set[str] | frozenset[str] = frozenset(),
-                       leased: dict[str, tuple[str, int | None]] | None = None) -> None:
-    """Remove lock and temporary files at least ``older_than`` seconds old. Under the exclusive
-    lock (no qvc writer is mid-write) every lock file but a live store's lease is stale: pass 0.
+                       leased: dict[str, tuple[str, int | None]] | None = None, replayed: bool = False) -> None:
+    """Remove temporary files at least ``older_than`` seconds old, and the lock files of qvc
+    stores that are gone. Under the exclusive lock (no qvc writer is mid-write) pass 0. A lock
+    that names no store (git's, another program's) is left and noted in ``report.locks_left``
+    (if ``older_than`` old): its owner cannot be proved gone. Except while recovering crashed
+    qvc writers (``dead``: the journals this recovery claimed; ``replayed``: it has replayed
+    them): their own writes take git's locks too (libgit2's ref updates, ``packed-refs.lock``
+    for a delete, a publication writing its value), and a kill or a power cut leaves those
+    behind, so stale ones go then, as before.
     A lease (:mod:`qvc.plumbing.leases`) goes, whatever its age, once its store is gone: one
     held by a journal in ``dead`` (those this recovery claimed and replays) is noted in
     ``leased`` (ref → (journal, lease serial)) and kept, for the restore of its ref to
@@ -569,6 +583,7 @@ def remove_stale_files(repo: RecoveryHost, older_than: float, report: RecoveryRe
     one the lease's serial to decide by; any other dead store's is rolled forward
     (:func:`adopt_lease`), or removed when its ref is unreadable (recovery repairs the ref after)."""
     now = time.time()
+    crashed = bool(dead) or replayed
 
     def stale(path: str) -> bool:
         try:
@@ -609,21 +624,26 @@ def remove_stale_files(repo: RecoveryHost, older_than: float, report: RecoveryRe
                         continue
                     if dead or not stale(path):
                         continue  # a journal this recovery replays may own it: _restore_ref decides
-                elif not stale(path):
-                    continue
-                os.unlink(path)
-                report.locks_removed.append(os.path.relpath(path, repo.path))
+                if crashed and stale(path):  # the crashed writers' own (see the docstring)
+                    os.unlink(path)
+                    report.locks_removed.append(os.path.relpath(path, repo.path))
+                elif stale(path) and os.path.relpath(path, repo.path) not in report.locks_left:
+                    report.locks_left.append(os.path.relpath(path, repo.path))  # its owner cannot be proved gone
+                continue
     journal_dir = os.path.join(repo.qvc_dir, "journal")
     for name in os.listdir(journal_dir):  # a store killed while creating its journal
         path = os.path.join(journal_dir, name)
         if name.endswith(".wal.new") and (now - _mtime(path, now) >= STALE_SECONDS or _abandoned(path)):
             os.unlink(path)
             report.temp_files_removed += 1
-    for name in ("packed-refs.lock", "config.lock", "HEAD.lock"):
+    for name in ("packed-refs.lock", "config.lock", "HEAD.lock"):  # as above
         path = os.path.join(repo.path, name)
         if os.path.exists(path) and stale(path):
-            os.unlink(path)
-            report.locks_removed.append(name)
+            if crashed:
+                os.unlink(path)
+                report.locks_removed.append(name)
+            elif name not in report.locks_left:
+                report.locks_left.append(name)
     objects = os.path.join(repo.path, "objects")
     for dirpath, _, files in os.walk(objects):
         for name in files:

@@ -384,6 +384,10 @@ class Repository:
             found += [(n, v) for n, v in sorted(mine.items()) if v is not None]
         yield from found
 
+    def damaged_refs(self, prefix: str) -> list[tuple[str, str]]:
+        """``(name, why)`` of every ref file under ``prefix`` that holds no ref (:meth:`refs` skips them)."""
+        return self.backend.reader.damaged(prefix)
+
     def unpublished(self, prefix: str) -> dict[str, str | None]:
         """Name → value of this process's ref moves under ``prefix`` that git's files lack yet
         (other repositories open at this path are published first, see :meth:`catch_up`): what

@@ -13,6 +13,7 @@ import re
 import threading
 from typing import Iterable, Protocol
 
+from qvc.errors import CorruptionError
 from qvc.plumbing import pack
 from qvc.plumbing.durability import dirty
 from qvc.plumbing.journal import GENERATION, Record, fsync_dir
@@ -192,9 +193,10 @@ class Transaction:
                 move = repo.git.set_head
                 move(target if target.startswith("refs/") else pygit2.Oid(hex=target))
             except pygit2.GitError:
-                if _head_readable(repo.path):
+                if _head_readable(repo.path) and _head_resolves(repo):
                     raise
-                # libgit2 reads the old HEAD first and refuses a garbled one: write it anew, then move
+                # libgit2 reads the old HEAD (and the ref it names) first and refuses a garbled
+                # one: write it anew, then move
                 _write_head(repo.path, target)
                 move(target if target.startswith("refs/") else pygit2.Oid(hex=target))
         except (OSError, pygit2.GitError):
@@ -249,6 +251,18 @@ def _head_readable(path: str) -> bool:
     except FileNotFoundError:
         return False
     return text.startswith("ref: refs/") or bool(re.fullmatch(r"[0-9a-f]{40}", text))
+
+
+def _head_resolves(repo: TransactionHost) -> bool:
+    """Whether the ref HEAD names (if any) reads: its file may hold garbage (``DamagedRefError``)."""
+    with open(os.path.join(repo.path, "HEAD"), "rb") as f:
+        text = f.read().decode("utf-8", "replace").strip()
+    try:
+        if text.startswith("ref: "):
+            repo.ref(text[5:])
+    except CorruptionError:
+        return False
+    return True
 
 
 def _write_head(path: str, target: str) -> None:

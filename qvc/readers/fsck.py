@@ -90,6 +90,11 @@ def _check_refs(store: GitCheckpointStore, report: FsckReport) -> None:
     except QvcError as exc:
         report.problems.append(str(exc))
         return
+    for name, why in store.repository.damaged_refs("refs/"):  # (skipped by the listing above)
+        report.refs += 1
+        thread = store.ref_thread(name)
+        report.problems.append(f"{'thread ' + repr(thread) + ' (' + name + ')' if thread else name}: {why} "
+                               "(repair: `qvc fsck --repair`)")
     for name, tip in refs:
         report.refs += 1
         if name.startswith(WRITES):

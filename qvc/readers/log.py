@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from qvc.codec import serde
-from qvc.errors import CorruptionError, InvalidInputError, NotFoundError, QvcError
+from qvc.errors import OBJECTS_REPAIR, CorruptionError, InvalidInputError, NotFoundError, QvcError
 from qvc.plumbing.objects import MODE_BLOB
 from qvc.readers.dates import ago
 from qvc.store.format import HEADER
@@ -169,7 +169,7 @@ def readable(store: GitCheckpointStore, name: str, tip: str) -> bool:
     why = store.damage(tip)
     if why is not None:
         what = f"thread {store.thread_of_ref(name)!r}" if name.startswith(HEADS) else name
-        logging.getLogger("qvc").warning("qvc: warning: %s is damaged, skipped: %s (see `qvc fsck`)", what, why)
+        logging.getLogger("qvc").warning("qvc: warning: %s is damaged, skipped: %s; %s", what, why, OBJECTS_REPAIR)
     return why is None
 
 
@@ -329,7 +329,10 @@ def _line(store: GitCheckpointStore, start: str, hidden: set[str],
             break
     threads |= {store.commit_info(start).thread_id}
     for thread in sorted(t for t in threads if t is not None):
-        tip = store.head(thread)
+        try:
+            tip = store.head(thread)
+        except CorruptionError:  # its ref file holds no ref: no decoration of it
+            continue
         if tip is not None:
             heads.setdefault(tip, []).append(thread)
     tags = tag_map(store)

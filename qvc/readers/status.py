@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from qvc.errors import CorruptionError
+from qvc.errors import OBJECTS_REPAIR, CorruptionError, DamagedRefError
+from qvc.plumbing import leases, pack
 from qvc.plumbing.maintenance import due
 from qvc.plumbing.recovery import quarantine_folders
 from qvc.remotes.replication import replication_status
@@ -40,6 +42,9 @@ class RepoStatus:
     #: the folders of files repairs moved aside instead of deleting them (qvc.plumbing.recovery.move_aside),
     #: oldest first: nothing reads them; look, then delete them
     quarantine: list[str] = field(default_factory=list)
+    #: what `qvc fsck` would find that is cheap to see (a damaged ref file, a pack whose size
+    #: disagrees with its index), each naming the repair
+    problems: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -49,6 +54,8 @@ def status(store: GitCheckpointStore) -> RepoStatus:
     """The status of the repository ``store`` has open (reads only; never blocks writers)."""
     try:
         head = store.current()
+    except DamagedRefError as exc:  # HEAD names a thread whose ref file holds no ref
+        head, head_damaged = Head(store.ref_thread(exc.ref), None), str(exc)
     except CorruptionError as exc:  # a garbled HEAD: say so; the rest still reads
         head, head_damaged = Head(None, None), str(exc)
     else:
@@ -68,4 +75,41 @@ def status(store: GitCheckpointStore) -> RepoStatus:
         recovery=store.recovery.summary() if store.recovery else None, maintenance_due=due(store.repository),
         replication=[r.to_json() for r in replication_status(store)], damaged=damaged,
         failures=len(failures), last_failures=failures[-5:], quarantine=quarantine_folders(store.path),
+        problems=[f"thread {thread!r} is damaged: {why}" for thread, why in store.damaged_threads()
+                  if thread != head.thread or head_damaged is None]
+        + damaged_packs(store.path) + foreign_locks(store.path),
     )
+
+
+def foreign_locks(path: str) -> list[str]:
+    """A line for each lock file of the repository at ``path`` that no qvc store holds (git's,
+    another program's: ``refs/**.lock``, ``packed-refs.lock``, ``config.lock``, ``HEAD.lock``).
+    qvc never removes one (its owner cannot be proved gone); a write to what it locks waits,
+    then fails naming it."""
+    found = [name for name in ("packed-refs.lock", "config.lock", "HEAD.lock")
+             if os.path.lexists(os.path.join(path, name))]
+    for dirpath, _, files in os.walk(os.path.join(path, "refs")):
+        for n in files:
+            if n.endswith(".lock"):
+                ref = os.path.relpath(os.path.join(dirpath, n[:-5]), path).replace(os.sep, "/")
+                if leases.holder(path, ref) is None and os.path.lexists(os.path.join(dirpath, n)):
+                    found.append(f"{ref}.lock")
+    return [f"lock file {os.path.join(path, name)} is no qvc store's (another program is updating, or was killed): "
+            "a write it locks waits, then fails; if no other program is running, remove it" for name in sorted(found)]
+
+
+def damaged_packs(path: str) -> list[str]:
+    """A line for each pack of the repository at ``path`` that is not whole (its size or checksum
+    disagrees with its index: :func:`qvc.plumbing.pack.is_intact`), naming the repair."""
+    pack_dir = os.path.join(path, "objects", "pack")
+    try:
+        names = sorted(n for n in os.listdir(pack_dir) if n.endswith(".pack"))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    found = []
+    for name in names:
+        base = os.path.join(pack_dir, name[:-5])
+        if not pack.is_intact(base) and os.path.exists(base + ".pack"):  # (not merged away meanwhile)
+            found.append(f"pack {os.path.relpath(base + '.pack', path)} is damaged (its size or checksum "
+                         f"disagrees with its index): {OBJECTS_REPAIR}")
+    return found

@@ -9,6 +9,7 @@ durable and :mod:`qvc.plumbing.recovery` for what opening a crashed repository r
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import threading
@@ -19,6 +20,7 @@ from qvc.errors import (
     AmbiguousNameError,
     CheckpointConflictError,
     CorruptionError,
+    DamagedRefError,
     InvalidInputError,
     SerializationError,
     StorageError,
@@ -27,7 +29,7 @@ from qvc.errors import (
 )
 from qvc.plumbing.libgit2 import pygit2
 from qvc.plumbing.objects import MODE_BLOB, MODE_TREE, Entry, commit_bytes, tree_bytes
-from qvc.plumbing.recovery import RecoveryReport
+from qvc.plumbing.recovery import RecoveryReport, move_aside
 from qvc.plumbing.reflog import ReflogEntry
 from qvc.plumbing.repository import Repository, Transaction
 from qvc.store.base import CheckpointStore
@@ -205,8 +207,67 @@ class GitCheckpointStore(CheckpointStore):
     # -- resolving names ------------------------------------------------------------------
 
     def head(self, thread_id: str) -> str | None:
-        """The commit SHA of a thread's head, or ``None`` for a thread with no checkpoints."""
-        return self._repo.ref(head_ref(thread_id))
+        """The commit SHA of a thread's head, or ``None`` for a thread with no checkpoints.
+        Raises :class:`DamagedRefError` naming the thread when its ref file holds no ref."""
+        try:
+            return self._repo.ref(head_ref(thread_id))
+        except DamagedRefError as exc:
+            raise self._damaged_thread(exc) from None
+
+    def _damaged_thread(self, exc: DamagedRefError) -> DamagedRefError:
+        """``exc`` (a ref file that holds no ref) in the words of a user: which thread, and the repair."""
+        thread = self.ref_thread(exc.ref)
+        what = f"thread {thread!r} is damaged" if thread is not None else "a ref is damaged"
+        return DamagedRefError(f"{what}: {exc} (repair: `qvc fsck --repair`)", exc.ref)
+
+    def ref_thread(self, name: str) -> str | None:
+        """The thread a ``refs/heads/...`` name stands for, read from the name alone (``None``
+        for other refs): a hashed long id stands for itself here (:meth:`thread_of_ref` reads
+        the full id from the thread's commits)."""
+        if not name.startswith(HEADS):
+            return None
+        component = name[len(HEADS):]
+        return decode_thread(component) or component
+
+    def damaged_threads(self) -> list[tuple[str, str]]:
+        """``(thread, why)`` of every thread whose ref file holds no ref (garbage text, or a file
+        another program left under ``refs/heads/``): :meth:`thread_heads` skips them, as git's
+        listings skip a broken ref, and :meth:`repair_refs` repairs them."""
+        return [(self.ref_thread(name) or name, f"{why} (repair: `qvc fsck --repair`)")
+                for name, why in self._repo.damaged_refs(HEADS)]
+
+    def repair_refs(self) -> RecoveryReport:
+        """Repair every ref whose file holds no ref: move the file aside into a quarantine folder
+        (:func:`~qvc.plumbing.recovery.move_aside`, nothing is deleted) and set the ref back to
+        the newest value its reflog names whose commit is whole; a ref without one stays
+        deleted. Returns what was done (falsy: nothing to repair)."""
+        report = RecoveryReport()
+        for name, _ in self._repo.damaged_refs("refs/"):
+            try:
+                entries = self._repo.reflog(name)
+            except CorruptionError:
+                entries = []
+            value = next((e.new for e in entries if e.new and self._repo.has(bytes.fromhex(e.new))), None)
+            with self._repo.transaction() as tx:
+                if not self._set_aside(name, report):
+                    continue
+                if value is not None:
+                    tx.move_ref(name, None, value, "repair: restored from the reflog")
+                    report.restored(name, "its reflog")
+                else:
+                    report.removed(name)
+        return report
+
+    def _set_aside(self, name: str, report: RecoveryReport) -> bool:
+        """Move ref ``name``'s file, which holds no ref, aside (noted in ``report``); ``False``
+        when it reads as a ref by now (repaired meanwhile by another process, or git)."""
+        try:
+            self._repo.ref(name)
+            return False
+        except DamagedRefError:
+            pass
+        move_aside(self._repo, os.path.join(self.path, name), report)
+        return True
 
     def commit_info(self, sha: str) -> CommitInfo:
         """What a checkpoint commit says (id, thread, step, parents, time, message), without its
@@ -302,6 +363,8 @@ class GitCheckpointStore(CheckpointStore):
         :class:`CorruptionError` if HEAD is missing or unreadable (:meth:`checkout` repairs it)."""
         try:
             name, commit = self._repo.head_ref()
+        except DamagedRefError as exc:  # HEAD reads; the thread it names does not
+            raise self._damaged_thread(exc) from None
         except CorruptionError as exc:
             raise CorruptionError(f"{exc} (checking out a thread repairs it: `qvc checkout THREAD`)") from None
         return Head(self.thread_of_ref(name) if name else None, commit)
@@ -340,6 +403,7 @@ class GitCheckpointStore(CheckpointStore):
             raise InvalidInputError("checkout needs exactly one of a thread or a commit")
         if thread_id is not None:
             target = head_ref(check_thread_id(thread_id))
+            self.head(thread_id)  # a damaged thread is refused before HEAD moves to it
         else:
             if not (isinstance(commit, str) and len(commit) == 40 and _HEXISH.match(commit)):
                 raise InvalidInputError(f"not a commit SHA: {commit!r}")
@@ -864,7 +928,13 @@ class GitCheckpointStore(CheckpointStore):
                 raise InvalidInputError(f"checkpoint {checkpoint_id!r} belongs to thread {info.thread_id!r}, "
                                         f"not {thread!r}; fork it instead")
             ref = head_ref(thread)
-            head = tx.ref(ref)
+            try:
+                head = tx.ref(ref)
+            except DamagedRefError:  # its file holds no ref: set aside, then the reset puts the ref back
+                aside = RecoveryReport()
+                self._set_aside(ref, aside)
+                logging.getLogger("qvc").warning("qvc: warning: thread %r was damaged: %s", thread, aside.summary())
+                head = tx.ref(ref)
             if head != target:
                 # A damaged head (missing or unreadable commit) is not kept as a superseded line,
                 # which would damage every read of the thread; the reflog entry keeps its SHA.

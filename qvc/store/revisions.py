@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Optional
 
-from qvc.errors import InvalidInputError, NotFoundError, UnknownCheckpointError, UnknownThreadError
+from qvc.errors import DamagedRefError, InvalidInputError, NotFoundError, UnknownCheckpointError, UnknownThreadError
 from qvc.store.refnames import check_thread_id, tracking_ref
 
 if TYPE_CHECKING:
@@ -39,16 +39,23 @@ class Revision:
     thread: str | None
 
 
-def thread_named(store: GitCheckpointStore, name: str) -> str | None:
-    """``name`` if it is a thread with checkpoints (``HEAD``: the current thread), else ``None``."""
-    if name == "HEAD":
-        head = store.current()
-        return head.thread if head.commit is not None else None
+def thread_named(store: GitCheckpointStore, name: str, *, damaged: bool = False) -> str | None:
+    """``name`` if it is a thread with checkpoints (``HEAD``: the current thread), else ``None``.
+    With ``damaged``, a thread whose ref file holds no ref counts too (its reflog still reads:
+    ``THREAD@{N}``); without, reading it raises :class:`DamagedRefError`."""
     try:
-        check_thread_id(name)
-    except InvalidInputError:
-        return None
-    return name if store.head(name) is not None else None
+        if name == "HEAD":
+            head = store.current()
+            return head.thread if head.commit is not None else None
+        try:
+            check_thread_id(name)
+        except InvalidInputError:
+            return None
+        return name if store.head(name) is not None else None
+    except DamagedRefError as exc:
+        if not damaged:
+            raise
+        return store.ref_thread(exc.ref)
 
 
 #: A resolver for names beyond the store's own: the :class:`Revision` ``text`` names, or ``None``.
@@ -77,7 +84,7 @@ def parse_revision(store: GitCheckpointStore, text: str, *, names: Names | None 
     inner, suffix = text[: m.start()], m.group(0)
     if suffix.startswith("@{"):
         n = int(suffix[2:-1])
-        thread = thread_named(store, inner)
+        thread = thread_named(store, inner, damaged=True)
         if thread is None:
             if inner == "HEAD":
                 raise UnknownThreadError("HEAD: the current thread has no checkpoints, so no reflog")

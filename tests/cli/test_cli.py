@@ -38,7 +38,7 @@ LOG_KEYS = {"id", "commit", "thread", "step", "n", "name", "source", "time", "ti
             "status", "heads", "tags", "superseded"}
 STATUS_KEYS = {"path", "thread", "head", "head_id", "head_step", "durability", "threads", "superseded_lines",
                "pending_writes", "recovery", "maintenance_due", "replication", "damaged", "failures",
-               "last_failures", "quarantine"}
+               "last_failures", "quarantine", "problems"}
 BRANCH_KEYS = {"thread", "current", "head", "head_id", "step", "status", "updated", "timestamp", "checkpoints"}
 REFLOG_KEYS = {"selector", "old", "new", "time", "timestamp", "message"}
 
@@ -929,7 +929,7 @@ def test_status_json_keys_and_text(repo):
     assert st == {"path": str(repo), "thread": "run-1", "head": sha(repo, "run-1"), "head_id": "c3", "head_step": 3,
                   "durability": "sync", "threads": 1, "superseded_lines": 0, "pending_writes": 0, "recovery": None,
                   "maintenance_due": st["maintenance_due"], "replication": [], "damaged": None,
-                  "failures": 0, "last_failures": [], "quarantine": []}
+                  "failures": 0, "last_failures": [], "quarantine": [], "problems": []}
     lines = ok("status").splitlines()
     assert lines[:3] == [f"repository {repo}", "On thread run-1, head c3 (step 3)",
                          "durability sync · 1 thread(s) · 0 superseded line(s) · 0 checkpoint(s) with pending writes"]

@@ -108,13 +108,32 @@ def test_one_thread_is_one_row(odd):
     assert [r.split(" ", 1)[1].split(":")[0] for r in rows(qvc("reflog", cwd=odd).stdout)] == \
         ['"a\\nb"@{0}', '"a\\nb"@{1}']
     shown = rows(qvc("show", cwd=odd).stdout)
-    assert any(line.startswith("Thread:   a\\nb") for line in shown), shown
+    assert any(line.startswith('Thread:   "a\\nb"') for line in shown), shown
     qvc("checkout", "--to", "st", cwd=odd)
     made = rows(qvc("commit", "st", "--allow-empty", cwd=odd).stdout)
     assert len(made) == 1 and made[0].startswith('["a\\nb" ')
     # --json keeps the exact names
     assert sorted(r["thread"] for r in qvc_json("branch", cwd=odd)) == sorted(ODD)
     assert qvc_json("status", cwd=odd)["thread"] == "a\nb"
+
+
+def test_log_shows_a_name_escaped_as_branch_does(tmp_path):
+    """A thread named with an escape sequence is not shown as another, plain name (the terminal
+    obeying it, or the colours stripped with it) in log's decorations, nor a bidi override raw."""
+    names = ["\x1b[31mred", "evil\u202etxt.exe"]
+    with GitCheckpointStore(tmp_path / "w" / ".qvc") as store:
+        for k, thread in enumerate(names):
+            put(store, thread, f"n{k}", 0, {"n": k})
+        store.checkout(names[0])
+    work = tmp_path / "w"
+    listed = qvc("branch", cwd=work).stdout.splitlines()
+    assert listed == ['* "\\033[31mred"', '  "evil\\342\\200\\256txt.exe"']
+    shown = {listed[0][2:], listed[1][2:]}
+    lines = qvc("log", "--all", "--oneline", cwd=work).stdout.splitlines()
+    assert {ln.rsplit(" (", 1)[1].rstrip(")").removeprefix("HEAD -> ") for ln in lines} == shown, lines
+    block = qvc("log", "-n", "1", cwd=work).stdout
+    assert '(HEAD -> "\\033[31mred")' in block and 'Thread: "\\033[31mred"' in block
+    assert "\u202e" not in qvc("log", "--all", cwd=work).stdout
 
 
 def test_the_server_answers_for_any_thread_id(odd):

@@ -201,3 +201,30 @@ def test_branch_force_delete_refuses_the_current_thread(work):
     qvc("checkout", "m1", cwd=work)  # detached: no thread is current, so -D may delete main
     qvc("branch", "-D", "main", cwd=work)
     assert qvc_json("branch", cwd=work) == []
+
+
+# -- lock files qvc did not create (issue 32) ------------------------------------------------------
+
+
+def test_a_read_leaves_lock_files_it_did_not_create_and_status_names_them(work):
+    repo = work / ".qvc"
+    (repo / "config.lock").write_text("x\n")  # git or another program, mid-update (or killed)
+    (repo / "refs" / "heads" / "france.lock").write_text("y\n")
+    for args in (("log", "-n", "1"), ("status",), ("branch",)):
+        proc = qvc(*args, cwd=work)
+        assert "removed" not in proc.stderr, proc.stderr
+        assert (repo / "config.lock").read_text() == "x\n"
+        assert (repo / "refs" / "heads" / "france.lock").read_text() == "y\n"
+    named = [ln for ln in qvc("status", cwd=work).stderr.splitlines() if "lock file" in ln]
+    assert len(named) == 2 and "config.lock" in named[0] and "france.lock" in named[1], named
+    assert qvc_json("status", cwd=work)["problems"] == [ln.removeprefix("qvc: warning: ") for ln in named]
+
+
+def test_a_write_blocked_by_a_lock_it_did_not_create_fails_in_one_line_naming_it(work):
+    lock = work / ".qvc" / "refs" / "heads" / "france.lock"
+    lock.write_text("y\n")
+    proc = qvc("branch", "france", "main", cwd=work, check=4)  # waits for the lock, then gives up
+    assert proc.stderr.count("\n") == 1 and f"{lock} exists" in proc.stderr and "remove it" in proc.stderr
+    assert lock.read_text() == "y\n"
+    lock.unlink()
+    qvc("branch", "france", "main", cwd=work)
