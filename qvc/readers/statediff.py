@@ -492,14 +492,45 @@ def is_message(value: Any) -> bool:
     return type(value) is dict and type(value.get("role")) is str
 
 
+#: Where the tool's name sits in a tool call, in the shapes agents write: the conversation shape's
+#: ``name`` (LangChain, the viewers), ``tool`` (qvc's quick start), ``tool_name`` (agno), and
+#: OpenAI's chat format ``{"function": {"name", "arguments"}}`` (read by :func:`tool_call`).
+CALL_NAMES = ("name", "tool", "tool_name")
+#: Where its arguments sit: ``args`` (the conversation shape), ``arguments`` (OpenAI), ``input``
+#: (Anthropic's ``tool_use`` blocks), ``tool_args`` (agno).
+CALL_ARGS = ("args", "arguments", "input", "tool_args")
+
+
+def tool_call(call: Any) -> tuple[Optional[str], Any]:
+    """``(name, args)`` of one tool call in any of the shapes agents write (:data:`CALL_NAMES`,
+    :data:`CALL_ARGS`, OpenAI's nested ``function``); ``(None, None)`` for what is not a dict.
+    Arguments given as a JSON text (OpenAI's) are decoded when they parse as a JSON object."""
+    if type(call) is not dict:
+        return None, None
+    fn = call.get("function")
+    where = [call, fn] if type(fn) is dict else [call]
+    name = next((w[k] for w in where for k in CALL_NAMES if type(w.get(k)) is str and w[k]), None)
+    args = next((w[k] for w in where for k in CALL_ARGS if w.get(k) is not None), None)
+    if type(args) is str:
+        try:
+            decoded = json.loads(args)
+        except ValueError:
+            decoded = None
+        if type(decoded) is dict:
+            args = decoded
+    return name, args
+
+
 def message_line(message: dict, *, full: bool = False, width: int = 100) -> str:
     """A message on one line, as people read a conversation: ``role [tool name] (failed): content``
-    and, for an assistant's tool calls, ``→ name({args})`` each; other keys are left out (the JSON
-    forms keep them). Shortened to ``width`` unless ``full``."""
+    and, for an assistant's tool calls, ``→ name({args})`` each (read in every shape
+    :func:`tool_call` knows); other keys are left out (the JSON forms keep them). Shortened to
+    ``width`` unless ``full``."""
     role = message["role"]
     head = role
-    if role == "tool" and (message.get("name") or message.get("tool_call_id")):
-        head += f" [{message.get('name') or message.get('tool_call_id')}]"
+    said = next((message[k] for k in ("name", "tool_name", "tool_call_id") if message.get(k)), None)
+    if role == "tool" and said:
+        head += f" [{said}]"
     if _failed(message):
         head += " (failed)"
     content = message.get("content")
@@ -513,8 +544,8 @@ def message_line(message: dict, *, full: bool = False, width: int = 100) -> str:
             parts.append(shorten(content, full=full, width=room))
     for call in message.get("tool_calls") or ():
         if type(call) is dict:
-            args = call.get("args", call.get("arguments"))
-            parts.append(f"→ {call.get('name')}({shorten(args, full=full, width=width) if args else ''})")
+            name, args = tool_call(call)
+            parts.append(f"→ {name or '?'}({shorten(args, full=full, width=width) if args else ''})")
     text = f"{head}: {' '.join(parts)}" if parts else head
     if not full and len(text) > width:
         text = text[:max(width - 1, 1)] + "…"

@@ -406,3 +406,31 @@ def test_the_page_opens_threads_with_any_id(tmp_path, browser):
         assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     finally:
         assert server.stop() == 0
+
+
+def test_the_quickstarts_tool_calls_pair_with_their_results(tmp_path, browser):
+    """The quick start stores calls as ``{"tool", "args"}`` and results without a call id (issue 32:
+    the page showed "TOOL CALL ?" and "no result at this checkpoint"): each call is named, and the
+    tool messages that follow it are its results, in order."""
+    sys.path.insert(0, str(ROOT / "samples"))  # the sample imports its neighbour sample_repo as a script does
+    from quickstart import calculator, run, search, start
+
+    repo = tmp_path / "q.qvc"
+    with GitCheckpointStore(repo) as store:
+        run(store, start(store, "france", "How many people live per km² in France?"),
+            {"search": search, "calculator": calculator})
+    server = Server(repo)
+    try:
+        wait = WebDriverWait(browser, 20)
+        browser.get("about:blank")
+        browser.get(base_url(server) + "#t=france")
+        wait.until(text_in("live", "live"))
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#conversation .tool-call")) == 3)
+        assert texts(browser, "#conversation .tool-call .call-name") == ["search", "search", "calculator"]
+        results = texts(browser, "#conversation .tool-call .tool-result")
+        assert "68,373,433 inhabitants" in results[0] and "643,801 km²" in results[1] and "106.2" in results[2]
+        assert not browser.find_elements(By.CSS_SELECTOR, "#conversation .tool-result.pending")
+        assert not browser.find_elements(By.CSS_SELECTOR, "#conversation li.msg.role-tool")  # each under its call
+        assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    finally:
+        assert server.stop() == 0

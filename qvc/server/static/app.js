@@ -433,10 +433,22 @@ const ROLES = { human: "user", ai: "assistant", tool: "tool", system: "system", 
 const KNOWN = new Set(["role", "type", "content", "tool_calls", "tool_call_id", "id", "name", "tool_name", "error",
                        "tool_call_error", "time", "created_at", "status"]);
 
+// A tool call in any shape agents write (as qvc.readers.statediff.tool_call reads it): the
+// conversation shape's {name, args}, the quick start's {tool, args}, agno's {tool_name, tool_args},
+// Anthropic's {name, input}, OpenAI's {function: {name, arguments: "JSON text"}}.
+function callOf(c) {
+  const f = c && typeof c.function === "object" && c.function ? c.function : {};
+  const pick = (keys) => { for (const w of [c || {}, f]) for (const k of keys) if (w[k] !== null && w[k] !== undefined && w[k] !== "") return w[k]; return undefined; };
+  let args = pick(["args", "arguments", "input", "tool_args"]) ?? {};
+  if (typeof args === "string") {
+    try { const parsed = JSON.parse(args); if (parsed && typeof parsed === "object" && !Array.isArray(parsed)) args = parsed; } catch (e) { /* kept as text */ }
+  }
+  return { id: c && c.id ? c.id : null, name: pick(["name", "tool", "tool_name"]) ?? null, args };
+}
+
 function norm(m) {
   const role = m.role || ROLES[m.type] || m.type || "?";
-  const calls = (m.tool_calls || []).map((c) => ({ id: c.id, name: c.name ?? c.function?.name,
-                                                   args: c.args ?? c.arguments ?? c.function?.arguments ?? {} }));
+  const calls = (m.tool_calls || []).map(callOf);
   const extra = Object.fromEntries(Object.entries(m).filter(([k, v]) => !KNOWN.has(k) && v !== null && v !== undefined &&
     !(typeof v === "object" && Object.keys(v).length === 0)));
   return { role, content: m.content, calls, toolCallId: m.tool_call_id ?? null, id: m.id ?? null,
@@ -466,7 +478,7 @@ function messageEl(m, results) {
   const head = el("div", { class: "msg-head" }, el("span", { class: "role" }, m.role),
     m.name && m.role !== "tool" ? el("span", { class: "dim" }, ` ${m.name}`) : "", " ", dateEl(m.time));
   const calls = m.calls.map((c) => {
-    const r = results.get(c.id);
+    const r = results.get(c);
     return el("div", { class: "tool-call" + (r && r.error ? " failed" : ""), "data-call-id": c.id || "", "data-name": c.name || "" },
       el("div", { class: "call-head" }, el("span", { class: "tag" }, "tool call"), " ", el("code", { class: "call-name" }, c.name || "?"),
          c.id ? el("span", { class: "dim" }, ` ${c.id}`) : ""),
@@ -516,15 +528,40 @@ async function pointsOn(commit, name) {
 
 // The messages, each tool call with its result under it, and the checkpoints (`markers`, each at
 // its message index) as points between them.
+// Each tool call's result (call -> tool message): the one naming the call's id, else (results
+// stored without ids, as the quick start's) the tool messages that follow the calling message,
+// in order. The results that found their call are shown under it, not on their own.
+function pairResults(msgs) {
+  const byId = new Map(msgs.filter((m) => m.role === "tool" && m.toolCallId).map((m) => [m.toolCallId, m]));
+  const results = new Map();
+  const paired = new Set();
+  let waiting = [];
+  for (const m of msgs) {
+    if (m.calls.length) {
+      waiting = [];
+      for (const c of m.calls) {
+        const r = c.id ? byId.get(c.id) : undefined;
+        if (r) { results.set(c, r); paired.add(r); } else if (!c.id) waiting.push(c);
+      }
+    } else if (m.role === "tool" && !m.toolCallId && waiting.length) {
+      const c = waiting.shift();
+      results.set(c, m);
+      paired.add(m);
+    } else if (m.role !== "tool") {
+      waiting = [];
+    }
+  }
+  return { results, paired };
+}
+
 function conversationEls(raw, markers) {
   const msgs = raw.map(norm);
-  const results = new Map(msgs.filter((m) => m.role === "tool" && m.toolCallId).map((m) => [m.toolCallId, m]));
-  const called = new Set(msgs.flatMap((m) => m.calls.map((c) => c.id)));
+  const { results, paired } = pairResults(msgs);
   const out = [];
   const at = (i) => markers.filter((e) => e.message_index === i).forEach((e) => out.push(markerEl(e)));
   msgs.forEach((m, i) => {
     at(i);
-    if (!(m.role === "tool" && m.toolCallId && called.has(m.toolCallId))) out.push(messageEl(m, results));
+    if (!paired.has(m)) out.push(messageEl(m, results));
   });
   markers.filter((e) => e.message_index >= msgs.length).forEach((e) => out.push(markerEl(e)));
   return out;
