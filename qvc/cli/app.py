@@ -67,6 +67,11 @@ class Session:
             self._store = GitCheckpointStore(find_repository(explicit=self.repo), create=False, readonly=not write)
         return self._store
 
+    @property
+    def opened(self):
+        """The store if this command opened it already, else ``None`` (nothing is opened)."""
+        return self._store
+
     def close(self) -> None:
         if self._store is not None:
             self._store.close()

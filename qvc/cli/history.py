@@ -239,7 +239,8 @@ def entry_lines(e, head, oneline: bool, fmt: str | None = None, decorate: str = 
     if fmt is not None:
         from qvc.readers.log import format_entry  # deferred: start-up speed
 
-        return format_entry(e, fmt, head_thread=head.thread, head_commit=head.commit).split("\n")
+        return format_entry(e, fmt, head_thread=head.thread, head_commit=head.commit,
+                            store=session().opened).split("\n")
     status = f" [{e.status}]" if e.status else ""
     names = decorations(e, head, decorate)
     if oneline:
@@ -359,10 +360,12 @@ def blame(field: str, name: str | None, full: bool, as_json: bool, raw: bool) ->
         emit_json([b.to_json() for b in lines])
         return
     width = value_width()
+    ids = {b.checkpoint_id: short(b.checkpoint_id, store) for b in lines}
+    pad = max((len(i) for i in ids.values()), default=12)
     rows = []
     for b in lines:
         where = format_path(field, b.path)
-        head = (f"{style(b.commit[:7], fg='yellow')} {short(b.checkpoint_id):<12} step {str(b.step):<4} "
+        head = (f"{style(b.commit[:7], fg='yellow')} {ids[b.checkpoint_id]:<{pad}} step {str(b.step):<4} "
                 f"{datetime.fromtimestamp(b.time).astimezone():%Y-%m-%d %H:%M:%S}  ")
         room = max(40, width - len(where) - 50)
         text = f" {message_line(b.value, full=full, width=room)}" if is_message(b.value) and len(b.path) == 1 \

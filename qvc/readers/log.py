@@ -524,7 +524,8 @@ def _formatted(store: GitCheckpointStore, text: str, pieces: list[str], all: boo
     for line, m in zip(lines, marked, strict=True):
         if m is not None:
             e = entry(store, m.group(1), names, superseded=m.group(1) in hidden, tags=tags, viewed=viewed)
-            written = [format_entry(e, piece, head_thread=head_thread, head_commit=head_commit) for piece in pieces]
+            written = [format_entry(e, piece, head_thread=head_thread, head_commit=head_commit, store=store)
+                       for piece in pieces]
             out.append(line[:m.start()] + written[0])
             rest = written[1:]
         elif rest:
@@ -597,7 +598,8 @@ PLACEHOLDERS: dict[str, str] = {
     "%aI": "time, strict ISO 8601", "%ad": "time, git's default form", "%ar": "time, relative (3 hours ago)",
     "%d": "decorations, as ` (HEAD -> t, u)`", "%D": "decorations without the parentheses",
     "%n": "newline", "%%": "a literal %", "%xNN": "the byte with hex code NN",
-    "%(id)": "checkpoint id", "%(shortid)": "checkpoint id shortened to 12 characters when longer than 16",
+    "%(id)": "checkpoint id",
+    "%(shortid)": "checkpoint id, when longer than 16 characters its shortest unique prefix of 12 or more",
     "%(thread)": "thread", "%(step)": "step", "%(source)": "source (put when none)",
     "%(status)": "status field (empty when none)", "%(changed)": "changed fields, comma-separated",
     "%(nchanged)": "how many fields changed", "%(superseded)": "`superseded` when only on a superseded line",
@@ -623,9 +625,10 @@ def check_format(fmt: str) -> str:
 
 
 def format_entry(e: LogEntry, fmt: str, *, head_thread: str | None = None, head_commit: str | None = None,
-                 now: float | None = None) -> str:
+                 now: float | None = None, store: GitCheckpointStore | None = None) -> str:
     """``e`` written with the placeholders of :data:`PLACEHOLDERS` in ``fmt`` replaced
-    (``fmt`` as :func:`check_format` returns it); ``now`` is the clock for ``%ar``."""
+    (``fmt`` as :func:`check_format` returns it); ``now`` is the clock for ``%ar``; ``store``
+    abbreviates ``%(shortid)`` to a prefix unique in it (without it: the first 12 characters)."""
     when = datetime.fromtimestamp(e.time).astimezone()
     subject, _, body = e.message.partition("\n")
     names = decorations(e, head_thread, head_commit)
@@ -644,7 +647,8 @@ def format_entry(e: LogEntry, fmt: str, *, head_thread: str | None = None, head_
                     "d": f" ({', '.join(names)})" if names else "", "D": ", ".join(names), "n": "\n",
                     "%": "%"}[letter]
         cid = e.checkpoint_id
-        return {"id": cid, "shortid": cid if len(cid) <= 16 else cid[:12], "thread": e.thread or "",
+        shortid = cid if len(cid) <= 16 else store.abbreviate(cid) if store is not None else cid[:12]
+        return {"id": cid, "shortid": shortid, "thread": e.thread or "",
                 "step": "" if e.step is None else str(e.step), "source": e.source or "put",
                 "status": e.status or "", "changed": ",".join(e.changed), "nchanged": str(len(e.changed)),
                 "superseded": "superseded" if e.superseded else ""}[name]
