@@ -23,7 +23,9 @@ else), the copy is shown as stored. A viewer comes from either
 - :func:`register_viewer`, which takes precedence.
 
 A viewer whose module does not import (its framework is not installed) counts as none: the
-stored values are shown as they are.
+stored values are shown as they are. A viewer that shows values less fully than it could (its
+framework is not installed, so it reads them from their serialized form) says so with
+:func:`note`; readers print the :func:`notes` once, beside what they show.
 
 **Editors** are a viewer's inverse, for ``qvc checkout --to DIR`` and ``qvc commit DIR``: an
 object with ``to_files`` and ``from_files`` (:class:`Editor`), declared under the same header key
@@ -130,6 +132,26 @@ _declared: dict[str, dict[str, Any]] = {}  # group -> header key -> entry point,
 # commit and its ancestors hold never changes, so a long line of edits is walked once.
 _made_from: dict[str, Optional[str]] = {}
 _MADE_FROM_MAX = 100_000
+
+
+_notes: dict[str, None] = {}  # what viewers told readers in this process, in order, each once
+
+
+def note(line: str) -> None:
+    """Tell the people reading ``line`` (one line, such as which extra shows the values fully):
+    kept once per process until :func:`notes` is asked."""
+    with _lock:
+        _notes.setdefault(line, None)
+
+
+def notes(clear: bool = True) -> list[str]:
+    """The lines viewers noted (:func:`note`) in this process, in order, each once (forgotten with
+    ``clear``)."""
+    with _lock:
+        found = list(_notes)
+        if clear:
+            _notes.clear()
+        return found
 
 
 def register_viewer(key: str, viewer: Viewer) -> None:
