@@ -116,6 +116,15 @@ def put(store, thread: str, cid: str, step: int | None = None, state: dict | Non
     return store.put(config, checkpoint, metadata, new_versions or {}, **options)
 
 
+def langgraph_weather(repo: Path) -> Path:
+    """``repo`` written by a real LangGraph graph in its own process (tests/server/page_graph.py: a
+    scripted chat model, LangGraph's ToolNode, QvcSaver): thread ``weather``, one tool call and
+    its answer. The caller skips when LangGraph is not installed."""
+    subprocess.run([sys.executable, str(ROOT / "tests" / "server" / "page_graph.py"), str(repo), "weather", "Oslo"],
+                   env=child_env(), check=True, capture_output=True, timeout=300)
+    return repo
+
+
 # -- the command line --------------------------------------------------------------------------------
 
 SCRIPT = shutil.which("qvc", path=str(Path(sys.executable).parent))

@@ -31,7 +31,8 @@ def show_run(store, ref: str, full: bool, as_json: bool) -> bool:
     if as_json:
         emit_json({"n": n, "name": name, **shown.to_dict()})
         return True
-    from qvc.readers.statediff import shorten  # deferred: start-up speed
+    from qvc.readers.statediff import message_line, shorten  # deferred: start-up speed
+    from qvc.runs.viewer import message_dict
 
     run = shown.run if isinstance(shown, Snapshot) else shown
     label = f"{shown_name(name, n)} · " if name else ""
@@ -45,10 +46,8 @@ def show_run(store, ref: str, full: bool, as_json: bool) -> bool:
     else:
         lines.append(f"latest: {label}checkpoint {run.checkpoint_id}")
     lines.append(style(f"Messages ({len(run.messages)}):", bold=True))
-    for i, m in enumerate(run.messages):
-        calls = f" calls {', '.join(c.name for c in m.tool_calls)}" if m.tool_calls else ""
-        answer = f" [{m.tool_name or m.tool_call_id}]" if m.role == "tool" else ""
-        lines.append(f"  {i:>3} {m.role}{answer}{calls}: {shorten(m.content, full, width)}")
+    for i, m in enumerate(run.messages):  # as `qvc diff` and `qvc show CHECKPOINT` print them
+        lines.append(f"  {i:>3} {message_line(message_dict(m.to_dict(), {}), full=full, width=max(40, width - 6))}")
     if run.session_state:
         lines.append(f"Session state: {shorten(run.session_state, full, width)}")
     if run.metrics:

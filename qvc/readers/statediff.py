@@ -360,7 +360,30 @@ def _sort_key(value: Any) -> tuple:
 # -- rendering -----------------------------------------------------------------------------------
 
 
-def shorten(value: Any, full: bool = False, width: int = 100) -> str:
+#: Keys whose numbers are times (Unix seconds): ``time``, ``timestamp``, ``created_at``,
+#: ``update_time``, ... shown to people as dates by :func:`for_people`.
+EPOCH_KEYS = re.compile(r"(?:^|_)(?:time|timestamp|at)\Z")
+#: Keys whose numbers are durations in seconds: ``duration``, ``elapsed``, ``latency``,
+#: ``time_to_first_token``, ... shown to people rounded by :func:`for_people`.
+DURATION_KEYS = re.compile(r"(?:^|_)(?:duration|elapsed|latency)\Z|\Atime_to_")
+_EPOCHS = (1e9, 4e9)  # 2001 to 2096: a number outside is not taken for a time
+
+
+def for_people(key: Any, value: Any) -> Optional[str]:
+    """How a number under ``key`` reads for people, or ``None`` to show it as it is: a time in Unix
+    seconds (:data:`EPOCH_KEYS`) as a local date, ``2026-12-06 05:12:39 +0000``; a float
+    duration in seconds (:data:`DURATION_KEYS`) rounded, ``0.014s``. The JSON forms keep the
+    raw value; the page reads numbers the same way."""
+    if type(key) is not str or type(value) not in (int, float):
+        return None
+    if EPOCH_KEYS.search(key) and _EPOCHS[0] <= value < _EPOCHS[1]:
+        return _dt.datetime.fromtimestamp(value).astimezone().strftime("%Y-%m-%d %H:%M:%S %z")
+    if type(value) is float and DURATION_KEYS.search(key) and math.isfinite(value):
+        return f"{value:.3f}s" if abs(value) < 100 else f"{value:.1f}s"
+    return None
+
+
+def shorten(value: Any, full: bool = False, width: int = 100, key: Any = None) -> str:
     """The compact one-line rendering of ``value``, JSON-like but showing every type.
 
     Strings are JSON-quoted, ``None``/``True``/``False`` are ``null``/``true``/``false``, floats
@@ -368,11 +391,12 @@ def shorten(value: Any, full: bool = False, width: int = 100) -> str:
     frozensets ``frozenset({…})``, datetimes ISO 8601 with ``[zone key]``, timedeltas
     ``timedelta(…)``. Unless ``full``: strings over :data:`STR_LIMIT` characters become
     ``"head…tail" (N chars)``, collections over :data:`ITEMS_LIMIT` items show their first and
-    last items and ``… N more …``, and the result is cut to ``width`` characters. Never raises
-    for odd values (unknown types use ``repr``).
+    last items and ``… N more …``, and the result is cut to ``width`` characters. A number that
+    is a time or a duration by its key (``key`` for ``value`` itself, dict keys inside it) reads
+    as :func:`for_people` writes it. Never raises for odd values (unknown types use ``repr``).
     """
     limit = max(20, min(STR_LIMIT, width))
-    text = _render(value, full, limit, width)
+    text = for_people(key, value) or _render(value, full, limit, width)
     if not full and len(text) > width:
         text = text[:max(width - 1, 1)] + "…"
     return text
@@ -457,7 +481,7 @@ def _render(v: Any, full: bool, limit: int, width: int) -> str:
         return inner if t is set else f"frozenset({inner})"
     if t is dict:
         def pair(kv: tuple) -> str:
-            return f"{sub(kv[0])}: {sub(kv[1])}"
+            return f"{sub(kv[0])}: {for_people(kv[0], kv[1]) or sub(kv[1])}"
         return "{" + _render_items(v.items(), len(v), pair, full, width) + "}"
     if t is _dt.datetime or t is _dt.time:
         text = v.isoformat()
@@ -552,8 +576,14 @@ def message_line(message: dict, *, full: bool = False, width: int = 100) -> str:
     return text
 
 
-def _value_text(value: Any, full: bool, width: int) -> str:
-    return message_line(value, full=full, width=width) if is_message(value) else shorten(value, full=full, width=width)
+def _value_text(value: Any, full: bool, width: int, key: Any = None) -> str:
+    return message_line(value, full=full, width=width) if is_message(value) \
+        else shorten(value, full=full, width=width, key=key)
+
+
+def _key_of(field: str, path: tuple) -> Any:
+    """The key a value at ``path`` in ``field`` sits under (the field's name at the top)."""
+    return path[-1] if path else field
 
 
 def _change_lines(field: str, change: Change, full: bool, width: int, color: bool) -> List[str]:
@@ -567,7 +597,8 @@ def _change_lines(field: str, change: Change, full: bool, width: int, color: boo
                     for i, m in enumerate(value)]
         if is_message(value):
             return [_paint(f"{sign} {where} {message_line(value, full=full, width=room)}", sign, color)]
-        return [_paint(f"{sign} {where}: {shorten(value, full=full, width=room)}", sign, color)]
+        return [_paint(f"{sign} {where}: {shorten(value, full=full, width=room, key=_key_of(field, change.path))}",
+                       sign, color)]
     old, new = change.old, change.new
     room = max(width - 6, 40)  # what fits on a "    - old" line
     if type(old) is str and type(new) is str and not full and max(len(old), len(new)) > STR_LIMIT:
@@ -575,7 +606,8 @@ def _change_lines(field: str, change: Change, full: bool, width: int, color: boo
         limit = max(20, min(STR_LIMIT, room - 20))  # room for quotes, ellipses and "(N chars)"
         old_text, new_text = _render_str(old, False, limit, start), _render_str(new, False, limit, start)
     else:
-        old_text, new_text = _value_text(old, full, room), _value_text(new, full, room)
+        key = _key_of(field, change.path)
+        old_text, new_text = _value_text(old, full, room, key), _value_text(new, full, room, key)
     line = f"{sign} {where}: {old_text} → {new_text}"
     if len(line) <= width:
         return [_paint(line, sign, color)]

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import QVC, ROOT, child_env, env
+from helpers import QVC, ROOT, child_env, env, langgraph_weather
 
 BLOCKER = '''
 import sys
@@ -58,10 +58,7 @@ LANGGRAPH = ("langgraph", "langchain_core", "langchain", "ormsgpack")
 def langgraph_repo(tmp_path_factory) -> Path:
     """A real LangGraph graph (a scripted chat model, LangGraph's ToolNode) checkpointed by QvcSaver."""
     pytest.importorskip("langgraph.prebuilt", reason="LangGraph is in the test extra")
-    repo = tmp_path_factory.mktemp("lg") / "lg.qvc"
-    subprocess.run([sys.executable, str(ROOT / "tests" / "server" / "page_graph.py"), str(repo), "weather", "Oslo"],
-                   env=child_env(), check=True, capture_output=True, timeout=300)
-    return repo
+    return langgraph_weather(tmp_path_factory.mktemp("lg") / "lg.qvc")
 
 
 def test_the_blocker_blocks(tmp_path):

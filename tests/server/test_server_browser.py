@@ -284,6 +284,30 @@ def test_an_agno_run_reads_as_a_conversation(page, browser, artifacts):
     shot(browser, artifacts, "agno-conversation")
 
 
+
+def test_a_runs_state_has_no_storage_records_and_numbers_read_as_people_read_them(page, browser, artifacts):
+    """Issue 32: a run's page listed its storage records (``run``, ``agno``) among its state and
+    diffs, and showed raw floats and epochs (``duration: 0.055190141000025505``, ``time:
+    1796527610.77``): now durations are rounded and times are dates (the JSON keeps both raw)."""
+    import re
+
+    wait = page("run/agno/a1")
+    wait.until(text_in("conversation-title", "(COMPLETED)"))
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#cp-state code"))
+    wait.until(lambda d: d.find_element(By.ID, "diff-summary").get_attribute("textContent"))
+    fields = texts(browser, "#cp-state code")
+    assert "messages" in fields and "metrics" in fields and "run" not in fields and "agno" not in fields, fields
+    assert not {"run", "agno"} & set(texts(browser, "#cp-diff summary code"))
+    metrics = browser.execute_script("return [...document.querySelectorAll('#cp-state details')]"
+                                     ".find((d) => d.querySelector('code').textContent === 'metrics')"
+                                     ".querySelector('pre').textContent")
+    assert re.search(r'"duration": "\d+\.\d{3}s"', metrics), metrics
+    assert not re.search(r"\d\.\d{6}", metrics), metrics
+    metadata = browser.find_element(By.ID, "cp-metadata").get_attribute("textContent")
+    assert '"time": "' in metadata and YEAR in metadata and not re.search(r'"time": \d', metadata), metadata
+    shot(browser, artifacts, "run-state", "checkpoint")
+
+
 # -- diff between two picked checkpoints -----------------------------------------------------------
 
 

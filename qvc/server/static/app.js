@@ -54,7 +54,19 @@ async function api(method, path, body) {
 
 const enc = (s) => encodeURIComponent(s).replace(/%2F/g, "/");
 const shortId = (id) => (id && id.length > 16 ? id.slice(0, 12) : id || "");
-const pretty = (v) => JSON.stringify(v, null, 2);
+// Numbers as people read them (qvc.readers.statediff.for_people does the same for the command
+// line): a time in Unix seconds under a key such as `time`, `created_at`, `update_time` as a date,
+// a float duration under `duration`, `latency`, `time_to_first_token` rounded; the JSON keeps both raw.
+const EPOCH_KEYS = /(?:^|_)(?:time|timestamp|at)$/;
+const DURATION_KEYS = /(?:^|_)(?:duration|elapsed|latency)$|^time_to_/;
+function forPeople(key, v) {
+  if (typeof key !== "string" || typeof v !== "number" || !isFinite(v)) return undefined;
+  if (EPOCH_KEYS.test(key) && v >= 1e9 && v < 4e9) return fullDate(v);
+  if (DURATION_KEYS.test(key) && !Number.isInteger(v)) return Math.abs(v) < 100 ? `${v.toFixed(3)}s` : `${v.toFixed(1)}s`;
+  return undefined;
+}
+const readable = (k, v) => forPeople(k, v) ?? v;
+const pretty = (v, key) => forPeople(key, v) ?? JSON.stringify(v, readable, 2);
 const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
 
 function notice(text, error = false) {
@@ -176,6 +188,12 @@ function runOf(thread) {
   const rest = thread.slice(4), cut = rest.lastIndexOf("/");
   return cut > 0 ? rest.slice(cut + 1) : null;
 }
+
+// A run checkpoint's fields that are its storage record rather than its state: who the run is
+// (`run`) and agno's copy of it (`agno`). The page shows the run above its conversation, so its
+// state and diffs leave them out (`qvc show` and the JSON keep them).
+const RUN_RECORDS = new Set(["run", "agno"]);
+const shownField = (cp, field) => !(cp && runOf(cp.thread) && RUN_RECORDS.has(field));
 
 async function openThread(thread, checkpoint = null) {
   const same = thread === state.thread;
@@ -332,12 +350,12 @@ async function selectCheckpoint(commitOrId) {
                 ["time", dateEl(cp.created_at || cp.time)]];
   $("#cp-header").replaceChildren(...rows.flatMap(([k, v]) => [el("dt", {}, k),
     el("dd", { class: "mono" }, typeof v === "object" && v !== null ? v : String(v))]));
-  $("#cp-state").replaceChildren(...Object.entries(cp.state).map(([k, v]) => isConversation(v)
+  $("#cp-state").replaceChildren(...Object.entries(cp.state).filter(([k]) => shownField(cp, k)).map(([k, v]) => isConversation(v)
     ? el("div", { class: "field" }, el("code", {}, k), el("span", { class: "dim" }, ` ${plural(v.length, "message")}: the conversation`))
     : el("details", {},
       el("summary", {}, el("code", {}, k), cp.state_versions[k] ? el("span", { class: "dim" }, ` v${cp.state_versions[k]}`) : "",
-         " ", el("span", { class: "dim" }, brief(v, 80))),
-      el("pre", {}, pretty(v)))));
+         " ", el("span", { class: "dim" }, brief(v, 80, k))),
+      el("pre", {}, pretty(v, k)))));
   $("#cp-metadata").textContent = pretty(cp.metadata);
   $("#cp-writes").replaceChildren(...(cp.pending_writes.length ? cp.pending_writes.map((w) => el("div", { class: "change" },
     `${w.task} · ${w.channel}: ${brief(w.value, 200)}`)) : [el("p", { class: "dim" }, "None.")]));
@@ -345,13 +363,13 @@ async function selectCheckpoint(commitOrId) {
   await Promise.all([loadDiff(), renderConversation(cp, seq)]);
 }
 
-function brief(v, n = 120) {
+function brief(v, n = 120, key) {
   if (v && typeof v === "object" && !Array.isArray(v) && (v.role || v.type)) {
     const m = norm(v);
     const calls = m.calls.map((c) => `${c.name}(${JSON.stringify(c.args)})`).join(", ");
     v = `${m.role}: ${text(m.content)}${calls ? (text(m.content) ? " " : "") + "calls " + calls : ""}`;
   }
-  const s = typeof v === "string" ? v : JSON.stringify(v);
+  const s = typeof v === "string" ? v : forPeople(key, v) ?? JSON.stringify(v, readable);
   return s === undefined ? "" : s.length > n ? s.slice(0, n - 1) + "…" : s;
 }
 
@@ -411,14 +429,18 @@ async function loadDiff() {
     return;
   }
   if (b !== state.checkpoint) return;
+  diff = { ...diff, fields: diff.fields.filter((f) => shownField(state.cp, f.field)) };
   $("#diff-title").textContent = diff.a ? `From ${describe(diff.a)}${state.compare ? "" : " (its parent)"} to ${describe(diff.b)}`
     : "The first checkpoint: everything is new.";
   $("#diff-summary").textContent = summaryLine(diff);
   $("#cp-diff").replaceChildren(...diff.fields.map((f) => el("details", { open: diff.fields.length <= 4 },
     el("summary", {}, el("code", {}, f.field), ` ${fieldSummary(f, isConversation(state.cp && state.cp.state[f.field]))}`),
-    ...f.changes.map((c) => el("div", { class: "change op-" + c.op },
-      `${c.op === "add" ? "+" : c.op === "remove" ? "−" : "~"} ${c.path.length ? c.path.join(".") : "(value)"}: ` +
-      (c.op === "change" ? `${brief(c.old)} → ${brief(c.new)}` : brief(c.op === "add" ? c.new : c.old)))))));
+    ...f.changes.map((c) => {
+      const key = c.path.length ? c.path[c.path.length - 1] : f.field;
+      return el("div", { class: "change op-" + c.op },
+        `${c.op === "add" ? "+" : c.op === "remove" ? "−" : "~"} ${c.path.length ? c.path.join(".") : "(value)"}: ` +
+        (c.op === "change" ? `${brief(c.old, 120, key)} → ${brief(c.new, 120, key)}` : brief(c.op === "add" ? c.new : c.old, 120, key)));
+    }))));
 }
 
 // -- the conversation ------------------------------------------------------------------------
