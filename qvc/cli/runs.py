@@ -152,3 +152,23 @@ def number_entries(store, entries: Iterable) -> Iterator:
         if found is not None:
             e.n, e.name = found
         yield e
+
+
+def fork_run(store, commit: str, new: str):
+    """``qvc branch NEW RUN@N``: when checkpoint commit ``commit`` is a boundary on a run's current
+    line, the run ``new`` forked from it (:meth:`qvc.runs.Runs.fork` at that boundary's message
+    index: PENDING, its own thread ``run/<session>/NEW``, recording where it came from), so
+    ``qvc timeline NEW`` and ``qvc show NEW`` read it as a run; else ``None`` (a plain fork)."""
+    from qvc.readers.views import run_of_thread  # deferred: start-up speed
+    from qvc.runs import Runs
+
+    info = store.commit_info(commit)
+    source = run_of_thread(info.thread_id or "")
+    metadata = store.header(commit)[1]
+    index = metadata.get("message_index") if isinstance(metadata, dict) else None
+    if source is None or metadata.get("source") != "run" or type(index) is not int:
+        return None
+    head = store.head(info.thread_id)
+    if head is None or all(c.hex != commit for c in store.first_parents(head)):  # a superseded line's
+        return None
+    return Runs(store).fork(source["run_id"], index, new_run_id=new)

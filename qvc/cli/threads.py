@@ -7,6 +7,7 @@ import click
 
 from qvc.cli.app import cli, complete_names, revision, session
 from qvc.cli.output import emit_json, out, page, qname, short, style, warn
+from qvc.cli.runs import fork_run
 from qvc.cli.workdir import checkout_to
 from qvc.errors import CorruptionError, InvalidInputError, InvalidThreadIdError, UnknownThreadError
 from qvc.readers.dates import ago
@@ -56,7 +57,8 @@ def branch(names: tuple[str, ...], verbose: bool, delete: bool, force_delete: bo
 
     \b
     qvc branch [-v]                 list threads (* marks the current one)
-    qvc branch NEW [CHECKPOINT]     fork a new thread (default: from HEAD)
+    qvc branch NEW [CHECKPOINT]     fork a new thread (default: from HEAD); from a
+                                    run's checkpoint (RUN@N), a new run NEW
     qvc branch -d THREAD...         delete; refuses a thread not fully merged (its head
                                     on no other thread's line nor HEAD's) or with lines
                                     kept by time travel (use -D)
@@ -101,6 +103,17 @@ def branch(names: tuple[str, ...], verbose: bool, delete: bool, force_delete: bo
         if len(names) > 2:
             raise click.UsageError("usage: qvc branch NEW [CHECKPOINT]")
         rev = revision(store, names[1] if len(names) == 2 else None)
+        run = fork_run(store, rev.commit, names[0])  # from a run: a run, as `qvc timeline NEW` reads it
+        if run is not None:
+            from qvc.runs import thread_of  # deferred: start-up speed
+
+            if as_json:
+                emit_json({"run": run.run_id, "thread": thread_of(run.session_id, run.run_id),
+                           "id": run.checkpoint_id, "from": store.commit_info(rev.commit).checkpoint_id})
+            else:
+                out(f"Forked run {run.run_id!r} from {run.forked_from_run_id}@{run.forked_from_message_index} "
+                    f"(thread {qname(thread_of(run.session_id, run.run_id))}, {run.status.value})")
+            return
         made = fork(store, rev, names[0])
         source = store.commit_info(rev.commit).checkpoint_id
         if as_json:
