@@ -17,7 +17,7 @@ from qvc.codec.tagged import to_jsonable
 from qvc.errors import CorruptionError, NotFoundError, UnknownThreadError
 from qvc.readers.log import entry, log
 from qvc.store.refnames import superseded_prefix
-from qvc.store.viewers import view_state
+from qvc.store.viewers import collecting_notes, view_state
 
 if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore
@@ -46,7 +46,9 @@ def shown_writes(stored: dict, shown: dict, writes: Sequence[Any], *, raw: bool 
 def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] = (), *,
                     raw: bool = False) -> dict[str, Any]:
     """The ``qvc show --json`` form of checkpoint commit ``sha`` (only ``fields`` of the state, if
-    given), its state as its viewer shows it (the stored fields with ``raw``).
+    given), its state as its viewer shows it (the stored fields with ``raw``); ``"notes"`` (present
+    only then): the lines its viewer noted while showing it (its framework not installed: which
+    extra shows the values fully).
 
     Raises :class:`~qvc.errors.NotFoundError` for a field the state does not have. A damaged
     field (its blob missing or not decoding) is left out of ``state`` and named, with why, in
@@ -57,7 +59,8 @@ def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] =
     tup = store.read(sha, damaged=damaged)
     info = store.commit_info(sha)
     cp = tup.checkpoint
-    state = state_of(store, sha, cp.state_data, plain=True, raw=raw) if not damaged else cp.state_data
+    with collecting_notes() as said:
+        state = state_of(store, sha, cp.state_data, plain=True, raw=raw) if not damaged else cp.state_data
     for f in fields:
         if f in damaged:
             raise CorruptionError(damaged[f])
@@ -78,6 +81,8 @@ def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] =
     }
     if damaged:
         out["damaged"] = damaged
+    if said:
+        out["notes"] = said
     return out
 
 

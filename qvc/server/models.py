@@ -164,6 +164,8 @@ class CheckpointView(BaseModel):
     state: Dict[str, Any]
     state_versions: Dict[str, Any]
     pending_writes: List[PendingWriteView]
+    notes: List[str] = Field(default_factory=list, description="What its viewer said while showing it, one line "
+                             "each (its framework is not installed here: the pip extra that shows it fully)")
 
 
 class Change(BaseModel):

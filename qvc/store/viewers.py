@@ -40,9 +40,10 @@ Imports only :mod:`qvc.errors` (the store only for type hints).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Protocol
 
 from qvc.errors import CorruptionError
 
@@ -135,13 +136,33 @@ _MADE_FROM_MAX = 100_000
 
 
 _notes: dict[str, None] = {}  # what viewers told readers in this process, in order, each once
+_collected = threading.local()  # .lists: the notes lists of the collecting_notes blocks open in a thread
 
 
 def note(line: str) -> None:
     """Tell the people reading ``line`` (one line, such as which extra shows the values fully):
-    kept once per process until :func:`notes` is asked."""
+    kept once per process until :func:`notes` is asked, and in the list of each
+    :func:`collecting_notes` block open in this thread."""
     with _lock:
         _notes.setdefault(line, None)
+    for said in getattr(_collected, "lists", ()):
+        if line not in said:
+            said.append(line)
+
+
+@contextlib.contextmanager
+def collecting_notes() -> Iterator[list[str]]:
+    """A list of the lines viewers :func:`note` in this thread within the block, each once (the
+    JSON forms carry them beside what they show: ``"notes"``)."""
+    said: list[str] = []
+    lists = getattr(_collected, "lists", None)
+    if lists is None:
+        lists = _collected.lists = []
+    lists.append(said)
+    try:
+        yield said
+    finally:
+        lists.remove(said)
 
 
 def notes(clear: bool = True) -> list[str]:

@@ -11,37 +11,12 @@ the same as with the framework, and one line names the extra that shows them ful
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import QVC, ROOT, child_env, env, langgraph_weather
-
-BLOCKER = '''
-import sys
-
-class Missing:
-    """Import of {names} fails, as where they are not installed."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {names!r}:
-            raise ImportError(f"No module named {{name!r}} (not installed here)")
-        return None
-
-sys.meta_path.insert(0, Missing())
-'''
-
-
-def without(tmp_path: Path, *names: str) -> dict:
-    """The environment of a ``qvc`` process where importing ``names`` fails."""
-    shim = tmp_path / "without"
-    shim.mkdir(exist_ok=True)
-    (shim / "sitecustomize.py").write_text(BLOCKER.format(names=set(names)))
-    e = env(COLUMNS="200")
-    e["PYTHONPATH"] = os.pathsep.join([str(shim), e.get("PYTHONPATH", "")])
-    return e
+from helpers import LANGGRAPH, QVC, ROOT, child_env, env, langgraph_weather, without
 
 
 def read(repo: Path, *args: str, environment: dict | None = None) -> subprocess.CompletedProcess:
@@ -49,9 +24,6 @@ def read(repo: Path, *args: str, environment: dict | None = None) -> subprocess.
                           capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     return proc
-
-
-LANGGRAPH = ("langgraph", "langchain_core", "langchain", "ormsgpack")
 
 
 @pytest.fixture(scope="module")

@@ -432,6 +432,16 @@ def test_the_page_opens_threads_with_any_id(tmp_path, browser):
         assert server.stop() == 0
 
 
+def open_on(browser, server: Server, thread: str) -> WebDriverWait:
+    """``server``'s page, freshly loaded on ``thread``, once it is live; its wait."""
+    wait = WebDriverWait(browser, 20)
+    browser.get("about:blank")
+    browser.get_log("browser")  # drained: what an earlier page (its server stopped) logged is not this page's
+    browser.get(base_url(server) + "#t=" + thread)
+    wait.until(text_in("live", "live"))
+    return wait
+
+
 def test_the_quickstarts_tool_calls_pair_with_their_results(tmp_path, browser):
     """The quick start stores calls as ``{"tool", "args"}`` and results without a call id (issue 32:
     the page showed "TOOL CALL ?" and "no result at this checkpoint"): each call is named, and the
@@ -445,16 +455,33 @@ def test_the_quickstarts_tool_calls_pair_with_their_results(tmp_path, browser):
             {"search": search, "calculator": calculator})
     server = Server(repo)
     try:
-        wait = WebDriverWait(browser, 20)
-        browser.get("about:blank")
-        browser.get(base_url(server) + "#t=france")
-        wait.until(text_in("live", "live"))
+        wait = open_on(browser, server, "france")
         wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#conversation .tool-call")) == 3)
         assert texts(browser, "#conversation .tool-call .call-name") == ["search", "search", "calculator"]
         results = texts(browser, "#conversation .tool-call .tool-result")
         assert "68,373,433 inhabitants" in results[0] and "643,801 km²" in results[1] and "106.2" in results[2]
         assert not browser.find_elements(By.CSS_SELECTOR, "#conversation .tool-result.pending")
         assert not browser.find_elements(By.CSS_SELECTOR, "#conversation li.msg.role-tool")  # each under its call
+        assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_langgraph_thread_reads_without_langgraph_and_says_which_extra(tmp_path, browser):
+    """Issue 32: served where LangGraph is not installed (importing it fails in the server's
+    process), a LangGraph thread still reads as a conversation, and the checkpoint names the extra
+    that shows it fully."""
+    from helpers import LANGGRAPH, langgraph_weather, without
+
+    repo = langgraph_weather(tmp_path / "lg.qvc")
+    server = Server(repo, env=without(tmp_path, *LANGGRAPH))
+    try:
+        wait = open_on(browser, server, "weather")
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#conversation li.msg")) == 3)
+        call = browser.find_element(By.CSS_SELECTOR, '#conversation .tool-call[data-name="weather"]')
+        assert '"city":"Oslo"' in call.text and "Oslo: 3°C" in call.find_element(By.CSS_SELECTOR, ".tool-result").text
+        wait.until(text_in("cp-notes", "pip install 'qvc[langgraph]'"))
+        assert "msgpack" not in browser.find_element(By.ID, "cp-state").get_attribute("textContent")
         assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     finally:
         assert server.stop() == 0

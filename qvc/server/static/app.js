@@ -350,6 +350,9 @@ async function selectCheckpoint(commitOrId) {
                 ["time", dateEl(cp.created_at || cp.time)]];
   $("#cp-header").replaceChildren(...rows.flatMap(([k, v]) => [el("dt", {}, k),
     el("dd", { class: "mono" }, typeof v === "object" && v !== null ? v : String(v))]));
+  const notes = cp.notes || [];  // what its viewer said: e.g. its framework is not installed here
+  $("#cp-notes").hidden = !notes.length;
+  $("#cp-notes").textContent = notes.join("\n");
   $("#cp-state").replaceChildren(...Object.entries(cp.state).filter(([k]) => shownField(cp, k)).map(([k, v]) => isConversation(v)
     ? el("div", { class: "field" }, el("code", {}, k), el("span", { class: "dim" }, ` ${plural(v.length, "message")}: the conversation`))
     : el("details", {},
