@@ -154,6 +154,19 @@ def number_entries(store, entries: Iterable) -> Iterator:
         yield e
 
 
+def run_named(store, text: str) -> bool:
+    """Whether ``text`` names a checkpoint only as a run's (``RUN``, ``RUN@N``, ``RUN@N~1``): no
+    thread, tag, checkpoint id or commit of the store's own is called that."""
+    from qvc.errors import NotFoundError
+    from qvc.store.revisions import parse_revision  # deferred: start-up speed
+
+    try:
+        parse_revision(store, text)
+    except NotFoundError:
+        return True
+    return False
+
+
 def fork_run(store, commit: str, new: str):
     """``qvc branch NEW RUN@N``: when checkpoint commit ``commit`` is a boundary on a run's current
     line, the run ``new`` forked from it (:meth:`qvc.runs.Runs.fork` at that boundary's message

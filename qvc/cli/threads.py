@@ -7,7 +7,7 @@ import click
 
 from qvc.cli.app import cli, complete_names, revision, session
 from qvc.cli.output import emit_json, out, page, qname, short, style, warn
-from qvc.cli.runs import fork_run
+from qvc.cli.runs import fork_run, run_named
 from qvc.cli.workdir import checkout_to
 from qvc.errors import CorruptionError, InvalidInputError, InvalidThreadIdError, UnknownThreadError
 from qvc.readers.dates import ago
@@ -103,7 +103,8 @@ def branch(names: tuple[str, ...], verbose: bool, delete: bool, force_delete: bo
         if len(names) > 2:
             raise click.UsageError("usage: qvc branch NEW [CHECKPOINT]")
         rev = revision(store, names[1] if len(names) == 2 else None)
-        run = fork_run(store, rev.commit, names[0])  # from a run: a run, as `qvc timeline NEW` reads it
+        # named as a run's (RUN, RUN@N): a run, as `qvc timeline NEW` reads it; else a thread
+        run = fork_run(store, rev.commit, names[0]) if len(names) == 2 and run_named(store, names[1]) else None
         if run is not None:
             from qvc.runs import thread_of  # deferred: start-up speed
 

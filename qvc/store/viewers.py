@@ -228,20 +228,39 @@ def editor_for(key: str) -> Optional[Editor]:
 
 
 def editor_of(store: GitCheckpointStore, sha: str) -> Optional[tuple[str, Optional[Editor]]]:
-    """``(header key, editor)`` for checkpoint commit ``sha``: the first key of its header (other than
-    the store's) with an editor; ``(key, None)`` when one is declared but its module does not import
-    (its framework is not installed: the caller says so); ``None`` when no key has one.
-    Reads the checkpoint's header."""
-    missing = None
-    for key in store.header(sha)[0]:
-        if key in STORE_KEYS:
-            continue
-        declared, editor = _lookup(EDITORS, key)
-        if editor is not None:
-            return key, editor
-        if declared and missing is None:
-            missing = (key, None)
-    return missing
+    """``(key, editor)`` for checkpoint commit ``sha``: the first key of its header (other than
+    the store's) with an editor, else ``"source:" +`` its metadata's ``source`` when one is
+    declared for it (runs: ``"source:run"``); for a copy or an edit (:data:`COPY_SOURCES`) without
+    one, that of the checkpoint it was made from (its first parent, and so on back, as
+    :func:`viewer_of`). ``(key, None)`` when one is declared but its module does not import (its
+    framework is not installed: the caller says so); ``None`` when none is. Reads the headers."""
+    at: Optional[str] = sha
+    for _ in range(_MADE_FROM_MAX):
+        if at is None:
+            return None
+        try:
+            header, metadata = store.header(at)
+        except CorruptionError:  # not a checkpoint (a foreign commit), or damaged: no editor
+            return None
+        missing = None
+        for key in header:
+            if key in STORE_KEYS:
+                continue
+            declared, editor = _lookup(EDITORS, key)
+            if editor is not None:
+                return key, editor
+            if declared and missing is None:
+                missing = (key, None)
+        if missing is not None:
+            return missing
+        source = metadata.get("source") if isinstance(metadata, dict) else None
+        if isinstance(source, str) and source not in STORE_SOURCES:
+            declared, editor = _lookup(EDITORS, "source:" + source)
+            return ("source:" + source, editor) if declared else None
+        if source not in COPY_SOURCES:
+            return None
+        at = store.commit_info(at).parent
+    return None
 
 
 def view_state(store: GitCheckpointStore, sha: str, state: dict[str, Any], *, plain: bool = False) -> dict[str, Any]:

@@ -43,13 +43,44 @@ def test_a_branch_from_a_run_is_a_run(run_repo):
     assert "already exists" in taken.stderr and taken.stderr.count("\n") == 1
 
 
-def test_a_branch_from_a_runs_head_is_a_run_and_from_a_plain_checkpoint_a_thread(run_repo):
+def test_a_branch_from_a_run_named_as_a_run_is_a_run_else_a_thread(run_repo):
     from helpers import put
 
     repo = ["--repo", str(run_repo), "--no-pager"]
-    qvc(*repo, "branch", "side", "run/s/r")  # the run's head, named by its thread
+    qvc(*repo, "branch", "side", "r")  # the run's head, named as the run
     assert "side@10" in qvc(*repo, "timeline", "side").stdout
+    qvc(*repo, "branch", "copy", "run/s/r")  # named by its thread: a thread (that reads as the run it copies)
+    assert "copy" in qvc(*repo, "branch").stdout.split() and qvc_json(*repo, "show", "copy")["state"]["messages"]
     with GitCheckpointStore(run_repo) as store:
         put(store, "t", "c0")
     assert "Forked thread 'u'" in qvc(*repo, "branch", "u", "t").stdout
     assert "u" in qvc(*repo, "branch").stdout.split()
+
+
+def test_a_run_checks_out_as_its_conversation_and_commits_back_as_a_run(run_repo, tmp_path):
+    """Issue 32: ``qvc checkout RUN --to DIR`` wrote the run's storage (``log%2E00000000.json``,
+    ``owner.json``, ``takeovers.json``), not the conversation."""
+    import json
+
+    repo = ["--repo", str(run_repo), "--no-pager"]
+    work = tmp_path / "w"
+    qvc(*repo, "checkout", "r@7", "--to", str(work))
+    files = sorted(p.name for p in work.iterdir() if not p.name.startswith("."))
+    assert "messages.json" in files and "status.json" in files and "run.json" in files, files
+    assert not [f for f in files if f.startswith(("log%2E", "sealed%2E", "owner", "takeovers"))], files
+    messages = json.loads((work / "messages.json").read_text())
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "tool", "assistant", "tool"]
+    call = messages[2]["tool_calls"][0]
+    assert call["name"] == "search" and call["args"] == {"city": "Paris"}
+    # an edit of the conversation commits back as the run with that conversation
+    messages.append({"role": "user", "content": "And Berlin?"})
+    (work / "messages.json").write_text(json.dumps(messages))
+    qvc(*repo, "checkout", "run/s/r")
+    qvc(*repo, "commit", str(work), "-m", "ask about Berlin")
+    shown = qvc_json(*repo, "show", "run/s/r")
+    assert [m["content"] for m in shown["state"]["messages"]][-2:] == [messages[-2]["content"], "And Berlin?"]
+    assert [m["id"] for m in shown["state"]["messages"][:7]] == [m["id"] for m in messages[:7]]  # kept as stored
+    assert "r@8" in qvc(*repo, "timeline", "r").stdout  # the run's timeline has it
+    raw = qvc_json(*repo, "show", "--raw", "run/s/r")["state"]
+    assert raw["log.00000002"]["messages"] == [{**raw["log.00000002"]["messages"][0], "role": "user",
+                                                 "content": "And Berlin?"}]
