@@ -12,7 +12,6 @@ from typing import Any
 import click
 
 from qvc.cli.app import Session, session
-from qvc.errors import QvcError
 
 _NAMED = {"\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f", "\r": "\\r"}
 _CONTROL = re.compile(r"\x1b\[[0-9;]*m|[\x00-\x1f\x7f-\x9f]")  # colours (ours, kept), then controls
@@ -95,20 +94,12 @@ def value_width() -> int:
 
 
 def short(checkpoint_id: str, store=None) -> str:
-    """A checkpoint id short enough to read: an id of up to 16 characters whole, a longer one as
-    its shortest prefix of 12 or more characters that names it alone in ``store`` (default: the
-    store the running command opened; :meth:`~qvc.store.git_store.GitCheckpointStore.abbreviate`),
-    so that typing it back resolves to it, as git abbreviates SHAs. Without a store (or when its
-    history does not read), the first 12 characters."""
-    if len(checkpoint_id) <= 16:
-        return checkpoint_id
-    if store is None:
+    """A checkpoint id short enough to read, unique in ``store`` (default: the store the running
+    command opened), as :func:`qvc.readers.log.short_id` writes it: typed back, it resolves."""
+    from qvc.readers.log import short_id  # deferred: start-up speed
+
+    if store is None and len(checkpoint_id) > 16:
         ctx = click.get_current_context(silent=True)
         running = ctx.find_object(Session) if ctx is not None else None
         store = running.opened if running is not None else None
-    if store is not None:
-        try:
-            return store.abbreviate(checkpoint_id, 12)
-        except QvcError:  # a damaged repository: the ids still read, maybe not uniquely
-            pass
-    return checkpoint_id[:12]
+    return short_id(checkpoint_id, store)

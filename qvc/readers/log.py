@@ -647,6 +647,21 @@ def check_format(fmt: str) -> str:
     return fmt
 
 
+def short_id(checkpoint_id: str, store: GitCheckpointStore | None = None) -> str:
+    """A checkpoint id short enough to read: an id of up to 16 characters whole, a longer one as
+    its shortest prefix of 12 or more characters that names it alone in ``store``
+    (:meth:`~qvc.store.git_store.GitCheckpointStore.abbreviate`: it reads back), as git abbreviates
+    SHAs; without a store, or when its history does not read, the first 12 characters."""
+    if len(checkpoint_id) <= 16:
+        return checkpoint_id
+    if store is not None:
+        try:
+            return store.abbreviate(checkpoint_id, 12)
+        except QvcError:  # a damaged repository: the ids still read, maybe not uniquely
+            pass
+    return checkpoint_id[:12]
+
+
 def format_entry(e: LogEntry, fmt: str, *, head_thread: str | None = None, head_commit: str | None = None,
                  now: float | None = None, store: GitCheckpointStore | None = None) -> str:
     """``e`` written with the placeholders of :data:`PLACEHOLDERS` in ``fmt`` replaced
@@ -670,8 +685,7 @@ def format_entry(e: LogEntry, fmt: str, *, head_thread: str | None = None, head_
                     "d": f" ({', '.join(names)})" if names else "", "D": ", ".join(names), "n": "\n",
                     "%": "%"}[letter]
         cid = e.checkpoint_id
-        shortid = cid if len(cid) <= 16 else store.abbreviate(cid) if store is not None else cid[:12]
-        return {"id": cid, "shortid": shortid, "thread": e.thread or "",
+        return {"id": cid, "shortid": short_id(cid, store), "thread": e.thread or "",
                 "step": "" if e.step is None else str(e.step), "source": e.source or "put",
                 "status": e.status or "", "changed": ",".join(e.changed), "nchanged": str(len(e.changed)),
                 "superseded": "superseded" if e.superseded else ""}[name]

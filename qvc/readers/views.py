@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from qvc.codec.tagged import to_jsonable
 from qvc.errors import CorruptionError, NotFoundError, UnknownThreadError
-from qvc.readers.log import entry, log
+from qvc.readers.log import entry, log, short_id
 from qvc.store.refnames import superseded_prefix
 from qvc.store.viewers import collecting_notes, view_state
 
@@ -158,7 +158,8 @@ def run_of_thread(thread: str) -> Optional[dict[str, str]]:
 
 
 def thread_line_json(store: GitCheckpointStore, thread: str, limit: int = 500) -> dict[str, Any]:
-    """A thread's history for a graph: its line (``qvc log`` entries, newest first, crossing into
+    """A thread's history for a graph: its line (``qvc log`` entries, each with its ``shortid``
+    (:func:`~qvc.readers.log.short_id`), newest first, crossing into
     the source thread at a fork; at most ``limit``), the lines time travel left behind (each
     with the commit where it joins the line), and the threads forked from the line.
 
@@ -168,7 +169,7 @@ def thread_line_json(store: GitCheckpointStore, thread: str, limit: int = 500) -
     tip = store.head(thread)
     if tip is None:
         raise UnknownThreadError(f"thread {thread!r} not found")
-    entries = [e.to_json() for e in log(store, tip, limit=limit + 1)]
+    entries = [{**e.to_json(), "shortid": short_id(e.checkpoint_id, store)} for e in log(store, tip, limit=limit + 1)]
     on_line = {info.hex for info in store.first_parents(tip)}
     superseded = []
     for ref, stip in store.repository.refs(superseded_prefix(thread)):
@@ -177,7 +178,8 @@ def thread_line_json(store: GitCheckpointStore, thread: str, limit: int = 500) -
             if info.hex in on_line:
                 joins = info.hex
                 break
-            line.append(entry(store, info.hex, superseded=True).to_json())
+            line.append({**entry(store, info.hex, superseded=True).to_json(),
+                         "shortid": short_id(info.checkpoint_id, store)})
         superseded.append({"ref": ref, "tip": stip, "joins": joins, "line": line})
     forks = []
     for other in store.threads():

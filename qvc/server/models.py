@@ -113,6 +113,8 @@ class LogEntry(BaseModel):
     status: Optional[str]
     heads: List[str]
     superseded: bool
+    shortid: Optional[str] = Field(None, description="The id as people read it: its shortest unique prefix "
+                                   "(12 characters or more) when longer than 16, as `qvc log --oneline` prints it")
 
 
 class SupersededLine(BaseModel):

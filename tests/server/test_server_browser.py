@@ -308,6 +308,21 @@ def test_a_runs_state_has_no_storage_records_and_numbers_read_as_people_read_the
     shot(browser, artifacts, "run-state", "checkpoint")
 
 
+
+def test_short_ids_are_the_command_lines_unique_prefixes(page, server, browser, repo):
+    """Issue 32: LangGraph's time-ordered ids share their first 12 characters; the page shows a
+    checkpoint by the prefix ``qvc log --oneline`` prints, unique in the repository."""
+    from helpers import qvc
+
+    page("weather")  # (the console check at the end)
+    rows = [line.split() for line in qvc("--repo", str(repo), "log", "--format=%H %(shortid)", "weather").stdout
+            .splitlines()]
+    commit, printed = max(rows, key=lambda r: len(r[1]))
+    assert len(printed) > 12  # its first 12 characters name another checkpoint too
+    browser.get(base_url(server) + f"#t=weather&c={commit}")
+    WebDriverWait(browser, 20).until(text_in("cp-id", printed))
+    assert browser.find_element(By.ID, "cp-id").get_attribute("textContent") == printed
+
 # -- diff between two picked checkpoints -----------------------------------------------------------
 
 

@@ -53,7 +53,10 @@ async function api(method, path, body) {
 }
 
 const enc = (s) => encodeURIComponent(s).replace(/%2F/g, "/");
-const shortId = (id) => (id && id.length > 16 ? id.slice(0, 12) : id || "");
+// A checkpoint id as people read it: the server's shortest unique prefix (`shortid` of the line's
+// entries, as `qvc log --oneline` prints it), else its first 12 characters when longer than 16.
+const shortIds = new Map();
+const shortId = (id) => shortIds.get(id) || (id && id.length > 16 ? id.slice(0, 12) : id || "");
 // Numbers as people read them (qvc.readers.statediff.for_people does the same for the command
 // line): a time in Unix seconds under a key such as `time`, `created_at`, `update_time` as a date,
 // a float duration under `duration`, `latency`, `time_to_first_token` rounded; the JSON keeps both raw.
@@ -207,6 +210,7 @@ async function openThread(thread, checkpoint = null) {
     notice(e.message, true);
     return;
   }
+  for (const e of [...state.line.line, ...state.line.superseded.flatMap((s) => s.line)]) if (e.shortid) shortIds.set(e.id, e.shortid);
   $("#empty").hidden = true;
   $("#thread").hidden = false;
   $("#thread-name").textContent = thread;
