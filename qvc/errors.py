@@ -127,6 +127,12 @@ class RemoteError(QvcError):
     """Talking to a remote failed as a whole: unreachable, authentication refused, not a repository."""
 
 
+class RemoteStorageError(RemoteError, StorageError):
+    """The remote's file system refused the push: its disk is full (``errno.ENOSPC``, or
+    ``EDQUOT`` for a quota); nothing more was stored there. A :class:`StorageError` (exit 1,
+    as a full local disk) and a :class:`RemoteError`; ``filename`` is the remote's URL."""
+
+
 class PushRejectedError(CheckpointConflictError):
     """The push left at least one ref unpushed; ``result`` holds every ref's outcome and reason.
 

@@ -2,12 +2,13 @@
 per-invocation session (which opens the store), names in arguments (resolving and completing
 them), and the entry points that turn errors into one line on stderr and an exit status.
 
-Command modules (:mod:`qvc.cli.history`, ...) add their commands to :data:`cli`;
-:mod:`qvc.cli` imports them all. This module imports none of them.
+Command modules (:mod:`qvc.cli.history`, ...) add their commands to :data:`cli` when imported;
+:class:`LazyGroup` imports the one a command needs on first use. No module imports them all up front.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
@@ -31,6 +32,7 @@ EXIT_CONFLICT = 4  # another writer got there first; a name already taken
 EXIT_CORRUPT = 5  # damaged repository (also `qvc fsck` finding problems)
 EXIT_DURABILITY = 6  # a flush failed
 EXIT_NOT_A_REPO = 128  # no repository here (git's "fatal" status)
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as git)
 
 EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (NotARepositoryError, EXIT_NOT_A_REPO), (NotFoundError, EXIT_NOT_FOUND), (InvalidInputError, EXIT_USAGE),
@@ -126,8 +128,36 @@ def complete_names(ctx: click.Context, param: click.Parameter, incomplete: str) 
 
 
 # The order of `qvc --help`: reading history, changing it, runs, following, remotes, the rest.
-ORDER = ("init", "status", "log", "show", "diff", "blame", "bisect", "branch", "checkout", "commit", "reset", "reflog",
-         "tag", "runs", "timeline", "watch", "remote", "push", "fetch", "clone", "serve", "gc", "fsck", "completion")
+ORDER = ("init", "status", "log", "show", "diff", "blame", "bisect", "branch", "checkout", "switch", "commit", "reset",
+         "reflog", "rev-parse", "tag", "runs", "timeline", "watch", "remote", "push", "fetch", "clone", "serve", "gc",
+         "fsck", "completion")
+
+
+class Interrupted(Exception):
+    """Ctrl-C while a command ran (click would print a blank line for a KeyboardInterrupt)."""
+
+#: The module of :mod:`qvc.cli` that defines each command: a command runs with its own module
+#: loaded and no other (start-up speed). A command missing here still runs (every module is
+#: loaded to find it), only slower.
+COMMANDS = {
+    "init": "repository", "status": "repository", "rev-parse": "repository",
+    "log": "history", "show": "history", "blame": "history",
+    "diff": "changes",
+    "bisect": "searching",
+    "branch": "threads", "checkout": "threads", "switch": "threads", "reset": "threads", "reflog": "threads",
+    "commit": "workdir",
+    "tag": "tags",
+    "runs": "runs", "timeline": "runs",
+    "watch": "following",
+    "remote": "remotes", "push": "remotes", "fetch": "remotes", "clone": "remotes",
+    "serve": "serving",
+    "gc": "maintenance", "fsck": "maintenance", "cat-blob": "maintenance",
+    "completion": "completion",
+}
+
+#: Every command module; importing one adds its commands to :data:`cli`.
+MODULES = ("changes", "completion", "following", "history", "maintenance", "remotes", "repository", "runs",
+           "searching", "serving", "tags", "threads", "workdir")
 
 
 class Group(click.Group):
@@ -137,8 +167,35 @@ class Group(click.Group):
         rank = {name: i for i, name in enumerate(ORDER)}
         return sorted(self.commands, key=lambda name: rank.get(name, len(ORDER)))
 
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise Interrupted() from None
 
-@click.group(cls=Group, context_settings=CONTEXT)
+
+class LazyGroup(Group):
+    """The root group: imports a command's module (:data:`COMMANDS`) when the command is first
+    asked for, so ``qvc log`` never loads what ``qvc push`` needs. Listing the commands (``--help``,
+    completion) loads them all."""
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands:
+            load(*([COMMANDS[name]] if name in COMMANDS else MODULES))
+        return super().get_command(ctx, name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        load(*MODULES)
+        return super().list_commands(ctx)
+
+
+def load(*modules: str) -> None:
+    """Import command modules of :mod:`qvc.cli` by name (each adds its commands to :data:`cli`)."""
+    for name in modules:
+        importlib.import_module(f"qvc.cli.{name}")
+
+
+@click.group(cls=LazyGroup, context_settings=CONTEXT)
 @click.option("-C", "chdir", metavar="DIR", type=click.Path(file_okay=False),
               help="Run as if qvc was started in DIR.")
 @click.option("--repo", metavar="PATH",
@@ -193,8 +250,9 @@ def main(argv: list[str] | None = None) -> int:
         return fail(exc.format_message() + hint, EXIT_USAGE)
     except click.ClickException as exc:
         return fail(exc.format_message(), exc.exit_code)
-    except click.Abort:
-        return fail("aborted", EXIT_ERROR)
+    except click.Abort as exc:  # click turns Ctrl-C into Abort: 130 then, as git (128 + SIGINT)
+        return fail("interrupted", EXIT_INTERRUPTED) if isinstance(exc.__cause__, KeyboardInterrupt) \
+            else fail("aborted", EXIT_ERROR)
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else EXIT_ERROR
     except QvcError as exc:
@@ -202,8 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `qvc log | head`: the reader left; not an error
         silence_stdout()
         return 0
-    except KeyboardInterrupt:
-        return fail("interrupted", 130)
+    except (KeyboardInterrupt, Interrupted):
+        return fail("interrupted", EXIT_INTERRUPTED)
     except OSError as exc:
         return fail(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}", EXIT_ERROR)
 

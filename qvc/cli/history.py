@@ -9,7 +9,6 @@ from datetime import datetime
 import click
 
 from qvc.cli.app import cli, complete_names, revision, run_names, session
-from qvc.cli.following import follow_log
 from qvc.cli.output import emit_json, page, qname, short, style, value_width
 from qvc.cli.runs import number_entries, run_number, show_run, shown_name
 from qvc.errors import CorruptionError, InvalidInputError, NotFoundError
@@ -132,6 +131,8 @@ def log(names: tuple[str, ...], limit: int | None, oneline: bool, graph: bool, a
     if follow:
         if graph or all_ or selecting or since or until or first_parent or order or len(names) > 1:
             raise click.UsageError("--follow takes one thread and -n, --oneline, --format, --raw or --json")
+        from qvc.cli.following import follow_log  # deferred: start-up speed (json, datetime)
+
         return follow_log(store, names[0] if names else None, limit, as_json,
                           lambda e, head: entry_lines(e, head, oneline, fmt, decorate),
                           compact=oneline or fmt is not None, raw=raw)
@@ -292,9 +293,11 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool, r
     try:  # RUN@N is the run as it was (show_run), not only its checkpoint
         rev = parse_revision(store, name or "HEAD")
     except NotFoundError:
-        if name is None or not show_run(store, name, full, as_json):
-            raise
-        return
+        if name is not None and show_run(store, name, full, as_json):
+            return
+        if name is not None and ":" in name:  # git's REV:PATH
+            return show_field(store, *name.split(":", 1), as_json)
+        raise
     about = store.commit_info(rev.commit)
     number = run_number(store, about.thread_id, about.checkpoint_id)  # RUN@N for a run's checkpoint
     if as_json:
@@ -339,6 +342,27 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool, r
     lines.append(style(f"Pending writes ({len(writes)}):", bold=True) if writes else "Pending writes: none")
     lines += [f"  {w.task_id} {w.channel}: {shorten(w.value, full, width)}" for w in writes]
     page(lines)
+
+
+def show_field(store, name: str, field: str, as_json: bool) -> None:
+    """``qvc show REV:FIELD``: the stored field's value alone, as git's ``show REV:PATH`` prints a
+    file: the text of its field file (``qvc checkout --to``), or its tagged JSON with ``--json``."""
+    # deferred: start-up speed
+    from qvc.codec.tagged import to_jsonable
+    from qvc.readers.statefiles import field_text
+
+    commit = revision(store, name or "HEAD").commit
+    try:
+        value = store.field_value(commit, field)
+    except NotFoundError:
+        damaged: dict[str, str] = {}
+        fields = sorted([*store.read(commit, damaged=damaged).checkpoint.state_data, *damaged])
+        raise NotFoundError(f"checkpoint {name or 'HEAD'} has no field {field!r} "
+                            f"(fields: {', '.join(fields) or 'none'})") from None
+    if as_json:
+        emit_json(to_jsonable(value, field))
+    else:
+        page(field_text(value, field).rstrip("\n").split("\n"))
 
 
 @cli.command()

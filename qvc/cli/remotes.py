@@ -130,31 +130,59 @@ def remote_replicate(name: str, off: bool) -> None:
     out(f"{'Stopped replicating' if off else 'Replicating'} to {name}")
 
 
+def default_remote(store, name: str | None) -> str:
+    """REMOTE as given, else the current thread's upstream (`qvc push -u`), else ``origin`` (as git)."""
+    from qvc.remotes.remote import upstream  # deferred: start-up speed
+
+    if name is not None:
+        return name
+    head = store.current_or_none()
+    return upstream(store, head.thread if head is not None else None) or "origin"
+
+
 @cli.command()
-@click.argument("remote_name", metavar="[REMOTE]", required=False, default="origin")
+@click.argument("remote_name", metavar="[REMOTE]", required=False)
 @click.argument("threads", nargs=-1, shell_complete=complete_names)
+@click.option("-f", "--force", is_flag=True,
+              help="Push threads the remote rewound or moved elsewhere anyway (keeping its line as superseded).")
+@click.option("--force-with-lease", is_flag=True,
+              help="As --force, only where the remote is where the last fetch left REMOTE/THREAD.")
+@click.option("-u", "--set-upstream", "upstream", is_flag=True,
+              help="Record REMOTE as the pushed threads' upstream (git's branch.<thread>.remote).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress and no per-ref lines.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def push(remote_name: str, threads: tuple[str, ...], quiet: bool, as_json: bool) -> None:
+def push(remote_name: str | None, threads: tuple[str, ...], force: bool, force_with_lease: bool, upstream: bool,
+         quiet: bool, as_json: bool) -> None:
     """Push threads (default: all) to REMOTE (default: origin), with their superseded lines
     and pending writes. Only what changed is sent. Exits with status 4 if the server or a
-    newer remote line rejected any ref (each is listed with its reason).
+    newer remote line rejected any ref (each is listed with its reason), among them a thread
+    whose push would undo a time travel made on the remote (--force pushes it).
 
     \b
     Example:
       qvc push                    # every thread to origin
       qvc push backup run-7 run-8
+      qvc push -u origin run-7    # and record origin as run-7's upstream
     """
     from qvc.remotes import push as push_threads  # deferred: start-up speed
 
     store = session().store(write=True)
     try:
-        result = push_threads(store, remote_name, list(threads) or None, **transfer_options(quiet or as_json))
+        result = push_threads(store, default_remote(store, remote_name), list(threads) or None, force=force,
+                              force_with_lease=force_with_lease, **transfer_options(quiet or as_json))
     except PushRejectedError as exc:
         result = exc.result
         report_push(result, quiet, as_json)
         raise
     report_push(result, quiet, as_json)
+    if upstream:
+        from qvc.remotes.remote import set_upstream  # deferred: start-up speed
+
+        for u in result.updates:
+            if u.thread is not None and u.ref.startswith("refs/heads/"):
+                set_upstream(store, u.thread, result.remote)
+                if not (quiet or as_json):
+                    out(f"thread {u.thread!r} set up to track {result.remote}/{u.thread}")
 
 
 def report_push(result, quiet: bool, as_json: bool) -> None:
@@ -177,11 +205,12 @@ def report_push(result, quiet: bool, as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("remote_name", metavar="[REMOTE]", required=False, default="origin")
+@click.argument("remote_name", metavar="[REMOTE]", required=False)
 @click.argument("threads", nargs=-1)
+@click.option("--all", "all_remotes", is_flag=True, help="Fetch from every configured remote.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress and no per-ref lines.")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def fetch(remote_name: str, threads: tuple[str, ...], quiet: bool, as_json: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (with --all: an array).")
+def fetch(remote_name: str | None, threads: tuple[str, ...], all_remotes: bool, quiet: bool, as_json: bool) -> None:
     """Fetch REMOTE's threads (default: origin; or only THREAD...) as REMOTE/THREAD, with their lines and writes.
 
     Read them with `qvc log origin/THREAD`, fork one with `qvc checkout -b NEW origin/THREAD`.
@@ -192,18 +221,33 @@ def fetch(remote_name: str, threads: tuple[str, ...], quiet: bool, as_json: bool
     Example:
       qvc fetch && qvc log origin/run-7
       qvc fetch origin run-7 run-9
+      qvc fetch --all
     """
     # deferred: start-up speed
     from qvc.remotes import fetch as fetch_threads
-    from qvc.store.refnames import decode_thread
+    from qvc.remotes import remotes as configured
 
-    result = fetch_threads(session().store(write=True), remote_name, list(threads) if threads else None,
-                           **transfer_options(quiet or as_json))
+    store = session().store(write=True)
+    if all_remotes:
+        if remote_name is not None:
+            raise click.UsageError("--all fetches every remote: name none")
+        names = [r.name for r in configured(store)]
+    else:
+        names = [default_remote(store, remote_name)]
+    results = [fetch_threads(store, name, list(threads) if threads else None, **transfer_options(quiet or as_json))
+               for name in names]
     if as_json:
-        emit_json(result.to_json())
+        emit_json([r.to_json() for r in results] if all_remotes else results[0].to_json())
         return
-    if quiet:
-        return
+    if not quiet:
+        for result in results:
+            report_fetch(result)
+
+
+def report_fetch(result) -> None:
+    """What ``qvc fetch`` prints about a :class:`~qvc.remotes.remote.FetchResult`."""
+    from qvc.store.refnames import decode_thread  # deferred: start-up speed
+
     heads = [u for u in result.updates if u.ref.startswith("refs/remotes/")]
     if heads:
         out(f"From {result.url}")

@@ -7,7 +7,7 @@ import time
 
 import click
 
-from qvc.cli.app import cli, session
+from qvc.cli.app import cli, revision, session
 from qvc.cli.output import emit_json, out, qname, short, style, warn
 from qvc.errors import InvalidInputError
 from qvc.readers.dates import ago
@@ -43,23 +43,29 @@ def init(path: str | None, as_json: bool) -> None:
 
 
 @cli.command()
+@click.option("-s", "--short", "short_form", is_flag=True,
+              help="One line per thing that needs attention (nothing when all is well), as `git status -s`.")
+@click.option("-b", "--branch", "with_branch", is_flag=True, help="With -s: the current thread first (`## THREAD`).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def status(as_json: bool) -> None:
+def status(short_form: bool, with_branch: bool, as_json: bool) -> None:
     """Show the repository, current thread, head and what needs attention.
 
     \b
     Example:
       qvc status
+      qvc status -sb
     """
     from qvc.readers.status import status as repo_status  # deferred: start-up speed
 
     st = repo_status(session().store())
     unreadable = st.damaged is not None and st.thread is None and st.head is None  # HEAD itself
-    if st.damaged and not unreadable:
+    if st.damaged and not unreadable and not short_form:
         warn(f"{'thread ' + repr(st.thread) if st.thread else 'HEAD'} is damaged: {st.damaged} (see `qvc fsck`)")
     if as_json:
         emit_json(st.to_json())
         return
+    if short_form:
+        return short_status(st, with_branch, unreadable)
     out(f"repository {st.path}")
     if unreadable:
         out(style(f"HEAD is damaged: {st.damaged}", fg="red"))
@@ -95,3 +101,81 @@ def status(as_json: bool) -> None:
         error = f", last error: {r['last_error']}" if r["last_error"] else ""
         out(style(f"replicating to {r['remote']}: {lag}{last}{error}",
                   fg="yellow" if r["threads_behind"] or error else None))
+
+
+def short_status(st, with_branch: bool, unreadable: bool) -> None:
+    """``qvc status -s [-b]``: ``## THREAD`` with -b, then ``!! what`` for each thing that needs
+    attention (what the long form prints in colour), nothing more."""
+    if with_branch:
+        if unreadable:
+            out("## HEAD (damaged)")
+        elif st.thread is None:
+            out("## HEAD (no thread)")
+        elif st.head is None:
+            out(f"## No checkpoints yet on {qname(st.thread)}")
+        else:
+            out(f"## {qname(st.thread)}")
+    items = [f"{'HEAD' if unreadable or not st.thread else 'thread ' + qname(st.thread)} is damaged: {st.damaged}"
+             ] if st.damaged else []
+    items += [f"recovered on open: {st.recovery}"] if st.recovery else []
+    items += [f"files moved aside by a repair: {folder}" for folder in st.quarantine]
+    items += [f"maintenance due ({st.maintenance_due}): run `qvc gc`"] if st.maintenance_due else []
+    items += [f"{st.failures} checkpoint failure(s) recorded (qvc/failures.log)"] if st.failures else []
+    items += [f"replicating to {r['remote']}: {r['threads_behind']} thread(s) behind"
+              for r in st.replication if r["threads_behind"]]
+    items += [f"replicating to {r['remote']}: last error: {r['last_error']}" for r in st.replication if r["last_error"]]
+    for item in items:
+        out(style(f"!! {item}", fg="red"))
+
+
+class RevParseCommand(click.Command):
+    """``--short`` alone or as git's ``--short=N`` (never taking the next argument as its N)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        spelled = []
+        for arg in args:
+            spelled += ["--short", "--abbrev", arg[len("--short="):]] if arg.startswith("--short=") else [arg]
+        return super().parse_args(ctx, spelled)
+
+
+@cli.command("rev-parse", cls=RevParseCommand)
+@click.argument("names", nargs=-1, required=True, metavar="REVISION...")
+@click.option("--short", "shorten", is_flag=True,
+              help="The shortest unique prefix of the SHA: 7 characters or more (--short=N: N or more).")
+@click.option("--abbrev", "length", type=click.IntRange(4, 40, clamp=True), default=7, hidden=True)
+@click.option("--abbrev-ref", is_flag=True, help="A thread's name rather than its SHA (HEAD: the current thread).")
+def rev_parse(names: tuple[str, ...], shorten: bool, length: int, abbrev_ref: bool) -> None:
+    """Print the commit SHA each REVISION names, one per line, as `git rev-parse` does.
+
+    \b
+    Example:
+      qvc rev-parse run-7~2           # the full commit SHA
+      qvc rev-parse --short HEAD      # its shortest unique prefix (7 or more characters)
+      qvc rev-parse --abbrev-ref HEAD # the current thread ("HEAD" when detached)
+    """
+    from qvc.store.revisions import thread_named  # deferred: start-up speed
+
+    store = session().store()
+    for name in names:
+        if abbrev_ref and name in ("HEAD", "@"):
+            out(qname(store.current().thread or "HEAD"))
+            continue
+        if abbrev_ref and thread_named(store, name) is not None:
+            out(qname(name))
+            continue
+        sha = revision(store, name).commit
+        out(unique_prefix(store, sha, length) if shorten else sha)
+
+
+def unique_prefix(store, sha: str, length: int) -> str:
+    """The shortest prefix of ``sha``, at least ``length`` long, that names it alone (no other
+    commit SHA or checkpoint id begins with it), so typing it back gives the same commit."""
+    from qvc.errors import QvcError  # deferred: start-up speed
+
+    for n in range(length, len(sha)):
+        try:
+            if store.resolve(sha[:n]) == sha:
+                return sha[:n]
+        except QvcError:  # ambiguous: one character more
+            continue
+    return sha

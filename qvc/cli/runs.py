@@ -12,7 +12,7 @@ from typing import Iterable, Iterator
 import click
 
 from qvc.cli.app import cli, session
-from qvc.cli.output import emit_json, page, short, style, value_width
+from qvc.cli.output import emit_json, out, page, short, style, value_width
 from qvc.errors import InvalidInputError, QvcError, UnknownRunError
 from qvc.readers.dates import ago
 
@@ -75,6 +75,9 @@ def runs(session_id: str | None, as_json: bool) -> None:
     found = Runs(session().store()).list_runs(session_id)
     if as_json:
         emit_json([r.to_dict() for r in found])
+        return
+    if not found:
+        out(f"no runs{f' in session {session_id}' if session_id else ''} (qvc.runs records them; see docs/runs.md)")
         return
     lines = []
     for r in found:

@@ -50,15 +50,27 @@ def fork(store, rev, new: str):
 @click.option("-D", "force_delete", is_flag=True,
               help="Delete threads even with kept lines or a damaged ref (never the current one).")
 @click.option("-m", "--move", "move", is_flag=True, help="Rename: OLD NEW (or NEW for the current thread).")
+@click.option("-f", "--force", is_flag=True,
+              help="NEW CHECKPOINT: move an existing thread NEW there (time travel); with -d: as -D.")
+@click.option("-r", "--remotes", "remote_only", is_flag=True, help="List the remote threads (REMOTE/THREAD).")
+@click.option("-a", "--all", "all_", is_flag=True, help="List the threads and the remote threads.")
+@click.option("--contains", metavar="CHECKPOINT", help="List only threads whose line holds CHECKPOINT.")
+@click.option("--show-current", is_flag=True, help="Print the current thread's name (nothing when detached).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def branch(names: tuple[str, ...], verbose: bool, delete: bool, force_delete: bool, move: bool,
-           as_json: bool) -> None:
+def branch(names: tuple[str, ...], verbose: bool, delete: bool, force_delete: bool, move: bool, force: bool,
+           remote_only: bool, all_: bool, contains: str | None, show_current: bool, as_json: bool) -> None:
     """List, fork, delete or rename threads.
 
     \b
-    qvc branch [-v]                 list threads (* marks the current one)
+    qvc branch [-v] [-r|-a]         list threads (* marks the current one); -r the
+                                    remote ones (REMOTE/THREAD), -a both
+    qvc branch --contains CHECKPOINT
+                                    the threads whose line holds CHECKPOINT
+    qvc branch --show-current       the current thread's name
     qvc branch NEW [CHECKPOINT]     fork a new thread (default: from HEAD); from a
                                     run's checkpoint (RUN@N), a new run NEW
+    qvc branch -f THREAD CHECKPOINT move THREAD to its CHECKPOINT (as `qvc reset`;
+                                    the line left behind is kept), or fork it if new
     qvc branch -d THREAD...         delete; refuses a thread not fully merged (its head
                                     on no other thread's line nor HEAD's) or with lines
                                     kept by time travel (use -D)
@@ -75,13 +87,23 @@ def branch(names: tuple[str, ...], verbose: bool, delete: bool, force_delete: bo
       qvc branch retry-1 run-7~3
       qvc checkout retry-1 && qvc branch -D run-7
     """
+    listing = remote_only or all_ or contains is not None
+    if sum((delete or force_delete, move, listing, show_current)) > 1:
+        raise click.UsageError("choose one of -d/-D, -m, --show-current and listing (-r, -a, --contains)")
+    if (listing or show_current) and names:
+        raise click.UsageError("-r, -a, --contains and --show-current take no thread names")
+    if force and (move or listing or show_current):
+        raise click.UsageError("-f goes with -d or NEW [CHECKPOINT]")
     store = session().store(write=bool(delete or force_delete or move or names))
-    if sum((delete or force_delete, move)) > 1:
-        raise click.UsageError("choose one of -d/-D and -m")
+    if show_current:
+        head = store.current()
+        if head.thread is not None:
+            out(qname(head.thread))
+        return
     if delete or force_delete:
         if not names:
             raise click.UsageError("name the thread(s) to delete")
-        delete_threads(store, names, force_delete)
+        delete_threads(store, names, force_delete or force)
         return
     if move:
         if len(names) not in (1, 2):
@@ -103,6 +125,8 @@ def branch(names: tuple[str, ...], verbose: bool, delete: bool, force_delete: bo
         if len(names) > 2:
             raise click.UsageError("usage: qvc branch NEW [CHECKPOINT]")
         rev = revision(store, names[1] if len(names) == 2 else None)
+        if force and store.head(names[0]) is not None:
+            return move_thread(store, names[0], rev, as_json)
         # named as a run's (RUN, RUN@N): a run, as `qvc timeline NEW` reads it; else a thread
         run = fork_run(store, rev.commit, names[0]) if len(names) == 2 and run_named(store, names[1]) else None
         if run is not None:
@@ -123,7 +147,23 @@ def branch(names: tuple[str, ...], verbose: bool, delete: bool, force_delete: bo
             out(f"Forked thread {made.thread_id!r} from {short(source)} "
                 f"(new checkpoint {short(made.checkpoint_id)})")
         return
-    list_threads(store, verbose or as_json, as_json)
+    within = revision(store, contains).commit if contains is not None else None
+    list_threads(store, verbose or as_json, as_json, local=not remote_only, remote=remote_only or all_,
+                 contains=within)
+
+
+def move_thread(store, thread: str, rev, as_json: bool) -> None:
+    """``qvc branch -f THREAD CHECKPOINT`` on an existing thread: time travel to a checkpoint of its
+    own (git's ``branch -f`` moves a branch anywhere; a qvc checkpoint records its thread, so
+    another thread's checkpoint is refused: fork it). The current thread is refused, as git does."""
+    head = current_head(store)
+    if head is not None and head.thread == thread:
+        raise InvalidInputError(f"cannot force update the current thread {thread!r}: use `qvc reset`")
+    done = store.reset(thread, rev.commit)
+    if as_json:
+        emit_json({"thread": thread, "id": done.checkpoint_id, "commit": store.head(thread)})
+    else:
+        out(f"Moved thread {qname(thread)} to {short(done.checkpoint_id)} (the line left behind is kept)")
 
 
 def delete_threads(store, names: tuple[str, ...], force: bool) -> None:
@@ -182,21 +222,35 @@ def own_checkpoints(store, thread: str) -> int:
     return count
 
 
-def list_threads(store, verbose: bool, as_json: bool) -> None:
-    """``qvc branch [-v] [--json]``."""
+def list_threads(store, verbose: bool, as_json: bool, *, local: bool = True, remote: bool = False,
+                 contains: str | None = None) -> None:
+    """``qvc branch [-v] [-r|-a] [--contains C] [--json]``: the threads (``local``), the remote
+    threads (``remote``, named as git names remote-tracking branches: ``REMOTE/THREAD`` alone,
+    ``remotes/REMOTE/THREAD`` beside the local ones), only those whose line holds ``contains``."""
     from qvc.readers.views import thread_json  # deferred: start-up speed
 
     head = current_head(store)
     current = head.thread if head is not None else None
+    heads = store.thread_heads() if local else []
+    others = remote_heads(store, "remotes/" if local else "") if remote else []
+    if contains is not None:
+        heads = [(t, tip) for t, tip in heads if holds(store, tip, contains)]
+        others = [(t, tip) for t, tip in others if holds(store, tip, contains)]
     if not verbose:  # names only: nothing to read per thread
-        rows = [{"thread": thread, "current": thread == current, "head": tip} for thread, tip in store.thread_heads()]
+        rows = [{"thread": thread, "current": thread == current, "head": tip} for thread, tip in heads]
+        rows += [{"thread": name, "current": False, "head": tip, "remote": True} for name, tip in others]
     else:
         rows = []
-        for thread, tip in store.thread_heads():
+        for thread, tip in heads:
             try:
                 rows.append(thread_json(store, thread, thread == current, tip=tip))
             except CorruptionError as exc:  # one damaged thread: the others are listed all the same
                 warn(f"thread {thread!r} is damaged: {exc} (see `qvc fsck`; `qvc branch -D` removes it)")
+        for name, tip in others:
+            try:
+                rows.append(thread_json(store, name, False, tip=tip) | {"remote": True})
+            except CorruptionError as exc:
+                warn(f"remote thread {name!r} is damaged: {exc} (see `qvc fsck`)")
     if as_json:
         emit_json(rows)
         return
@@ -212,6 +266,27 @@ def list_threads(store, verbose: bool, as_json: bool) -> None:
         lines.append(f"{mark} {name}  {style(short(r['head_id']), fg='yellow')} step {r['step']}{status} · "
                      f"{r['checkpoints']} checkpoint(s) · updated {ago(r['timestamp'])}")
     page(lines)
+
+
+def remote_heads(store, prefix: str) -> list[tuple[str, str]]:
+    """``(name, head)`` of every remote thread, as last fetched: ``prefix`` + ``REMOTE/THREAD``."""
+    from qvc.remotes import remotes  # deferred: start-up speed
+    from qvc.store.refnames import REMOTES
+
+    found = []
+    for r in remotes(store):
+        for ref, tip in store.repository.refs(f"{REMOTES}{r.name}/"):
+            thread = store.thread_of_ref("refs/heads/" + ref[len(REMOTES) + len(r.name) + 1:], tip)
+            found.append((f"{prefix}{r.name}/{thread}", tip))
+    return found
+
+
+def holds(store, tip: str, commit: str) -> bool:
+    """Whether the line ending at ``tip`` holds checkpoint commit ``commit`` (git's ``--contains``)."""
+    try:
+        return store.descends(tip, commit)
+    except CorruptionError:  # a damaged line holds nothing
+        return False
 
 
 @cli.command()
@@ -287,6 +362,57 @@ def checkout(name: str | None, new: str | None, to: str | None, force: bool, as_
         emit_json({"thread": head.thread, "head": head.commit, "detached": head.detached})
     else:
         out(message + repaired)
+
+
+@cli.command()
+@click.argument("name", required=False, shell_complete=complete_names)
+@click.argument("start", required=False, shell_complete=complete_names)
+@click.option("-c", "--create", "create", is_flag=True, help="Fork a new thread NAME at START (default HEAD).")
+@click.option("-d", "--detach", is_flag=True, help="Detach HEAD at the checkpoint NAME.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def switch(ctx: click.Context, name: str | None, start: str | None, create: bool, detach: bool,
+           as_json: bool) -> None:
+    """Switch to a thread, as `git switch` does (`qvc checkout` does more).
+
+    \b
+    qvc switch THREAD          make THREAD the current thread; a thread only one remote
+                               has (REMOTE/THREAD, fetched) is forked locally first
+    qvc switch -               back to where HEAD was before the last checkout
+    qvc switch -c NEW [START]  fork NEW from START (default HEAD) and switch to it
+    qvc switch --detach CHECKPOINT
+                               detach HEAD at a checkpoint
+
+    \b
+    Example:
+      qvc switch -c retry run-7~3
+    """
+    from qvc.store.revisions import thread_named  # deferred: start-up speed
+
+    if name is None:
+        raise click.UsageError("name a thread (or -c NEW, --detach CHECKPOINT)")
+    if create and detach:
+        raise click.UsageError("-c and --detach do not go together")
+    if start is not None and not create and not detach:
+        raise click.UsageError("START goes with -c (`qvc switch -c NEW START`)")
+    if create:
+        return ctx.invoke(checkout, name=start, new=name, as_json=as_json)
+    if detach:
+        if start is not None:
+            raise click.UsageError("usage: qvc switch --detach CHECKPOINT")
+        store = session().store(write=True)  # a thread's name detaches at its head, as in git
+        return ctx.invoke(checkout, name=revision(store, name).commit, as_json=as_json)
+    if name == "-":
+        return ctx.invoke(checkout, name=name, as_json=as_json)
+    store = session().store(write=True)
+    if thread_named(store, name) is None:
+        tracked = [remote for remote, tip in remote_heads(store, "") if remote.split("/", 1)[1] == name]
+        if len(tracked) != 1:
+            raise UnknownThreadError(f"no thread {name!r}" + (
+                f" (remote threads {', '.join(tracked)}: `qvc switch -c {name} REMOTE/{name}`)" if tracked else
+                " (a checkpoint: `qvc switch --detach`; a new thread: `qvc switch -c`)"))
+        return ctx.invoke(checkout, name=tracked[0], new=name, as_json=as_json)
+    return ctx.invoke(checkout, name=name, as_json=as_json)
 
 
 @cli.command()

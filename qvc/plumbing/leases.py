@@ -39,7 +39,7 @@ from typing import Iterable
 from qvc.errors import CheckpointConflictError
 from qvc.plumbing.durability import dirty
 from qvc.plumbing.locking import LOCK, flocked
-from qvc.plumbing.reflog import ZERO
+from qvc.plumbing.reflog import ZERO, reflog_line
 
 TAG = b"qvc lease "
 #: the longest a reader waits for another store to publish the refs it reads (see :func:`settle`)
@@ -235,15 +235,6 @@ def settle(repo_path: str, names: Iterable[str]) -> None:
     if len(_UNPUBLISHED) > 10_000:
         _UNPUBLISHED.clear()
     _UNPUBLISHED.update((path, *identity) for path, identity in waiting.items())
-
-
-def reflog_line(old: str | None, new: str | None, who: str, when: float, message: str) -> bytes:
-    """One reflog line as git writes it (``message`` on one line)."""
-    offset = time.localtime(when).tm_gmtoff // 60
-    sign = "-" if offset < 0 else "+"
-    tz = f"{sign}{abs(offset) // 60:02d}{abs(offset) % 60:02d}"
-    text = " ".join(message.split("\n"))
-    return f"{old or ZERO} {new or ZERO} {who} {int(when)} {tz}\t{text}\n".encode("utf-8", "surrogateescape")
 
 
 def append_reflog(repo_path: str, name: str, lines: bytes) -> None:

@@ -18,12 +18,22 @@ are those before a compacted creation (a ref of that name deleted and created ag
 from __future__ import annotations
 
 import os
+import time
 import zlib
 from dataclasses import dataclass
 
 PACKED = "qvc/reflogs"  # compacted reflogs (see the module docstring)
 
 ZERO = "0" * 40  # git's id for "absent" in a reflog line
+
+
+def reflog_line(old: str | None, new: str | None, who: str, when: float, message: str) -> bytes:
+    """One reflog line as git writes it (``message`` on one line)."""
+    offset = time.localtime(when).tm_gmtoff // 60
+    sign = "-" if offset < 0 else "+"
+    tz = f"{sign}{abs(offset) // 60:02d}{abs(offset) % 60:02d}"
+    text = " ".join(message.split("\n"))
+    return f"{old or ZERO} {new or ZERO} {who} {int(when)} {tz}\t{text}\n".encode("utf-8", "surrogateescape")
 
 
 @dataclass(frozen=True)

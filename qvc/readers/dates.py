@@ -28,7 +28,6 @@ import calendar
 import re
 import time
 from datetime import datetime
-from email.utils import parsedate_to_datetime
 
 from qvc.errors import InvalidInputError
 
@@ -283,6 +282,8 @@ def _absolute(text: str) -> float | None:
     except ValueError:
         when = None
     if when is None:
+        from email.utils import parsedate_to_datetime  # deferred: 8 ms of every CLI start-up otherwise
+
         try:
             when = parsedate_to_datetime(text)
         except (TypeError, ValueError, IndexError):

@@ -37,6 +37,7 @@ Transport is the ``git`` executable (see :mod:`qvc.remotes.transfer` for why).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import shutil
@@ -53,6 +54,7 @@ from qvc.errors import (
     PushRejectedError,
     QvcError,
     RemoteError,
+    RemoteStorageError,
     UnknownRemoteError,
     UnknownThreadError,
 )
@@ -261,6 +263,21 @@ def remove_remote(store: GitCheckpointStore, name: str) -> None:
         os.remove(state)
 
 
+def set_upstream(store: GitCheckpointStore, thread: str, remote: str) -> None:
+    """Record ``remote`` as ``thread``'s upstream, as ``git push -u`` does (``branch.<thread>.remote``
+    and ``.merge`` in the repository's git config): :func:`upstream` reads it back."""
+    component = encode_thread(thread)
+    _config(store.path, f"branch.{component}.remote", remote)
+    _config(store.path, f"branch.{component}.merge", HEADS + component)
+
+
+def upstream(store: GitCheckpointStore, thread: str | None) -> str | None:
+    """The remote recorded as ``thread``'s upstream (:func:`set_upstream`), or ``None``."""
+    if thread is None:
+        return None
+    return _config(store.path, "--get", f"branch.{encode_thread(thread)}.remote", check=False).strip() or None
+
+
 def _resolve(store: GitCheckpointStore, remote: str) -> tuple[str, str, bool]:
     """``(display name, url, named)`` for a remote name or a URL."""
     if REMOTE_NAME.match(remote or ""):
@@ -332,7 +349,8 @@ def _known(store: GitCheckpointStore, sha: str) -> bool:
 
 def push(store: GitCheckpointStore, remote: str = "origin", threads: Optional[Iterable[str]] = None, *,
          progress: Optional[ProgressCallback] = None, chunk: int = CHUNK, interactive: bool = False,
-         timeout: Optional[float] = None, remote_refs: Optional[dict[str, str]] = None) -> PushResult:
+         timeout: Optional[float] = None, remote_refs: Optional[dict[str, str]] = None,
+         force: bool = False, force_with_lease: bool = False) -> PushResult:
     """Push threads (default: every thread and every other qvc ref) to ``remote`` (a name or URL).
 
     Only refs that differ from the remote's are sent (see the module docstring: namespace
@@ -345,9 +363,21 @@ def push(store: GitCheckpointStore, remote: str = "origin", threads: Optional[It
     hook declined, permissions, stale lease) or here (the remote's thread holds checkpoints
     this repository has never seen); every other ref was still pushed.
     :class:`RemoteError` when the remote cannot be reached or read at all,
+    :class:`~qvc.errors.RemoteStorageError` (a :class:`~qvc.errors.StorageError` too) when the
+    remote's disk is full (git reports only "unpacker error" per ref; the refs sent before stay),
     :class:`UnknownRemoteError` for an unknown name, :class:`UnknownThreadError` for a
     thread with no checkpoints. ``remote_refs`` (the remote's refs, if the caller just read
     them) saves the ``ls-remote`` round trip.
+
+    As git refuses a non-fast-forward, a thread whose push would undo a time travel on the
+    remote (its new head carries checkpoints of a line the remote keeps as superseded, that the
+    remote's head does not reach: the remote rewound the thread, this repository did not
+    follow) is rejected, and so is a remote head that is no ancestor and kept by no local
+    superseded line. ``force`` pushes both anyway; the remote's head is kept as one of the
+    thread's superseded lines there (pushed first), so the remote still loses no line.
+    ``force_with_lease`` does so only for refs whose remote value is the one the last fetch
+    or push recorded (``REMOTE/THREAD``); a remote head that moved since is rejected ("stale").
+    A remote head this repository has never seen is rejected even with ``force``.
     """
     if not isinstance(chunk, int) or chunk < 1:
         raise InvalidInputError(f"chunk must be a positive integer, not {chunk!r}")
@@ -359,12 +389,19 @@ def push(store: GitCheckpointStore, remote: str = "origin", threads: Optional[It
         remote_refs = ls_remote(store.path, url, interactive=interactive, timeout=timeout)
     ordered = sorted(local, key=lambda ref: (ref.startswith(HEADS), ref))  # lines and writes before heads
     plans: list[RefUpdate] = []
+    kept: list[RefUpdate] = []  # remote heads a forced push keeps as superseded lines there
+    remote_lines: dict[str, list[str]] = {}  # the remote's superseded lines, by their thread's prefix
+    for ref, tip in remote_refs.items():
+        if ref.startswith(SUPERSEDED):
+            remote_lines.setdefault(ref[:ref.rindex("/") + 1], []).append(tip)
     for ref in ordered:
         new, old = local[ref], remote_refs.get(ref)
         update = RefUpdate(ref, _thread_of(store, ref), old, new, "up-to-date")
         result.updates.append(update)
         if old == new:
             continue
+        overriding = force or (force_with_lease and named and old == store.repository.ref(
+            _tracking_name(name, ref) or ref))
         if old is None:
             update.status = "new"
         elif not _known(store, old):
@@ -372,18 +409,38 @@ def push(store: GitCheckpointStore, remote: str = "origin", threads: Optional[It
                 f"the remote's {ref} is at {old[:12]}, which this repository has never seen "
                 f"(another repository pushed it): fetch, then fork it or push under another thread name")
             continue
+        elif force_with_lease and not overriding and not _descends(store, new, old):
+            update.status, update.reason = "rejected", (
+                f"stale info: the remote's {ref} is at {old[:12]}, not where the last fetch left "
+                f"{name}/{update.thread or ref}: fetch first")
+            continue
+        elif ref.startswith(HEADS) and update.thread is not None and not overriding and (
+                undone := _undone_line(store, update.thread, new, old,
+                                       remote_lines.get(superseded_prefix(update.thread), []))):
+            update.status, update.reason = "rejected", (
+                f"the remote's {update.thread} was time-travelled back to {old[:12]} (the line through "
+                f"{undone[:12]} is kept there as superseded); pushing would undo that: follow it with "
+                f"`qvc reset --hard {name}/{update.thread}` on that thread, or push --force to undo it")
+            continue
         elif _descends(store, new, old):
             update.status = "fast-forward"
         elif ref.startswith(HEADS) and update.thread is not None and any(
                 _descends(store, tip, old) for r, tip in local.items()
                 if r.startswith(superseded_prefix(update.thread))):
             update.status = "forced"  # time travel: the remote's line is kept by a superseded ref we push
+        elif ref.startswith(HEADS) and update.thread is not None and overriding:
+            update.status = "forced"  # --force: the remote's line is kept as a superseded line there
+            line = superseded_prefix(update.thread) + old
+            if remote_refs.get(line) != old:
+                kept.append(RefUpdate(line, update.thread, remote_refs.get(line), old, "new"))
         else:
             update.status, update.reason = "rejected", (
                 f"the remote's {ref} is at {old[:12]}, not an ancestor of {new[:12]} and kept by no superseded "
                 f"line here: fetch first")
             continue
         plans.append(update)
+    result.updates += kept
+    plans += kept
     phases = [[u for u in plans if not u.ref.startswith(HEADS)], [u for u in plans if u.ref.startswith(HEADS)]]
     if threads is None:  # everything: one git run per phase, namespaces as globs (git skips unchanged refs)
         batches = [(phase, True) for phase in phases]
@@ -392,6 +449,7 @@ def push(store: GitCheckpointStore, remote: str = "origin", threads: Optional[It
     batches = [b for b in batches if b[0]]
     state.chunks = len(batches)
     failed_lines: set[str] = set()
+    full = None  # the server's words when its disk is full
     try:
         for number, (batch, globs) in enumerate(batches, 1):
             state.chunk = number
@@ -405,6 +463,7 @@ def push(store: GitCheckpointStore, remote: str = "origin", threads: Optional[It
             if globs:
                 specs = _globs(local, heads) + [f"^{u.ref}" for u in result.updates
                                                 if u.status == "rejected" and u.ref.startswith(HEADS) == heads]
+                specs += [f"{u.new}:{u.ref}" for u in send if u in kept]
             else:
                 specs = [f"{u.new}:{u.ref}" for u in send]
             leases = [f"--force-with-lease={u.ref}:{u.old}" for u in send if u.status == "forced"]
@@ -415,6 +474,11 @@ def push(store: GitCheckpointStore, remote: str = "origin", threads: Optional[It
             result.objects += run.objects
             result.bytes += run.bytes
             lines = parse_porcelain(run.stdout)
+            if run.returncode != 0 and run.no_space() is not None:  # git says "unpacker error" per ref
+                full = run.no_space()
+                for update in send:
+                    update.status, update.reason = "rejected", "the remote's disk is full"
+                break
             if not lines and run.returncode != 0:
                 raise RemoteError(f"push to {name} failed: {run.failure()}")
             for update in send:
@@ -433,11 +497,41 @@ def push(store: GitCheckpointStore, remote: str = "origin", threads: Optional[It
             progress(state)
     if named:
         _track(store, name, [u for u in result.updates if u.status != "rejected"])
+    if full is not None:
+        raise RemoteStorageError(f"push to {name} failed: remote: no space left on device ({full}); "
+                                 f"{len(result.pushed)} ref(s) pushed before it", _full_errno(full), url)
     if result.rejected:
         first = result.rejected[0]
         more = f" (and {len(result.rejected) - 1} more)" if len(result.rejected) > 1 else ""
         raise PushRejectedError(f"push to {name} rejected {first.ref}: {first.reason}{more}", result)
     return result
+
+
+def _full_errno(text: str) -> int:
+    """``EDQUOT`` when the server's words say a quota, else ``ENOSPC``."""
+    return errno.EDQUOT if os.strerror(errno.EDQUOT) in text else errno.ENOSPC
+
+
+def _undone_line(store: GitCheckpointStore, thread: str, new: str, old: str, tips: list[str]) -> str | None:
+    """The superseded line on the remote (its tip) that pushing ``new`` over the remote head
+    ``old`` of ``thread`` would bring back, or ``None``: a checkpoint of ``new``'s line that
+    ``old`` does not reach but one of the remote's superseded lines of that thread (``tips``) does, unless
+    the thread was rewound to ``old`` here (its reflog says so: a deliberate step forward again).
+    Threads never merge, so ``new``'s own checkpoints are its first parents back to ``old``'s line."""
+    lines = [tip for tip in tips if _known(store, tip) and not _descends(store, old, tip)]
+    if not lines or any(e.new == old and e.old not in (None, old) and _descends(store, e.old, old)
+                        for e in store.reflog(thread)):
+        return None  # nothing to undo, or the time travel was made here: moving on from it is deliberate
+    try:
+        for info in store.first_parents(new):
+            if _descends(store, old, info.hex):
+                return None
+            for tip in lines:
+                if _descends(store, tip, info.hex):
+                    return tip
+    except CorruptionError:  # a line that does not read here: nothing to tell
+        return None
+    return None
 
 
 def _globs(local: dict[str, str], heads: bool) -> list[str]:
@@ -663,10 +757,12 @@ def clone(url: str, path: str | os.PathLike, *, remote: str = "origin", progress
 
     Its threads, superseded lines, pending writes and notes are local refs, the remote is
     configured as ``remote`` (with remote-tracking refs), and HEAD is the remote's HEAD
-    thread when it has one. The repository is built next to ``path`` and renamed into place
-    once complete and durable, so ``path`` is either absent or complete, whenever the clone
-    stops. A failed clone removes its work folder; a killed one leaves it (``.qvc-clone-*``
-    next to ``path``), and the next clone into the same folder removes it. Returns
+    thread when it names one, else the thread a new repository starts on (``main``) if the
+    remote has it, else the most recently written thread. The repository is built
+    next to ``path`` and renamed into place once complete and durable, so ``path`` is either
+    absent or complete, whenever the clone stops. A failed or interrupted clone removes its
+    work folder; a killed one leaves it (``.qvc-clone-*`` next to ``path``), and the next
+    clone into the same folder removes it. Returns
     the repository opened as a store (close it). Raises :class:`InvalidInputError` if
     ``path`` exists and is not empty, :class:`RemoteError` if the remote cannot be read.
     """
@@ -678,11 +774,12 @@ def clone(url: str, path: str | os.PathLike, *, remote: str = "origin", progress
     os.makedirs(parent, exist_ok=True)
     _sweep_dead_clones(parent)
     tmp = tempfile.mkdtemp(prefix=_CLONE_PREFIX, dir=parent)
-    owner = open_lock_file(os.path.join(tmp, "owner.lock"))
-    wait_flock(owner)  # held until this process ends: tells a live clone from a killed one
     work = os.path.join(tmp, "repo")
     state = TransferProgress("clone", remote)
+    owner = None
     try:
+        owner = open_lock_file(os.path.join(tmp, "owner.lock"))
+        wait_flock(owner)  # held until this process ends: tells a live clone from a killed one
         with GitCheckpointStore(work, fsync=False) as store:
             add_remote(store, remote, url)
         if threads is None:
@@ -719,26 +816,74 @@ def clone(url: str, path: str | os.PathLike, *, remote: str = "origin", progress
                 for ref, tip in strays:
                     tx.move_ref(ref, tip, None)
         head = remote_head(work, url, interactive=interactive)
-        if head and head.startswith(HEADS):
+        with GitCheckpointStore(work, fsync=False, readonly=True) as store:
+            heads = dict(store.repository.refs(HEADS))
+            if head not in heads:  # the remote's HEAD names no thread: a new repository's, else the latest written
+                with open(os.path.join(work, "HEAD")) as f:
+                    head = f.read().strip().removeprefix("ref: ")
+            if head not in heads and heads:
+                head = max(heads, key=lambda ref: (_written(store, heads[ref]), ref))
+        if head in heads:
             with open(os.path.join(work, "HEAD"), "w") as f:
                 f.write(f"ref: {head}\n")
         harden(work)
         if os.path.exists(target):
             os.rmdir(target)
         os.rename(work, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException as exc:  # Ctrl-C included: nothing is left behind
+        _remove(tmp)
+        if isinstance(exc, (QvcError, OSError)):
+            _as_given(exc, {work: os.fspath(path), tmp: os.path.dirname(os.fspath(path)) or "."})
         raise
     finally:
-        os.close(owner)
+        if owner is not None:
+            os.close(owner)
         if progress is not None:
             state.done = True
             progress(state)
-    shutil.rmtree(tmp, ignore_errors=True)
+    _remove(tmp)
     try:
         return GitCheckpointStore(target, create=False, durability=durability)
     except NotARepositoryError as exc:
         raise RemoteError(f"clone from {url} did not give a qvc repository: {exc}") from None
+
+
+def _remove(folder: str) -> None:
+    """Remove a clone's work folder, finishing even when Ctrl-C comes again meanwhile, and again
+    while a git process that was stopped still had files to remove there."""
+    for _ in range(50):
+        try:
+            shutil.rmtree(folder, ignore_errors=True)
+            if not os.path.lexists(folder):
+                return
+            time.sleep(0.02)
+        except KeyboardInterrupt:
+            continue
+
+
+def _as_given(exc: BaseException, paths: dict[str, str]) -> None:
+    """Say the paths the user gave in ``exc``'s message, not the clone's work folder (each key of
+    ``paths``, longest first, becomes its value): the work folder is gone when the user reads it."""
+    def given(text):
+        if not isinstance(text, str):
+            return text
+        for inner in sorted(paths, key=len, reverse=True):
+            text = text.replace(inner, paths[inner])
+        return text
+
+    exc.args = tuple(given(a) for a in exc.args)
+    for attr in ("message", "filename", "filename2"):
+        if isinstance(getattr(exc, attr, None), str):
+            with contextlib.suppress(AttributeError):
+                setattr(exc, attr, given(getattr(exc, attr)))
+
+
+def _written(store: GitCheckpointStore, sha: str) -> float:
+    """When checkpoint commit ``sha`` was written (0 for a commit that does not read)."""
+    try:
+        return store.commit_info(sha).time
+    except QvcError:
+        return 0.0
 
 
 def _sweep_dead_clones(parent: str) -> None:

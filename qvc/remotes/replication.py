@@ -32,8 +32,6 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from filelock import FileLock, Timeout
-
 from qvc.errors import PushRejectedError, QvcError
 from qvc.plumbing.journal import Record
 from qvc.remotes.remote import Remote, push, pushable, remotes
@@ -100,6 +98,8 @@ class Replicator:
     def __init__(self, store: GitCheckpointStore, remote: Remote):
         self.store = store
         self.remote = remote
+        from filelock import FileLock  # deferred: `qvc status` reads replication_status without it
+
         qvc_dir = store.repository.qvc_dir
         self._qvc_dir = qvc_dir
         self._lock = FileLock(os.path.join(qvc_dir, f"replicate-{remote.name}.lock"))
@@ -162,7 +162,7 @@ class Replicator:
                     _write_state(self._qvc_dir, self.remote.name, state)
                 self._failed = False
                 return True
-            except (QvcError, OSError, Timeout) as exc:
+            except (QvcError, OSError) as exc:  # OSError: filelock's Timeout (a TimeoutError) too
                 if isinstance(exc, PushRejectedError):  # keep what did get through
                     pushed = dict(state.get("pushed") or {})
                     pushed.update({u.ref: u.new for u in exc.result.updates if u.status != "rejected" and u.new})

@@ -13,6 +13,7 @@ This module only runs git and parses what it prints; :mod:`qvc.remotes.remote` d
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import select
@@ -31,6 +32,7 @@ _PROGRESS = re.compile(r"(?:remote: )?([A-Z][a-z]+(?: [a-z]+)*):\s+\d+% \((\d+)/
                        r"(?:, ([\d.]+) (bytes|KiB|MiB|GiB))?")
 _UNITS = {"bytes": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
 _TRANSFER_PHASES = ("Writing objects", "Receiving objects")
+_FULL = (os.strerror(errno.ENOSPC), os.strerror(errno.EDQUOT))  # the server's words for a full disk
 
 
 @dataclass
@@ -67,6 +69,14 @@ class GitRun:
     bytes: int
     timed_out: float | None = None  # the timeout, when git was stopped for passing it
 
+    def no_space(self) -> str | None:
+        """The server's line saying its disk is full (``remote: fatal: ... No space left on
+        device``, or a quota exceeded), or ``None``."""
+        for line in self.messages:
+            if line.startswith("remote:") and any(m in line for m in _FULL):
+                return line[len("remote:"):].strip()
+        return None
+
     def failure(self) -> str:
         """git's own explanation of a failure (from its first ``fatal:``/``error:`` line on)."""
         if self.timed_out is not None:
@@ -92,15 +102,28 @@ def run_git(repo_path: str | None, args: list[str], *, interactive: bool = False
     proc = launcher.popen(repo_path, args, interactive=interactive, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           start_new_session=timeout is not None)
     out: list[bytes] = []
-    reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
-    reader.start()
-    state = state or TransferProgress("git", "")
+    try:
+        reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
+        reader.start()
+        return _follow(proc, reader, out, proc.stderr.fileno(), state or TransferProgress("git", ""), progress,
+                       timeout)
+    except BaseException:  # Ctrl-C (KeyboardInterrupt) here: git goes too, before the caller cleans up
+        if timeout is not None:
+            _kill_group(proc)
+        else:
+            proc.kill()
+        proc.wait()
+        raise
+
+
+def _follow(proc: subprocess.Popen, reader: threading.Thread, out: list[bytes], fd: int, state: TransferProgress,
+            progress: Optional[ProgressCallback], timeout: Optional[float]) -> GitRun:
+    """Read git's stderr until it ends (progress into ``state``), wait for git; its :class:`GitRun`."""
     start = time.monotonic()
     messages: list[str] = []
     objects = sent = 0
     timed_out = None
     pending = b""
-    fd = proc.stderr.fileno()
     while True:
         ready, _, _ = select.select([fd], [], [], 0.2)
         chunk = os.read(fd, 65536) if ready else b""

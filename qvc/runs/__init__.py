@@ -59,31 +59,52 @@ checkpoint: its conversation, without the storage bookkeeping). Each imports onl
 
 from __future__ import annotations
 
-# The ``X as X`` names are importable from qvc.runs as before the split, outside __all__.
-from qvc.runs.boundaries import ContinueFrom as ContinueFrom
-from qvc.runs.boundaries import referenced_tool_call_ids, resolve_continue_from, safe_truncation_index
-from qvc.runs.ids import THREAD_PREFIX as THREAD_PREFIX
-from qvc.runs.ids import parse_run_ref, thread_of
-from qvc.runs.lifecycle import Runs, run_revision
-from qvc.runs.model import (
-    HISTORY_SKIP,
-    Cadence,
-    Message,
-    Owner,
-    OwnerStatus,
-    Requirement,
-    Run,
-    RunStatus,
-    RunSummary,
-    Snapshot,
-    TimelineEntry,
-    ToolCall,
-    ToolExecution,
-)
-from qvc.runs.model import PREVIEW_CHARS as PREVIEW_CHARS
-from qvc.runs.model import TERMINAL as TERMINAL
-from qvc.runs.recorder import RunRecorder
-from qvc.runs.segments import GROUP as GROUP
+from typing import TYPE_CHECKING
+
+from qvc.lazy import exports
+
+# Each name is imported from its module on first use (qvc.lazy): reading a run's numbers
+# (``qvc log``) needs qvc.runs.ids and qvc.runs.queries, not the recorder. The ``X as X`` names
+# are importable from qvc.runs as before the split, outside __all__.
+_MODEL = ("HISTORY_SKIP", "Cadence", "Message", "Owner", "OwnerStatus", "Requirement", "Run", "RunStatus",
+          "RunSummary", "Snapshot", "TimelineEntry", "ToolCall", "ToolExecution", "PREVIEW_CHARS", "TERMINAL")
+_HOMES = {
+    **dict.fromkeys(_MODEL, "qvc.runs.model"),
+    **dict.fromkeys(("ContinueFrom", "referenced_tool_call_ids", "resolve_continue_from", "safe_truncation_index"),
+                    "qvc.runs.boundaries"),
+    **dict.fromkeys(("THREAD_PREFIX", "parse_run_ref", "thread_of"), "qvc.runs.ids"),
+    "Runs": "qvc.runs.lifecycle", "run_revision": "qvc.runs.lifecycle",
+    "RunRecorder": "qvc.runs.recorder",
+    "GROUP": "qvc.runs.segments",
+}
+__getattr__, __dir__ = exports(__name__, _HOMES)
+
+if TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports these
+    from qvc.runs.boundaries import ContinueFrom as ContinueFrom
+    from qvc.runs.boundaries import referenced_tool_call_ids, resolve_continue_from, safe_truncation_index
+    from qvc.runs.ids import THREAD_PREFIX as THREAD_PREFIX
+    from qvc.runs.ids import parse_run_ref, thread_of
+    from qvc.runs.lifecycle import Runs, run_revision
+    from qvc.runs.model import (
+        HISTORY_SKIP,
+        Cadence,
+        Message,
+        Owner,
+        OwnerStatus,
+        Requirement,
+        Run,
+        RunStatus,
+        RunSummary,
+        Snapshot,
+        TimelineEntry,
+        ToolCall,
+        ToolExecution,
+    )
+    from qvc.runs.model import PREVIEW_CHARS as PREVIEW_CHARS
+    from qvc.runs.model import TERMINAL as TERMINAL
+    from qvc.runs.recorder import RunRecorder
+    from qvc.runs.segments import GROUP as GROUP
+
 
 __all__ = [
     "Cadence", "HISTORY_SKIP", "Message", "Owner", "OwnerStatus", "Requirement", "Run", "RunRecorder", "RunStatus",

@@ -20,7 +20,7 @@ This module only builds and parses bytes; it does not touch the repository.
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from qvc.codec import serde
 from qvc.errors import CorruptionError, SerializationError
@@ -78,10 +78,48 @@ def decode_header(data: bytes, what: str) -> tuple[dict[str, Any], dict[str, Any
     return obj["checkpoint"], meta if isinstance(meta, dict) else {}
 
 
-#: What adapters that encode their own state need to build tree entries (they import no plumbing).
-__all__ = ["CHUNK", "FORMAT", "HEADER", "MODE_BLOB", "MODE_TREE", "Entry", "TreeBuilder", "chunk_name",
-           "commit_message", "decode_header", "encode_header", "escape_trailer", "object_id", "parse_trailers",
-           "serialize_field", "tree_bytes", "unescape_trailer"]
+__all__ = ["CHUNK", "FORMAT", "HEADER", "FieldEntry", "TreeBuilder", "blob_entry", "chunk_name", "chunks_of",
+           "commit_message", "decode_header", "encode_header", "escape_trailer", "is_chunked", "list_entry",
+           "parse_trailers", "serialize_field", "unescape_trailer"]
+
+#: A state field's entry in its checkpoint's tree, ``(mode, raw id)``: one blob, or a list stored
+#: in chunks (a tree of chunk blobs named :func:`chunk_name`). What an adapter that encodes its
+#: own values (``GitCheckpointStore.put_entries``) builds, with the functions below: it never
+#: builds git objects itself.
+FieldEntry = tuple[int, bytes]
+Write = Callable[[str, bytes], object]  # stores a git object: ``write(kind, data)``
+
+
+def is_chunked(mode: int) -> bool:
+    """Whether a field entry of this mode (``store.tree_entries(sha)[name][0]``) is a list in chunks."""
+    return mode == MODE_TREE
+
+
+def blob_entry(write: Write, data: bytes, old: FieldEntry | None) -> FieldEntry:
+    """The entry of a field stored as the blob ``data``, written through ``write`` unless ``old``
+    (the parent's entry of that field) is that blob already."""
+    raw = object_id("blob", data)
+    if old != (MODE_BLOB, raw):
+        write("blob", data)
+    return (MODE_BLOB, raw)
+
+
+def list_entry(write: Write, chunks: Sequence[FieldEntry], old: FieldEntry | None) -> FieldEntry:
+    """The entry of a field stored as a list in chunks, ``chunks[i]`` the entry of chunk ``i`` (a
+    :func:`blob_entry`), its tree written through ``write`` unless ``old`` is that tree already."""
+    data = tree_bytes({chunk_name(i): chunk for i, chunk in enumerate(chunks)})
+    raw = object_id("tree", data)
+    if old != (MODE_TREE, raw):
+        write("tree", data)
+    return (MODE_TREE, raw)
+
+
+def chunks_of(read_tree: Callable[[bytes], dict[str, FieldEntry]], entry: FieldEntry | None) -> list[FieldEntry]:
+    """The chunk entries of a list field's ``entry``, in order (none for a blob or ``None``);
+    ``read_tree(raw)`` reads a tree (``History.tree``)."""
+    if entry is None or not is_chunked(entry[0]):
+        return []
+    return [chunk for _, chunk in sorted(read_tree(entry[1]).items())]
 
 
 def chunk_name(i: int) -> str:

@@ -637,28 +637,14 @@ class GitCheckpointStore(CheckpointStore):
             fields, _ = self._builder(tx.write).fields(checkpoint.state_data, parent_entries)
             new = self.write_checkpoint(tx, header, metadata, fields, [parent] if parent else [])
             cause = f"{metadata.get('source') or 'put'}: step {checkpoint.step} {checkpoint.id}"
-            travel = head is not None and parent != head and not self.descends(parent, head)
+            travel = self._travels(head, parent)
             if travel and expected_head is UNCHECKED:
                 raise CheckpointConflictError(_unasked_travel(thread, checkpoint.parent_id, head))
             if travel:
                 cause += " (time travel)"
             elif parent is not None and parent != head:
                 cause += f" (fork of {self._history.commit(parent).checkpoint_id})"
-            kept = None
-            try:
-                if travel:  # before the head moves: git's files never show the head without the line it left
-                    kept = self._keep_superseded(tx, thread, head)
-                tx.move_ref(ref, head, new, cause)
-            except CheckpointConflictError as exc:  # name the thread, not a ref
-                found = tx.ref(ref)
-                # Nothing stored means no line kept either, unless another writer's time travel
-                # left that line meanwhile: it found our ref and kept none of its own.
-                if kept is not None and (found is None or self.descends(found, head)):
-                    with contextlib.suppress(CheckpointConflictError):
-                        tx.move_ref(kept, head, None, "put: conflicted")
-                if found == head:  # not moved: its lock stayed taken
-                    raise CheckpointConflictError(f"thread {thread!r}: {str(exc).split(': ', 1)[-1]}") from None
-                raise CheckpointConflictError(_moved(thread, head, found)) from None
+            self._move_head(tx, thread, head, new, cause, parent=parent)
         return CheckpointConfig(thread, checkpoint.id)
 
     def put_many(self, puts: Sequence[PutRequest]) -> list[CheckpointConfig]:
@@ -778,6 +764,59 @@ class GitCheckpointStore(CheckpointStore):
         except (pygit2.GitError, KeyError) as exc:
             raise CorruptionError(f"cannot tell whether {commit[:12]} descends from {ancestor[:12]}: {exc}") from None
 
+    def _travels(self, head: str | None, line: str | None) -> bool:
+        """Whether moving a thread's head from ``head`` onto the first-parent line ending at
+        ``line`` is **time travel**, the one definition every write uses: it is unless ``head``
+        is on that line (an extension, or a fork through the head); a head that goes
+        (``line`` ``None``) leaves its line too."""
+        return head is not None and head != line and (
+            line is None or all(info.hex != head for info in self._history.first_parents(line)))
+
+    def _move_head(self, tx: Transaction, thread: str, head: str | None, target: str | None, cause: str, *,
+                   parent: str | None | object = UNCHECKED, keep: bool = True) -> None:
+        """Move ``thread``'s head from ``head`` to ``target`` in ``tx``: the one head move of every write.
+
+        ``parent``, given when ``target`` is a commit this transaction wrote, is its first parent
+        (``None``: a root): the line the new commit joins. A time travel (:meth:`_travels`) first
+        keeps the line it leaves under ``refs/qvc/superseded/`` (unless ``keep`` is false: a
+        damaged head), so git's files never show the head without that line; any move but an
+        extension then drops the superseded refs of lines the new head reaches again (an undone
+        reset, a branch back to a tip left). If the head is not at ``head`` (another writer moved
+        it), :class:`CheckpointConflictError` names the thread and nothing moved: a superseded
+        ref this call created is removed again only while the head found still reaches it, since
+        another writer's travel from the same head may have found that ref and kept none of its
+        own.
+        """
+        ref = head_ref(thread)
+        new = parent is not UNCHECKED
+        line = parent if new else target
+        travel = target != head and (target is None or self._travels(head, line))
+        kept = None
+        try:
+            if travel and keep:
+                kept = self._keep_superseded(tx, thread, head)
+            tx.move_ref(ref, head, target, cause)
+        except CheckpointConflictError as exc:
+            found = tx.ref(ref)
+            if kept is not None and (found is None or not self._travels(head, found)):
+                with contextlib.suppress(CheckpointConflictError):
+                    tx.move_ref(kept, head, None, f"{cause.split(':', 1)[0]}: conflicted")
+            if found == head:  # not moved: its lock stayed taken
+                raise CheckpointConflictError(f"thread {thread!r}: {str(exc).split(': ', 1)[-1]}") from None
+            raise CheckpointConflictError(_moved(thread, head, found)) from None
+        # Lines the new head reaches again are no longer superseded. None is on the old head's
+        # line, and a new commit is no line's tip: a commit that extends the head reaches none.
+        extends = (line if new else self._history.commit(target).parent if target else None) == head
+        if target is not None and target != head and (head is None or not extends):
+            left = tx.refs(superseded_prefix(thread))
+            if left:
+                reached = set()
+                with contextlib.suppress(CorruptionError):  # a damaged line reaches nothing past the damage
+                    reached.update(info.hex for info in self._history.first_parents(line))
+                for name, tip in left:
+                    if tip in reached:
+                        tx.move_ref(name, tip, None, f"{cause.split(':', 1)[0]}: line reached again")
+
     def _keep_superseded(self, tx: Transaction, thread: str, tip: str) -> str | None:
         """Keep the line ending at ``tip`` under ``refs/qvc/superseded/``; the ref's name if this
         call created it."""
@@ -839,20 +878,10 @@ class GitCheckpointStore(CheckpointStore):
                 # which would damage every read of the thread; the reflog entry keeps its SHA.
                 broken = head is not None and self.damage(head) is not None
                 try:
-                    if head is not None and not broken and not self.descends(target, head):
-                        self._keep_superseded(tx, thread, head)
-                    tx.move_ref(ref, head, target, f"reset: moving to {info.checkpoint_id}")
-                except CheckpointConflictError:  # name the thread, not a ref
-                    raise CheckpointConflictError(_moved(thread, head, tx.ref(ref)).replace(
-                        "nothing was stored", "nothing was reset")) from None
-                # Lines the new head reaches again (an undone reset) are no longer superseded.
-                for name, tip in tx.refs(superseded_prefix(thread)):
-                    try:
-                        reached = self.descends(target, tip)
-                    except CorruptionError:  # a damaged line stays as it is (`qvc fsck` names it)
-                        continue
-                    if reached:
-                        tx.move_ref(name, tip, None, "reset: line reached again")
+                    self._move_head(tx, thread, head, target, f"reset: moving to {info.checkpoint_id}",
+                                    keep=not broken)
+                except CheckpointConflictError as exc:
+                    raise CheckpointConflictError(str(exc).replace("nothing was stored", "nothing was reset")) from None
         return CheckpointConfig(thread, info.checkpoint_id)
 
     # -- pending writes -------------------------------------------------------------------
@@ -1146,19 +1175,11 @@ class GitCheckpointStore(CheckpointStore):
                     first = parent or head
                     new = self.write_checkpoint(tx, dict(header), metadata, fields, [first] if first else [],
                                                 source=source)
-                    travel = head is not None and first != head and not any(
-                        i.hex == head for i in self._history.first_parents(first))
+                    travel = self._travels(head, first)
                     cause = f"{source or 'put'}: step {header['step']} {cid}" + (" (time travel)" if travel else "")
-                    kept = None
                     try:
-                        if travel:  # before the head moves: the line it leaves is never unreachable
-                            kept = self._keep_superseded(tx, thread, head)
-                        tx.move_ref(ref, head, new, cause)
+                        self._move_head(tx, thread, head, new, cause, parent=first)
                     except CheckpointConflictError:
-                        found = tx.ref(ref)
-                        if kept is not None and (found is None or self.descends(found, head)):
-                            with contextlib.suppress(CheckpointConflictError):
-                                tx.move_ref(kept, head, None, "put: conflicted")
                         continue  # another writer moved the thread: commit again on its head
                 if existing is not None:
                     self.drop_checkpoints(thread, [existing], keep=cid)
@@ -1338,25 +1359,12 @@ class GitCheckpointStore(CheckpointStore):
             cause = f"record: {len(made)} new checkpoint(s), head {head}"
             new_wtip = self._writes.stage_record(tx, wtip, record, cause + "\n")
             tx.move_ref(wref, wtip, new_wtip)  # first: the record's compare-and-swap orders its writers
-            kept = None
             try:
-                if old is not None and target != old and (
-                        target is None or not any(i.hex == old for i in self._history.first_parents(target))):
-                    kept = self._keep_superseded(tx, thread, old)
-                if target != old:
-                    tx.move_ref(ref, old, target, cause)
-                    # Lines the new head reaches again (a branch back to a tip left) are no longer superseded.
-                    left = tx.refs(superseded_prefix(thread))
-                    line = {i.hex for i in self._history.first_parents(target)} if target and left else set()
-                    for name, tip in left:
-                        if tip in line:
-                            tx.move_ref(name, tip, None, "record: line reached again")
+                self._move_head(tx, thread, old, target, cause)
             except CheckpointConflictError:  # a writer that does not keep the record moved the head
                 with contextlib.suppress(CheckpointConflictError):
-                    if kept is not None:
-                        tx.move_ref(kept, old, None, "record: conflicted")
                     tx.move_ref(wref, new_wtip, wtip)
-                raise CheckpointConflictError(_moved(thread, old, tx.ref(ref))) from None
+                raise
         return made
 
     def delete_record(self, thread_id: str, *, expected: bytes) -> None:

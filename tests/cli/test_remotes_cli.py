@@ -12,11 +12,14 @@ HERE = Path(__file__).resolve().parent
 if str(HERE.parent) not in sys.path:
     sys.path.insert(0, str(HERE.parent))
 
+import test_full_disk  # noqa: E402
 from git_servers import GitDaemon  # noqa: E402
 from helpers import put, qvc, qvc_json, run_git  # noqa: E402
 from test_cli_process import run_in_pty  # noqa: E402
 
 from qvc import GitCheckpointStore  # noqa: E402
+
+small_fs = test_full_disk.small_fs  # the fixture: a small tmpfs
 
 
 @pytest.fixture(autouse=True)
@@ -36,6 +39,16 @@ def setup(tmp_path):
     server = tmp_path / "hub.git"
     run_git(None, "init", "-q", "--bare", str(server))
     return repo, server
+
+
+def published(tmp_path, setup, copy: str) -> tuple[str, str, str]:
+    """``setup``'s repository pushed to its server as origin, and a clone of the server at ``copy``:
+    ``(repository, server, clone)`` as strings."""
+    repo, server = setup
+    qvc("--repo", str(repo), "remote", "add", "origin", str(server))
+    qvc("--repo", str(repo), "push", "-q")
+    qvc("clone", "-q", str(server), str(tmp_path / copy))
+    return str(repo), str(server), str(tmp_path / copy)
 
 
 def test_remote_push_clone_fetch_json(tmp_path, setup):
@@ -122,3 +135,183 @@ def test_progress_on_a_terminal_only_for_slow_transfers(tmp_path, setup):
         assert code == 0 and "clone origin" not in drawn  # under a second: no bar
     finally:
         daemon.stop()
+
+
+def test_push_refuses_to_undo_a_time_travel_the_fetch_reported(tmp_path, setup):
+    """A replica that fetched a time travel made elsewhere and did not follow it: a plain push
+    would bring the remote's superseded line back as the head (a fast-forward for git). Refused
+    (exit 4, the reason on the ref's line) unless --force or --force-with-lease, as git refuses a
+    non-fast-forward."""
+    r, server, replica = published(tmp_path, setup, "replica.qvc")
+    qvc("--repo", r, "checkout", "run-1")
+    qvc("--repo", r, "reset", "run-1~2")  # the time travel, made on a
+    assert "(time travel" in qvc("--repo", r, "push").stdout
+    rewound = run_git(server, "rev-parse", "refs/heads/run-1").stdout.strip()
+    assert "(time travel" in qvc("--repo", replica, "fetch").stdout  # reported to the replica
+    proc = qvc("--repo", replica, "push", check=4)
+    assert " ! [rejected]   run-1 (the remote's run-1 was time-travelled back to" in proc.stdout
+    assert "push --force" in proc.stdout and proc.stderr.count("\n") == 1
+    assert run_git(server, "rev-parse", "refs/heads/run-1").stdout.strip() == rewound
+    qvc("--repo", replica, "push", "origin", "run-1", check=4)  # naming the thread: the same
+    # --force-with-lease: the remote is where the fetch left origin/run-1, so it goes
+    made = qvc_json("--repo", replica, "push", "--force-with-lease")
+    assert [u["thread"] for u in made["updates"]] == ["run-1"]
+    assert run_git(server, "rev-parse", "refs/heads/run-1").stdout.strip() == qvc_json(
+        "--repo", replica, "show", "run-1")["commit"]
+    # the time travel made here and stepped back from: a deliberate fast-forward, as in git
+    qvc("--repo", r, "fetch", "-q")
+    qvc("--repo", r, "reset", "run-1@{1}")  # a is back where the replica pushed
+    qvc("--repo", replica, "checkout", "run-1")
+    qvc("--repo", replica, "reset", "run-1~1")
+    qvc("--repo", replica, "push", "-q")
+    qvc("--repo", replica, "reset", "run-1@{1}")
+    qvc("--repo", replica, "push", "-q")
+
+
+def test_push_force_keeps_the_remote_line(tmp_path, setup):
+    """--force over a remote head that is no ancestor and kept by no line here: pushed, the
+    remote's head kept as a superseded line there (nothing is lost); without it, refused."""
+    r, server, other = published(tmp_path, setup, "other.qvc")
+    with GitCheckpointStore(other) as store:
+        put(store, "run-1", "x3", 3, {"n": 30})
+    qvc("--repo", other, "push", "-q")
+    qvc("--repo", r, "fetch", "-q")
+    with GitCheckpointStore(r) as store:
+        put(store, "run-1", "c3", 3, {"n": 3})
+    theirs = run_git(server, "rev-parse", "refs/heads/run-1").stdout.strip()
+    assert "fetch first" in qvc("--repo", r, "push", check=4).stdout
+    assert " + " in qvc("--repo", r, "push", "--force").stdout
+    assert run_git(server, "rev-parse", f"refs/qvc/superseded/run-1/{theirs}").stdout.strip() == theirs
+    assert run_git(server, "rev-parse", "refs/heads/run-1").stdout.strip() == qvc_json(
+        "--repo", r, "show", "run-1")["commit"]
+
+
+def test_push_u_records_the_upstream(tmp_path, setup):
+    repo, server = setup
+    r = str(repo)
+    qvc("--repo", r, "remote", "add", "backup", str(server))
+    qvc("--repo", r, "checkout", "run-1")
+    assert "set up to track backup/run-1" in qvc("--repo", r, "push", "-u", "backup", "run-1").stdout
+    assert run_git(repo, "config", "branch.run-1.remote").stdout.strip() == "backup"
+    assert run_git(repo, "config", "branch.run-1.merge").stdout.strip() == "refs/heads/run-1"
+    with GitCheckpointStore(repo) as store:
+        put(store, "run-1", "c3", 3, {"n": 3})
+    assert f"To {server}" in qvc("--repo", r, "push").stdout  # no REMOTE: the upstream, not origin
+
+
+def test_fetch_all(tmp_path, setup):
+    repo, server = setup
+    r = str(repo)
+    second = tmp_path / "second.git"
+    run_git(None, "init", "-q", "--bare", str(second))
+    for name, url in (("one", server), ("two", second)):
+        qvc("--repo", r, "remote", "add", name, str(url))
+        qvc("--repo", r, "push", "-q", name)
+    b = str(tmp_path / "b.qvc")
+    qvc("clone", "-q", "-o", "one", str(server), b)
+    qvc("--repo", b, "remote", "add", "two", str(second))
+    text = qvc("--repo", b, "fetch", "--all").stdout
+    assert "one: up to date" in text and f"From {second}" in text and "two/run-1" in text
+    assert [x["remote"] for x in qvc_json("--repo", b, "fetch", "--all")] == ["one", "two"]
+    qvc("--repo", b, "fetch", "--all", "one", check=2)
+
+
+def test_clone_head_names_a_thread(tmp_path, setup):
+    """A server whose HEAD names no thread (a bare `git init`: an unborn main): the clone's HEAD
+    is the most recently written thread, so the first `qvc log` works; a HEAD naming a thread wins."""
+    r, server, copy = published(tmp_path, setup, "copy.qvc")
+    assert qvc_json("--repo", copy, "status")["thread"] == "run-2"
+    assert [e["id"] for e in qvc_json("--repo", copy, "log")] == ["r0"]
+    run_git(server, "symbolic-ref", "HEAD", "refs/heads/run-1")
+    again = str(tmp_path / "again.qvc")
+    qvc("clone", "-q", str(server), again)
+    assert qvc_json("--repo", again, "status")["thread"] == "run-1"
+    assert qvc("--repo", again, "log", "--oneline").stdout.count("\n") == 3
+
+
+class SilentServer:
+    """A TCP server on 127.0.0.1 that accepts connections and never answers: a git:// remote
+    that hangs, so a clone, fetch or push is caught in the middle. ``connected`` is set when git
+    has connected; ``closed`` when git let go of the connection (it was stopped)."""
+
+    def __init__(self):
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.url = f"git://127.0.0.1:{self.sock.getsockname()[1]}/hub.git"
+        self.connected, self.closed = threading.Event(), threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        conn, _ = self.sock.accept()
+        self.connected.set()
+        with conn:
+            while conn.recv(4096):
+                pass
+        self.closed.set()
+
+
+@pytest.mark.parametrize("command", ["clone", "fetch", "push"])
+def test_ctrl_c_exits_130_and_leaves_nothing(tmp_path, setup, command):
+    """SIGINT while git waits on the remote: exit 130 (git's), one line, git stopped with it,
+    and no clone work folder (`.qvc-clone-*`) nor destination left; a fetch or push changes nothing."""
+    import signal
+    import subprocess
+
+    from helpers import QVC, env
+
+    repo, _ = setup
+    server = SilentServer()
+    if command == "clone":
+        args = ["clone", server.url, str(tmp_path / "copy.qvc")]
+    else:
+        qvc("--repo", str(repo), "remote", "add", "origin", server.url)
+        args = ["--repo", str(repo), command]
+    before = run_git(repo, "for-each-ref").stdout
+    proc = subprocess.Popen([*QVC, *args], cwd=tmp_path, env=env(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.connected.wait(30)
+        os.kill(proc.pid, signal.SIGINT)  # qvc alone: git must be stopped by qvc
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert err == "qvc: interrupted\n"
+    assert server.closed.wait(10)  # git went down with qvc
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".qvc-clone-") or n == "copy.qvc"]
+    assert run_git(repo, "for-each-ref").stdout == before
+
+
+def test_clone_errors_name_the_path_given(tmp_path, setup, small_fs):
+    """A clone that fails inside its work folder (here: the destination's file system is full)
+    names the destination the user typed, never `.qvc-clone-XXXX`, and leaves nothing behind."""
+    repo, server = setup
+    qvc("--repo", str(repo), "remote", "add", "origin", str(server))
+    qvc("--repo", str(repo), "push", "-q")
+    test_full_disk.fill(small_fs)
+    proc = qvc("clone", str(server), "fs/copy.qvc", cwd=tmp_path, check=1)
+    assert proc.stderr.count("\n") == 1 and ".qvc-clone-" not in proc.stderr, proc.stderr
+    assert "fs/copy.qvc" in proc.stderr and "No space left on device" in proc.stderr
+    assert os.listdir(small_fs) == ["ballast"]
+
+
+def test_push_to_a_full_remote_says_so(tmp_path, setup, small_fs):
+    """A remote whose disk is full: git says only "unpacker error" per ref. qvc names the full
+    disk in one line and exits 1 (a StorageError, as a full local disk), not 4 (a conflict);
+    once there is room, the push goes through."""
+    repo, _ = setup
+    server = small_fs / "hub.git"
+    run_git(None, "init", "-q", "--bare", str(server))
+    qvc("--repo", str(repo), "remote", "add", "origin", str(server))
+    ballast = test_full_disk.fill(small_fs)
+    proc = qvc("--repo", str(repo), "push", check=1)
+    assert proc.stderr.count("\n") == 1 and "unpacker error" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("qvc: push to origin failed: remote: no space left on device (")
+    proc = qvc("--repo", str(repo), "push", "--json", check=1)
+    assert "no space left on device" in proc.stderr
+    ballast.unlink()
+    assert qvc_json("--repo", str(repo), "push")["pushed"] == 2

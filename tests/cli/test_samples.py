@@ -3,7 +3,7 @@ refuses a directory holding a user's file and a file path with one line and exit
 leaves them as they were. The runs on fresh paths are in tests/features/test_runs.py
 (crash_recovery, tool_error, time_travel), tests/integrations/test_agno.py (agno_agent),
 tests/integrations/test_google_adk.py (google_adk_session) and tests/integrations/test_openai_agents.py
-(openai_agents_session); quickstart's is here."""
+(openai_agents_session); quickstart's and langgraph_agent's are here."""
 
 from __future__ import annotations
 
@@ -29,14 +29,15 @@ def sample(name: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_every_sample_is_covered():
-    assert set(RUNNABLE) == {"agno_agent.py", "crash_recovery.py", "google_adk_session.py", "openai_agents_session.py",
-                             "pydantic_ai_conversation.py", "quickstart.py", "time_travel.py", "tool_error.py"}
+    assert set(RUNNABLE) == {"agno_agent.py", "crash_recovery.py", "google_adk_session.py", "langgraph_agent.py",
+                             "openai_agents_session.py", "pydantic_ai_conversation.py", "quickstart.py",
+                             "time_travel.py", "tool_error.py"}
 
 
 #: the framework each sample runs (its tests skip where it is not installed: pydantic-ai and ADK
 #: need Python 3.11)
-FRAMEWORK = {"agno_agent.py": "agno", "google_adk_session.py": "google.adk", "openai_agents_session.py": "agents",
-             "pydantic_ai_conversation.py": "pydantic_ai"}
+FRAMEWORK = {"agno_agent.py": "agno", "google_adk_session.py": "google.adk", "langgraph_agent.py": "langgraph.prebuilt",
+             "openai_agents_session.py": "agents", "pydantic_ai_conversation.py": "pydantic_ai"}
 
 
 def needs_framework(name: str) -> None:
@@ -80,3 +81,19 @@ def test_quickstart_on_a_fresh_path_then_again_on_its_own(tmp_path):
         assert (repo / "qvc-sample").is_file() and (tmp_path / "q.qvc-remote.git" / "qvc-sample").is_file()
     fsck(repo)
     assert {t["thread"] for t in qvc_json("--repo", str(repo), "branch")} >= {"france", "france/metropolitan"}
+
+
+def test_langgraph_agent_on_a_fresh_path_then_again_on_its_own(tmp_path):
+    needs_framework("langgraph_agent.py")
+    repo = tmp_path / "lg.qvc"
+    for _ in range(2):  # the second run replaces what the first created
+        proc = sample("langgraph_agent.py", "--repo", str(repo))
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "FAIL" not in proc.stdout and (repo / "qvc-sample").is_file()
+    fsck(repo)
+    assert [t["thread"] for t in qvc_json("--repo", str(repo), "branch")] == ["cities"]
+    messages = qvc_json("--repo", str(repo), "show", "cities")["state"]["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "tool", "assistant"]
+    assert [c["args"] for c in messages[1]["tool_calls"]] == [{"city": "Paris"}, {"city": "Tokyo"}]
+    assert messages[-1]["content"] == "Tokyo is larger: 14.0 million to 2.1 million."
+    assert "→ population" in proc.stdout and "(superseded)" in proc.stdout  # the CLI showed the calls and the fork

@@ -622,7 +622,7 @@ def two_writer_loop(tmp_path: Path, mode: str, kills: int, seed: int) -> dict:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_kill_writer_repeatedly(tmp_path, mode):
-    iterations = int(os.environ.get("QVC_CRASH_CI_ITERATIONS", "18"))
+    iterations = int(os.environ.get("QVC_CRASH_CI_ITERATIONS", "8"))
     t0 = time.monotonic()
     stats = crash_loop(tmp_path, mode, iterations, seed=MODES.index(mode) * 7919 + int(os.environ.get("QVC_SEED", "0")))
     took = time.monotonic() - t0
@@ -683,7 +683,7 @@ def _kill_during_create(tmp_path: Path, iterations: int, rng: random.Random) -> 
 
 def test_kill_while_creating_repository(tmp_path):
     rng = random.Random(1234)
-    outcomes = _kill_during_create(tmp_path, int(os.environ.get("QVC_CREATE_KILLS", "20")), rng)
+    outcomes = _kill_during_create(tmp_path, int(os.environ.get("QVC_CREATE_KILLS", "8")), rng)
     print(outcomes)
 
 

@@ -44,7 +44,7 @@ nothing pending opens a fresh read-only store. At teardown every worker is SIGKI
 repository is opened (recovery) and checked once more, then ``git fsck --strict`` and
 ``qvc fsck``.
 
-Budgets: ``test_model_short`` (default suite) runs ``QVC_MODEL_CI_EXAMPLES`` examples (8) of
+Budgets: ``test_model_short`` (default suite) runs ``QVC_MODEL_CI_EXAMPLES`` examples (4) of
 ``QVC_MODEL_STEPS`` steps (25); ``test_model_long`` (``-m slow``) runs ``QVC_MODEL_EXAMPLES``
 (200). ``QVC_MODEL_SEED`` fixes the seed (printed at the start and in every failure);
 ``QVC_MODEL_SHRINK=1`` lets Hypothesis shrink a failure to a minimal program (slow: every
@@ -1167,7 +1167,7 @@ def run_model(tmp_path: Path, examples: int, steps: int) -> None:
 def test_model_short(tmp_path):
     """A short run of the model in the default suite: every acknowledged write survives kills,
     gc, pack-refs, deletes, renames, time travel and conflicts, and no refused put is stored."""
-    run_model(tmp_path, int(os.environ.get("QVC_MODEL_CI_EXAMPLES", "8")),
+    run_model(tmp_path, int(os.environ.get("QVC_MODEL_CI_EXAMPLES", "4")),
               int(os.environ.get("QVC_MODEL_STEPS", "25")))
 
 

@@ -21,7 +21,7 @@ Then:
 flushes against the ref moves (what qvc's design promises, see its docstring).
 
 ``QVC_POWERLOSS_STATES`` sets how many crash states per mode the slow variant (``-m slow``) checks,
-``QVC_POWERLOSS_CI_STATES`` (30) how many the default run checks.
+``QVC_POWERLOSS_CI_STATES`` (12) how many the default run checks.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ pytestmark = [pytest.mark.heavy, pytest.mark.skipif(shutil.which("strace") is No
 
 MODES = ["sync", "async", "exit"]
 # crash points per mode in the default run (each checked in several variants)
-CI_STATES = int(os.environ.get("QVC_POWERLOSS_CI_STATES", "30"))
+CI_STATES = int(os.environ.get("QVC_POWERLOSS_CI_STATES", "12"))
 WINDOW_SLACK = 0.5  # scheduling slack on top of max_lag for the flusher to start a flush, under strace
 
 

@@ -104,3 +104,66 @@ def test_delete_record_is_a_compare_and_swap(tmp_path):
         assert run_git(repo, "cat-file", "-e", made["b"], check=False).returncode != 0
         assert store.record_threads() == ["f"]
     fsck(repo)
+
+
+@pytest.mark.parametrize("other", ["travel", "extend"])
+def test_a_record_travel_racing_a_put_from_the_same_head_keeps_the_head_on_a_ref(tmp_path, monkeypatch, other):
+    """Two Python threads of one store leave the same head H: a ``put_record`` travelling back to an
+    older checkpoint, and a ``put`` with ``expected_head=H`` (travelling too, or extending H). The
+    put_record pauses after it kept H's line, before its head move, while the put runs (or waits
+    for it: transactions take turns). Whatever won, H stays on a ref: the put_record's rollback
+    once removed the line it had kept even though the put had found that line and kept none of
+    its own, leaving the acknowledged H on no ref (``git rev-list --all`` did not reach it)."""
+    import threading
+
+    from qvc.plumbing.transaction import Transaction
+
+    repo = tmp_path / "r.qvc"
+    with GitCheckpointStore(repo) as store:
+        store.put_record("t", b"r1", expected=None, checkpoints=[cp("t", "a", None), cp("t", "b", "a", 1)], head="b")
+        put(store, "t", "c", 2)
+        head = store.head("t")
+        paused, done = threading.Event(), threading.Event()
+        move_ref = Transaction.move_ref
+
+        def interleaved(tx, name, old, new, message=None):
+            # The put_record's head move waits here, after it kept the line, for the put (1 s at most).
+            if name == "refs/heads/t" and old == head and message and message.startswith("record:"):
+                paused.set()
+                done.wait(1)
+            return move_ref(tx, name, old, new, message)
+
+        monkeypatch.setattr(Transaction, "move_ref", interleaved)
+        outcome: dict[str, object] = {}
+
+        def record() -> None:
+            try:
+                outcome["record"] = store.put_record("t", b"r2", expected=b"r1", head="a")
+            except CheckpointConflictError as exc:
+                outcome["record"] = exc
+
+        def other_put() -> None:
+            parent = "a" if other == "travel" else None
+            try:
+                store.put(CheckpointConfig("t"), Checkpoint(id="d", thread_id="t", step=3, parent_id=parent,
+                                                             state_data={"m": "d"}), {"source": "t"},
+                          expected_head=head)
+                outcome["put"] = "stored"
+            except CheckpointConflictError as exc:
+                outcome["put"] = exc
+            done.set()
+
+        first = threading.Thread(target=record)
+        first.start()
+        assert paused.wait(10)
+        second = threading.Thread(target=other_put)
+        second.start()
+        first.join(30)
+        second.join(30)
+        monkeypatch.undo()
+        assert (outcome["put"] == "stored") != (not isinstance(outcome["record"], Exception))  # one of them won
+        kept = {t.checkpoint.id for t in store.list(CheckpointConfig("t"), superseded=True)}
+        assert {"a", "b", "c"} <= kept
+        assert ("d" in kept) == (outcome["put"] == "stored")
+    assert head in run_git(repo, "rev-list", "--all").stdout.split()
+    fsck(repo)

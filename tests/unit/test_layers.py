@@ -9,6 +9,7 @@ forms. ``qvc/__init__.py`` (the composition root) and ``qvc/__main__.py`` sit on
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "qvc"
 
 #: Layer of each top-level part of the package, lowest first.
 LAYERS = {
-    "qvc.errors": 0, "qvc.types": 0, "qvc.version": 0,
+    "qvc.errors": 0, "qvc.types": 0, "qvc.version": 0, "qvc.lazy": 0,
     "qvc.codec": 0.5,  # the serializers: every layer above may use them, they use only errors and types
     "qvc.plumbing": 1,
     "qvc.store": 2,
@@ -168,6 +169,26 @@ def test_integrations_import_nothing_from_the_plumbing(module):
     (imports inside functions count): what it needs of git, the store offers with a contract."""
     plumbing = sorted(t for t in GRAPH[module] if t == "qvc.plumbing" or t.startswith("qvc.plumbing."))
     assert not plumbing, f"{module} imports the plumbing: {plumbing}"
+
+
+@functools.cache
+def plumbing_names(module: str) -> set[str]:
+    """The names ``module`` imports from the plumbing (what a ``from module import NAME`` would re-export)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("qvc.plumbing"):
+            out.update(a.asname or a.name for a in node.names)
+    return out
+
+
+@pytest.mark.parametrize("module", INTEGRATIONS)
+def test_integrations_take_no_plumbing_name_through_the_store(module):
+    """Nor through a store module that imported it from the plumbing (``MODE_TREE``,
+    ``tree_bytes``, ``object_id`` through ``qvc.store.format``): an adapter builds no git object."""
+    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("qvc.") and node.module in MODULES:
+            taken = sorted(a.name for a in node.names if a.name in plumbing_names(node.module))
+            assert not taken, f"{module} takes plumbing names {taken} through {node.module}"
 
 
 def test_the_plumbing_rule_covers_every_adapter():

@@ -45,7 +45,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from qvc.codec import serde as qserde
 from qvc.errors import CorruptionError, InvalidInputError
 from qvc.integrations.langgraph.saver import split_thread_name
-from qvc.store.format import CHUNK, MODE_TREE
+from qvc.store.format import CHUNK, is_chunked
 from qvc.store.git_store import GitCheckpointStore
 from qvc.store.refnames import decode_name
 from qvc.store.viewers import Editable, Stored
@@ -85,7 +85,7 @@ class LangGraphEditor:
 
     def _files_form(self, name: str, stored: Any, mode: int, notes: list[str]) -> Any:
         """The JSON value of channel ``name`` stored as ``stored`` (tree ``mode``: one pair per item)."""
-        if mode == MODE_TREE:
+        if is_chunked(mode):
             pairs = stored if isinstance(stored, list) else []
             items, kept = [], []
             for i, pair in enumerate(pairs):
@@ -206,7 +206,7 @@ class LangGraphEditor:
             return list(self._dumps(self._object(value, name)))
         known: dict[bytes, tuple[Any, Any]] = {}  # an item's JSON (msgpack) -> (object, stored pair or None)
         if isinstance(was_file, list):
-            if was_mode == MODE_TREE and isinstance(was_stored, list):
+            if is_chunked(was_mode) and isinstance(was_stored, list):
                 pairs = list(was_stored)
                 objects = [None] * len(pairs)
             else:

@@ -95,7 +95,7 @@ except ImportError:  # langgraph-checkpoint before 4.3 has no DeltaChannel: the 
 from qvc.codec import serde as qserde
 from qvc.errors import CorruptionError, InvalidInputError, InvalidThreadIdError, SerializationError
 from qvc.integrations.langgraph.values import ChannelValues
-from qvc.store.format import HEADER, Entry, escape_trailer
+from qvc.store.format import HEADER, FieldEntry, escape_trailer
 from qvc.store.git_store import GitCheckpointStore
 from qvc.store.refnames import decode_name, encode_name
 from qvc.store.writes import KEYED, Item, entry_key
@@ -375,14 +375,14 @@ class QvcSaver(BaseCheckpointSaver[str]):
     # -- writing ----------------------------------------------------------------------------
 
     def _entries_of(self, values: dict, versions: dict,
-                    new_versions: dict) -> Callable[[str | None, Callable[[str, bytes], bytes]], dict[str, Entry]]:
+                    new_versions: dict) -> Callable[[str | None, Callable[[str, bytes], bytes]], dict[str, FieldEntry]]:
         """The channels' tree entries against a parent, reusing its entries for channels
         unchanged since it (what :meth:`GitCheckpointStore.put_entries` asks for)."""
 
-        def entries_of(parent: str | None, write: Callable[[str, bytes], bytes]) -> dict[str, Entry]:
+        def entries_of(parent: str | None, write: Callable[[str, bytes], bytes]) -> dict[str, FieldEntry]:
             p_entries: dict = self._store.tree_entries(parent) if parent is not None else {}
             p_versions: dict = (self._header(parent)[1].get("channel_versions") or {}) if parent is not None else {}
-            entries: dict[str, Entry] = {}
+            entries: dict[str, FieldEntry] = {}
             for ch in dict.fromkeys([*values, *versions]):
                 if not isinstance(ch, str):
                     raise InvalidInputError(f"channel names must be strings, not {ch!r}")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from qvc.codec import serde as qserde
 from qvc.errors import CorruptionError
-from qvc.store.format import CHUNK, MODE_BLOB, MODE_TREE, Entry, chunk_name, object_id, tree_bytes
+from qvc.store.format import CHUNK, FieldEntry, blob_entry, chunk_name, chunks_of, is_chunked, list_entry
 from qvc.store.git_store import GitCheckpointStore
 from qvc.store.history import LRU, History
 from qvc.store.refnames import decode_name
@@ -52,11 +52,12 @@ class ChannelValues:
         """The value of channel entry ``ename`` (``(mode, raw)``) of checkpoint commit ``hexid``.
         Raises :class:`CorruptionError` if it does not decode."""
         what = f"checkpoint {hexid[:12]} channel {decode_name(ename)!r}"
-        if mode == MODE_BLOB:
+        if not is_chunked(mode):
             pair = qserde.loads(self._history.blob(raw), what)
             return serde.loads_typed((pair[0], pair[1]))
         out: list = []
-        for cname, (_, craw) in sorted(self._history.tree(raw).items()):
+        for i, (_, craw) in enumerate(chunks_of(self._history.tree, (mode, raw))):
+            cname = chunk_name(i)
             items = self._chunks.get(craw) if self._share else None
             if items is None:
                 pairs = qserde.loads(self._history.blob(craw), f"{what} chunk {cname}")
@@ -68,33 +69,24 @@ class ChannelValues:
             out.extend(obj for obj, _ in items)
         return out
 
-    def entry(self, serde: SerializerProtocol, write: Write, value: Any, old: Entry | None) -> Entry:
+    def entry(self, serde: SerializerProtocol, write: Write, value: Any, old: FieldEntry | None) -> FieldEntry:
         """The tree entry of a channel holding ``value``, writing through ``write`` only what
         ``old`` (the parent's entry of that channel) does not already hold."""
         if type(value) is list and len(value) > CHUNK:
             return self._list(serde, write, value, old)
         t, b = serde.dumps_typed(value)
-        return self.blob(write, pack_pair(t, b), old)
+        return blob_entry(write, pack_pair(t, b), old)
 
-    @staticmethod
-    def blob(write: Write, data: bytes, old: Entry | None) -> Entry:
-        """The entry of blob ``data``, written through ``write`` unless ``old`` is that blob."""
-        raw = object_id("blob", data)
-        if old != (MODE_BLOB, raw):
-            write("blob", data)
-        return (MODE_BLOB, raw)
-
-    def _list(self, serde: SerializerProtocol, write: Write, value: list, old: Entry | None) -> Entry:
-        prior = self._history.tree(old[1]) if old is not None and old[0] == MODE_TREE else {}
-        sub: dict[str, Entry] = {}
+    def _list(self, serde: SerializerProtocol, write: Write, value: list, old: FieldEntry | None) -> FieldEntry:
+        prior = chunks_of(self._history.tree, old)
+        sub: list[FieldEntry] = []
         for start in range(0, len(value), CHUNK):
             part = value[start:start + CHUNK]
-            name = chunk_name(start // CHUNK)
-            was = prior.get(name)
+            was = prior[start // CHUNK] if start // CHUNK < len(prior) else None
             known = self._chunks.get(was[1]) if (was is not None and self._share) else None
             if (known is not None and len(known) == len(part)
                     and all(a is b[0] for a, b in zip(part, known, strict=True))):
-                sub[name] = was  # the same objects as that chunk holds: nothing to serialize
+                sub.append(was)  # the same objects as that chunk holds: nothing to serialize
                 continue
             items = []
             for i, obj in enumerate(part):
@@ -104,14 +96,10 @@ class ChannelValues:
                     t, b = serde.dumps_typed(obj)
                     items.append((obj, pack_pair(t, b)))
             data = array_header(len(items)) + b"".join(p for _, p in items)
-            sub[name] = self.blob(write, data, was)
+            sub.append(blob_entry(write, data, was))
             if self._share:
-                self._chunks.put(sub[name][1], tuple(items))
-        data = tree_bytes(sub)
-        raw = object_id("tree", data)
-        if old != (MODE_TREE, raw):
-            write("tree", data)
-        return (MODE_TREE, raw)
+                self._chunks.put(sub[-1][1], tuple(items))
+        return list_entry(write, sub, old)
 
 
 def channel_values(store: GitCheckpointStore, sha: str, serde: SerializerProtocol | None = None) -> dict[str, Any]:
@@ -126,7 +114,7 @@ def channel_values(store: GitCheckpointStore, sha: str, serde: SerializerProtoco
     state = store.read(sha).checkpoint.state_data
     modes = {decode_name(n): mode for n, (mode, _) in store.tree_entries(sha).items()}
     try:
-        return {name: ([serde.loads_typed((t, b)) for t, b in value] if modes.get(name) == MODE_TREE
+        return {name: ([serde.loads_typed((t, b)) for t, b in value] if is_chunked(modes.get(name, 0))
                        else serde.loads_typed((value[0], value[1])))
                 for name, value in state.items()}
     except (TypeError, ValueError, IndexError) as exc:

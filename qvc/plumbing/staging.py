@@ -1,0 +1,726 @@
+"""Staging: the one owner of every acknowledged write until git's files hold it.
+
+A repository's writes are staged in one SQLite database in WAL mode, ``qvc/staging.db``, then
+published to git's files by whoever gets there first. SQLite gives the ordering, the locking
+and the crash recovery; this module only says what is stored and how it reaches git.
+
+**What is stored** (tables): ``objects`` (git objects not yet in a pack), ``refs`` (the ref
+overlay: each staged ref's acknowledged value, ``NULL`` for deleted, and the value git's files
+held when it was first staged), ``moves`` (every staged move in order: the chain that ties the
+overlay to git's files, and the reflog lines of moves that have a message), ``ids`` (the
+checkpoint-id index: checkpoint id to commit) and ``meta``.
+
+**The contract.**
+
+* A :meth:`Staging.transaction` is one SQLite transaction (``BEGIN IMMEDIATE``): its reads see
+  every transaction committed before it began, its :meth:`StagedTransaction.move` is a
+  compare-and-swap against the overlay (else git's files), and a conflict raises
+  :class:`~qvc.errors.CheckpointConflictError` with nothing stored. Writers of any number of
+  processes and threads queue fairly on a ``flock`` (``qvc/staging.queue``) in front of SQLite's
+  write lock and hold both for one transaction only: a committed transaction holds no lock, so a
+  writer that stops (SIGSTOP, a debugger) after its commit blocks no one, and every transaction
+  that starts later, in any process, sees its writes.
+* **Durable when**: ``sync``, at commit (``synchronous=FULL``: the WAL is flushed before the
+  transaction returns); ``async``, within ``max_lag`` seconds (a background flush of the WAL);
+  ``exit``, at :meth:`Staging.flush` or :meth:`Staging.close`. A process killed after its commit
+  loses nothing in any mode (the data is in the OS). With ``fsync=False`` nothing is flushed.
+* **Readers** (:meth:`Staging.ref`, :meth:`Staging.refs`, :meth:`Staging.object`,
+  :meth:`Staging.lookup`) ask the overlay first, then git's files: they never wait for a
+  publication and know nothing of locks.
+* **Publication** (:meth:`Staging.publish`) is idempotent and anyone's: it writes the staged
+  objects as one pack, then moves each staged ref with git's own lock-and-rename (its reflog
+  lines first), flushes what it wrote, and only then deletes the published rows in one
+  transaction. Killed anywhere, the next publisher simply does it again: a ref already at its
+  staged value is left as it is, and reflog lines already appended are not appended twice.
+  Publishers take turns on ``qvc/publish.lock``; a publisher that finds it taken returns at once
+  (someone else is publishing).
+* **Plain git moving a staged ref.** If git's file holds a value that is neither the staged
+  chain's base nor any value of the chain when the ref is published, another program moved the
+  ref under a staged write. The acknowledged staged value wins (every qvc reader has seen it),
+  and the other program's value, when it names a commit, is kept under
+  ``refs/qvc/displaced/<ref>/<sha>`` with a warning, so neither is lost.
+* **git's lock files.** A publisher takes ``<ref>.lock`` (and ``packed-refs.lock`` for a
+  delete) as git does, exclusively, only for the rename. It creates each lock whole, by linking
+  a file of its own into place, after noting the file's identity in ``qvc/publishing``; so a
+  lock is provably a dead publisher's when the publisher's turn is free and the lock is the
+  file noted, and only such a lock is removed. A lock held by another program makes a
+  publisher wait up to ``lock_wait`` seconds and then leave that ref staged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import logging
+import os
+import shutil
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+from qvc.errors import CorruptionError, QvcError, StorageError, StoreClosedError
+from qvc.plumbing import pack
+from qvc.plumbing.journal import fsync_dir
+from qvc.plumbing.odb import RefReader
+from qvc.plumbing.publication import moved
+from qvc.plumbing.reflog import ReflogEntry, reflog_line
+
+DB = "qvc/staging.db"
+QUEUE = "qvc/staging.queue"  # the writers' fair queue in front of SQLite's write lock
+PUBLISH_LOCK = "qvc/publish.lock"
+PUBLISHING = "qvc/publishing"  # the locks the publisher holding the turn creates (see the docstring)
+PACKED_REFS = "packed-refs"
+DISPLACED = "refs/qvc/displaced/"
+MODES = ("sync", "async", "exit")
+#: SQLite's default limit on one value (SQLITE_MAX_LENGTH); a larger object cannot be staged
+MAX_OBJECT = 1_000_000_000
+
+log = logging.getLogger("qvc")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS objects (oid BLOB PRIMARY KEY, kind TEXT NOT NULL, data BLOB NOT NULL,
+                                    seq INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS refs (name TEXT PRIMARY KEY, value TEXT, base TEXT, seq INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS moves (id INTEGER PRIMARY KEY, name TEXT NOT NULL, old TEXT, new TEXT,
+                                  message TEXT, who TEXT NOT NULL, time REAL NOT NULL, seq INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS moves_by_name ON moves (name, id);
+CREATE TABLE IF NOT EXISTS ids (checkpoint TEXT PRIMARY KEY, sha TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
+"""
+
+
+@dataclass
+class Published:
+    """What one :meth:`Staging.publish` did."""
+
+    objects: int = 0
+    refs: list[str] = field(default_factory=list)
+    displaced: list[str] = field(default_factory=list)  # refs/qvc/displaced/... it created
+    blocked: list[str] = field(default_factory=list)  # refs left staged: another program holds their lock
+    busy: bool = False  # another publisher was at work: this call did nothing
+
+
+class StagedTransaction:
+    """One SQLite write transaction of :class:`Staging` (made by :meth:`Staging.transaction`)."""
+
+    def __init__(self, staging: Staging, db: sqlite3.Connection, seq: int):
+        self._staging = staging
+        self._db = db
+        self.seq = seq
+
+    def ref(self, name: str) -> str | None:
+        """Ref ``name``'s value as this transaction sees it: staged, else git's files."""
+        row = self._db.execute("SELECT value FROM refs WHERE name = ?", (name,)).fetchone()
+        return row[0] if row is not None else self._staging.git_ref(name)
+
+    def write(self, kind: str, data: bytes, oid: bytes | None = None) -> bytes:
+        """Stage a git object (``kind``: blob, tree, commit, tag); return its raw id."""
+        if len(data) > MAX_OBJECT:
+            raise StorageError(f"a {kind} of {len(data)} bytes is larger than qvc stages ({MAX_OBJECT} bytes)",
+                               errno.EFBIG)
+        oid = oid if oid is not None else pack.object_id(kind, data)
+        self._db.execute("INSERT OR IGNORE INTO objects VALUES (?, ?, ?, ?)", (oid, kind, data, self.seq))
+        return oid
+
+    def move(self, name: str, old: str | None, new: str | None, message: str | None = None) -> None:
+        """Compare-and-swap ref ``name`` from ``old`` to ``new`` (``None``: absent). ``message``
+        makes a reflog line. Raises :class:`CheckpointConflictError` if the ref is not at ``old``."""
+        row = self._db.execute("SELECT value FROM refs WHERE name = ?", (name,)).fetchone()
+        current = row[0] if row is not None else self._staging.git_ref(name)
+        if current != old:
+            raise moved(name, old, current)
+        if old == new:
+            return
+        if row is None:
+            self._db.execute("INSERT INTO refs VALUES (?, ?, ?, ?)", (name, new, current, self.seq))
+        else:
+            self._db.execute("UPDATE refs SET value = ?, seq = ? WHERE name = ?", (new, self.seq, name))
+        self._db.execute("INSERT INTO moves (name, old, new, message, who, time, seq) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                         (name, old, new, message, self._staging.who, time.time(), self.seq))
+
+    def rewrite(self) -> str:
+        """Mark this transaction as rewriting history (a delete, a rename, a purge's rewrite): a
+        new generation token, returned, that readers see with the commit (:meth:`Staging.generation`)."""
+        token = os.urandom(8).hex()
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES ('generation', ?)", (token,))
+        return token
+
+    def index(self, checkpoint_id: str, sha: str | None) -> None:
+        """Note in the checkpoint-id index that ``checkpoint_id`` is commit ``sha`` (``None``: no
+        longer stored)."""
+        if sha is None:
+            self._db.execute("DELETE FROM ids WHERE checkpoint = ?", (checkpoint_id,))
+        else:
+            self._db.execute("INSERT OR REPLACE INTO ids VALUES (?, ?)", (checkpoint_id, sha))
+
+
+class Staging:
+    """The staging database of the repository at ``path`` (see the module docstring for the contract).
+
+    ``mode`` is ``"sync"``, ``"async"`` or ``"exit"``; ``max_lag`` bounds how long an ``async``
+    commit waits for its flush; ``readonly`` opens without creating anything (nothing staged
+    reads as empty). Thread-safe: each Python thread gets its own SQLite connection. Raises
+    :class:`~qvc.errors.StorageError` when the database cannot be created or opened.
+    """
+
+    def __init__(self, path: str | os.PathLike, *, mode: str = "sync", fsync: bool = True,
+                 max_lag: float = 0.05, readonly: bool = False, lock_wait: float = 10.0, who: str | None = None):
+        if mode not in MODES:
+            raise QvcError(f"durability mode {mode!r}: expected one of {', '.join(MODES)}")
+        self.path = os.fspath(path)
+        self.mode = mode
+        self.fsync = fsync
+        self.max_lag = max_lag
+        self.readonly = readonly
+        self.lock_wait = lock_wait
+        self.who = who or "qvc <qvc@localhost>"
+        self._db_path = os.path.join(self.path, DB)
+        self._local = threading.local()
+        self._conns: list[sqlite3.Connection] = []
+        self._conns_lock = threading.Lock()
+        self._refs = RefReader(self.path)
+        self._dirty = threading.Event()  # commits since the last flush (async, exit)
+        self._closed = False
+        self._flusher: threading.Thread | None = None
+        self._failed: BaseException | None = None
+        if not readonly:
+            os.makedirs(os.path.dirname(self._db_path), exist_ok=True)
+            with self._guard("create"):
+                self._connection().executescript(_SCHEMA)
+            if mode == "async" and fsync:
+                self._flusher = threading.Thread(target=self._flush_loop, name="qvc-staging-flush", daemon=True)
+                self._flusher.start()
+
+    # -- connections ----------------------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection | None:
+        if self._closed:
+            raise StoreClosedError(f"{self.path}: the store is closed")
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            return db
+        if self.readonly:
+            if not os.path.exists(self._db_path):
+                return None
+            db = sqlite3.connect(f"file:{self._db_path}?mode=ro", uri=True, isolation_level=None,
+                                 check_same_thread=False, timeout=60)
+        else:
+            db = sqlite3.connect(self._db_path, isolation_level=None, check_same_thread=False, timeout=60)
+            db.execute("PRAGMA journal_mode=WAL")
+            sync = "FULL" if self.mode == "sync" and self.fsync else "NORMAL" if self.fsync else "OFF"
+            db.execute(f"PRAGMA synchronous={sync}")
+            db.execute("PRAGMA secure_delete=ON")  # a published row's bytes are overwritten, not left free
+        self._local.db = db
+        with self._conns_lock:
+            self._conns.append(db)
+        return db
+
+    @contextlib.contextmanager
+    def _guard(self, what: str) -> Iterator[None]:
+        """SQLite's and the OS's errors as qvc's: a full disk is a :class:`StorageError`."""
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            text = str(exc)
+            code = errno.ENOSPC if "full" in text else errno.EIO
+            raise StorageError(f"staging {what}: {text} ({self._db_path})", code, self._db_path) from None
+
+    # -- writing --------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[StagedTransaction]:
+        """One write transaction: everything staged inside commits together or not at all
+        (an exception inside rolls it back and propagates). Durable on return per the mode.
+        Raises :class:`QvcError` in a thread that has one open already (they do not nest), and
+        :class:`StorageError` if SQLite cannot write (a full disk: nothing was stored)."""
+        if self.readonly:
+            raise QvcError(f"{self.path}: opened read-only")
+        self._check_open()
+        if getattr(self._local, "open_tx", False):
+            raise QvcError(f"{self.path}: a transaction is already open in this thread (they do not nest)")
+        db = self._connection()
+        with self._queue():
+            with self._guard("write"):
+                db.execute("BEGIN IMMEDIATE")
+            self._local.open_tx = True
+            try:
+                row = db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+                self._local.generation_before = row[0] if row else None
+                row = db.execute("SELECT value FROM meta WHERE key = 'seq'").fetchone()
+                seq = (row[0] if row else 0) + 1
+                db.execute("INSERT OR REPLACE INTO meta VALUES ('seq', ?)", (seq,))
+                yield StagedTransaction(self, db, seq)
+                with self._guard("commit"):
+                    db.execute("COMMIT")
+            except BaseException:
+                if db.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        db.execute("ROLLBACK")
+                raise
+            finally:
+                self._local.open_tx = False
+        if self.mode != "sync":
+            self._dirty.set()
+
+    @contextlib.contextmanager
+    def _queue(self) -> Iterator[None]:
+        """Hold the writers' queue (``qvc/staging.queue``), unless this thread holds it already
+        (inside :meth:`exclusive`)."""
+        if getattr(self._local, "queue", None) is not None:
+            yield
+            return
+        fd = os.open(os.path.join(self.path, QUEUE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # fair and blocking: SQLite's busy handler backs off in sleeps
+            self._local.queue = fd
+            yield
+        finally:
+            self._local.queue = None
+            os.close(fd)  # releases the flock
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold back every writer of every process (they wait in the queue) after publishing
+        everything staged: what maintenance that hands the repository to ``git`` needs. This
+        thread may still open transactions inside. Raises :class:`StorageError` if what is
+        staged cannot be published (git's files then lack it, and ``git`` must not run)."""
+        with self._queue():
+            done = self.publish()
+            if done.blocked or self.staged():
+                raise StorageError(f"{self.path}: cannot publish {', '.join(done.blocked) or 'what is staged'} "
+                                   f"to git's files (another program holds a lock)", errno.EAGAIN)
+            yield
+
+    # -- reading --------------------------------------------------------------------------
+
+    def git_ref(self, name: str) -> str | None:
+        """Ref ``name`` as git's files hold it (loose, else ``packed-refs``), ``None`` if absent."""
+        return self._refs.ref(name, settle=False)
+
+    def ref(self, name: str) -> str | None:
+        """Ref ``name``'s acknowledged value: staged, else git's files; ``None`` if absent."""
+        db = self._connection()
+        row = db.execute("SELECT value FROM refs WHERE name = ?", (name,)).fetchone() if db else None
+        return row[0] if row is not None else self.git_ref(name)
+
+    def refs(self, prefix: str) -> list[tuple[str, str]]:
+        """``(name, value)`` of every ref under ``prefix``, staged values over git's, sorted."""
+        db = self._connection()
+        staged = dict(db.execute("SELECT name, value FROM refs WHERE name >= ? AND name < ?",
+                                 (prefix, prefix + "\U0010ffff")).fetchall()) if db else {}
+        found = {n: v for n, v in self._refs.refs(prefix) if n not in staged}
+        found.update((n, v) for n, v in staged.items() if v is not None)
+        return sorted(found.items())
+
+    def object(self, oid: bytes) -> tuple[str, bytes] | None:
+        """``(kind, data)`` of a staged object, ``None`` if it is not staged (git's files have it,
+        or no one wrote it)."""
+        db = self._connection()
+        row = db.execute("SELECT kind, data FROM objects WHERE oid = ?", (oid,)).fetchone() if db else None
+        return (row[0], bytes(row[1])) if row is not None else None
+
+    def lookup(self, checkpoint_id: str) -> str | None:
+        """The commit the checkpoint-id index names for ``checkpoint_id``, ``None`` if none."""
+        db = self._connection()
+        row = db.execute("SELECT sha FROM ids WHERE checkpoint = ?", (checkpoint_id,)).fetchone() if db else None
+        return row[0] if row is not None else None
+
+    def generation(self) -> str | None:
+        """The token of the last committed transaction that rewrote history
+        (:meth:`StagedTransaction.rewrite`), ``None`` if none did: what is derived from history is
+        valid while it stays the same. Inside a transaction of this thread, the token it began
+        with (what is derived meanwhile must not be trusted under a token that transaction
+        may yet give)."""
+        if self.in_transaction():
+            return self._local.generation_before
+        db = self._connection()
+        row = db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone() if db else None
+        return row[0] if row is not None else None
+
+    def reflog(self, name: str) -> list[ReflogEntry]:
+        """The staged moves of ref ``name`` that have a reflog line, newest first (git's file
+        holds the older ones)."""
+        db = self._connection()
+        rows = db.execute("SELECT old, new, who, time, message FROM moves WHERE name = ? AND message IS NOT NULL "
+                          "ORDER BY id DESC", (name,)).fetchall() if db else []
+        return [ReflogEntry(old, new, int(when), who, message) for old, new, who, when, message in rows]
+
+    def in_transaction(self) -> bool:
+        """Whether this thread has a transaction open."""
+        return getattr(self._local, "open_tx", False)
+
+    def staged_refs(self, prefix: str) -> dict[str, str | None]:
+        """Name to staged value (``None``: deleted) of every staged ref under ``prefix``: what a
+        reader of git's files alone lacks."""
+        db = self._connection()
+        return dict(db.execute("SELECT name, value FROM refs WHERE name >= ? AND name < ?",
+                               (prefix, prefix + "\U0010ffff")).fetchall()) if db else {}
+
+    @property
+    def failed(self) -> BaseException | None:
+        """The error of a failed flush, if one failed (every later write raises it)."""
+        return self._failed
+
+    def staged(self) -> int:
+        """How many refs are staged and not yet published."""
+        db = self._connection()
+        return db.execute("SELECT count(*) FROM refs").fetchone()[0] if db else 0
+
+    # -- durability -----------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Make every committed transaction durable (a no-op in ``sync`` mode, or without fsync).
+        Raises :class:`StorageError` if the flush fails, and so does every later write."""
+        if self._failed is not None:
+            raise StorageError(f"staging: an earlier flush failed: {self._failed}", errno.EIO)
+        if not self._dirty.is_set() or not self.fsync:
+            return
+        self._dirty.clear()
+        try:
+            fd = os.open(self._db_path + "-wal", os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return  # no WAL: everything was checkpointed into the database, which SQLite flushed
+        try:
+            os.fdatasync(fd)
+        except OSError as exc:
+            self._failed = exc
+            raise StorageError(f"staging: flushing the WAL failed: {exc}", exc.errno or errno.EIO) from None
+        finally:
+            os.close(fd)
+
+    def _flush_loop(self) -> None:
+        while not self._closed:
+            self._dirty.wait(0.5)
+            if self._closed:
+                return
+            time.sleep(self.max_lag / 2)
+            with contextlib.suppress(StorageError):
+                self.flush()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise QvcError(f"{self.path}: staging is closed")
+        if self._failed is not None:
+            raise StorageError(f"staging: an earlier flush failed: {self._failed}", errno.EIO)
+
+    def close(self) -> None:
+        """Flush (every mode) and close every connection. Nothing is published here: call
+        :meth:`publish` first for git's files to have it (the next opener does otherwise)."""
+        if self._closed:
+            return
+        try:
+            if not self.readonly:
+                self.flush()
+        finally:
+            self._closed = True
+            self._dirty.set()
+            if self._flusher is not None:
+                self._flusher.join()
+            with self._conns_lock:
+                for db in self._conns:
+                    with contextlib.suppress(sqlite3.Error):
+                        db.close()
+                self._conns.clear()
+
+    def erase(self) -> None:
+        """Leave nothing deleted readable in the database's files (``qvc purge``): publish what
+        is staged, copy the WAL into the database and cut it to nothing, then rebuild the
+        database without free pages (``VACUUM``). Call it with writers held back
+        (:meth:`exclusive`, or the repository's maintenance lock); a reader in another process
+        holding an old snapshot makes it wait (up to ``lock_wait`` seconds), then
+        :class:`StorageError`."""
+        self.publish()
+        db = self._connection()
+        deadline = time.monotonic() + self.lock_wait
+        with self._guard("erase"):
+            while True:
+                busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                if not busy:
+                    break
+                if time.monotonic() > deadline:
+                    raise StorageError(f"{self.path}: cannot erase the staging database's log: a reader "
+                                       "holds it", errno.EBUSY, self._db_path)
+                time.sleep(0.01)
+            db.execute("VACUUM")
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    # -- publication ----------------------------------------------------------------------
+
+    def publish(self, *, wait: bool = True) -> Published:
+        """Write what is staged to git's files (see the module docstring); idempotent. Returns what
+        it did. When another publisher holds the turn: with ``wait``, waits for it (up to
+        ``lock_wait`` seconds: a publisher that is stopped holds it) and then publishes what is
+        left; without, returns at once. ``busy`` says nothing was done for that reason. Raises
+        :class:`StorageError` (the rows stay staged) if git's files cannot be written."""
+        out = Published()
+        if getattr(self._local, "open_tx", False):
+            raise QvcError(f"{self.path}: publish inside a transaction of this thread (it would wait for itself)")
+        if self.readonly or (self.staged() == 0 and not os.path.exists(os.path.join(self.path, PUBLISHING))):
+            return out
+        turn = os.open(os.path.join(self.path, PUBLISH_LOCK), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            deadline = time.monotonic() + (self.lock_wait if wait else 0)
+            delay = 0.0005
+            while True:
+                try:
+                    fcntl.flock(turn, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        out.busy = True
+                        return out
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.01)
+            try:
+                self._publish(out)
+            except OSError as exc:
+                if isinstance(exc, StorageError):
+                    raise
+                raise StorageError(f"publishing to git's files: {exc}", exc.errno or errno.EIO, exc.filename) from None
+        finally:
+            os.close(turn)
+        return out
+
+    def _publish(self, out: Published) -> None:
+        self._clear_dead_publisher()
+        db = self._connection()
+        db.execute("BEGIN")  # one snapshot of everything staged up to seq
+        try:
+            seq = (db.execute("SELECT value FROM meta WHERE key = 'seq'").fetchone() or (0,))[0]
+            objects = db.execute("SELECT oid, kind, data FROM objects WHERE seq <= ?", (seq,)).fetchall()
+            refs = db.execute("SELECT name, value, base FROM refs WHERE seq <= ? ORDER BY name", (seq,)).fetchall()
+            moves = db.execute("SELECT id, name, old, new, message, who, time FROM moves WHERE seq <= ? ORDER BY id",
+                               (seq,)).fetchall()
+        finally:
+            db.execute("COMMIT")
+        written: set[str] = set()
+        if objects:
+            base = pack.write(os.path.join(self.path, "objects", "pack"),
+                              [(kind, bytes(data)) for _, kind, data in objects],
+                              [bytes(oid) for oid, _, _ in objects], fsync=self.fsync)
+            written.add(os.path.dirname(base))
+            out.objects = len(objects)
+        chains: dict[str, list[tuple]] = {}
+        for move in moves:
+            chains.setdefault(move[1], []).append(move)
+        published: list[tuple[str, str | None]] = []
+        for name, value, base_value in refs:
+            chain = chains.get(name, [])
+            values = [base_value] + [m[2] for m in chain] + [m[3] for m in chain]  # every value it took
+            if self._publish_ref(name, value, values, chain, out, written):
+                published.append((name, value))
+                out.refs.append(name)
+        if self.fsync:
+            for path in sorted(written):
+                _fsync_path(path)
+        with self._queue(), self._guard("publish"):
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                done = [name for name, _ in published]
+                db.execute("DELETE FROM objects WHERE seq <= ?", (seq,))
+                db.executemany("DELETE FROM refs WHERE name = ? AND seq <= ?", [(n, seq) for n in done])
+                # a ref staged again since the snapshot now builds on the value published
+                db.executemany("UPDATE refs SET base = ? WHERE name = ?", [(v, n) for n, v in published])
+                db.executemany("DELETE FROM moves WHERE name = ? AND seq <= ?", [(n, seq) for n in done])
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(self.path, PUBLISHING))
+
+    def _publish_ref(self, name: str, value: str | None, chain_values: list[str | None], chain: list[tuple],
+                     out: Published, written: set[str]) -> bool:
+        """Move git's ref ``name`` to ``value`` under its lock; ``False`` if it stays staged
+        (another program's lock kept it from moving within ``lock_wait``, or its file is no ref)."""
+        lock = os.path.join(self.path, name + ".lock")
+        if not self._take(lock, f"{value or ''}\n".encode(), out, name):
+            return False
+        held = True
+        try:
+            try:
+                current = self.git_ref(name)
+            except CorruptionError as exc:  # an unreadable ref file: left as it is, for `qvc fsck`
+                log.warning("qvc: %s; it stays staged", exc)
+                out.blocked.append(name)
+                return False
+            if current != value and current not in chain_values:
+                self._displace(name, current, out, written)
+            if value is None:
+                if current is not None or os.path.exists(os.path.join(self.path, "logs", name)):
+                    if not self._delete(name, out, written):
+                        return False
+                return True
+            lines = [reflog_line(old, new, who, when, message) for _, _, old, new, message, who, when in chain
+                     if message is not None]
+            if lines:  # before the value, as git does; lines a killed publisher appended are not repeated
+                written.update(self._append_reflog(name, lines))
+                if name == self._head_target():  # git logs the branch HEAD names in HEAD's reflog too
+                    written.update(self._append_reflog("HEAD", lines))
+            if current == value:
+                return True  # an earlier publication got this far
+            os.rename(lock, os.path.join(self.path, name))
+            held = False
+            written.update((os.path.join(self.path, name), os.path.dirname(os.path.join(self.path, name))))
+            return True
+        finally:
+            if held:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(lock)  # ours: taken above
+
+    def _take(self, lock: str, content: bytes, out: Published, name: str) -> bool:
+        """Create git's lock file ``lock`` holding ``content``, exclusively, waiting up to
+        ``lock_wait`` for another program's; ``False`` (noted in ``out.blocked``) if it stays taken.
+
+        The lock is a file of this publisher's linked into place, whole, after its identity was
+        noted in ``qvc/publishing`` (device, inode, modification time): what makes it provably
+        ours after a kill. The lock's content is never written again (linking changes only its
+        inode's change time)."""
+        tmp_dir = os.path.join(self.path, "qvc", "publishing.d")
+        os.makedirs(tmp_dir, exist_ok=True)
+        tmp = os.path.join(tmp_dir, f"{os.getpid()}-{os.urandom(6).hex()}")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(content)
+            st = os.stat(tmp)
+            with open(os.path.join(self.path, PUBLISHING), "a", encoding="utf-8", errors="surrogateescape") as f:
+                f.write(f"{st.st_dev} {st.st_ino} {st.st_mtime_ns} {lock}\n")
+            os.makedirs(os.path.dirname(lock), exist_ok=True)
+            deadline = time.monotonic() + self.lock_wait
+            delay = 0.0005
+            while True:
+                try:
+                    os.link(tmp, lock)
+                    return True
+                except FileExistsError:
+                    if time.monotonic() > deadline:
+                        log.warning("qvc: %s is locked by another program (%s); it stays staged", name, lock)
+                        out.blocked.append(name)
+                        return False
+                    time.sleep(delay)
+                    delay = min(delay * 2, 0.05)
+        finally:
+            os.unlink(tmp)
+
+    def _clear_dead_publisher(self) -> None:
+        """Remove the locks a publisher killed midway left: those ``qvc/publishing`` notes that are
+        still the very files it linked (the caller holds the turn, so that publisher is gone)."""
+        try:
+            with open(os.path.join(self.path, PUBLISHING), encoding="utf-8", errors="surrogateescape") as f:
+                notes = f.read().splitlines()
+        except FileNotFoundError:
+            notes = []
+        for note in notes:
+            parts = note.split(" ", 3)
+            if len(parts) != 4:
+                continue  # torn by the kill
+            dev, ino, mtime, lock = parts
+            with contextlib.suppress(FileNotFoundError, ValueError):
+                st = os.stat(lock)
+                if (st.st_dev, st.st_ino, st.st_mtime_ns) == (int(dev), int(ino), int(mtime)):
+                    os.unlink(lock)
+                    log.warning("qvc: removed %s, left by a publisher that was killed", lock)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(self.path, PUBLISHING))
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(os.path.join(self.path, "qvc", "publishing.d"))
+
+    def _delete(self, name: str, out: Published, written: set[str]) -> bool:
+        """Delete git's ref ``name`` (its ``<ref>.lock`` held), as git does: under
+        ``packed-refs.lock``, its ``packed-refs`` entry first, then its loose file and reflog.
+        ``False`` if another program holds ``packed-refs.lock`` (it stays staged)."""
+        packed = os.path.join(self.path, PACKED_REFS)
+        if not self._take(packed + ".lock", b"", out, name):
+            return False
+        try:
+            try:
+                with open(packed, "rb") as f:
+                    lines = f.read().split(b"\n")
+            except FileNotFoundError:
+                lines = []
+            wanted = name.encode("utf-8", "surrogateescape")
+            kept: list[bytes] = []
+            skipping = False
+            for line in lines:
+                if skipping and line.startswith(b"^"):
+                    continue  # the peeled value of the removed entry
+                sha, _, ref = line.partition(b" ")
+                skipping = ref == wanted and len(sha) == 40 and not line.startswith(b"#")
+                if not skipping:
+                    kept.append(line)
+            if len(kept) != len(lines):  # the new file goes over packed-refs while we hold its lock
+                tmp = os.path.join(self.path, "qvc", "publishing.d", f"packed-refs-{os.getpid()}-{os.urandom(4).hex()}")
+                with open(tmp, "wb") as f:
+                    f.write(b"\n".join(kept))
+                os.rename(tmp, packed)
+                written.update((packed, self.path))
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(packed + ".lock")
+        for path in (os.path.join(self.path, name), os.path.join(self.path, "logs", name)):
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                os.unlink(path)
+                written.add(os.path.dirname(path))
+        return True
+
+    def _head_target(self) -> str | None:
+        """The ref HEAD names (read from its file), or ``None``."""
+        try:
+            with open(os.path.join(self.path, "HEAD"), "rb") as f:
+                data = f.read(4096)
+        except OSError:
+            return None
+        return data[5:].strip().decode("utf-8", "replace") if data.startswith(b"ref: ") else None
+
+    def _displace(self, name: str, found: str | None, out: Published, written: set[str]) -> None:
+        """Keep the value another program moved ref ``name`` to under ``refs/qvc/displaced/``."""
+        if found is None:
+            log.warning("qvc: %s was deleted by another program while a write to it was staged; "
+                        "the staged value is published", name)
+            return
+        kept = f"{DISPLACED}{name[len('refs/'):] if name.startswith('refs/') else name}/{found}"
+        path = os.path.join(self.path, kept)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
+        with open(tmp, "wb") as f:
+            f.write(found.encode() + b"\n")
+        os.rename(tmp, path)
+        written.update((path, os.path.dirname(path)))
+        out.displaced.append(kept)
+        log.warning("qvc: %s was moved by another program to %s while a write to it was staged; "
+                    "the staged value is published and %s keeps the other", name, found[:12], kept)
+
+    def _append_reflog(self, name: str, lines: Sequence[bytes]) -> list[str]:
+        """Append the reflog lines a killed publisher did not append already; the paths written."""
+        path = os.path.join(self.path, "logs", name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        try:
+            with open(path, "rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - sum(len(line) for line in lines)))
+                tail = f.read().splitlines(keepends=True)
+        except FileNotFoundError:
+            tail = []
+        skip = next((k for k in range(len(lines), 0, -1) if list(lines[:k]) == tail[-k:]), 0)
+        if skip < len(lines):
+            with open(path, "ab") as f:
+                f.write(b"".join(lines[skip:]))
+        return [path, os.path.dirname(path)]
+
+
+def _fsync_path(path: str) -> None:
+    """Flush a file or a directory that a publication wrote (gone since: nothing to flush)."""
+    if os.path.isdir(path):
+        with contextlib.suppress(FileNotFoundError):
+            fsync_dir(path)
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,76 @@
+"""What a command loads: ``import qvc`` and the everyday reading commands pay only for what they
+use (docs/benchmarks.md, "Command line"). Each check runs a fresh Python, as a person runs
+``qvc``; none times anything (benchmarks/bench_cli.py measures the time)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from helpers import child_env, put
+
+from qvc import GitCheckpointStore
+
+
+def loaded_after(code: str) -> list[str]:
+    """The modules of qvc (and of pygit2 and filelock) a fresh interpreter holds after running ``code``."""
+    script = (f"import sys\n{code}\nimport json\n"
+              "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('qvc', 'pygit2', 'filelock'))))")
+    proc = subprocess.run([sys.executable, "-c", script], env=child_env(), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_import_qvc_loads_neither_the_store_nor_the_plumbing():
+    loaded = loaded_after("import qvc; qvc.__version__")
+    assert not [m for m in loaded if m.startswith(("qvc.store", "qvc.plumbing", "qvc.runs", "pygit2"))], loaded
+
+
+def test_every_public_name_of_qvc_resolves_on_first_use():
+    proc = subprocess.run(
+        [sys.executable, "-c", "import qvc\nfrom qvc import GitCheckpointStore, QvcError, Run, fork_checkpoint\n"
+         "missing = [n for n in qvc.__all__ if getattr(qvc, n, None) is None]\n"
+         "assert not missing, missing\nassert set(qvc.__all__) <= set(dir(qvc))\n"
+         "assert GitCheckpointStore.__module__ == 'qvc.store.git_store' and Run.__module__ == 'qvc.runs.model'\n"
+         "try:\n    qvc.no_such_name\nexcept AttributeError as exc:\n    print(exc)\n"],
+        env=child_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "module 'qvc' has no attribute 'no_such_name'"
+
+
+def test_a_store_imported_directly_still_runs_replication():
+    """The store's services (replication) are plugged in when the store module loads, whoever
+    imports it first: ``import qvc`` no longer loads it."""
+    proc = subprocess.run(
+        [sys.executable, "-c", "from qvc.store.git_store import SERVICES\n"
+         "print([f'{s.__module__}.{s.__name__}' for s in SERVICES])"],
+        env=child_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "['qvc._replication']"
+
+
+def test_a_reading_command_loads_its_own_command_module_only(tmp_path):
+    repo = tmp_path / "r.qvc"
+    with GitCheckpointStore(repo) as store:
+        for i in range(3):
+            put(store, "t", f"c{i}")
+    for argv, module in ((["log", "-n", "20", "t"], "qvc.cli.history"), (["show", "t"], "qvc.cli.history"),
+                         (["status"], "qvc.cli.repository")):
+        loaded = loaded_after(f"from qvc.cli import main\nassert main(['--repo', {str(repo)!r}, *{argv!r}]) == 0")
+        commands = [m for m in loaded if m.startswith("qvc.cli.") and m not in ("qvc.cli.app", "qvc.cli.output")]
+        assert module in commands, (argv, commands)
+        assert not [m for m in commands if m not in (module, "qvc.cli.runs")], (argv, commands)
+        assert "pygit2" not in loaded, argv  # reading commands open the repository read-only, without libgit2
+        assert "filelock" not in loaded, argv  # only a replicator (a writable store's service) locks with it
+
+
+def test_the_command_table_names_each_commands_module():
+    """:data:`qvc.cli.app.COMMANDS` says where each command lives (a command missing from it
+    still runs, every module loaded to find it: this keeps it complete)."""
+    from qvc.cli.app import COMMANDS, MODULES, cli, load
+
+    load(*MODULES)
+    where = {name: command.callback.__module__ for name, command in cli.commands.items()}
+    assert where == {name: f"qvc.cli.{module}" for name, module in COMMANDS.items()}
