@@ -116,6 +116,44 @@ def put(store, thread: str, cid: str, step: int | None = None, state: dict | Non
     return store.put(config, checkpoint, metadata, new_versions or {}, **options)
 
 
+def langgraph_weather(repo: Path) -> Path:
+    """``repo`` written by a real LangGraph graph in its own process (tests/server/page_graph.py: a
+    scripted chat model, LangGraph's ToolNode, QvcSaver): thread ``weather``, one tool call and
+    its answer. The caller skips when LangGraph is not installed."""
+    subprocess.run([sys.executable, str(ROOT / "tests" / "server" / "page_graph.py"), str(repo), "weather", "Oslo"],
+                   env=child_env(), check=True, capture_output=True, timeout=300)
+    return repo
+
+
+#: What importing LangGraph needs (the ``langgraph`` extra): blocked by :func:`without` as a whole.
+LANGGRAPH = ("langgraph", "langchain_core", "langchain", "ormsgpack")
+_MISSING = '''
+import sys
+
+class Missing:
+    """Import of {names} fails, as where they are not installed."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {names!r}:
+            raise ImportError(f"No module named {{name!r}} (not installed here)")
+        return None
+
+sys.meta_path.insert(0, Missing())
+'''
+
+
+def without(tmp_path: Path, *names: str) -> dict:
+    """The environment of a process where importing the top-level packages ``names`` fails, as on a
+    machine without them: a ``sitecustomize`` first on ``PYTHONPATH`` (in ``tmp_path/without``)
+    puts a meta path finder first that raises ``ImportError`` for them."""
+    shim = tmp_path / "without"
+    shim.mkdir(exist_ok=True)
+    (shim / "sitecustomize.py").write_text(_MISSING.format(names=set(names)))
+    e = env(COLUMNS="200")
+    e["PYTHONPATH"] = os.pathsep.join([str(shim), e.get("PYTHONPATH", "")])
+    return e
+
+
 # -- the command line --------------------------------------------------------------------------------
 
 SCRIPT = shutil.which("qvc", path=str(Path(sys.executable).parent))

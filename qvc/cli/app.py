@@ -69,7 +69,17 @@ class Session:
             self._store = GitCheckpointStore(find_repository(explicit=self.repo), create=False, readonly=not write)
         return self._store
 
+    @property
+    def opened(self):
+        """The store if this command opened it already, else ``None`` (nothing is opened)."""
+        return self._store
+
     def close(self) -> None:
+        """Say what the viewers noted while showing values (``hint: ...`` on stderr, each once),
+        then close the store."""
+        viewers = sys.modules.get("qvc.store.viewers")  # not imported: nothing was shown through one
+        for line in viewers.notes() if viewers is not None else ():
+            click.echo(f"hint: {line}", err=True)
         if self._store is not None:
             self._store.close()
 

@@ -146,9 +146,12 @@ def log(names: tuple[str, ...], limit: int | None, oneline: bool, graph: bool, a
         start, exclude = ([] if all_ else [revision(store, None).commit]), []
     after, before = date(since, "--since"), date(until, "--until")
     if graph:
+        def line(e) -> str:  # the line --oneline prints: the same counts, names and short ids
+            return entry_lines(next(number_entries(store, [e])), head, True, None, decorate)[0]
+
         text = draw(store, start, limit=limit, all=all_, color=session().color, exclude=exclude,
                     first_parent=first_parent, order=order, since=after, until=before, decorate=decorate,
-                    fmt=fmt, head_thread=head.thread, head_commit=head.commit, viewed=not raw)
+                    fmt=fmt, head_thread=head.thread, head_commit=head.commit, viewed=not raw, line=line)
         page(text.rstrip("\n").split("\n") if text else [])
         return
     where = None
@@ -240,19 +243,27 @@ def decorations(entry, head, decorate: str = "short") -> str:
     return f" ({', '.join(found)})" if found else ""
 
 
+def changed_count(e) -> str:
+    """``2 changed``: how many fields a log entry changed as people see them; when its commit
+    message (what git shows) counts more stored fields (bookkeeping a viewer hides), that count
+    too: ``1 changed (2 in git)``."""
+    return f"{len(e.changed)} changed" + (f" ({e.stored} in git)" if e.stored is not None else "")
+
+
 def entry_lines(e, head, oneline: bool, fmt: str | None = None, decorate: str = "short") -> list[str]:
     """One log entry as text: ``fmt`` (--format) expanded, one line with --oneline, else a block
     ending in a blank line."""
     if fmt is not None:
         from qvc.readers.log import format_entry  # deferred: start-up speed
 
-        return format_entry(e, fmt, head_thread=head.thread, head_commit=head.commit).split("\n")
+        return format_entry(e, fmt, head_thread=head.thread, head_commit=head.commit,
+                            store=session().opened).split("\n")
     status = f" [{e.status}]" if e.status else ""
     names = decorations(e, head, decorate)
     if oneline:
         return [f"{style(e.commit[:7], fg='yellow')} {short(e.checkpoint_id)} "
                 f"{shown_name(e.name, e.n) if e.name else f'step {e.step}'} · "
-                f"{e.source or 'put'} · {len(e.changed)} changed{status}{style(names, fg='cyan')}"]
+                f"{e.source or 'put'} · {changed_count(e)}{status}{style(names, fg='cyan')}"]
     number = f"Run: {shown_name(e.name, e.n)}" if e.name else f"Step: {e.step}"
     return [style(f"checkpoint {e.checkpoint_id}", fg="yellow") + style(names, fg="cyan"),
             f"Commit:  {e.commit[:12]}   Thread: {qname(e.thread)}   {number}   "
@@ -320,7 +331,7 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool, r
              f"Date:     {ago(info.time)} ({cp.created_at or iso(info.time)})"]
     if tup.metadata:
         lines.append(style("Metadata:", bold=True))
-        lines += [f"  {k}: {shorten(v, full, width)}" for k, v in tup.metadata.items()]
+        lines += [f"  {k}: {shorten(v, full, width, key=k)}" for k, v in tup.metadata.items()]
     lines.append(style(f"State ({len(state) + len(damaged)} field{'s' if len(state) + len(damaged) != 1 else ''}):",
                        bold=True))
     lines += [f"  {style(f, fg='red')}: DAMAGED ({why}; see `qvc fsck`)" for f, why in damaged.items() if not fields]
@@ -331,7 +342,7 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool, r
             lines.append(f"{label}: {len(v)} message{'' if len(v) == 1 else 's'}")
             lines += [f"    {i:>3} {message_line(m, full=full, width=max(40, width - 8))}" for i, m in enumerate(v)]
         else:
-            lines.append(f"{label}: {shorten(v, full, width)}")
+            lines.append(f"{label}: {shorten(v, full, width, key=f)}")
     writes = shown_writes(cp.state_data, state, tup.pending_writes or [], raw=raw) if not damaged \
         else tup.pending_writes or []
     lines.append(style(f"Pending writes ({len(writes)}):", bold=True) if writes else "Pending writes: none")
@@ -389,10 +400,12 @@ def blame(field: str, name: str | None, full: bool, as_json: bool, raw: bool) ->
         emit_json([b.to_json() for b in lines])
         return
     width = value_width()
+    ids = {b.checkpoint_id: short(b.checkpoint_id, store) for b in lines}
+    pad = max((len(i) for i in ids.values()), default=12)
     rows = []
     for b in lines:
         where = format_path(field, b.path)
-        head = (f"{style(b.commit[:7], fg='yellow')} {short(b.checkpoint_id):<12} step {str(b.step):<4} "
+        head = (f"{style(b.commit[:7], fg='yellow')} {ids[b.checkpoint_id]:<{pad}} step {str(b.step):<4} "
                 f"{datetime.fromtimestamp(b.time).astimezone():%Y-%m-%d %H:%M:%S}  ")
         room = max(40, width - len(where) - 50)
         text = f" {message_line(b.value, full=full, width=room)}" if is_message(b.value) and len(b.path) == 1 \

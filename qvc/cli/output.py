@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from qvc.cli.app import session
+from qvc.cli.app import Session, session
 
 _NAMED = {"\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f", "\r": "\\r"}
 _CONTROL = re.compile(r"\x1b\[[0-9;]*m|[\x00-\x1f\x7f-\x9f]")  # colours (ours, kept), then controls
@@ -102,6 +102,13 @@ def value_width() -> int:
     return max(40, terminal_size((100, 24)).columns - 4)
 
 
-def short(checkpoint_id: str) -> str:
-    """A checkpoint id short enough to read (long ids are cut; prefixes resolve)."""
-    return checkpoint_id if len(checkpoint_id) <= 16 else checkpoint_id[:12]
+def short(checkpoint_id: str, store=None) -> str:
+    """A checkpoint id short enough to read, unique in ``store`` (default: the store the running
+    command opened), as :func:`qvc.readers.log.short_id` writes it: typed back, it resolves."""
+    from qvc.readers.log import short_id  # deferred: start-up speed
+
+    if store is None and len(checkpoint_id) > 16:
+        ctx = click.get_current_context(silent=True)
+        running = ctx.find_object(Session) if ctx is not None else None
+        store = running.opened if running is not None else None
+    return short_id(checkpoint_id, store)

@@ -31,7 +31,8 @@ def show_run(store, ref: str, full: bool, as_json: bool) -> bool:
     if as_json:
         emit_json({"n": n, "name": name, **shown.to_dict()})
         return True
-    from qvc.readers.statediff import shorten  # deferred: start-up speed
+    from qvc.readers.statediff import message_line, shorten  # deferred: start-up speed
+    from qvc.runs.viewer import message_dict
 
     run = shown.run if isinstance(shown, Snapshot) else shown
     label = f"{shown_name(name, n)} · " if name else ""
@@ -45,10 +46,8 @@ def show_run(store, ref: str, full: bool, as_json: bool) -> bool:
     else:
         lines.append(f"latest: {label}checkpoint {run.checkpoint_id}")
     lines.append(style(f"Messages ({len(run.messages)}):", bold=True))
-    for i, m in enumerate(run.messages):
-        calls = f" calls {', '.join(c.name for c in m.tool_calls)}" if m.tool_calls else ""
-        answer = f" [{m.tool_name or m.tool_call_id}]" if m.role == "tool" else ""
-        lines.append(f"  {i:>3} {m.role}{answer}{calls}: {shorten(m.content, full, width)}")
+    for i, m in enumerate(run.messages):  # as `qvc diff` and `qvc show CHECKPOINT` print them
+        lines.append(f"  {i:>3} {message_line(message_dict(m.to_dict(), {}), full=full, width=max(40, width - 6))}")
     if run.session_state:
         lines.append(f"Session state: {shorten(run.session_state, full, width)}")
     if run.metrics:
@@ -156,3 +155,36 @@ def number_entries(store, entries: Iterable) -> Iterator:
         if found is not None:
             e.n, e.name = found
         yield e
+
+
+def run_named(store, text: str) -> bool:
+    """Whether ``text`` names a checkpoint only as a run's (``RUN``, ``RUN@N``, ``RUN@N~1``): no
+    thread, tag, checkpoint id or commit of the store's own is called that."""
+    from qvc.errors import NotFoundError
+    from qvc.store.revisions import parse_revision  # deferred: start-up speed
+
+    try:
+        parse_revision(store, text)
+    except NotFoundError:
+        return True
+    return False
+
+
+def fork_run(store, commit: str, new: str):
+    """``qvc branch NEW RUN@N``: when checkpoint commit ``commit`` is a boundary on a run's current
+    line, the run ``new`` forked from it (:meth:`qvc.runs.Runs.fork` at that boundary's message
+    index: PENDING, its own thread ``run/<session>/NEW``, recording where it came from), so
+    ``qvc timeline NEW`` and ``qvc show NEW`` read it as a run; else ``None`` (a plain fork)."""
+    from qvc.readers.views import run_of_thread  # deferred: start-up speed
+    from qvc.runs import Runs
+
+    info = store.commit_info(commit)
+    source = run_of_thread(info.thread_id or "")
+    metadata = store.header(commit)[1]
+    index = metadata.get("message_index") if isinstance(metadata, dict) else None
+    if source is None or metadata.get("source") != "run" or type(index) is not int:
+        return None
+    head = store.head(info.thread_id)
+    if head is None or all(c.hex != commit for c in store.first_parents(head)):  # a superseded line's
+        return None
+    return Runs(store).fork(source["run_id"], index, new_run_id=new)

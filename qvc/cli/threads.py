@@ -7,6 +7,7 @@ import click
 
 from qvc.cli.app import cli, complete_names, revision, session
 from qvc.cli.output import emit_json, out, page, qname, short, style, warn, warn_damaged
+from qvc.cli.runs import fork_run, run_named
 from qvc.cli.workdir import checkout_to
 from qvc.errors import (
     OBJECTS_REPAIR,
@@ -77,7 +78,8 @@ def branch(names: tuple[str, ...], verbose: bool, delete: bool, force_delete: bo
     qvc branch --contains CHECKPOINT
                                     the threads whose line holds CHECKPOINT
     qvc branch --show-current       the current thread's name
-    qvc branch NEW [CHECKPOINT]     fork a new thread (default: from HEAD)
+    qvc branch NEW [CHECKPOINT]     fork a new thread (default: from HEAD); from a
+                                    run's checkpoint (RUN@N), a new run NEW
     qvc branch -f THREAD CHECKPOINT move THREAD to its CHECKPOINT (as `qvc reset`;
                                     the line left behind is kept), or fork it if new
     qvc branch -d THREAD...         delete; refuses a thread not fully merged (its head
@@ -136,6 +138,18 @@ def branch(names: tuple[str, ...], verbose: bool, delete: bool, force_delete: bo
         rev = revision(store, names[1] if len(names) == 2 else None)
         if force and store.head(names[0]) is not None:
             return move_thread(store, names[0], rev, as_json)
+        # named as a run's (RUN, RUN@N): a run, as `qvc timeline NEW` reads it; else a thread
+        run = fork_run(store, rev.commit, names[0]) if len(names) == 2 and run_named(store, names[1]) else None
+        if run is not None:
+            from qvc.runs import thread_of  # deferred: start-up speed
+
+            if as_json:
+                emit_json({"run": run.run_id, "thread": thread_of(run.session_id, run.run_id),
+                           "id": run.checkpoint_id, "from": store.commit_info(rev.commit).checkpoint_id})
+            else:
+                out(f"Forked run {run.run_id!r} from {run.forked_from_run_id}@{run.forked_from_message_index} "
+                    f"(thread {qname(thread_of(run.session_id, run.run_id))}, {run.status.value})")
+            return
         made = fork(store, rev, names[0])
         source = store.commit_info(rev.commit).checkpoint_id
         if as_json:

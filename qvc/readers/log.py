@@ -56,6 +56,9 @@ class LogEntry:
     kinds: dict[str, str] = field(default_factory=dict)  # changed field -> "A", "M" or "D" (git's --name-status)
     n: int | None = None  # a run checkpoint's number, its message index (qvc.runs.queries.numbers)
     name: str | None = None  # a run checkpoint's name, ``RUN@n`` as ``qvc show`` takes it
+    #: how many stored fields it changed (what its commit message counts, as git shows it) when
+    #: that is not ``len(changed)`` (a viewer shows fewer: bookkeeping hidden), else ``None``
+    stored: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The stable ``--json`` form (documented in docs/cli.md)."""
@@ -131,16 +134,25 @@ def entry(store: GitCheckpointStore, commit: str, heads: dict[str, list[str]] | 
     ``viewed``, the fields it changed as its viewer shows them, when it has one."""
     info = store.commit_info(commit)
     kinds = viewed.kinds(commit, info.parent) if viewed is not None else None
+    stored = _stored_kinds(store, commit, info.parent)
     if kinds is None:
-        mine = store.tree_entries(commit)
-        theirs = store.tree_entries(info.parent) if info.parent is not None else {}
-        # added or changed, then removed (as in the commit subject); entries compare by (mode, id)
-        kinds = {decode_name(n): "M" if n in theirs else "A" for n, e in mine.items()
-                 if n != HEADER and theirs.get(n) != e}
-        kinds.update((decode_name(n), "D") for n in theirs if n != HEADER and n not in mine)
+        kinds = stored
     return LogEntry(commit, info.checkpoint_id, info.thread_id, info.step, source_of(info), info.time,
                     info.parents, list(kinds), _status(store, info), (heads or {}).get(commit, []), superseded,
-                    info.message, (tags or {}).get(commit, []), kinds)
+                    info.message, (tags or {}).get(commit, []), kinds,
+                    stored=len(stored) if len(stored) != len(kinds) else None)
+
+
+def _stored_kinds(store: GitCheckpointStore, commit: str, parent: str | None) -> dict[str, str]:
+    """``{field: "A" | "M" | "D"}`` of the stored fields ``commit`` changed against ``parent``:
+    added or changed, then removed (as its commit subject counts them)."""
+    mine = store.tree_entries(commit)
+    theirs = store.tree_entries(parent) if parent is not None else {}
+    # entries compare by (mode, id)
+    kinds = {decode_name(n): "M" if n in theirs else "A" for n, e in mine.items()
+             if n != HEADER and theirs.get(n) != e}
+    kinds.update((decode_name(n), "D") for n in theirs if n != HEADER and n not in mine)
+    return kinds
 
 
 def _status(store: GitCheckpointStore, info: CommitInfo) -> str | None:
@@ -451,7 +463,8 @@ def graph(store: GitCheckpointStore, start: str | Sequence[str] | None = None, *
           all: bool = False, color: bool = False, exclude: Sequence[str] = (), first_parent: bool = False,
           order: str | None = None, since: float | None = None, until: float | None = None,
           decorate: str = "short", fmt: str | None = None, head_thread: str | None = None,
-          head_commit: str | None = None, viewed: bool = False) -> str:
+          head_commit: str | None = None, viewed: bool = False,
+          line: Callable[[LogEntry], str] | None = None) -> str:
     """The fork graph drawn by ``git log --graph`` (threads as branch decorations), of what
     ``start`` (a commit or several; with ``all`` every thread and superseded line too) reaches
     and ``exclude`` does not, in ``order`` (default ``"topo"``: git's graph order, each line
@@ -459,7 +472,9 @@ def graph(store: GitCheckpointStore, start: str | Sequence[str] | None = None, *
     ``decorate`` is one of :data:`DECORATE`. With ``fmt`` (a ``--format`` as :func:`check_format`
     returns it), each checkpoint is written as :func:`format_entry` writes it (``head_thread``
     and ``head_commit`` for ``%d``), each of its lines beside the graph as git draws it;
-    ``viewed``: ``%(changed)`` names the fields as viewers show them (see :func:`log`).
+    ``viewed``: ``%(changed)`` names the fields as viewers show them (see :func:`log`). Without
+    ``fmt``, ``line`` writes each checkpoint's line (``qvc log --graph`` passes the one ``--oneline``
+    prints, so both read alike); without either, git's subject, date and the checkpoint id.
 
     git is better at laying out a graph than anything we would write; it runs with the
     repository's own configuration neutralized (see :mod:`qvc.plumbing.maintenance`).
@@ -475,6 +490,8 @@ def graph(store: GitCheckpointStore, start: str | Sequence[str] | None = None, *
     pieces = _lines_of(fmt) if fmt is not None else []
     if fmt is not None:  # git leaves a line per piece beside the graph, the commit marked on the first
         shown = "\x02%H\x02" + "%n" * (len(pieces) - 1)
+    elif line is not None:
+        shown = "\x02%H\x02"
     else:
         shown = f"%h{refs} %s  %C(dim)%ad · %(trailers:key=Checkpoint-Id,valueonly,separator=%x2C)%Creset"
     args = ["log", "--graph", f"--{order or 'topo'}-order", "--date=relative", f"--format={shown}",
@@ -495,8 +512,15 @@ def graph(store: GitCheckpointStore, start: str | Sequence[str] | None = None, *
         return ""
     text = git(store.path, *args, *starts, *(f"^{c}" for c in exclude), "--")
     if fmt is not None:
-        return _formatted(store, text, pieces, all, head_thread, head_commit, ViewedNames(store) if viewed else None)
-    return _DECORATION.sub(lambda m: _decorate(m.group(1), color), text)
+        def write(e: LogEntry) -> list[str]:
+            return [format_entry(e, piece, head_thread=head_thread, head_commit=head_commit, store=store)
+                    for piece in pieces]
+    elif line is not None:
+        def write(e: LogEntry) -> list[str]:
+            return [line(e)]
+    else:
+        return _DECORATION.sub(lambda m: _decorate(m.group(1), color), text)
+    return _formatted(store, text, write, all, ViewedNames(store) if viewed else None)
 
 
 def _lines_of(fmt: str) -> list[str]:
@@ -509,10 +533,10 @@ def _lines_of(fmt: str) -> list[str]:
     return pieces + [fmt[begin:]]
 
 
-def _formatted(store: GitCheckpointStore, text: str, pieces: list[str], all: bool, head_thread: str | None,
-               head_commit: str | None, viewed: ViewedNames | None = None) -> str:
-    """git's graph ``text`` (a marked commit, then a line per further piece) with each commit's
-    lines written from ``pieces``."""
+def _formatted(store: GitCheckpointStore, text: str, write: Callable[[LogEntry], list[str]], all: bool,
+               viewed: ViewedNames | None = None) -> str:
+    """git's graph ``text`` (a marked commit, then a line per further line it writes) with each
+    commit's lines written by ``write``."""
     lines = text.split("\n")
     marked = [_MARKED.search(line) for line in lines]
     commits = {m.group(1) for m in marked if m is not None}
@@ -527,7 +551,7 @@ def _formatted(store: GitCheckpointStore, text: str, pieces: list[str], all: boo
     for line, m in zip(lines, marked, strict=True):
         if m is not None:
             e = entry(store, m.group(1), names, superseded=m.group(1) in hidden, tags=tags, viewed=viewed)
-            written = [format_entry(e, piece, head_thread=head_thread, head_commit=head_commit) for piece in pieces]
+            written = write(e)
             out.append(line[:m.start()] + written[0])
             rest = written[1:]
         elif rest:
@@ -600,7 +624,8 @@ PLACEHOLDERS: dict[str, str] = {
     "%aI": "time, strict ISO 8601", "%ad": "time, git's default form", "%ar": "time, relative (3 hours ago)",
     "%d": "decorations, as ` (HEAD -> t, u)`", "%D": "decorations without the parentheses",
     "%n": "newline", "%%": "a literal %", "%xNN": "the byte with hex code NN",
-    "%(id)": "checkpoint id", "%(shortid)": "checkpoint id shortened to 12 characters when longer than 16",
+    "%(id)": "checkpoint id",
+    "%(shortid)": "checkpoint id, when longer than 16 characters its shortest unique prefix of 12 or more",
     "%(thread)": "thread", "%(step)": "step", "%(source)": "source (put when none)",
     "%(status)": "status field (empty when none)", "%(changed)": "changed fields, comma-separated",
     "%(nchanged)": "how many fields changed", "%(superseded)": "`superseded` when only on a superseded line",
@@ -625,10 +650,26 @@ def check_format(fmt: str) -> str:
     return fmt
 
 
+def short_id(checkpoint_id: str, store: GitCheckpointStore | None = None) -> str:
+    """A checkpoint id short enough to read: an id of up to 16 characters whole, a longer one as
+    its shortest prefix of 12 or more characters that names it alone in ``store``
+    (:meth:`~qvc.store.git_store.GitCheckpointStore.abbreviate`: it reads back), as git abbreviates
+    SHAs; without a store, or when its history does not read, the first 12 characters."""
+    if len(checkpoint_id) <= 16:
+        return checkpoint_id
+    if store is not None:
+        try:
+            return store.abbreviate(checkpoint_id, 12)
+        except QvcError:  # a damaged repository: the ids still read, maybe not uniquely
+            pass
+    return checkpoint_id[:12]
+
+
 def format_entry(e: LogEntry, fmt: str, *, head_thread: str | None = None, head_commit: str | None = None,
-                 now: float | None = None) -> str:
+                 now: float | None = None, store: GitCheckpointStore | None = None) -> str:
     """``e`` written with the placeholders of :data:`PLACEHOLDERS` in ``fmt`` replaced
-    (``fmt`` as :func:`check_format` returns it); ``now`` is the clock for ``%ar``."""
+    (``fmt`` as :func:`check_format` returns it); ``now`` is the clock for ``%ar``; ``store``
+    abbreviates ``%(shortid)`` to a prefix unique in it (without it: the first 12 characters)."""
     when = datetime.fromtimestamp(e.time).astimezone()
     subject, _, body = e.message.partition("\n")
     names = decorations(e, head_thread, head_commit)
@@ -647,7 +688,7 @@ def format_entry(e: LogEntry, fmt: str, *, head_thread: str | None = None, head_
                     "d": f" ({', '.join(names)})" if names else "", "D": ", ".join(names), "n": "\n",
                     "%": "%"}[letter]
         cid = e.checkpoint_id
-        return {"id": cid, "shortid": cid if len(cid) <= 16 else cid[:12], "thread": e.thread or "",
+        return {"id": cid, "shortid": short_id(cid, store), "thread": e.thread or "",
                 "step": "" if e.step is None else str(e.step), "source": e.source or "put",
                 "status": e.status or "", "changed": ",".join(e.changed), "nchanged": str(len(e.changed)),
                 "superseded": "superseded" if e.superseded else ""}[name]

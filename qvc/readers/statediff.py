@@ -360,7 +360,30 @@ def _sort_key(value: Any) -> tuple:
 # -- rendering -----------------------------------------------------------------------------------
 
 
-def shorten(value: Any, full: bool = False, width: int = 100) -> str:
+#: Keys whose numbers are times (Unix seconds): ``time``, ``timestamp``, ``created_at``,
+#: ``update_time``, ... shown to people as dates by :func:`for_people`.
+EPOCH_KEYS = re.compile(r"(?:^|_)(?:time|timestamp|at)\Z")
+#: Keys whose numbers are durations in seconds: ``duration``, ``elapsed``, ``latency``,
+#: ``time_to_first_token``, ... shown to people rounded by :func:`for_people`.
+DURATION_KEYS = re.compile(r"(?:^|_)(?:duration|elapsed|latency)\Z|\Atime_to_")
+_EPOCHS = (1e9, 4e9)  # 2001 to 2096: a number outside is not taken for a time
+
+
+def for_people(key: Any, value: Any) -> Optional[str]:
+    """How a number under ``key`` reads for people, or ``None`` to show it as it is: a time in Unix
+    seconds (:data:`EPOCH_KEYS`) as a local date, ``2026-12-06 05:12:39 +0000``; a float
+    duration in seconds (:data:`DURATION_KEYS`) rounded, ``0.014s``. The JSON forms keep the
+    raw value; the page reads numbers the same way."""
+    if type(key) is not str or type(value) not in (int, float):
+        return None
+    if EPOCH_KEYS.search(key) and _EPOCHS[0] <= value < _EPOCHS[1]:
+        return _dt.datetime.fromtimestamp(value).astimezone().strftime("%Y-%m-%d %H:%M:%S %z")
+    if type(value) is float and DURATION_KEYS.search(key) and math.isfinite(value):
+        return f"{value:.3f}s" if abs(value) < 100 else f"{value:.1f}s"
+    return None
+
+
+def shorten(value: Any, full: bool = False, width: int = 100, key: Any = None) -> str:
     """The compact one-line rendering of ``value``, JSON-like but showing every type.
 
     Strings are JSON-quoted, ``None``/``True``/``False`` are ``null``/``true``/``false``, floats
@@ -368,11 +391,12 @@ def shorten(value: Any, full: bool = False, width: int = 100) -> str:
     frozensets ``frozenset({…})``, datetimes ISO 8601 with ``[zone key]``, timedeltas
     ``timedelta(…)``. Unless ``full``: strings over :data:`STR_LIMIT` characters become
     ``"head…tail" (N chars)``, collections over :data:`ITEMS_LIMIT` items show their first and
-    last items and ``… N more …``, and the result is cut to ``width`` characters. Never raises
-    for odd values (unknown types use ``repr``).
+    last items and ``… N more …``, and the result is cut to ``width`` characters. A number that
+    is a time or a duration by its key (``key`` for ``value`` itself, dict keys inside it) reads
+    as :func:`for_people` writes it. Never raises for odd values (unknown types use ``repr``).
     """
     limit = max(20, min(STR_LIMIT, width))
-    text = _render(value, full, limit, width)
+    text = for_people(key, value) or _render(value, full, limit, width)
     if not full and len(text) > width:
         text = text[:max(width - 1, 1)] + "…"
     return text
@@ -457,7 +481,7 @@ def _render(v: Any, full: bool, limit: int, width: int) -> str:
         return inner if t is set else f"frozenset({inner})"
     if t is dict:
         def pair(kv: tuple) -> str:
-            return f"{sub(kv[0])}: {sub(kv[1])}"
+            return f"{sub(kv[0])}: {for_people(kv[0], kv[1]) or sub(kv[1])}"
         return "{" + _render_items(v.items(), len(v), pair, full, width) + "}"
     if t is _dt.datetime or t is _dt.time:
         text = v.isoformat()
@@ -492,14 +516,45 @@ def is_message(value: Any) -> bool:
     return type(value) is dict and type(value.get("role")) is str
 
 
+#: Where the tool's name sits in a tool call, in the shapes agents write: the conversation shape's
+#: ``name`` (LangChain, the viewers), ``tool`` (qvc's quick start), ``tool_name`` (agno), and
+#: OpenAI's chat format ``{"function": {"name", "arguments"}}`` (read by :func:`tool_call`).
+CALL_NAMES = ("name", "tool", "tool_name")
+#: Where its arguments sit: ``args`` (the conversation shape), ``arguments`` (OpenAI), ``input``
+#: (Anthropic's ``tool_use`` blocks), ``tool_args`` (agno).
+CALL_ARGS = ("args", "arguments", "input", "tool_args")
+
+
+def tool_call(call: Any) -> tuple[Optional[str], Any]:
+    """``(name, args)`` of one tool call in any of the shapes agents write (:data:`CALL_NAMES`,
+    :data:`CALL_ARGS`, OpenAI's nested ``function``); ``(None, None)`` for what is not a dict.
+    Arguments given as a JSON text (OpenAI's) are decoded when they parse as a JSON object."""
+    if type(call) is not dict:
+        return None, None
+    fn = call.get("function")
+    where = [call, fn] if type(fn) is dict else [call]
+    name = next((w[k] for w in where for k in CALL_NAMES if type(w.get(k)) is str and w[k]), None)
+    args = next((w[k] for w in where for k in CALL_ARGS if w.get(k) is not None), None)
+    if type(args) is str:
+        try:
+            decoded = json.loads(args)
+        except ValueError:
+            decoded = None
+        if type(decoded) is dict:
+            args = decoded
+    return name, args
+
+
 def message_line(message: dict, *, full: bool = False, width: int = 100) -> str:
     """A message on one line, as people read a conversation: ``role [tool name] (failed): content``
-    and, for an assistant's tool calls, ``→ name({args})`` each; other keys are left out (the JSON
-    forms keep them). Shortened to ``width`` unless ``full``."""
+    and, for an assistant's tool calls, ``→ name({args})`` each (read in every shape
+    :func:`tool_call` knows); other keys are left out (the JSON forms keep them). Shortened to
+    ``width`` unless ``full``."""
     role = message["role"]
     head = role
-    if role == "tool" and (message.get("name") or message.get("tool_call_id")):
-        head += f" [{message.get('name') or message.get('tool_call_id')}]"
+    said = next((message[k] for k in ("name", "tool_name", "tool_call_id") if message.get(k)), None)
+    if role == "tool" and said:
+        head += f" [{said}]"
     if _failed(message):
         head += " (failed)"
     content = message.get("content")
@@ -513,16 +568,22 @@ def message_line(message: dict, *, full: bool = False, width: int = 100) -> str:
             parts.append(shorten(content, full=full, width=room))
     for call in message.get("tool_calls") or ():
         if type(call) is dict:
-            args = call.get("args", call.get("arguments"))
-            parts.append(f"→ {call.get('name')}({shorten(args, full=full, width=width) if args else ''})")
+            name, args = tool_call(call)
+            parts.append(f"→ {name or '?'}({shorten(args, full=full, width=width) if args else ''})")
     text = f"{head}: {' '.join(parts)}" if parts else head
     if not full and len(text) > width:
         text = text[:max(width - 1, 1)] + "…"
     return text
 
 
-def _value_text(value: Any, full: bool, width: int) -> str:
-    return message_line(value, full=full, width=width) if is_message(value) else shorten(value, full=full, width=width)
+def _value_text(value: Any, full: bool, width: int, key: Any = None) -> str:
+    return message_line(value, full=full, width=width) if is_message(value) \
+        else shorten(value, full=full, width=width, key=key)
+
+
+def _key_of(field: str, path: tuple) -> Any:
+    """The key a value at ``path`` in ``field`` sits under (the field's name at the top)."""
+    return path[-1] if path else field
 
 
 def _change_lines(field: str, change: Change, full: bool, width: int, color: bool) -> List[str]:
@@ -536,7 +597,8 @@ def _change_lines(field: str, change: Change, full: bool, width: int, color: boo
                     for i, m in enumerate(value)]
         if is_message(value):
             return [_paint(f"{sign} {where} {message_line(value, full=full, width=room)}", sign, color)]
-        return [_paint(f"{sign} {where}: {shorten(value, full=full, width=room)}", sign, color)]
+        return [_paint(f"{sign} {where}: {shorten(value, full=full, width=room, key=_key_of(field, change.path))}",
+                       sign, color)]
     old, new = change.old, change.new
     room = max(width - 6, 40)  # what fits on a "    - old" line
     if type(old) is str and type(new) is str and not full and max(len(old), len(new)) > STR_LIMIT:
@@ -544,7 +606,8 @@ def _change_lines(field: str, change: Change, full: bool, width: int, color: boo
         limit = max(20, min(STR_LIMIT, room - 20))  # room for quotes, ellipses and "(N chars)"
         old_text, new_text = _render_str(old, False, limit, start), _render_str(new, False, limit, start)
     else:
-        old_text, new_text = _value_text(old, full, room), _value_text(new, full, room)
+        key = _key_of(field, change.path)
+        old_text, new_text = _value_text(old, full, room, key), _value_text(new, full, room, key)
     line = f"{sign} {where}: {old_text} → {new_text}"
     if len(line) <= width:
         return [_paint(line, sign, color)]

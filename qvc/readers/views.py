@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from qvc.codec.tagged import to_jsonable
 from qvc.errors import CorruptionError, NotFoundError, UnknownThreadError
-from qvc.readers.log import entry, log
+from qvc.readers.log import entry, log, short_id
 from qvc.store.refnames import superseded_prefix
-from qvc.store.viewers import view_state
+from qvc.store.viewers import collecting_notes, view_state
 
 if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore
@@ -46,7 +46,9 @@ def shown_writes(stored: dict, shown: dict, writes: Sequence[Any], *, raw: bool 
 def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] = (), *,
                     raw: bool = False) -> dict[str, Any]:
     """The ``qvc show --json`` form of checkpoint commit ``sha`` (only ``fields`` of the state, if
-    given), its state as its viewer shows it (the stored fields with ``raw``).
+    given), its state as its viewer shows it (the stored fields with ``raw``); ``"notes"`` (present
+    only then): the lines its viewer noted while showing it (its framework not installed: which
+    extra shows the values fully).
 
     Raises :class:`~qvc.errors.NotFoundError` for a field the state does not have. A damaged
     field (its blob missing or not decoding) is left out of ``state`` and named, with why, in
@@ -57,7 +59,8 @@ def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] =
     tup = store.read(sha, damaged=damaged)
     info = store.commit_info(sha)
     cp = tup.checkpoint
-    state = state_of(store, sha, cp.state_data, plain=True, raw=raw) if not damaged else cp.state_data
+    with collecting_notes() as said:
+        state = state_of(store, sha, cp.state_data, plain=True, raw=raw) if not damaged else cp.state_data
     for f in fields:
         if f in damaged:
             raise CorruptionError(damaged[f])
@@ -78,6 +81,8 @@ def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] =
     }
     if damaged:
         out["damaged"] = damaged
+    if said:
+        out["notes"] = said
     return out
 
 
@@ -153,7 +158,8 @@ def run_of_thread(thread: str) -> Optional[dict[str, str]]:
 
 
 def thread_line_json(store: GitCheckpointStore, thread: str, limit: int = 500) -> dict[str, Any]:
-    """A thread's history for a graph: its line (``qvc log`` entries, newest first, crossing into
+    """A thread's history for a graph: its line (``qvc log`` entries, each with its ``shortid``
+    (:func:`~qvc.readers.log.short_id`), newest first, crossing into
     the source thread at a fork; at most ``limit``), the lines time travel left behind (each
     with the commit where it joins the line), and the threads forked from the line.
 
@@ -163,7 +169,7 @@ def thread_line_json(store: GitCheckpointStore, thread: str, limit: int = 500) -
     tip = store.head(thread)
     if tip is None:
         raise UnknownThreadError(f"thread {thread!r} not found")
-    entries = [e.to_json() for e in log(store, tip, limit=limit + 1)]
+    entries = [{**e.to_json(), "shortid": short_id(e.checkpoint_id, store)} for e in log(store, tip, limit=limit + 1)]
     on_line = {info.hex for info in store.first_parents(tip)}
     superseded = []
     for ref, stip in store.repository.refs(superseded_prefix(thread)):
@@ -172,7 +178,8 @@ def thread_line_json(store: GitCheckpointStore, thread: str, limit: int = 500) -
             if info.hex in on_line:
                 joins = info.hex
                 break
-            line.append(entry(store, info.hex, superseded=True).to_json())
+            line.append({**entry(store, info.hex, superseded=True).to_json(),
+                         "shortid": short_id(info.checkpoint_id, store)})
         superseded.append({"ref": ref, "tip": stip, "joins": joins, "line": line})
     forks = []
     for other in store.threads():

@@ -113,6 +113,8 @@ class LogEntry(BaseModel):
     status: Optional[str]
     heads: List[str]
     superseded: bool
+    shortid: Optional[str] = Field(None, description="The id as people read it: its shortest unique prefix "
+                                   "(12 characters or more) when longer than 16, as `qvc log --oneline` prints it")
 
 
 class SupersededLine(BaseModel):
@@ -164,6 +166,8 @@ class CheckpointView(BaseModel):
     state: Dict[str, Any]
     state_versions: Dict[str, Any]
     pending_writes: List[PendingWriteView]
+    notes: List[str] = Field(default_factory=list, description="What its viewer said while showing it, one line "
+                             "each (its framework is not installed here: the pip extra that shows it fully)")
 
 
 class Change(BaseModel):

@@ -437,6 +437,14 @@ class GitCheckpointStore(CheckpointStore):
                                      f"candidates: {self._candidates(matches)}")
         raise UnknownCheckpointError(f"unknown checkpoint {name!r}")
 
+    def abbreviate(self, checkpoint_id: str, minimum: int = 12) -> str:
+        """The shortest prefix of ``checkpoint_id`` (at least ``minimum`` characters) that
+        :meth:`resolve` reads back as that checkpoint alone, as git abbreviates SHAs: long enough
+        that no other checkpoint id and no other commit's SHA starts with it (the whole id when
+        no shorter prefix is unique). Reads every ref's history once per process, then again only
+        for an id it has not seen."""
+        return self._history.abbreviate(checkpoint_id, minimum)
+
     def _candidates(self, matches: set[str], shown: int = 8) -> str:
         """The commits of an ambiguous name, newest first, as git's hint lists them: SHA,
         thread, step, checkpoint id (at most ``shown``, then how many more)."""

@@ -10,8 +10,10 @@ before it walks the refs; each answer is checked against the commit itself.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
+from bisect import bisect_left
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator
@@ -140,6 +142,8 @@ class History:
         self._by_id: dict[str, str] = {}
         self._indexed: set[str] = set()
         self._tips: dict[str, str] = {}
+        # (what it was sorted from, the ids sorted, the SHAs sorted): for abbreviate()
+        self._sorted: tuple[tuple, list[str], list[str]] | None = None
         self._generation: tuple | None = None  # identity of the qvc/generation the caches derive from
         self._watch = repo.generation_watch  # the repository's: one read of qvc/generation for all
         self._ids = IdIndex(repo.path, readonly=repo.readonly, fsync=repo.fsync)
@@ -468,6 +472,32 @@ class History:
             found = {h for cid, h in self._by_id.items() if cid.startswith(prefix)}
             found |= {h for h in self._indexed if h.startswith(prefix.lower())}
         return found
+
+    def abbreviate(self, checkpoint_id: str, minimum: int) -> str:
+        """The shortest prefix of ``checkpoint_id``, at least ``minimum`` characters, that
+        :meth:`matches` finds only its checkpoint's commit by (no other checkpoint id, and no
+        commit SHA but its own, starts with it), as git abbreviates SHAs; the whole id when no
+        shorter prefix is unique. The ids and SHAs compared are those indexed when this last
+        refreshed; it refreshes first when it has not yet, or does not know ``checkpoint_id``."""
+        if len(checkpoint_id) <= minimum:
+            return checkpoint_id
+        with self._lock:
+            fresh = self._sorted is not None and checkpoint_id in self._by_id
+        if not fresh:
+            self.refresh()
+        with self._lock:
+            basis = (self._generation, len(self._by_id), len(self._indexed))
+            if self._sorted is None or self._sorted[0] != basis:
+                self._sorted = (basis, sorted(self._by_id), sorted(self._indexed))
+            _, ids, shas = self._sorted
+            own = self._by_id.get(checkpoint_id)
+        shared = 0  # the longest prefix it shares with another id or SHA
+        for keys, probe, mine in ((ids, checkpoint_id, checkpoint_id), (shas, checkpoint_id.lower(), own)):
+            at = bisect_left(keys, probe)
+            for other in keys[max(at - 1, 0):at + 2]:  # its neighbours in order share the most
+                if other != mine:
+                    shared = max(shared, len(os.path.commonprefix([other, probe])))
+        return checkpoint_id[:max(minimum, shared + 1)]
 
     # -- state versions -------------------------------------------------------------------
     #

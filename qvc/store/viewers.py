@@ -23,7 +23,9 @@ else), the copy is shown as stored. A viewer comes from either
 - :func:`register_viewer`, which takes precedence.
 
 A viewer whose module does not import (its framework is not installed) counts as none: the
-stored values are shown as they are.
+stored values are shown as they are. A viewer that shows values less fully than it could (its
+framework is not installed, so it reads them from their serialized form) says so with
+:func:`note`; readers print the :func:`notes` once, beside what they show.
 
 **Editors** are a viewer's inverse, for ``qvc checkout --to DIR`` and ``qvc commit DIR``: an
 object with ``to_files`` and ``from_files`` (:class:`Editor`), declared under the same header key
@@ -38,9 +40,10 @@ Imports only :mod:`qvc.errors` (the store only for type hints).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Protocol
 
 from qvc.errors import CorruptionError
 
@@ -132,6 +135,46 @@ _made_from: dict[str, Optional[str]] = {}
 _MADE_FROM_MAX = 100_000
 
 
+_notes: dict[str, None] = {}  # what viewers told readers in this process, in order, each once
+_collected = threading.local()  # .lists: the notes lists of the collecting_notes blocks open in a thread
+
+
+def note(line: str) -> None:
+    """Tell the people reading ``line`` (one line, such as which extra shows the values fully):
+    kept once per process until :func:`notes` is asked, and in the list of each
+    :func:`collecting_notes` block open in this thread."""
+    with _lock:
+        _notes.setdefault(line, None)
+    for said in getattr(_collected, "lists", ()):
+        if line not in said:
+            said.append(line)
+
+
+@contextlib.contextmanager
+def collecting_notes() -> Iterator[list[str]]:
+    """A list of the lines viewers :func:`note` in this thread within the block, each once (the
+    JSON forms carry them beside what they show: ``"notes"``)."""
+    said: list[str] = []
+    lists = getattr(_collected, "lists", None)
+    if lists is None:
+        lists = _collected.lists = []
+    lists.append(said)
+    try:
+        yield said
+    finally:
+        lists.remove(said)
+
+
+def notes(clear: bool = True) -> list[str]:
+    """The lines viewers noted (:func:`note`) in this process, in order, each once (forgotten with
+    ``clear``)."""
+    with _lock:
+        found = list(_notes)
+        if clear:
+            _notes.clear()
+        return found
+
+
 def register_viewer(key: str, viewer: Viewer) -> None:
     """Show checkpoints whose header carries ``key`` through ``viewer`` (replacing a declared one)."""
     with _lock:
@@ -185,20 +228,39 @@ def editor_for(key: str) -> Optional[Editor]:
 
 
 def editor_of(store: GitCheckpointStore, sha: str) -> Optional[tuple[str, Optional[Editor]]]:
-    """``(header key, editor)`` for checkpoint commit ``sha``: the first key of its header (other than
-    the store's) with an editor; ``(key, None)`` when one is declared but its module does not import
-    (its framework is not installed: the caller says so); ``None`` when no key has one.
-    Reads the checkpoint's header."""
-    missing = None
-    for key in store.header(sha)[0]:
-        if key in STORE_KEYS:
-            continue
-        declared, editor = _lookup(EDITORS, key)
-        if editor is not None:
-            return key, editor
-        if declared and missing is None:
-            missing = (key, None)
-    return missing
+    """``(key, editor)`` for checkpoint commit ``sha``: the first key of its header (other than
+    the store's) with an editor, else ``"source:" +`` its metadata's ``source`` when one is
+    declared for it (runs: ``"source:run"``); for a copy or an edit (:data:`COPY_SOURCES`) without
+    one, that of the checkpoint it was made from (its first parent, and so on back, as
+    :func:`viewer_of`). ``(key, None)`` when one is declared but its module does not import (its
+    framework is not installed: the caller says so); ``None`` when none is. Reads the headers."""
+    at: Optional[str] = sha
+    for _ in range(_MADE_FROM_MAX):
+        if at is None:
+            return None
+        try:
+            header, metadata = store.header(at)
+        except CorruptionError:  # not a checkpoint (a foreign commit), or damaged: no editor
+            return None
+        missing = None
+        for key in header:
+            if key in STORE_KEYS:
+                continue
+            declared, editor = _lookup(EDITORS, key)
+            if editor is not None:
+                return key, editor
+            if declared and missing is None:
+                missing = (key, None)
+        if missing is not None:
+            return missing
+        source = metadata.get("source") if isinstance(metadata, dict) else None
+        if isinstance(source, str) and source not in STORE_SOURCES:
+            declared, editor = _lookup(EDITORS, "source:" + source)
+            return ("source:" + source, editor) if declared else None
+        if source not in COPY_SOURCES:
+            return None
+        at = store.commit_info(at).parent
+    return None
 
 
 def view_state(store: GitCheckpointStore, sha: str, state: dict[str, Any], *, plain: bool = False) -> dict[str, Any]:

@@ -102,11 +102,12 @@ def test_an_edited_run_reads_as_a_run_and_an_unreadable_edit_as_stored(run_repo,
     assert shown["state"]["status"] == "ERROR" and len(shown["state"]["messages"]) == 9
     assert qvc(*repo, "diff", "HEAD~1", "HEAD").stdout.splitlines() == [
         "~~~ field status (changed)", '~ status: "COMPLETED" → "ERROR"']
-    # A segment edited into something the run viewer cannot read: the copy is shown as stored.
-    (work / "log%2E00000000.json").write_text('{"messages": "not a list"}\n')
-    qvc(*repo, "commit", str(work))
-    state = qvc_json(*repo, "show")["state"]
-    assert state["log.00000000"] == {"messages": "not a list"} and "messages" not in state
+    # The run is checked out as its conversation (issue 32): an edit a run cannot hold is refused.
+    assert not [p.name for p in work.iterdir() if p.name.startswith(("log%2E", "owner", "takeovers"))]
+    (work / "messages.json").write_text('"not a list"\n')
+    refused = qvc(*repo, "commit", str(work), check=2)
+    assert "messages must be a list" in refused.stderr and refused.stderr.count("\n") == 1
+    assert qvc_json(*repo, "show")["state"]["status"] == "ERROR"  # nothing stored
     fsck(run_repo)
 
 

@@ -284,6 +284,45 @@ def test_an_agno_run_reads_as_a_conversation(page, browser, artifacts):
     shot(browser, artifacts, "agno-conversation")
 
 
+
+def test_a_runs_state_has_no_storage_records_and_numbers_read_as_people_read_them(page, browser, artifacts):
+    """Issue 32: a run's page listed its storage records (``run``, ``agno``) among its state and
+    diffs, and showed raw floats and epochs (``duration: 0.055190141000025505``, ``time:
+    1796527610.77``): now durations are rounded and times are dates (the JSON keeps both raw)."""
+    import re
+
+    wait = page("run/agno/a1")
+    wait.until(text_in("conversation-title", "(COMPLETED)"))
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#cp-state code"))
+    wait.until(lambda d: d.find_element(By.ID, "diff-summary").get_attribute("textContent"))
+    fields = texts(browser, "#cp-state code")
+    assert "messages" in fields and "metrics" in fields and "run" not in fields and "agno" not in fields, fields
+    assert not {"run", "agno"} & set(texts(browser, "#cp-diff summary code"))
+    metrics = browser.execute_script("return [...document.querySelectorAll('#cp-state details')]"
+                                     ".find((d) => d.querySelector('code').textContent === 'metrics')"
+                                     ".querySelector('pre').textContent")
+    assert re.search(r'"duration": "\d+\.\d{3}s"', metrics), metrics
+    assert not re.search(r"\d\.\d{6}", metrics), metrics
+    metadata = browser.find_element(By.ID, "cp-metadata").get_attribute("textContent")
+    assert '"time": "' in metadata and YEAR in metadata and not re.search(r'"time": \d', metadata), metadata
+    shot(browser, artifacts, "run-state", "checkpoint")
+
+
+
+def test_short_ids_are_the_command_lines_unique_prefixes(page, server, browser, repo):
+    """Issue 32: LangGraph's time-ordered ids share their first 12 characters; the page shows a
+    checkpoint by the prefix ``qvc log --oneline`` prints, unique in the repository."""
+    from helpers import qvc
+
+    page("weather")  # (the console check at the end)
+    rows = [line.split() for line in qvc("--repo", str(repo), "log", "--format=%H %(shortid)", "weather").stdout
+            .splitlines()]
+    commit, printed = max(rows, key=lambda r: len(r[1]))
+    assert len(printed) > 12  # its first 12 characters name another checkpoint too
+    browser.get(base_url(server) + f"#t=weather&c={commit}")
+    WebDriverWait(browser, 20).until(text_in("cp-id", printed))
+    assert browser.find_element(By.ID, "cp-id").get_attribute("textContent") == printed
+
 # -- diff between two picked checkpoints -----------------------------------------------------------
 
 
@@ -403,6 +442,61 @@ def test_the_page_opens_threads_with_any_id(tmp_path, browser):
             wait.until(text_in("thread-info", "2 checkpoint(s) on the line"))
             wait.until(text_in("cp-id", f"id{k}-1"))
             assert not browser.find_element(By.ID, "notice").get_attribute("textContent").strip()
+        assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    finally:
+        assert server.stop() == 0
+
+
+def open_on(browser, server: Server, thread: str) -> WebDriverWait:
+    """``server``'s page, freshly loaded on ``thread``, once it is live; its wait."""
+    wait = WebDriverWait(browser, 20)
+    browser.get("about:blank")
+    browser.get_log("browser")  # drained: what an earlier page (its server stopped) logged is not this page's
+    browser.get(base_url(server) + "#t=" + thread)
+    wait.until(text_in("live", "live"))
+    return wait
+
+
+def test_the_quickstarts_tool_calls_pair_with_their_results(tmp_path, browser):
+    """The quick start stores calls as ``{"tool", "args"}`` and results without a call id (issue 32:
+    the page showed "TOOL CALL ?" and "no result at this checkpoint"): each call is named, and the
+    tool messages that follow it are its results, in order."""
+    sys.path.insert(0, str(ROOT / "samples"))  # the sample imports its neighbour sample_repo as a script does
+    from quickstart import calculator, run, search, start
+
+    repo = tmp_path / "q.qvc"
+    with GitCheckpointStore(repo) as store:
+        run(store, start(store, "france", "How many people live per km² in France?"),
+            {"search": search, "calculator": calculator})
+    server = Server(repo)
+    try:
+        wait = open_on(browser, server, "france")
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#conversation .tool-call")) == 3)
+        assert texts(browser, "#conversation .tool-call .call-name") == ["search", "search", "calculator"]
+        results = texts(browser, "#conversation .tool-call .tool-result")
+        assert "68,373,433 inhabitants" in results[0] and "643,801 km²" in results[1] and "106.2" in results[2]
+        assert not browser.find_elements(By.CSS_SELECTOR, "#conversation .tool-result.pending")
+        assert not browser.find_elements(By.CSS_SELECTOR, "#conversation li.msg.role-tool")  # each under its call
+        assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_langgraph_thread_reads_without_langgraph_and_says_which_extra(tmp_path, browser):
+    """Issue 32: served where LangGraph is not installed (importing it fails in the server's
+    process), a LangGraph thread still reads as a conversation, and the checkpoint names the extra
+    that shows it fully."""
+    from helpers import LANGGRAPH, langgraph_weather, without
+
+    repo = langgraph_weather(tmp_path / "lg.qvc")
+    server = Server(repo, env=without(tmp_path, *LANGGRAPH))
+    try:
+        wait = open_on(browser, server, "weather")
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#conversation li.msg")) == 3)
+        call = browser.find_element(By.CSS_SELECTOR, '#conversation .tool-call[data-name="weather"]')
+        assert '"city":"Oslo"' in call.text and "Oslo: 3°C" in call.find_element(By.CSS_SELECTOR, ".tool-result").text
+        wait.until(text_in("cp-notes", "pip install 'qvc[langgraph]'"))
+        assert "msgpack" not in browser.find_element(By.ID, "cp-state").get_attribute("textContent")
         assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     finally:
         assert server.stop() == 0

@@ -172,13 +172,14 @@ def test_a_registered_viewer_takes_precedence(langgraph_repo):
     assert out == [{"seen": ["n"]}, False]
 
 
-def test_without_the_framework_the_stored_values_are_shown(langgraph_repo):
+def test_without_the_framework_the_values_are_read_from_their_serialized_form(langgraph_repo):
     path, sha = langgraph_repo
-    out = _show(path, "sys.modules['langgraph'] = None  # as if it were not installed: importing it fails\n"
-                      f"from qvc.store.viewers import view_state\n"
+    out = _show(path, "sys.modules['langgraph'] = sys.modules['langchain_core'] = None  # importing them fails\n"
+                      f"from qvc.store.viewers import notes, view_state\n"
                       f"raw = store.read({sha!r}).checkpoint.state_data\n"
-                      f"out = [view_state(store, {sha!r}, raw) == raw, raw['n'][0]]")
-    assert out == [True, "msgpack"]
+                      f"out = [raw['n'][0], view_state(store, {sha!r}, raw), notes()]")
+    assert out[:2] == ["msgpack", {"n": 42}]
+    assert len(out[2]) == 1 and "pip install 'qvc[langgraph]'" in out[2][0]
 
 
 # -- thread names ---------------------------------------------------------------------------------

@@ -4,9 +4,24 @@ and shown to readers (:mod:`.viewer`).
 
 ``Runner(..., session_service=QvcSessionService("runs.qvc"))``: each stored event is a checkpoint
 on the session's thread. Needs the ``google-adk`` extra (``pip install "qvc[google-adk]"``).
+The names below are imported on first use, so the viewer (which needs no ADK) shows a session
+on a machine without ADK installed.
 """
 
-from qvc.integrations.google_adk.artifacts import QvcArtifactService
-from qvc.integrations.google_adk.sessions import QvcSessionService
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["QvcArtifactService", "QvcSessionService"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "QvcArtifactService":
+        from qvc.integrations.google_adk import artifacts
+
+        return artifacts.QvcArtifactService
+    if name == "QvcSessionService":
+        from qvc.integrations.google_adk import sessions
+
+        return sessions.QvcSessionService
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,9 +10,7 @@ is not serialized again and loads come back as the same objects.
 
 from __future__ import annotations
 
-from typing import Any, Callable
-
-from langgraph.checkpoint.serde.base import SerializerProtocol
+from typing import TYPE_CHECKING, Any, Callable
 
 from qvc.codec import serde as qserde
 from qvc.errors import CorruptionError
@@ -20,6 +18,9 @@ from qvc.store.format import CHUNK, FieldEntry, blob_entry, chunk_name, chunks_o
 from qvc.store.git_store import GitCheckpointStore
 from qvc.store.history import LRU, History
 from qvc.store.refnames import decode_name
+
+if TYPE_CHECKING:
+    from langgraph.checkpoint.serde.base import SerializerProtocol
 
 Write = Callable[[str, bytes], object]  # adds a git object (the store's put_entries gives one)
 
@@ -103,8 +104,9 @@ class ChannelValues:
 
 def channel_values(store: GitCheckpointStore, sha: str, serde: SerializerProtocol | None = None) -> dict[str, Any]:
     """The decoded channel values of the LangGraph checkpoint in commit ``sha``, for people
-    reading a repository through a plain store (``qvc show`` / ``qvc diff``). ``serde``
-    defaults to LangGraph's own serializer. Raises :class:`~qvc.errors.CorruptionError`."""
+    reading a repository through a plain store (``qvc show`` / ``qvc diff``). ``serde`` (anything
+    with LangGraph's ``loads_typed``) defaults to LangGraph's own serializer. Raises
+    :class:`~qvc.errors.CorruptionError`."""
     if serde is None:
         from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 

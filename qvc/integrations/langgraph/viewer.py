@@ -22,7 +22,8 @@ While the viewer decodes, LangGraph's serializer's warnings about the types it m
 ("Deserializing unregistered type ...") are not logged: the viewer only reads values to show
 them, the user's graph is where such types are registered.
 
-Imports LangGraph and LangChain (through :mod:`.values`) and :mod:`qvc.store`.
+Imports LangGraph and LangChain when they are installed, and :mod:`qvc.store`; without them it
+shows the values from their serialized form (:mod:`.serialized`), saying so once.
 """
 
 from __future__ import annotations
@@ -40,20 +41,23 @@ import uuid
 from decimal import Decimal
 from typing import Any
 
-from langchain_core.messages import BaseMessage
-
+from qvc.integrations.langgraph.serialized import SERIALIZED, shaped
 from qvc.integrations.langgraph.values import channel_values
 from qvc.store.git_store import GitCheckpointStore
+from qvc.store.viewers import note
+
+try:
+    from langchain_core.messages import BaseMessage
+    from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer  # noqa: F401 (whether LangGraph reads them)
+except ImportError:  # not installed: the values are shown from their serialized form
+    BaseMessage = None
 
 #: The header key of LangGraph checkpoints, under which this viewer is declared.
 HEADER_KEY = "langgraph"
-
-#: LangChain message types and the conversation role each is shown as.
-ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool", "function": "tool",
-         "HumanMessageChunk": "user", "AIMessageChunk": "assistant", "SystemMessageChunk": "system",
-         "ToolMessageChunk": "tool", "FunctionMessageChunk": "tool"}
-# Fields of a message's dump the shared shape shows under its own names (or drops: ``type``).
-_SHAPED = {"type", "role", "content", "id", "tool_calls", "tool_call_id", "name", "status"}
+#: What readers are told once when LangGraph is not installed (:func:`view` shows the values from
+#: their serialized form, :mod:`.serialized`).
+NOT_INSTALLED = ("LangGraph is not installed: its checkpoints are shown from their serialized form; "
+                 "pip install 'qvc[langgraph]' shows them fully")
 # Values that pass through as they are: the readers' tagged JSON holds them.
 _SCALARS = (str, int, float, bool, bytes, type(None), _dt.datetime, _dt.date, _dt.time, _dt.timedelta)
 # Objects LangGraph's serializer writes as their text.
@@ -100,8 +104,14 @@ def view(store: GitCheckpointStore, sha: str, state: dict[str, Any], *, plain: b
     ``[type, bytes]`` pairs, is read again from ``sha``) and shown as plain data (see the module
     docstring), whatever ``plain`` says: the text forms show messages by role and content too.
     LangGraph's internal channels (:func:`internal`) are left out; the serializer's type warnings
-    are not logged meanwhile. Raises :class:`~qvc.errors.CorruptionError` when a channel does not
-    decode."""
+    are not logged meanwhile. Without LangGraph installed, the values are read from their
+    serialized form (:data:`~qvc.integrations.langgraph.serialized.SERIALIZED`: the same shape,
+    no object made) and readers are told so once (:data:`NOT_INSTALLED`). Raises
+    :class:`~qvc.errors.CorruptionError` when a channel does not decode."""
+    if BaseMessage is None:
+        note(NOT_INSTALLED)
+        values = channel_values(store, sha, SERIALIZED)
+        return {name: value for name, value in values.items() if not internal(name)}
     with _quiet():
         values = channel_values(store, sha)
         return {name: plain_value(value) for name, value in values.items() if not internal(name)}
@@ -109,32 +119,14 @@ def view(store: GitCheckpointStore, sha: str, state: dict[str, Any], *, plain: b
 
 def message_dict(message: BaseMessage) -> dict[str, Any]:
     """A LangChain message in the shared conversation shape (see the module docstring)."""
-    dumped = message.model_dump(mode="json")
-    kind = dumped.get("type") or message.type
-    role = dumped.get("role") if kind in ("chat", "ChatMessageChunk") else ROLES.get(kind, kind)
-    out: dict[str, Any] = {"role": role, "content": plain_value(dumped.get("content", "")), "id": dumped.get("id")}
-    if role == "assistant":
-        out["tool_calls"] = [{"id": c.get("id"), "name": c.get("name"), "args": plain_value(c.get("args") or {})}
-                             for c in dumped.get("tool_calls") or []]
-    if dumped.get("tool_call_id") is not None:
-        out["tool_call_id"] = dumped["tool_call_id"]
-    if dumped.get("name"):
-        out["name"] = dumped["name"]
-    if dumped.get("status") == "error":
-        out["error"] = True
-    if role not in ("system", "user", "assistant", "tool"):
-        out["type"] = kind
-    for key, value in dumped.items():  # what else LangChain keeps, when set
-        if key not in _SHAPED and value not in (None, {}, []):
-            out[key] = plain_value(value)
-    return out
+    return shaped(message.model_dump(mode="json"), message.type, plain_value)
 
 
 def plain_value(value: Any) -> Any:
     """``value`` with the framework objects inside dicts, lists and tuples made plain data."""
     if isinstance(value, _SCALARS):
         return value
-    if isinstance(value, BaseMessage):
+    if BaseMessage is not None and isinstance(value, BaseMessage):
         return message_dict(value)
     if isinstance(value, dict):
         return {k: plain_value(v) for k, v in value.items()}

@@ -53,8 +53,23 @@ async function api(method, path, body) {
 }
 
 const enc = (s) => encodeURIComponent(s).replace(/%2F/g, "/");
-const shortId = (id) => (id && id.length > 16 ? id.slice(0, 12) : id || "");
-const pretty = (v) => JSON.stringify(v, null, 2);
+// A checkpoint id as people read it: the server's shortest unique prefix (`shortid` of the line's
+// entries, as `qvc log --oneline` prints it), else its first 12 characters when longer than 16.
+const shortIds = new Map();
+const shortId = (id) => shortIds.get(id) || (id && id.length > 16 ? id.slice(0, 12) : id || "");
+// Numbers as people read them (qvc.readers.statediff.for_people does the same for the command
+// line): a time in Unix seconds under a key such as `time`, `created_at`, `update_time` as a date,
+// a float duration under `duration`, `latency`, `time_to_first_token` rounded; the JSON keeps both raw.
+const EPOCH_KEYS = /(?:^|_)(?:time|timestamp|at)$/;
+const DURATION_KEYS = /(?:^|_)(?:duration|elapsed|latency)$|^time_to_/;
+function forPeople(key, v) {
+  if (typeof key !== "string" || typeof v !== "number" || !isFinite(v)) return undefined;
+  if (EPOCH_KEYS.test(key) && v >= 1e9 && v < 4e9) return fullDate(v);
+  if (DURATION_KEYS.test(key) && !Number.isInteger(v)) return Math.abs(v) < 100 ? `${v.toFixed(3)}s` : `${v.toFixed(1)}s`;
+  return undefined;
+}
+const readable = (k, v) => forPeople(k, v) ?? v;
+const pretty = (v, key) => forPeople(key, v) ?? JSON.stringify(v, readable, 2);
 const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
 
 function notice(text, error = false) {
@@ -177,6 +192,12 @@ function runOf(thread) {
   return cut > 0 ? rest.slice(cut + 1) : null;
 }
 
+// A run checkpoint's fields that are its storage record rather than its state: who the run is
+// (`run`) and agno's copy of it (`agno`). The page shows the run above its conversation, so its
+// state and diffs leave them out (`qvc show` and the JSON keep them).
+const RUN_RECORDS = new Set(["run", "agno"]);
+const shownField = (cp, field) => !(cp && runOf(cp.thread) && RUN_RECORDS.has(field));
+
 async function openThread(thread, checkpoint = null) {
   const same = thread === state.thread;
   if (!same) state.compare = null;
@@ -189,6 +210,7 @@ async function openThread(thread, checkpoint = null) {
     notice(e.message, true);
     return;
   }
+  for (const e of [...state.line.line, ...state.line.superseded.flatMap((s) => s.line)]) if (e.shortid) shortIds.set(e.id, e.shortid);
   $("#empty").hidden = true;
   $("#thread").hidden = false;
   $("#thread-name").textContent = thread;
@@ -332,12 +354,15 @@ async function selectCheckpoint(commitOrId) {
                 ["time", dateEl(cp.created_at || cp.time)]];
   $("#cp-header").replaceChildren(...rows.flatMap(([k, v]) => [el("dt", {}, k),
     el("dd", { class: "mono" }, typeof v === "object" && v !== null ? v : String(v))]));
-  $("#cp-state").replaceChildren(...Object.entries(cp.state).map(([k, v]) => isConversation(v)
+  const notes = cp.notes || [];  // what its viewer said: e.g. its framework is not installed here
+  $("#cp-notes").hidden = !notes.length;
+  $("#cp-notes").textContent = notes.join("\n");
+  $("#cp-state").replaceChildren(...Object.entries(cp.state).filter(([k]) => shownField(cp, k)).map(([k, v]) => isConversation(v)
     ? el("div", { class: "field" }, el("code", {}, k), el("span", { class: "dim" }, ` ${plural(v.length, "message")}: the conversation`))
     : el("details", {},
       el("summary", {}, el("code", {}, k), cp.state_versions[k] ? el("span", { class: "dim" }, ` v${cp.state_versions[k]}`) : "",
-         " ", el("span", { class: "dim" }, brief(v, 80))),
-      el("pre", {}, pretty(v)))));
+         " ", el("span", { class: "dim" }, brief(v, 80, k))),
+      el("pre", {}, pretty(v, k)))));
   $("#cp-metadata").textContent = pretty(cp.metadata);
   $("#cp-writes").replaceChildren(...(cp.pending_writes.length ? cp.pending_writes.map((w) => el("div", { class: "change" },
     `${w.task} · ${w.channel}: ${brief(w.value, 200)}`)) : [el("p", { class: "dim" }, "None.")]));
@@ -345,13 +370,13 @@ async function selectCheckpoint(commitOrId) {
   await Promise.all([loadDiff(), renderConversation(cp, seq)]);
 }
 
-function brief(v, n = 120) {
+function brief(v, n = 120, key) {
   if (v && typeof v === "object" && !Array.isArray(v) && (v.role || v.type)) {
     const m = norm(v);
     const calls = m.calls.map((c) => `${c.name}(${JSON.stringify(c.args)})`).join(", ");
     v = `${m.role}: ${text(m.content)}${calls ? (text(m.content) ? " " : "") + "calls " + calls : ""}`;
   }
-  const s = typeof v === "string" ? v : JSON.stringify(v);
+  const s = typeof v === "string" ? v : forPeople(key, v) ?? JSON.stringify(v, readable);
   return s === undefined ? "" : s.length > n ? s.slice(0, n - 1) + "…" : s;
 }
 
@@ -411,14 +436,18 @@ async function loadDiff() {
     return;
   }
   if (b !== state.checkpoint) return;
+  diff = { ...diff, fields: diff.fields.filter((f) => shownField(state.cp, f.field)) };
   $("#diff-title").textContent = diff.a ? `From ${describe(diff.a)}${state.compare ? "" : " (its parent)"} to ${describe(diff.b)}`
     : "The first checkpoint: everything is new.";
   $("#diff-summary").textContent = summaryLine(diff);
   $("#cp-diff").replaceChildren(...diff.fields.map((f) => el("details", { open: diff.fields.length <= 4 },
     el("summary", {}, el("code", {}, f.field), ` ${fieldSummary(f, isConversation(state.cp && state.cp.state[f.field]))}`),
-    ...f.changes.map((c) => el("div", { class: "change op-" + c.op },
-      `${c.op === "add" ? "+" : c.op === "remove" ? "−" : "~"} ${c.path.length ? c.path.join(".") : "(value)"}: ` +
-      (c.op === "change" ? `${brief(c.old)} → ${brief(c.new)}` : brief(c.op === "add" ? c.new : c.old)))))));
+    ...f.changes.map((c) => {
+      const key = c.path.length ? c.path[c.path.length - 1] : f.field;
+      return el("div", { class: "change op-" + c.op },
+        `${c.op === "add" ? "+" : c.op === "remove" ? "−" : "~"} ${c.path.length ? c.path.join(".") : "(value)"}: ` +
+        (c.op === "change" ? `${brief(c.old, 120, key)} → ${brief(c.new, 120, key)}` : brief(c.op === "add" ? c.new : c.old, 120, key)));
+    }))));
 }
 
 // -- the conversation ------------------------------------------------------------------------
@@ -433,10 +462,22 @@ const ROLES = { human: "user", ai: "assistant", tool: "tool", system: "system", 
 const KNOWN = new Set(["role", "type", "content", "tool_calls", "tool_call_id", "id", "name", "tool_name", "error",
                        "tool_call_error", "time", "created_at", "status"]);
 
+// A tool call in any shape agents write (as qvc.readers.statediff.tool_call reads it): the
+// conversation shape's {name, args}, the quick start's {tool, args}, agno's {tool_name, tool_args},
+// Anthropic's {name, input}, OpenAI's {function: {name, arguments: "JSON text"}}.
+function callOf(c) {
+  const f = c && typeof c.function === "object" && c.function ? c.function : {};
+  const pick = (keys) => { for (const w of [c || {}, f]) for (const k of keys) if (w[k] !== null && w[k] !== undefined && w[k] !== "") return w[k]; return undefined; };
+  let args = pick(["args", "arguments", "input", "tool_args"]) ?? {};
+  if (typeof args === "string") {
+    try { const parsed = JSON.parse(args); if (parsed && typeof parsed === "object" && !Array.isArray(parsed)) args = parsed; } catch (e) { /* kept as text */ }
+  }
+  return { id: c && c.id ? c.id : null, name: pick(["name", "tool", "tool_name"]) ?? null, args };
+}
+
 function norm(m) {
   const role = m.role || ROLES[m.type] || m.type || "?";
-  const calls = (m.tool_calls || []).map((c) => ({ id: c.id, name: c.name ?? c.function?.name,
-                                                   args: c.args ?? c.arguments ?? c.function?.arguments ?? {} }));
+  const calls = (m.tool_calls || []).map(callOf);
   const extra = Object.fromEntries(Object.entries(m).filter(([k, v]) => !KNOWN.has(k) && v !== null && v !== undefined &&
     !(typeof v === "object" && Object.keys(v).length === 0)));
   return { role, content: m.content, calls, toolCallId: m.tool_call_id ?? null, id: m.id ?? null,
@@ -466,7 +507,7 @@ function messageEl(m, results) {
   const head = el("div", { class: "msg-head" }, el("span", { class: "role" }, m.role),
     m.name && m.role !== "tool" ? el("span", { class: "dim" }, ` ${m.name}`) : "", " ", dateEl(m.time));
   const calls = m.calls.map((c) => {
-    const r = results.get(c.id);
+    const r = results.get(c);
     return el("div", { class: "tool-call" + (r && r.error ? " failed" : ""), "data-call-id": c.id || "", "data-name": c.name || "" },
       el("div", { class: "call-head" }, el("span", { class: "tag" }, "tool call"), " ", el("code", { class: "call-name" }, c.name || "?"),
          c.id ? el("span", { class: "dim" }, ` ${c.id}`) : ""),
@@ -516,15 +557,40 @@ async function pointsOn(commit, name) {
 
 // The messages, each tool call with its result under it, and the checkpoints (`markers`, each at
 // its message index) as points between them.
+// Each tool call's result (call -> tool message): the one naming the call's id, else (results
+// stored without ids, as the quick start's) the tool messages that follow the calling message,
+// in order. The results that found their call are shown under it, not on their own.
+function pairResults(msgs) {
+  const byId = new Map(msgs.filter((m) => m.role === "tool" && m.toolCallId).map((m) => [m.toolCallId, m]));
+  const results = new Map();
+  const paired = new Set();
+  let waiting = [];
+  for (const m of msgs) {
+    if (m.calls.length) {
+      waiting = [];
+      for (const c of m.calls) {
+        const r = c.id ? byId.get(c.id) : undefined;
+        if (r) { results.set(c, r); paired.add(r); } else if (!c.id) waiting.push(c);
+      }
+    } else if (m.role === "tool" && !m.toolCallId && waiting.length) {
+      const c = waiting.shift();
+      results.set(c, m);
+      paired.add(m);
+    } else if (m.role !== "tool") {
+      waiting = [];
+    }
+  }
+  return { results, paired };
+}
+
 function conversationEls(raw, markers) {
   const msgs = raw.map(norm);
-  const results = new Map(msgs.filter((m) => m.role === "tool" && m.toolCallId).map((m) => [m.toolCallId, m]));
-  const called = new Set(msgs.flatMap((m) => m.calls.map((c) => c.id)));
+  const { results, paired } = pairResults(msgs);
   const out = [];
   const at = (i) => markers.filter((e) => e.message_index === i).forEach((e) => out.push(markerEl(e)));
   msgs.forEach((m, i) => {
     at(i);
-    if (!(m.role === "tool" && m.toolCallId && called.has(m.toolCallId))) out.push(messageEl(m, results));
+    if (!paired.has(m)) out.push(messageEl(m, results));
   });
   markers.filter((e) => e.message_index >= msgs.length).forEach((e) => out.push(markerEl(e)));
   return out;
