@@ -116,6 +116,15 @@ def put(store, thread: str, cid: str, step: int | None = None, state: dict | Non
     return store.put(config, checkpoint, metadata, new_versions or {}, **options)
 
 
+def staged_commit(tx, parent: str | None, text: str) -> str:
+    """Stage, in a transaction of :class:`qvc.plumbing.staging.Staging`, a commit of the empty tree
+    whose message is ``text`` on ``parent``; return its SHA (the staging tests' unit of work)."""
+    tree = tx.write("tree", b"").hex()
+    body = f"tree {tree}\n" + (f"parent {parent}\n" if parent else "")
+    body += f"author t <t@t> 0 +0000\ncommitter t <t@t> 0 +0000\n\n{text}\n"
+    return tx.write("commit", body.encode()).hex()
+
+
 def langgraph_weather(repo: Path) -> Path:
     """``repo`` written by a real LangGraph graph in its own process (tests/server/page_graph.py: a
     scripted chat model, LangGraph's ToolNode, QvcSaver): thread ``weather``, one tool call and

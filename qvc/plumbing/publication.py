@@ -35,7 +35,8 @@ from qvc.plumbing.leases import Lease
 from qvc.plumbing.libgit2 import pygit2
 from qvc.plumbing.locking import LockProtocol
 from qvc.plumbing.packset import PackSet
-from qvc.plumbing.reflog import ReflogEntry, read_reflog
+from qvc.plumbing.reflog import ReflogEntry, head_branch, read_reflog
+from qvc.plumbing.refpack import without_packed
 
 LOCK_WAIT = 10.0  # how long a ref move waits for another writer's lock on the ref
 #: how soon the publisher writes applied moves to git's files after a write (other processes
@@ -196,19 +197,8 @@ def _delete_under_lock(repo_path: str, name: str) -> None:
                 lines = f.read().split(b"\n")
         except FileNotFoundError:
             lines = []
-        wanted = name.encode("utf-8", "surrogateescape")
-        kept: list[bytes] = []
-        found = skipping = False
-        for line in lines:
-            if skipping and line.startswith(b"^"):
-                continue  # the peeled value of the removed entry
-            skipping = False
-            sha, _, ref = line.partition(b" ")
-            if ref == wanted and len(sha) == 40 and not line.startswith(b"#"):
-                found = skipping = True
-                continue
-            kept.append(line)
-        if found:
+        kept = without_packed(lines, name)
+        if kept is not None:
             with open(packed + ".lock", "wb") as f:
                 f.write(b"\n".join(kept))
             os.rename(packed + ".lock", packed)
@@ -446,7 +436,7 @@ class Publication:
                         self._packs.write([obj for _, obj in objects], [oid for oid, _ in objects])
                         self._pending.clear()
                     if self._leases:
-                        head = self._head_target()
+                        head = head_branch(self.path)
                         who = self._identity()
                         for name, lease in list(self._leases.items()):
                             if journaled_only and lease.unjournaled:
@@ -507,15 +497,6 @@ class Publication:
         """Forget the pending objects (only those of transactions that failed before moving a
         ref may be dropped: nothing needs them)."""
         self._pending.clear()
-
-    def _head_target(self) -> str | None:
-        """The ref HEAD names (read from its file), or ``None``."""
-        try:
-            with open(os.path.join(self.path, "HEAD"), "rb") as f:
-                data = f.read(4096)
-        except OSError:
-            return None
-        return data[5:].strip().decode("utf-8", "replace") if data.startswith(b"ref: ") else None
 
     def _identity(self) -> str:
         """Who reflog lines name, as git and libgit2 do: ``user.name <user.email>``, else ``unknown``."""

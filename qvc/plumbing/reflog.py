@@ -61,6 +61,17 @@ class ReflogEntry:
             return None
 
 
+def head_branch(repo_path: str) -> str | None:
+    """The ref HEAD names (read from its file), or ``None`` (detached, or unreadable): the branch
+    whose moves git logs in HEAD's reflog too."""
+    try:
+        with open(os.path.join(repo_path, "HEAD"), "rb") as f:
+            data = f.read(4096)
+    except OSError:
+        return None
+    return data[5:].strip().decode("utf-8", "replace") if data.startswith(b"ref: ") else None
+
+
 def read_reflog(repo_path: str, name: str) -> list[ReflogEntry]:
     """The reflog of ref ``name`` in the repository at ``repo_path``, newest first; ``[]`` if none:
     its compacted entries, then its file's (see the module docstring).

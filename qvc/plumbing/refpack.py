@@ -43,6 +43,22 @@ GRAPH_SHARE = 4  # the commit-graph is rewritten once a 1/GRAPH_SHARE of the ref
 GRAPH = "objects/info/commit-graphs/commit-graph-chain"
 
 
+def without_packed(lines: list[bytes], name: str) -> list[bytes] | None:
+    """``packed-refs``' ``lines`` without ref ``name``'s entry (and its peeled ``^`` line), as git
+    deletes a packed ref; ``None`` if it has no entry (nothing to rewrite)."""
+    wanted = name.encode("utf-8", "surrogateescape")
+    kept: list[bytes] = []
+    skipping = False
+    for line in lines:
+        if skipping and line.startswith(b"^"):
+            continue  # the peeled value of the removed entry
+        sha, _, ref = line.partition(b" ")
+        skipping = ref == wanted and len(sha) == 40 and not line.startswith(b"#")
+        if not skipping:
+            kept.append(line)
+    return kept if len(kept) != len(lines) else None
+
+
 def _size(path: str) -> int:
     try:
         return os.stat(path).st_size

@@ -66,7 +66,8 @@ from qvc.plumbing import pack
 from qvc.plumbing.journal import fsync_dir
 from qvc.plumbing.odb import RefReader
 from qvc.plumbing.publication import moved
-from qvc.plumbing.reflog import ReflogEntry, reflog_line
+from qvc.plumbing.reflog import ReflogEntry, head_branch, reflog_line
+from qvc.plumbing.refpack import without_packed
 
 DB = "qvc/staging.db"
 QUEUE = "qvc/staging.queue"  # the writers' fair queue in front of SQLite's write lock
@@ -558,7 +559,7 @@ class Staging:
                      if message is not None]
             if lines:  # before the value, as git does; lines a killed publisher appended are not repeated
                 written.update(self._append_reflog(name, lines))
-                if name == self._head_target():  # git logs the branch HEAD names in HEAD's reflog too
+                if name == head_branch(self.path):  # git logs the branch HEAD names in HEAD's reflog too
                     written.update(self._append_reflog("HEAD", lines))
             if current == value:
                 return True  # an earlier publication got this far
@@ -641,17 +642,8 @@ class Staging:
                     lines = f.read().split(b"\n")
             except FileNotFoundError:
                 lines = []
-            wanted = name.encode("utf-8", "surrogateescape")
-            kept: list[bytes] = []
-            skipping = False
-            for line in lines:
-                if skipping and line.startswith(b"^"):
-                    continue  # the peeled value of the removed entry
-                sha, _, ref = line.partition(b" ")
-                skipping = ref == wanted and len(sha) == 40 and not line.startswith(b"#")
-                if not skipping:
-                    kept.append(line)
-            if len(kept) != len(lines):  # the new file goes over packed-refs while we hold its lock
+            kept = without_packed(lines, name)
+            if kept is not None:  # the new file goes over packed-refs while we hold its lock
                 tmp = os.path.join(self.path, "qvc", "publishing.d", f"packed-refs-{os.getpid()}-{os.urandom(4).hex()}")
                 with open(tmp, "wb") as f:
                     f.write(b"\n".join(kept))
@@ -665,15 +657,6 @@ class Staging:
                 os.unlink(path)
                 written.add(os.path.dirname(path))
         return True
-
-    def _head_target(self) -> str | None:
-        """The ref HEAD names (read from its file), or ``None``."""
-        try:
-            with open(os.path.join(self.path, "HEAD"), "rb") as f:
-                data = f.read(4096)
-        except OSError:
-            return None
-        return data[5:].strip().decode("utf-8", "replace") if data.startswith(b"ref: ") else None
 
     def _displace(self, name: str, found: str | None, out: Published, written: set[str]) -> None:
         """Keep the value another program moved ref ``name`` to under ``refs/qvc/displaced/``."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pygit2
 import pytest
-from helpers import child_env, run_git
+from helpers import child_env, run_git, staged_commit
 
 from qvc.plumbing.staging import Staging
 
@@ -32,19 +32,12 @@ def repo(tmp_path):
     return path
 
 
-def commit(tx, parent: str | None, text: str) -> str:
-    tree = tx.write("tree", b"").hex()
-    body = f"tree {tree}\n" + (f"parent {parent}\n" if parent else "")
-    body += f"author t <t@t> 0 +0000\ncommitter t <t@t> 0 +0000\n\n{text}\n"
-    return tx.write("commit", body.encode()).hex()
-
-
 def test_a_stopped_writer_hides_nothing_and_blocks_no_one(repo):
     """A writer stopped (SIGSTOP) right after an acknowledged put: another process reads the put
     and extends it, and publishes it, while the writer stays stopped."""
     staging = Staging(repo)
     with staging.transaction() as tx:
-        base = commit(tx, None, "base")
+        base = staged_commit(tx, None, "base")
         tx.move("refs/heads/t", None, base, "base")
     staging.publish()
     proc = worker("put-and-stop", str(repo), "refs/heads/t")
@@ -62,7 +55,7 @@ def test_a_stopped_writer_hides_nothing_and_blocks_no_one(repo):
         with staging.transaction() as tx:
             head = tx.ref("refs/heads/t")
             assert head == acked
-            mine = commit(tx, head, "after the stop")
+            mine = staged_commit(tx, head, "after the stop")
             tx.move("refs/heads/t", head, mine, "put while the other writer is stopped")
         put = time.monotonic() - started - read
         print(f"stopped writer: read {read * 1000:.1f} ms, put {put * 1000:.1f} ms")
@@ -111,7 +104,7 @@ def test_a_writer_killed_inside_its_transaction_leaves_nothing_and_blocks_no_one
     try:
         assert staging.ref("refs/heads/t") is None and staging.staged() == 0
         with staging.transaction() as tx:  # the dead writer's locks went with it
-            tx.move("refs/heads/t", None, commit(tx, None, "next"), "next")
+            tx.move("refs/heads/t", None, staged_commit(tx, None, "next"), "next")
         staging.publish()
     finally:
         staging.close()
@@ -124,9 +117,9 @@ def _scene(repo: Path) -> dict[str, str | None]:
     staging = Staging(repo)
     try:
         with staging.transaction() as tx:
-            packed = commit(tx, None, "packed")
+            packed = staged_commit(tx, None, "packed")
             tx.move("refs/heads/packed", None, packed, "packed")
-            gone = commit(tx, None, "gone")
+            gone = staged_commit(tx, None, "gone")
             tx.move("refs/heads/gone", None, gone, "gone")
         staging.publish()
         run_git(repo, "pack-refs", "--all")
@@ -135,10 +128,10 @@ def _scene(repo: Path) -> dict[str, str | None]:
             for i in range(3):
                 with staging.transaction() as tx:
                     head = tx.ref(f"refs/heads/{thread}")
-                    heads[f"refs/heads/{thread}"] = new = commit(tx, head, f"{thread} {i}")
+                    heads[f"refs/heads/{thread}"] = new = staged_commit(tx, head, f"{thread} {i}")
                     tx.move(f"refs/heads/{thread}", head, new, f"{thread} {i}")
         with staging.transaction() as tx:
-            heads["refs/heads/packed"] = new = commit(tx, packed, "moved")
+            heads["refs/heads/packed"] = new = staged_commit(tx, packed, "moved")
             tx.move("refs/heads/packed", packed, new, "moved")
             tx.move("refs/heads/gone", gone, None)
     finally:

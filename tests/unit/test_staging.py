@@ -7,7 +7,7 @@ import threading
 
 import pygit2
 import pytest
-from helpers import run_git
+from helpers import run_git, staged_commit
 
 from qvc.errors import CheckpointConflictError, QvcError, StoreClosedError
 from qvc.plumbing.staging import DB, Staging
@@ -22,17 +22,10 @@ def repo(tmp_path):
     return path
 
 
-def commit(tx, parent: str | None, text: str) -> str:
-    tree = tx.write("tree", b"").hex()
-    body = f"tree {tree}\n" + (f"parent {parent}\n" if parent else "")
-    body += f"author t <t@t> 0 +0000\ncommitter t <t@t> 0 +0000\n\n{text}\n"
-    return tx.write("commit", body.encode()).hex()
-
-
 def stage(staging: Staging, ref: str, text: str, message: str | None = "put") -> str:
     with staging.transaction() as tx:
         head = tx.ref(ref)
-        new = commit(tx, head, text)
+        new = staged_commit(tx, head, text)
         tx.move(ref, head, new, message)
     return new
 
@@ -56,7 +49,7 @@ def test_a_conflicting_move_stores_nothing(repo):
         first = stage(staging, "refs/heads/t", "one")
         with pytest.raises(CheckpointConflictError, match="created by another writer"):
             with staging.transaction() as tx:
-                orphan = commit(tx, None, "lost race")
+                orphan = staged_commit(tx, None, "lost race")
                 tx.move("refs/heads/other", None, orphan, "put")
                 tx.move("refs/heads/t", None, orphan, "put")  # expected absent, found first
         assert staging.ref("refs/heads/t") == first

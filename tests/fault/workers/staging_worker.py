@@ -15,19 +15,12 @@ import os
 import signal
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # tests/: helpers
+
+from helpers import staged_commit  # noqa: E402
+
 from qvc.errors import CheckpointConflictError
 from qvc.plumbing.staging import Staging
-
-EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
-
-
-def commit(tx, parent: str | None, text: str) -> str:
-    """Stage a commit whose message is ``text`` (empty tree) on ``parent``."""
-    tree = tx.write("tree", b"").hex()
-    assert tree == EMPTY_TREE
-    body = f"tree {tree}\n" + (f"parent {parent}\n" if parent else "")
-    body += f"author t <t@t> 0 +0000\ncommitter t <t@t> 0 +0000\n\n{text}\n"
-    return tx.write("commit", body.encode()).hex()
 
 
 def put(repo: str, ref: str, count: int) -> None:
@@ -38,7 +31,7 @@ def put(repo: str, ref: str, count: int) -> None:
             try:
                 with staging.transaction() as tx:
                     head = tx.ref(ref)
-                    new = commit(tx, head, f"{os.getpid()} {i}")
+                    new = staged_commit(tx, head, f"{os.getpid()} {i}")
                     tx.move(ref, head, new, f"put {i}")
                 break
             except CheckpointConflictError:
@@ -51,7 +44,7 @@ def put_and_stop(repo: str, ref: str) -> None:
     staging = Staging(repo)
     with staging.transaction() as tx:
         head = tx.ref(ref)
-        new = commit(tx, head, "frozen")
+        new = staged_commit(tx, head, "frozen")
         tx.move(ref, head, new, "put before the stop")
     print(f"ACK {new}")
     os.kill(os.getpid(), signal.SIGSTOP)
