@@ -95,27 +95,54 @@ def open_creating_dirs(repo_path: str, path: str, flags: int) -> int:
     return os.open(path, flags, 0o644)
 
 
-def take(repo_path: str, name: str, holder: str, serial: int | None = None) -> int | None:
-    """Create ``<ref>.lock`` exclusively and write the holder's tag in it (``qvc lease <holder>
-    <serial>``); return its fd.
+#: where a lease is written before it is linked into place as ``<ref>.lock`` (see :func:`take`)
+LEASING = "qvc/leasing"
 
+
+def take(repo_path: str, name: str, holder: str, serial: int | None = None) -> int | None:
+    """Create ``<ref>.lock`` exclusively, holding the holder's tag (``qvc lease <holder>
+    <serial>``) from the moment it exists; return its fd.
+
+    The tag is written into a file of :data:`LEASING` first, which is then linked into place
+    (exclusive, as ``O_EXCL``): a writer killed at any moment leaves no lock without its tag,
+    so every lock that names no store is provably not a qvc store's (and is never removed).
     ``None`` when the lock exists (another writer holds the ref). Raises
     :class:`CheckpointConflictError` when the name cannot be a ref here (a ref is in the way
     of its directory, or it is a directory).
     """
     path = lock_path(repo_path, name)
+    staging = os.path.join(repo_path, LEASING)
+    tmp = os.path.join(staging, f"{os.getpid()}-{os.urandom(6).hex()}")
     try:
-        fd = open_creating_dirs(repo_path, path, os.O_WRONLY | os.O_EXCL | os.O_CLOEXEC)
-    except FileExistsError:
-        return None
-    except (NotADirectoryError, IsADirectoryError) as exc:
-        raise CheckpointConflictError(f"{name}: cannot be created here ({exc.strerror})") from None
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    except FileNotFoundError:
+        os.makedirs(staging, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     try:
         os.write(fd, TAG + holder.encode() + (b"" if serial is None else b" %d" % serial) + b"\n")
-    except OSError:
+        for _ in range(CREATE_TRIES):
+            try:
+                os.link(tmp, path)
+                break
+            except FileNotFoundError:  # its directory is missing (or another process removed it meanwhile)
+                try:
+                    os.makedirs(os.path.dirname(path), exist_ok=True)
+                except FileNotFoundError:
+                    continue
+                dirty(repo_path).made_dirs(os.path.dirname(path))
+        else:
+            os.link(tmp, path)
+    except FileExistsError:
         os.close(fd)
-        os.unlink(path)
+        return None
+    except (NotADirectoryError, IsADirectoryError) as exc:
+        os.close(fd)
+        raise CheckpointConflictError(f"{name}: cannot be created here ({exc.strerror})") from None
+    except BaseException:
+        os.close(fd)
         raise
+    finally:
+        os.unlink(tmp)  # the lock, if linked, keeps the file
     return fd
 
 

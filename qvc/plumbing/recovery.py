@@ -651,6 +651,13 @@ def remove_stale_files(repo: RecoveryHost, older_than: float, report: RecoveryRe
             if (name.startswith("tmp_") or ".tmp-" in name) and stale(path):
                 os.unlink(path)
                 report.temp_files_removed += 1
+    leasing = os.path.join(repo.path, leases.LEASING)  # a lease written, its writer killed before the link
+    for name in os.listdir(leasing) if os.path.isdir(leasing) else []:
+        path = os.path.join(leasing, name)
+        if stale(path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+                report.temp_files_removed += 1
 
 
 #: what git may keep beside a pack (``pack-<sha>.<ext>``): moved aside with it
