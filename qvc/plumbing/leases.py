@@ -95,43 +95,40 @@ def open_creating_dirs(repo_path: str, path: str, flags: int) -> int:
     return os.open(path, flags, 0o644)
 
 
-#: where a lease is written before it is linked into place as ``<ref>.lock`` (see :func:`take`)
-LEASING = "qvc/leasing"
+#: how the file a lease is written into, beside its lock, begins (see :func:`take`); it ends in
+#: ``.lock`` and starts with a dot, so git never takes it for a ref
+WRITING = ".qvc-lease-"
+
+
+def writing(filename: str) -> int | None:
+    """The pid of the qvc process writing a lease under ``filename`` (a file of ``refs/``), or
+    ``None`` if it is no such file."""
+    if not (filename.startswith(WRITING) and filename.endswith(".lock")):
+        return None
+    pid = filename[len(WRITING):].split("-", 1)[0]
+    return int(pid) if pid.isdigit() else None
 
 
 def take(repo_path: str, name: str, holder: str, serial: int | None = None) -> int | None:
     """Create ``<ref>.lock`` exclusively, holding the holder's tag (``qvc lease <holder>
     <serial>``) from the moment it exists; return its fd.
 
-    The tag is written into a file of :data:`LEASING` first, which is then linked into place
-    (exclusive, as ``O_EXCL``): a writer killed at any moment leaves no lock without its tag,
-    so every lock that names no store is provably not a qvc store's (and is never removed).
-    ``None`` when the lock exists (another writer holds the ref). Raises
-    :class:`CheckpointConflictError` when the name cannot be a ref here (a ref is in the way
-    of its directory, or it is a directory).
+    The tag is written into a file of its own beside the lock first (``.qvc-lease-<pid>-...lock``,
+    :data:`WRITING`), which is then linked into place (exclusive, as ``O_EXCL``) and removed: a
+    writer killed at any moment leaves no lock without its tag, so a lock that names no store is
+    provably no qvc store's, and is never removed. ``None`` when the lock exists (another
+    writer holds the ref). Raises :class:`CheckpointConflictError` when the name cannot be a ref
+    here (a ref is in the way of its directory, or it is a directory).
     """
     path = lock_path(repo_path, name)
-    staging = os.path.join(repo_path, LEASING)
-    tmp = os.path.join(staging, f"{os.getpid()}-{os.urandom(6).hex()}")
+    tmp = os.path.join(os.path.dirname(path), f"{WRITING}{os.getpid()}-{os.urandom(6).hex()}.lock")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    except FileNotFoundError:
-        os.makedirs(staging, exist_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        fd = open_creating_dirs(repo_path, tmp, os.O_WRONLY | os.O_EXCL | os.O_CLOEXEC)
+    except (NotADirectoryError, IsADirectoryError) as exc:
+        raise CheckpointConflictError(f"{name}: cannot be created here ({exc.strerror})") from None
     try:
         os.write(fd, TAG + holder.encode() + (b"" if serial is None else b" %d" % serial) + b"\n")
-        for _ in range(CREATE_TRIES):
-            try:
-                os.link(tmp, path)
-                break
-            except FileNotFoundError:  # its directory is missing (or another process removed it meanwhile)
-                try:
-                    os.makedirs(os.path.dirname(path), exist_ok=True)
-                except FileNotFoundError:
-                    continue
-                dirty(repo_path).made_dirs(os.path.dirname(path))
-        else:
-            os.link(tmp, path)
+        os.link(tmp, path)
     except FileExistsError:
         os.close(fd)
         return None

@@ -215,7 +215,8 @@ class RefReader:
 
     def walk(self, prefix: str) -> Iterator[str]:
         """Every file under ``refs/`` whose name starts with ``prefix``, lock files included
-        (nothing waited for, nothing read)."""
+        (nothing waited for, nothing read); not the files a qvc lease is written into before it
+        is linked as its lock (:data:`qvc.plumbing.leases.WRITING`)."""
         # Names under ``prefix`` live in the directory its last ``/`` ends (or below): start there.
         top = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         dirs = [top] if top.startswith("refs/") or top == "refs" else ["refs"]
@@ -230,7 +231,7 @@ class RefReader:
                 if entry.is_dir(follow_symlinks=False):
                     if name.startswith(prefix) or prefix.startswith(name + "/"):
                         dirs.append(name)
-                elif name.startswith(prefix):
+                elif name.startswith(prefix) and leases.writing(entry.name) is None:
                     yield name
 
     def head(self) -> tuple[str | None, str | None]:

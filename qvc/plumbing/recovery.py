@@ -267,7 +267,10 @@ def needed(repo: RecoveryHost) -> bool:
             for n in files:
                 if n.startswith("tmp_") or ".tmp-" in n:
                     return True
-                if n.endswith(".lock"):
+                if leases.writing(n) is not None:
+                    if not _alive(leases.writing(n)):
+                        return True  # a lease's file its writer left, killed before the link
+                elif n.endswith(".lock"):
                     name = os.path.relpath(os.path.join(dirpath, n[:-5]), repo.path).replace(os.sep, "/")
                     holder = leases.holder(repo.path, name)
                     if holder is not None and not journal_alive(repo, holder):
@@ -594,8 +597,8 @@ def remove_stale_files(repo: RecoveryHost, older_than: float, report: RecoveryRe
     for top in ("refs",):
         for dirpath, _, files in os.walk(os.path.join(repo.path, top)):
             for name in files:
-                if not name.endswith(".lock"):
-                    continue
+                if not name.endswith(".lock") or leases.writing(name) is not None:
+                    continue  # (a lease's own file is removed below)
                 path = os.path.join(dirpath, name)
                 ref = os.path.relpath(path[:-5], repo.path).replace(os.sep, "/")
                 found = leases.tag(repo.path, ref)
@@ -651,13 +654,24 @@ def remove_stale_files(repo: RecoveryHost, older_than: float, report: RecoveryRe
             if (name.startswith("tmp_") or ".tmp-" in name) and stale(path):
                 os.unlink(path)
                 report.temp_files_removed += 1
-    leasing = os.path.join(repo.path, leases.LEASING)  # a lease written, its writer killed before the link
-    for name in os.listdir(leasing) if os.path.isdir(leasing) else []:
-        path = os.path.join(leasing, name)
-        if stale(path):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-                report.temp_files_removed += 1
+    for dirpath, _, files in os.walk(os.path.join(repo.path, "refs")):  # a lease's file, its writer killed
+        for name in files:
+            pid = leases.writing(name)
+            if pid is not None and not _alive(pid):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(dirpath, name))
+                    report.temp_files_removed += 1
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (on this machine)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 #: what git may keep beside a pack (``pack-<sha>.<ext>``): moved aside with it

@@ -90,7 +90,7 @@ def foreign_locks(path: str) -> list[str]:
              if os.path.lexists(os.path.join(path, name))]
     for dirpath, _, files in os.walk(os.path.join(path, "refs")):
         for n in files:
-            if n.endswith(".lock"):
+            if n.endswith(".lock") and leases.writing(n) is None:  # (a qvc lease being written is no lock)
                 ref = os.path.relpath(os.path.join(dirpath, n[:-5]), path).replace(os.sep, "/")
                 if leases.holder(path, ref) is None and os.path.lexists(os.path.join(dirpath, n)):
                     found.append(f"{ref}.lock")

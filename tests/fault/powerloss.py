@@ -126,6 +126,7 @@ def parse(log: str, root: str, markers: str, base: FS) -> list[Op]:
     next_ino = 1
     pos: dict[int, int] = {}  # fd -> file offset (the writer's threads share one fd table)
     appending: set[int] = set()  # fds opened with O_APPEND
+    opened: dict[int, int] = {}  # fd -> the inode it was opened on (its name may be gone: a file linked, then unlinked)
     pending: dict[str, tuple[str, int, float]] = {}  # pid -> (start of an unfinished call, ops before it, time)
     ops: list[Op] = []
 
@@ -191,6 +192,8 @@ def parse(log: str, root: str, markers: str, base: FS) -> list[Op]:
                     "O_WRONLY" in flags or "O_RDWR" in flags):
                 live.data[live.files[r]] = b""
                 ops.append(Op("trunc", r, ino=live.files[r], size=0, time=t))
+            if r in live.files:
+                opened[ret] = live.files[r]
             continue
         if name == "lseek":
             pos[int(fds[0][0])] = ret
@@ -205,10 +208,12 @@ def parse(log: str, root: str, markers: str, base: FS) -> list[Op]:
             if path == markers:
                 ops.append(Op("mark", data=data, time=t))
                 continue
-            r = rel(path)
-            if r is None or r not in live.files:
+            r = rel(path.removesuffix(" (deleted)"))
+            if r is None:
                 continue
-            ino = live.files[r]
+            ino = live.files.get(r) if r in live.files else opened.get(int(fd))
+            if ino is None:
+                continue
             cur = live.data[ino]
             if name == "pwrite64":
                 off = int(words[-1])

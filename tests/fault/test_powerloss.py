@@ -367,12 +367,26 @@ def test_sync_put_ordering(runs):
 
 
 def _last_written(run: Run, i: int) -> bytes:
-    """What a rename/link at ``ops[i]`` installs: the last data written to its source (written whole)."""
+    """What a rename/link at ``ops[i]`` installs: the last data written to its source's file (written
+    whole), whatever name it was written under (a lease is written beside its lock, linked as the
+    lock, and its value written through the descriptor after)."""
     src = run.ops[i].path
+    ino = _ino_at(run, i, src)
     for op in reversed(run.ops[:i]):
-        if op.kind == "write" and op.path == src:
+        if op.kind == "write" and (op.ino == ino if ino is not None else op.path == src):
             return op.data
     raise AssertionError(f"no content written to {src} before it was installed")
+
+
+def _ino_at(run: Run, i: int, path: str) -> int | None:
+    """The inode ``path`` names right before ``ops[i]`` (``None``: not made in the trace)."""
+    for j in range(i - 1, -1, -1):
+        op = run.ops[j]
+        if op.kind == "create" and op.path == path:
+            return op.ino
+        if op.kind in ("link", "rename") and op.dest == path:
+            return _ino_at(run, j, op.path)
+    return None
 
 
 def _idx_ids(idx: bytes) -> list[str]:
