@@ -327,7 +327,7 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool, r
              f"Commit:   {rev.commit}",
              f"Thread:   {qname(cp.thread_id)}   "
              + (f"Run: {shown_name(number[1], number[0])}" if number else f"Step: {cp.step}"),
-             f"Parent:   {parent.thread_id}@{parent.checkpoint_id}" if parent else "Parent:   (none)",
+             f"Parent:   {qname(parent.thread_id)}@{parent.checkpoint_id}" if parent else "Parent:   (none)",
              f"Date:     {ago(info.time)} ({cp.created_at or iso(info.time)})"]
     if tup.metadata:
         lines.append(style("Metadata:", bold=True))

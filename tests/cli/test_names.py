@@ -134,6 +134,10 @@ def test_log_shows_a_name_escaped_as_branch_does(tmp_path):
     block = qvc("log", "-n", "1", cwd=work).stdout
     assert '(HEAD -> "\\033[31mred")' in block and 'Thread: "\\033[31mred"' in block
     assert "\u202e" not in qvc("log", "--all", cwd=work).stdout
+    with GitCheckpointStore(tmp_path / "w" / ".qvc") as store:
+        put(store, names[1], "n2", 1, {"n": 2}, parent_id="n1")
+    shown = qvc("show", "n2", cwd=work).stdout
+    assert 'Parent:   "evil\\342\\200\\256txt.exe"@n1' in shown and "\u202e" not in shown
 
 
 def test_the_server_answers_for_any_thread_id(odd):
