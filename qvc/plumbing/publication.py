@@ -192,12 +192,7 @@ def _delete_under_lock(repo_path: str, name: str) -> None:
     _create_lock(repo_path, packed + ".lock")
     committed = False
     try:
-        try:
-            with open(packed, "rb") as f:
-                lines = f.read().split(b"\n")
-        except FileNotFoundError:
-            lines = []
-        kept = without_packed(lines, name)
+        kept = without_packed(repo_path, name)
         if kept is not None:
             with open(packed + ".lock", "wb") as f:
                 f.write(b"\n".join(kept))

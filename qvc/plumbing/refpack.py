@@ -43,9 +43,15 @@ GRAPH_SHARE = 4  # the commit-graph is rewritten once a 1/GRAPH_SHARE of the ref
 GRAPH = "objects/info/commit-graphs/commit-graph-chain"
 
 
-def without_packed(lines: list[bytes], name: str) -> list[bytes] | None:
-    """``packed-refs``' ``lines`` without ref ``name``'s entry (and its peeled ``^`` line), as git
-    deletes a packed ref; ``None`` if it has no entry (nothing to rewrite)."""
+def without_packed(repo_path: str, name: str) -> list[bytes] | None:
+    """The lines of ``repo_path``'s ``packed-refs`` without ref ``name``'s entry (and its peeled
+    ``^`` line), as git deletes a packed ref; ``None`` if it has no entry (nothing to rewrite).
+    Read under ``packed-refs.lock``, so that no other writer changes the file meanwhile."""
+    try:
+        with open(os.path.join(repo_path, "packed-refs"), "rb") as f:
+            lines = f.read().split(b"\n")
+    except FileNotFoundError:
+        return None
     wanted = name.encode("utf-8", "surrogateescape")
     kept: list[bytes] = []
     skipping = False

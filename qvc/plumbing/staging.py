@@ -637,12 +637,7 @@ class Staging:
         if not self._take(packed + ".lock", b"", out, name):
             return False
         try:
-            try:
-                with open(packed, "rb") as f:
-                    lines = f.read().split(b"\n")
-            except FileNotFoundError:
-                lines = []
-            kept = without_packed(lines, name)
+            kept = without_packed(self.path, name)
             if kept is not None:  # the new file goes over packed-refs while we hold its lock
                 tmp = os.path.join(self.path, "qvc", "publishing.d", f"packed-refs-{os.getpid()}-{os.urandom(4).hex()}")
                 with open(tmp, "wb") as f:

@@ -83,7 +83,7 @@ def test_publication_writes_git_files_that_plain_git_reads(repo):
         staging.close()
 
 
-def test_a_move_staged_during_publication_builds_on_the_published_value(repo):
+def test_publications_in_turn_extend_the_line(repo):
     staging = Staging(repo)
     try:
         first = stage(staging, "refs/heads/t", "one")
@@ -370,3 +370,37 @@ def test_inside_a_transaction_the_generation_is_the_one_it_began_with(repo):
         staging.close()
     with pytest.raises(StoreClosedError):
         staging.ref("refs/heads/t")
+
+
+@pytest.mark.parametrize("mode", ["async", "exit"])
+def test_async_flushes_the_log_within_max_lag_and_exit_at_flush(repo, monkeypatch, mode):
+    """ASYNC: a commit's WAL is flushed (``fdatasync``) by the background flusher within
+    ``max_lag``, never in the caller's thread; EXIT: only at ``flush()``."""
+    import os
+    import time
+
+    flushed: list[tuple[str, str]] = []
+    real = os.fdatasync
+
+    def spy(fd: int) -> None:
+        flushed.append((os.readlink(f"/proc/self/fd/{fd}"), threading.current_thread().name))
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", spy)
+    staging = Staging(repo, mode=mode, max_lag=0.2)
+    try:
+        stage(staging, "refs/heads/t", "one")
+        wal = str(repo / "qvc" / "staging.db-wal")
+        if mode == "async":
+            deadline = time.monotonic() + 5
+            while not any(path == wal for path, _ in flushed) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert [t for path, t in flushed if path == wal] and all(
+                t != "MainThread" for path, t in flushed if path == wal)
+        else:
+            time.sleep(0.3)
+            assert not [p for p, _ in flushed if p == wal]
+            staging.flush()
+            assert [t for p, t in flushed if p == wal] == ["MainThread"]
+    finally:
+        staging.close()
