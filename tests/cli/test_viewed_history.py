@@ -54,7 +54,7 @@ def run_master(tmp_path_factory) -> Path:
     from samples.scripted_agent import QUESTION, RESEARCH_PLAN, ScriptedModel, drive, make_tools
 
     path = tmp_path_factory.mktemp("runs") / "r.qvc"
-    with Runs(GitCheckpointStore(path)) as runs:
+    with Runs(path) as runs:
         with runs.start(QUESTION, run_id="research", session_id="s1") as rec:
             drive(rec, ScriptedModel(RESEARCH_PLAN), make_tools())
     return path
@@ -307,7 +307,7 @@ def test_log_follow_names_run_checkpoints_as_log_does(run_repo):
     follow.stop()
     follow = Follower(*repo, "log", "--follow", "run/s2/later")  # a run that does not exist yet
     time.sleep(0.5)  # the watcher is up before the run starts (a later start is seen all the same)
-    with Runs(GitCheckpointStore(run_repo)) as runs:
+    with Runs(run_repo) as runs:
         rec = runs.start("count to two", run_id="later", session_id="s2")
         rec.add_message({"role": "assistant", "content": "one"})
         rec.checkpoint()

@@ -183,7 +183,7 @@ def run_repo(tmp_path_factory):
 
     path = tmp_path_factory.mktemp("runs") / "r.qvc"
     plan = RESEARCH_PLAN[:1] + [[("lookup", {"city": "Atlantis"})]] + RESEARCH_PLAN[1:]
-    with Runs(GitCheckpointStore(path)) as runs:
+    with Runs(path) as runs:
         with runs.start(QUESTION, run_id="research", session_id="s1") as rec:
             drive(rec, ScriptedModel(plan), make_tools())
         at = runs.timeline("research")[0].message_index

@@ -95,7 +95,7 @@ def test_a_run_checkpoint_is_found_by_its_metadata_source_and_shown_as_a_convers
     from qvc.store.viewers import viewer_of
 
     path = tmp_path / "r.qvc"
-    with Runs(GitCheckpointStore(path)) as runs:
+    with Runs(path) as runs:
         with runs.start("hello", run_id="r", session_id="s") as rec:
             rec.add_message({"role": "assistant", "content": "hi"})
             rec.complete("hi")
