@@ -44,6 +44,7 @@ def purge(repo: Repository, lock_fd: int) -> None:
     git(repo.path, "prune", "--expire=now", lock_fd=lock_fd)
     if os.path.exists(os.path.join(repo.path, refpack.GRAPH)):  # it names commits just pruned
         refpack.commit_graph(repo.path, fsync=repo.fsync, replace=True)
+    repo.staging.erase()  # what was staged and published leaves the database's files too
     harden(repo.path, fsync=repo.fsync)
 
 

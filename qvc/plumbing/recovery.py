@@ -634,7 +634,7 @@ def remove_stale_files(repo: RecoveryHost, older_than: float, report: RecoveryRe
                     report.locks_left.append(os.path.relpath(path, repo.path))  # its owner cannot be proved gone
                 continue
     journal_dir = os.path.join(repo.qvc_dir, "journal")
-    for name in os.listdir(journal_dir):  # a store killed while creating its journal
+    for name in os.listdir(journal_dir) if os.path.isdir(journal_dir) else []:  # a store killed creating its journal
         path = os.path.join(journal_dir, name)
         if name.endswith(".wal.new") and (now - _mtime(path, now) >= STALE_SECONDS or _abandoned(path)):
             os.unlink(path)
