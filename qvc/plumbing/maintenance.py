@@ -39,12 +39,14 @@ def purge(repo: Repository, lock_fd: int) -> None:
     """Drop every unreachable object, packed or loose. Call under ``repo.exclusive()``, passing
     the lock's descriptor so git keeps the lock even if this process is killed meanwhile."""
     _prepare(repo)
+    # First what needs free space (a full disk then fails the purge before it changed anything):
+    # what was staged and published leaves the staging database's files too.
+    repo.staging.erase()
     git(repo.path, "reflog", "expire", "--expire=now", "--all", lock_fd=lock_fd)
     git(repo.path, "repack", "-a", "-d", "-q", lock_fd=lock_fd)
     git(repo.path, "prune", "--expire=now", lock_fd=lock_fd)
     if os.path.exists(os.path.join(repo.path, refpack.GRAPH)):  # it names commits just pruned
         refpack.commit_graph(repo.path, fsync=repo.fsync, replace=True)
-    repo.staging.erase()  # what was staged and published leaves the database's files too
     harden(repo.path, fsync=repo.fsync)
 
 

@@ -189,7 +189,7 @@ class Staging:
         self._failed: BaseException | None = None
         if not readonly:
             os.makedirs(os.path.dirname(self._db_path), exist_ok=True)
-            with self._guard("create"):
+            with self._guard("open"):
                 self._connection().executescript(_SCHEMA)
             if mode == "async" and fsync:
                 self._flusher = threading.Thread(target=self._flush_loop, name="qvc-staging-flush", daemon=True)
@@ -219,6 +219,29 @@ class Staging:
             self._conns.append(db)
         return db
 
+    def _rows(self, sql: str, args: Sequence = ()) -> list[tuple]:
+        """The rows of a read outside any transaction (``[]`` when there is no database yet).
+
+        A reader must work on a full disk: where SQLite cannot create the files a WAL reader
+        needs (``-shm``) and there is no write-ahead log (every commit is in the database file:
+        the last connection checkpointed and removed it), the file is read as immutable."""
+        db = self._connection()
+        if db is None:
+            return []
+        try:
+            return db.execute(sql, args).fetchall()
+        except sqlite3.OperationalError:
+            wal = self._db_path + "-wal"
+            if os.path.exists(wal) and os.path.getsize(wal) > 0:
+                with self._guard("read"):
+                    raise
+        with self._guard("read"):
+            snapshot = sqlite3.connect(f"file:{self._db_path}?immutable=1", uri=True, isolation_level=None)
+            try:
+                return snapshot.execute(sql, args).fetchall()
+            finally:
+                snapshot.close()
+
     @contextlib.contextmanager
     def _guard(self, what: str) -> Iterator[None]:
         """SQLite's and the OS's errors as qvc's: a full disk is a :class:`StorageError`."""
@@ -226,8 +249,9 @@ class Staging:
             yield
         except sqlite3.OperationalError as exc:
             text = str(exc)
-            code = errno.ENOSPC if "full" in text else errno.EIO
-            raise StorageError(f"staging {what}: {text} ({self._db_path})", code, self._db_path) from None
+            code = errno.ENOSPC if _full(exc, self.path) else errno.EIO
+            raise StorageError(f"{self.path}: cannot write: {os.strerror(code)} (staging {what}: {text})",
+                               code, self._db_path) from None
 
     # -- writing --------------------------------------------------------------------------
 
@@ -303,15 +327,13 @@ class Staging:
 
     def ref(self, name: str) -> str | None:
         """Ref ``name``'s acknowledged value: staged, else git's files; ``None`` if absent."""
-        db = self._connection()
-        row = db.execute("SELECT value FROM refs WHERE name = ?", (name,)).fetchone() if db else None
-        return row[0] if row is not None else self.git_ref(name)
+        rows = self._rows("SELECT value FROM refs WHERE name = ?", (name,))
+        return rows[0][0] if rows else self.git_ref(name)
 
     def refs(self, prefix: str) -> list[tuple[str, str]]:
         """``(name, value)`` of every ref under ``prefix``, staged values over git's, sorted."""
-        db = self._connection()
-        staged = dict(db.execute("SELECT name, value FROM refs WHERE name >= ? AND name < ?",
-                                 (prefix, prefix + "\U0010ffff")).fetchall()) if db else {}
+        staged = dict(self._rows("SELECT name, value FROM refs WHERE name >= ? AND name < ?",
+                                 (prefix, prefix + "\U0010ffff")))
         found = {n: v for n, v in self._refs.refs(prefix) if n not in staged}
         found.update((n, v) for n, v in staged.items() if v is not None)
         return sorted(found.items())
@@ -319,15 +341,13 @@ class Staging:
     def object(self, oid: bytes) -> tuple[str, bytes] | None:
         """``(kind, data)`` of a staged object, ``None`` if it is not staged (git's files have it,
         or no one wrote it)."""
-        db = self._connection()
-        row = db.execute("SELECT kind, data FROM objects WHERE oid = ?", (oid,)).fetchone() if db else None
-        return (row[0], bytes(row[1])) if row is not None else None
+        rows = self._rows("SELECT kind, data FROM objects WHERE oid = ?", (oid,))
+        return (rows[0][0], bytes(rows[0][1])) if rows else None
 
     def lookup(self, checkpoint_id: str) -> str | None:
         """The commit the checkpoint-id index names for ``checkpoint_id``, ``None`` if none."""
-        db = self._connection()
-        row = db.execute("SELECT sha FROM ids WHERE checkpoint = ?", (checkpoint_id,)).fetchone() if db else None
-        return row[0] if row is not None else None
+        rows = self._rows("SELECT sha FROM ids WHERE checkpoint = ?", (checkpoint_id,))
+        return rows[0][0] if rows else None
 
     def generation(self) -> str | None:
         """The token of the last committed transaction that rewrote history
@@ -337,16 +357,14 @@ class Staging:
         may yet give)."""
         if self.in_transaction():
             return self._local.generation_before
-        db = self._connection()
-        row = db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone() if db else None
-        return row[0] if row is not None else None
+        rows = self._rows("SELECT value FROM meta WHERE key = 'generation'")
+        return rows[0][0] if rows else None
 
     def reflog(self, name: str) -> list[ReflogEntry]:
         """The staged moves of ref ``name`` that have a reflog line, newest first (git's file
         holds the older ones)."""
-        db = self._connection()
-        rows = db.execute("SELECT old, new, who, time, message FROM moves WHERE name = ? AND message IS NOT NULL "
-                          "ORDER BY id DESC", (name,)).fetchall() if db else []
+        rows = self._rows("SELECT old, new, who, time, message FROM moves WHERE name = ? AND message IS NOT NULL "
+                          "ORDER BY id DESC", (name,))
         return [ReflogEntry(old, new, int(when), who, message) for old, new, who, when, message in rows]
 
     def in_transaction(self) -> bool:
@@ -356,9 +374,8 @@ class Staging:
     def staged_refs(self, prefix: str) -> dict[str, str | None]:
         """Name to staged value (``None``: deleted) of every staged ref under ``prefix``: what a
         reader of git's files alone lacks."""
-        db = self._connection()
-        return dict(db.execute("SELECT name, value FROM refs WHERE name >= ? AND name < ?",
-                               (prefix, prefix + "\U0010ffff")).fetchall()) if db else {}
+        return dict(self._rows("SELECT name, value FROM refs WHERE name >= ? AND name < ?",
+                               (prefix, prefix + "\U0010ffff")))
 
     @property
     def failed(self) -> BaseException | None:
@@ -367,8 +384,8 @@ class Staging:
 
     def staged(self) -> int:
         """How many refs are staged and not yet published."""
-        db = self._connection()
-        return db.execute("SELECT count(*) FROM refs").fetchone()[0] if db else 0
+        rows = self._rows("SELECT count(*) FROM refs")
+        return rows[0][0] if rows else 0
 
     # -- durability -----------------------------------------------------------------------
 
@@ -702,3 +719,14 @@ def _fsync_path(path: str) -> None:
         os.fdatasync(fd)
     finally:
         os.close(fd)
+
+
+def _full(exc: sqlite3.Error, path: str) -> bool:
+    """Whether SQLite failed for want of space: it says so (``SQLITE_FULL``), or it names an I/O
+    error (creating its shared-memory file, say) on a file system with no free block left."""
+    if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "full" in str(exc):
+        return True
+    try:
+        return os.statvfs(path).f_bavail == 0
+    except OSError:
+        return False

@@ -24,21 +24,18 @@ Guarantees, for every change of the refs a read observes:
   upserted twice) are coalesced into what the second read sees. Events are derived from the
   refs, so nothing is reported twice and a watcher started later never sees earlier changes.
 
-Other processes' writes are seen once their writer publishes them to git's files (within
-about its publish lag, see :mod:`qvc.plumbing.leases`); a read first publishes the writes of
-this process's own stores on the repository, so a watcher in the writing process sees them at
-once. The baseline holds every write acknowledged before the watcher was created: the first
-read waits (at most :data:`BASELINE_WAIT`) until each ref another process's live store holds a
-lease on, or is renaming a published value over, is released; a move acknowledged before the
-watch started is therefore never reported as new, after later ones. Reading takes no other
-lock and writes nothing, so a watcher never slows writers of other processes down; objects
-are read through the store, which for ``readonly=True`` stores needs no libgit2.
+Refs are read as every store acknowledged them: the staging database's values over git's
+files (:mod:`qvc.plumbing.staging`), so another process's write is seen as soon as its
+transaction committed, also when its writer is stopped before publishing it. The hints come
+when git's files change (publication, within a few milliseconds of a write); a write that is
+never published is found by the next rescan. Reading takes no lock and writes nothing, so a
+watcher never slows writers of other processes down; objects are read through the store, which
+for ``readonly=True`` stores needs no libgit2.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -46,10 +43,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from qvc.errors import CorruptionError, InvalidInputError, StoreClosedError
-from qvc.plumbing import leases
-from qvc.plumbing.odb import RefReader
 from qvc.plumbing.reflog import ReflogEntry
-from qvc.plumbing.repository import publish_open
 from qvc.readers.log import source_of
 from qvc.store.refnames import (
     HEADS,
@@ -68,12 +62,6 @@ if TYPE_CHECKING:
 
 HINTS = ("auto", "inotify", "poll")
 _RENAMED = "branch: renamed "
-#: the longest a new watcher waits for other processes' stores to publish the ref moves they
-#: acknowledged before it started (they publish within about their publish lag; a writer that
-#: is stopped or stuck longer leaves its unpublished moves to be reported as new)
-BASELINE_WAIT = 5.0
-#: what a ref lock holds once its value is written and only the rename over the ref is left
-_VALUE = re.compile(rb"(?:[0-9a-f]{40}(?:[0-9a-f]{24})?|ref: \S+)\s*")
 
 
 @dataclass(frozen=True)
@@ -147,7 +135,7 @@ class Watcher:
     manager, or call :meth:`stop`, to release the inotify watches.
 
     The baseline is the repository as it is when the watcher is created, with every move
-    another process acknowledged before (see :data:`BASELINE_WAIT`): only later changes are
+    another process acknowledged before (staged or published): only later changes are
     reported. ``threads`` limits events to those threads (``rename`` events also when
     the old name is one of them; ``head`` events when HEAD moves to one of them).
     """
@@ -162,7 +150,7 @@ class Watcher:
                 raise InvalidInputError(f"{name} must be a positive number of seconds, not {value!r}")
         self._store = store
         self._path = store.path
-        self._reader = RefReader(self._path)
+        self._repo = store.repository  # refs as acknowledged: staged values over git's files
         self._threads = None if threads is None else frozenset(check_thread_id(t) for t in threads)
         self.poll_interval = float(poll_interval)
         self.rescan_interval = float(rescan_interval)
@@ -190,9 +178,7 @@ class Watcher:
                     raise
                 self.fallback_reason = str(exc) or type(exc).__name__
         try:
-            # after the observer started: nothing falls in between
-            self._await_publication(None, BASELINE_WAIT)
-            self._snapshot = self._read()
+            self._snapshot = self._read()  # after the observer started: nothing falls in between
         except BaseException:
             self.stop()
             raise
@@ -238,53 +224,12 @@ class Watcher:
     # -- reading ------------------------------------------------------------------------------
 
     def _read(self) -> _Snapshot:
-        publish_open(self._path)  # this process's own writes first: the files then hold them too
-        refs = dict(self._reader.refs("refs/"))
+        refs = dict(self._repo.refs("refs/"))
         try:
-            head = self._reader.head()
+            head = self._repo.head_ref()
         except CorruptionError:  # HEAD being replaced by a non-atomic writer: keep the old one
             head = self._snapshot.head if self._snapshot is not None else (None, None)
         return _Snapshot(refs, head)
-
-    def _await_publication(self, names: Iterable[str] | None, limit: float) -> None:
-        """Wait until no ref of ``names`` (every ref under ``refs/`` if ``None``) has a lock that
-        hides a move another process may have acknowledged: a live lease of another process's
-        store (:func:`qvc.plumbing.leases.foreign`), or a lock already holding the value that is
-        about to be renamed over the ref (a publication, or git's own update, under way). Such a
-        lock is released once its file is gone or is another file (a later lease); a ref read
-        after this call then holds at least what was acknowledged before it. Waits at most
-        ``limit`` seconds; never writes.
-
-        (A read's own :func:`~qvc.plumbing.leases.settle` is not enough for a baseline: it stops
-        waiting as soon as the lock file changes, which publishing does when it writes the value
-        over the holder's tag, before the rename that makes it visible; and it takes a lock that
-        holds a value for git's own and does not wait for it at all.)
-        """
-        if names is None:
-            locks = [n for n in self._reader.walk("refs/") if n.endswith(".lock")]
-        else:
-            locks = [n + ".lock" for n in names]
-        waiting: dict[str, int] = {}
-        for lock in locks:
-            path = os.path.join(self._path, lock)
-            try:
-                inode = os.stat(path).st_ino
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            if leases.foreign(self._path, [lock[:-5]]) or _holds_value(path):
-                waiting[path] = inode
-        deadline = time.monotonic() + limit
-        delay = 0.0002
-        while waiting and time.monotonic() < deadline:
-            time.sleep(delay)
-            delay = min(delay * 2, 0.005)
-            for path, inode in list(waiting.items()):
-                try:
-                    if os.stat(path).st_ino == inode:
-                        continue
-                except (FileNotFoundError, NotADirectoryError):
-                    pass
-                del waiting[path]
 
     def poll(self) -> list[WatchEvent]:
         """Read the refs now and return the events since the last read (``[]`` if none)."""
@@ -293,7 +238,7 @@ class Watcher:
             old = self._snapshot
             assert old is not None  # read in __init__
             for name in [n for n in old.refs if n not in new.refs]:
-                again = self._reader.ref(name)  # packing refs deletes loose files: look once more
+                again = self._repo.ref(name)  # packing refs deletes loose files: look once more
                 if again is not None:
                     new.refs[name] = again
             events = self._diff(old, new)
@@ -390,8 +335,7 @@ class Watcher:
         kept = tuple(sorted(n[len(SUPERSEDED):] for n, t in new.refs.items() if n.startswith(prefix) and t == was))
         if not kept:  # or not yet seen: read before the head (refs are read one by one), or published after it
             name = prefix + was
-            self._await_publication([name], leases.SETTLE_WAIT)
-            if self._reader.ref(name, settle=False) == was:
+            if self._repo.ref(name) == was:
                 new.refs[name] = was
                 kept = (name[len(SUPERSEDED):],)
         head = self._store.commit_info(tip)
@@ -500,17 +444,6 @@ def watch(store: GitCheckpointStore, threads: Iterable[str] | None = None, *,
     watcher = Watcher(store, threads, hints=hints, poll_interval=poll_interval,
                       rescan_interval=rescan_interval, timeout=timeout)
     return watcher.start(callback) if callback is not None else watcher
-
-
-def _holds_value(path: str) -> bool:
-    """Whether the lock file ``path`` holds a ref value (only its rename over the ref is left),
-    not a lease holder's tag or nothing."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read(300)
-    except OSError:
-        return False
-    return _VALUE.fullmatch(data) is not None
 
 
 def _last_reflog(path: str, ref: str, tip: str) -> str | None:

@@ -673,7 +673,9 @@ def fetch(store: GitCheckpointStore, remote: str = "origin", threads: Optional[I
     else:
         refspecs = fetch_refspecs(name)
     try:
-        with repo.transaction() as tx:  # no gc or recovery while git adds objects and refs
+        # Outside any transaction (no writer waits for the network): the shared maintenance lock
+        # keeps gc out while git adds objects and moves remote-tracking refs, which qvc never stages.
+        with repo.writing():
             before = _tracking(store, name)
             try:
                 run = run_git(store.path, ["fetch", "--prune", "--no-tags", "--progress", "--no-write-fetch-head",
@@ -687,14 +689,16 @@ def fetch(store: GitCheckpointStore, remote: str = "origin", threads: Optional[I
                     more = _fetch_chunks(store.path, url, [f"+{w}:{REMOTE_QVC}{name}/writes/{w[len(WRITES):]}"
                                                            for w in writes], interactive=interactive, timeout=timeout)
                     run.objects, run.bytes = run.objects + more[0], run.bytes + more[1]
-            finally:  # what git moved, journaled as this transaction's (also when it failed part-way)
+            finally:  # what git moved (also when it failed part-way)
                 after = _tracking(store, name)
                 moves = [(ref, before.get(ref), after.get(ref)) for ref in sorted(set(before) | set(after))
                          if before.get(ref) != after.get(ref)]
+            harden(store.path, fsync=repo.fsync)  # git's objects and refs, before the listeners hear of them
+        if moves:  # also when git failed part-way
+            with repo.transaction() as tx:  # the store's listeners (caches, replication) follow git's moves
                 tx.record_moves(moves)
-            if run.returncode != 0:
-                raise RemoteError(f"fetch from {name} failed: {run.failure()}")
-            harden(store.path, fsync=repo.fsync)  # git's objects and refs, before the record naming them
+        if run.returncode != 0:
+            raise RemoteError(f"fetch from {name} failed: {run.failure()}")
     finally:
         if progress is not None:
             state.done = True

@@ -79,10 +79,29 @@ def leftovers(root: Path) -> list[str]:
 
 
 def tree(root: Path) -> dict[str, bytes | None]:
-    """Every path under ``root`` with a file's bytes (None for a directory), but the ballast and
-    the checkpoint-id index (``qvc/ids/``: derived from the refs, rebuilt whenever it is stale)."""
+    """Every path under ``root`` with a file's bytes (None for a directory), but the ballast, the
+    checkpoint-id index (``qvc/ids/``: derived from the refs, rebuilt whenever it is stale) and
+    the staging database's files, whose bytes are SQLite's (a rolled-back transaction may touch
+    its log): what they hold is compared by the staged refs and by ``log --all``."""
     return {str(p.relative_to(root)): (None if p.is_dir() else p.read_bytes())
-            for p in sorted(root.rglob("*")) if p.name != "ballast" and "ids" not in p.relative_to(root).parts[1:3]}
+            for p in sorted(root.rglob("*")) if p.name != "ballast" and "ids" not in p.relative_to(root).parts[1:3]
+            and not p.name.startswith("staging.db")} | {"staged": staged(root / ".qvc")}
+
+
+def staged(repo: Path) -> bytes:
+    """The staged refs and objects of ``repo`` (read-only: the disk is full)."""
+    import sqlite3
+
+    path = repo / "qvc" / "staging.db"
+    if not path.exists():
+        return b""
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = db.execute("SELECT name, value FROM refs ORDER BY name").fetchall()
+        rows += db.execute("SELECT hex(oid), kind FROM objects ORDER BY oid").fetchall()
+    finally:
+        db.close()
+    return repr(rows).encode()
 
 
 def one_line_exit_1(*args: str, cwd: Path) -> str:
