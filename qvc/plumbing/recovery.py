@@ -246,7 +246,7 @@ def needed(repo: RecoveryHost) -> bool:
     try:
         names = os.listdir(journal_dir)
     except FileNotFoundError:
-        return False
+        names = []  # a repository the staging database wrote from the start: no journal to migrate
     for name in names:
         if name.endswith(".wal.new"):
             return True
@@ -453,7 +453,7 @@ def finish_publication(repo: RecoveryHost, name: str, *, min_age: float = CUT_SH
     if age < min_age or not leases.publishing(lock):
         return False
     journal_dir = os.path.join(repo.qvc_dir, "journal")
-    for journal in sorted(os.listdir(journal_dir)):
+    for journal in sorted(_listdir(journal_dir)):
         path = os.path.join(journal_dir, journal)
         if not journal.endswith(".wal") or journal_alive(repo, journal):
             continue
@@ -500,7 +500,7 @@ def recover(repo: RecoveryHost) -> RecoveryReport:
     journal_dir = os.path.join(repo.qvc_dir, "journal")
     orphans = claim_orphans(journal_dir)
     try:
-        live = [n for n in os.listdir(journal_dir) if n.endswith(".wal")]
+        live = [n for n in _listdir(journal_dir) if n.endswith(".wal")]
         alone = len(live) == len(orphans)
         # refs the dead writers held leased (ref -> (journal, serial)): no one else moved them since
         leased: dict[str, tuple[str, int | None]] = {}
@@ -549,7 +549,7 @@ def recover(repo: RecoveryHost) -> RecoveryReport:
                 os.unlink(path)  # replayed: git's files hold all of it now
             else:
                 move_aside(repo, path, report)  # not qvc's: kept for whoever put it there
-        for n in os.listdir(journal_dir):  # markers of adopters that lost the race for a journal now gone
+        for n in _listdir(journal_dir):  # markers of adopters that lost the race for a journal now gone
             if n.endswith(ADOPTING) and not os.path.exists(os.path.join(journal_dir, n[:-len(ADOPTING)])):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(os.path.join(journal_dir, n))
@@ -634,7 +634,7 @@ def remove_stale_files(repo: RecoveryHost, older_than: float, report: RecoveryRe
                     report.locks_left.append(os.path.relpath(path, repo.path))  # its owner cannot be proved gone
                 continue
     journal_dir = os.path.join(repo.qvc_dir, "journal")
-    for name in os.listdir(journal_dir) if os.path.isdir(journal_dir) else []:  # a store killed creating its journal
+    for name in _listdir(journal_dir):  # a store killed creating its journal
         path = os.path.join(journal_dir, name)
         if name.endswith(".wal.new") and (now - _mtime(path, now) >= STALE_SECONDS or _abandoned(path)):
             os.unlink(path)
@@ -1146,3 +1146,12 @@ def _tree_reads(repo: RecoveryHost, raw: bytes) -> None:
             _tree_reads(repo, child)
         else:
             repo.read(child)
+
+
+def _listdir(path: str) -> list[str]:
+    """The names in directory ``path``; none if it does not exist (the journal directory exists
+    only in repositories the journal-and-leases release wrote)."""
+    try:
+        return os.listdir(path)
+    except FileNotFoundError:
+        return []

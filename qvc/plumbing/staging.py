@@ -44,7 +44,10 @@ checkpoint-id index: checkpoint id to commit) and ``meta``.
   a file of its own into place, after noting the file's identity in ``qvc/publishing``; so a
   lock is provably a dead publisher's when the publisher's turn is free and the lock is the
   file noted, and only such a lock is removed. A lock held by another program makes a
-  publisher wait up to ``lock_wait`` seconds and then leave that ref staged.
+  publisher wait up to :data:`REF_LOCK_WAIT` (as git waits for ``packed-refs.lock``) and
+  then leave that ref staged: qvc's readers see the acknowledged value, plain git sees it once
+  the lock is gone and the next publisher (any write, ``flush``, ``close``, open, ``qvc gc``)
+  ran. The write itself never waits for it.
 """
 
 from __future__ import annotations
@@ -76,6 +79,8 @@ PUBLISHING = "qvc/publishing"  # the locks the publisher holding the turn create
 PACKED_REFS = "packed-refs"
 DISPLACED = "refs/qvc/displaced/"
 MODES = ("sync", "async", "exit")
+#: how long a publisher waits for another program's lock on a ref (git waits 0.1 s for a ref, 1 s for packed-refs)
+REF_LOCK_WAIT = 1.0
 #: SQLite's default limit on one value (SQLITE_MAX_LENGTH); a larger object cannot be staged
 MAX_OBJECT = 1_000_000_000
 
@@ -187,6 +192,7 @@ class Staging:
         self._closed = False
         self._flusher: threading.Thread | None = None
         self._failed: BaseException | None = None
+        self._warned: set[str] = set()  # locks of other programs already named in a warning
         if not readonly:
             os.makedirs(os.path.dirname(self._db_path), exist_ok=True)
             with self._guard("open"):
@@ -222,25 +228,40 @@ class Staging:
     def _rows(self, sql: str, args: Sequence = ()) -> list[tuple]:
         """The rows of a read outside any transaction (``[]`` when there is no database yet).
 
-        A reader must work on a full disk: where SQLite cannot create the files a WAL reader
-        needs (``-shm``) and there is no write-ahead log (every commit is in the database file:
-        the last connection checkpointed and removed it), the file is read as immutable."""
+        Where the write-ahead log is absent or empty (no store has the database open: every
+        commit is in its file), the file is read as it is, as SQLite's ``immutable`` reader does, and read
+        again through a connection if it changed meanwhile: a read-only store then creates
+        nothing in the repository (a WAL reader would leave ``-wal`` and ``-shm`` files), and
+        works where those files cannot be created (a full disk, no write permission). A writing
+        store keeps its connection open, and with it the log."""
+        if self._closed:
+            raise StoreClosedError(f"{self.path}: the store is closed")
+        if self.readonly:
+            try:
+                before = _identity(self._db_path)
+            except FileNotFoundError:
+                return []
+            if not self._logged():
+                with self._guard("read"):
+                    snapshot = sqlite3.connect(f"file:{self._db_path}?immutable=1", uri=True, isolation_level=None)
+                    try:
+                        rows = snapshot.execute(sql, args).fetchall()
+                    finally:
+                        snapshot.close()
+                if not self._logged() and _identity(self._db_path) == before:
+                    return rows
         db = self._connection()
         if db is None:
             return []
-        try:
-            return db.execute(sql, args).fetchall()
-        except sqlite3.OperationalError:
-            wal = self._db_path + "-wal"
-            if os.path.exists(wal) and os.path.getsize(wal) > 0:
-                with self._guard("read"):
-                    raise
         with self._guard("read"):
-            snapshot = sqlite3.connect(f"file:{self._db_path}?immutable=1", uri=True, isolation_level=None)
-            try:
-                return snapshot.execute(sql, args).fetchall()
-            finally:
-                snapshot.close()
+            return db.execute(sql, args).fetchall()
+
+    def _logged(self) -> bool:
+        """Whether the write-ahead log holds anything (an empty one has no committed frame)."""
+        try:
+            return os.path.getsize(self._db_path + "-wal") > 0
+        except FileNotFoundError:
+            return False
 
     @contextlib.contextmanager
     def _guard(self, what: str) -> Iterator[None]:
@@ -591,7 +612,7 @@ class Staging:
 
     def _take(self, lock: str, content: bytes, out: Published, name: str) -> bool:
         """Create git's lock file ``lock`` holding ``content``, exclusively, waiting up to
-        ``lock_wait`` for another program's; ``False`` (noted in ``out.blocked``) if it stays taken.
+        :data:`REF_LOCK_WAIT` for another program's; ``False`` (noted in ``out.blocked``) if it stays taken.
 
         The lock is a file of this publisher's linked into place, whole, after its identity was
         noted in ``qvc/publishing`` (device, inode, modification time): what makes it provably
@@ -607,7 +628,7 @@ class Staging:
             with open(os.path.join(self.path, PUBLISHING), "a", encoding="utf-8", errors="surrogateescape") as f:
                 f.write(f"{st.st_dev} {st.st_ino} {st.st_mtime_ns} {lock}\n")
             os.makedirs(os.path.dirname(lock), exist_ok=True)
-            deadline = time.monotonic() + self.lock_wait
+            deadline = time.monotonic() + REF_LOCK_WAIT
             delay = 0.0005
             while True:
                 try:
@@ -615,7 +636,10 @@ class Staging:
                     return True
                 except FileExistsError:
                     if time.monotonic() > deadline:
-                        log.warning("qvc: %s is locked by another program (%s); it stays staged", name, lock)
+                        if lock not in self._warned:  # once per store, not at every retry
+                            self._warned.add(lock)
+                            log.warning("qvc: %s is locked by another program (%s): qvc reads the new value, "
+                                        "git's files get it once the lock is gone", name, lock)
                         out.blocked.append(name)
                         return False
                     time.sleep(delay)
@@ -730,3 +754,9 @@ def _full(exc: sqlite3.Error, path: str) -> bool:
         return os.statvfs(path).f_bavail == 0
     except OSError:
         return False
+
+
+def _identity(path: str) -> tuple[int, int, int]:
+    """What changes when a file is replaced or written: inode, size, modification time."""
+    st = os.stat(path)
+    return st.st_ino, st.st_size, st.st_mtime_ns

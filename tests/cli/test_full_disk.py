@@ -89,19 +89,14 @@ def tree(root: Path) -> dict[str, bytes | None]:
 
 
 def staged(repo: Path) -> bytes:
-    """The staged refs and objects of ``repo`` (read-only: the disk is full)."""
-    import sqlite3
+    """The staged refs of ``repo``, read as a read-only store reads them (the disk is full)."""
+    from qvc.plumbing.staging import Staging
 
-    path = repo / "qvc" / "staging.db"
-    if not path.exists():
-        return b""
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    staging = Staging(repo, readonly=True)
     try:
-        rows = db.execute("SELECT name, value FROM refs ORDER BY name").fetchall()
-        rows += db.execute("SELECT hex(oid), kind FROM objects ORDER BY oid").fetchall()
+        return repr(sorted(staging.staged_refs("").items())).encode()
     finally:
-        db.close()
-    return repr(rows).encode()
+        staging.close()
 
 
 def one_line_exit_1(*args: str, cwd: Path) -> str:

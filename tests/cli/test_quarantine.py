@@ -44,6 +44,7 @@ def quarantine_of(output: str, repo: Path) -> Path:
 def test_status_moves_junk_aside_and_says_what_it_did(repo):
     log_before = qvc_json("log", cwd=repo.parent, QVC_DIR=str(repo))
     (repo / GARBAGE_PACK).write_bytes(b"garbage\n")
+    (repo / "qvc" / "journal").mkdir()  # as the journal-and-leases release left it (issue 31)
     (repo / "qvc" / "journal" / "123-abc.wal").write_bytes(b"not a journal\n")
     (repo / "refs" / "heads" / "ghost").write_text("0" * 37 + "bad\n")  # names no object
     proc = qvc("--repo", str(repo), "status")

@@ -141,28 +141,40 @@ def test_generation_watch_follows_every_replacement(tmp_path):
 _KILLED_DELETE = r"""
 import os, sys
 from qvc import CheckpointConfig, GitCheckpointStore
-real = os.replace
-def replace(src, dst, *a, **k):
-    if str(dst).endswith("qvc/generation"):
-        os._exit(9)  # killed after the delete moved its refs, before it wrote its new token
+real = os.link
+def link(src, dst, *a, **k):
+    if str(dst).endswith(".lock"):
+        os._exit(9)  # killed once the delete committed, before git's files hold it
     return real(src, dst, *a, **k)
-os.replace = replace
+os.link = link
 store = GitCheckpointStore(sys.argv[1], fsync=False)
 store.delete(CheckpointConfig("t", "d2"))
 """
 
 
+def _staged_token(path) -> str | None:
+    from qvc.plumbing.staging import Staging
+
+    staging = Staging(path, readonly=True)
+    try:
+        return staging.generation()
+    finally:
+        staging.close()
+
+
 def test_a_killed_delete_leaves_no_index_naming_what_it_deleted(tmp_path):
+    """The delete and its new generation token are one transaction: killed after it committed
+    and before any git file moved, every index built before it is stale, and a new one is built
+    from the refs as the delete left them."""
     path = tmp_path / "r.qvc"
     with GitCheckpointStore(path, fsync=False) as store:
         shas = {f"d{i}": _put(store, "t", f"d{i}", i) for i in range(3)}
-        before = _token(path)
+        before = _staged_token(path)
         assert History(store.repository).lookup("d2", refresh=False) == shas["d2"]  # the index names it
         proc = subprocess.run([sys.executable, "-c", _KILLED_DELETE, str(path)], env=child_env(),
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 9, proc.stderr
-        assert _token(path) == before  # the new token was never written
-        assert _logs(path) == []  # the log naming d2 went before the delete moved a ref
+        assert _staged_token(path) != before  # committed with the delete
         fresh = History(store.repository)
         assert fresh.lookup("d2", refresh=False) is None  # rebuilt from the refs as the delete left them
         assert fresh.lookup("d1", refresh=False) == shas["d1"]
