@@ -6,10 +6,12 @@ global configuration ignored, nothing a repository names runs).
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from typing import TYPE_CHECKING
 
+from qvc.errors import StorageError
 from qvc.plumbing import refpack
 from qvc.plumbing.durability import harden
 from qvc.plumbing.launcher import git
@@ -39,6 +41,11 @@ def purge(repo: Repository, lock_fd: int) -> None:
     """Drop every unreachable object, packed or loose. Call under ``repo.exclusive()``, passing
     the lock's descriptor so git keeps the lock even if this process is killed meanwhile."""
     _prepare(repo)
+    blocked = repo.staging.staged_refs("")
+    if blocked:  # their commits may be reachable from nothing git's files name: never prune them
+        raise StorageError(f"{repo.path}: cannot purge while {', '.join(sorted(blocked))} cannot be written to "
+                           "git's files (another program's lock, or a qvc publisher that is stopped); nothing "
+                           "was purged", errno.EBUSY)
     # First what needs free space (a full disk then fails the purge before it changed anything):
     # what was staged and published leaves the staging database's files too.
     repo.staging.erase()

@@ -262,11 +262,14 @@ def needed(repo: RecoveryHost) -> bool:
                     return True  # held by a process finishing its dead owner's leases, not by the owner
             finally:
                 os.close(fd)
+    old_release = os.path.isdir(journal_dir)  # leases and their publication: only that release's
     for top in ("refs", "objects"):
         for dirpath, _, files in os.walk(os.path.join(repo.path, top)):
             for n in files:
                 if n.startswith("tmp_") or ".tmp-" in n:
                     return True
+                if not old_release:
+                    continue
                 if leases.writing(n) is not None:
                     if not _alive(leases.writing(n)):
                         return True  # a lease's file its writer left, killed before the link

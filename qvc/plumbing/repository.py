@@ -258,8 +258,7 @@ class Repository:
                 log.warning("qvc: cannot mark %s's blobs as binary for git: %s", self.path, exc)
         #: every acknowledged write until git's files hold it (:mod:`qvc.plumbing.staging`)
         try:
-            self.staging = Staging(self.path, mode=durability.value, fsync=fsync, max_lag=max_lag, readonly=readonly,
-                                   lock_wait=LOCK_WAIT)
+            self.staging = Staging(self.path, mode=durability.value, fsync=fsync, max_lag=max_lag, readonly=readonly)
         except StorageError:
             self.backend.close()
             self.locks.close()

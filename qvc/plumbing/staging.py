@@ -173,7 +173,7 @@ class Staging:
     """
 
     def __init__(self, path: str | os.PathLike, *, mode: str = "sync", fsync: bool = True,
-                 max_lag: float = 0.05, readonly: bool = False, lock_wait: float = 10.0, who: str | None = None):
+                 max_lag: float = 0.05, readonly: bool = False, lock_wait: float = 1.0, who: str | None = None):
         if mode not in MODES:
             raise QvcError(f"durability mode {mode!r}: expected one of {', '.join(MODES)}")
         self.path = os.fspath(path)
