@@ -43,7 +43,6 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from qvc.errors import CorruptionError, InvalidInputError, StoreClosedError
-from qvc.plumbing.reflog import ReflogEntry
 from qvc.readers.log import source_of
 from qvc.store.refnames import (
     HEADS,
@@ -289,8 +288,14 @@ class Watcher:
             events.append(WatchEvent("head", thread, commit=commit, previous=old.head[1], observed=now))
         return events
 
+    def _last_cause(self, ref: str, tip: str) -> str | None:
+        """The reason of the ref's latest reflog entry (staged or in git's file) if that entry
+        moved it to ``tip``."""
+        entries = self._repo.reflog(ref)
+        return entries[0].message.strip() if entries and entries[0].new == tip else None
+
     def _created(self, ref: str, thread: str, tip: str, now: float) -> list[WatchEvent]:
-        cause = _last_reflog(self._path, ref, tip)
+        cause = self._last_cause(ref, tip)
         if cause is not None and cause.startswith(_RENAMED) and cause.endswith(f" to {thread}"):
             was = cause[len(_RENAMED):-len(f" to {thread}")]
             self._renamed.add(HEADS + encode_thread(was))
@@ -340,7 +345,7 @@ class Watcher:
                 kept = (name[len(SUPERSEDED):],)
         head = self._store.commit_info(tip)
         events = [WatchEvent("reset", thread, head.checkpoint_id, tip, previous=was, step=head.step,
-                             superseded=kept, cause=_last_reflog(self._path, ref, tip), observed=now)]
+                             superseded=kept, cause=self._last_cause(ref, tip), observed=now)]
         return events + [self._checkpoint(thread, i, now) for i in reversed(fresh)]
 
     def _first_parents(self, sha: str) -> Iterator[CommitInfo]:
@@ -444,15 +449,3 @@ def watch(store: GitCheckpointStore, threads: Iterable[str] | None = None, *,
     watcher = Watcher(store, threads, hints=hints, poll_interval=poll_interval,
                       rescan_interval=rescan_interval, timeout=timeout)
     return watcher.start(callback) if callback is not None else watcher
-
-
-def _last_reflog(path: str, ref: str, tip: str) -> str | None:
-    """The reason of the ref's latest reflog entry if that entry moved it to ``tip``."""
-    try:
-        with open(os.path.join(path, "logs", ref), "rb") as f:
-            f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
-            lines = f.read().rstrip(b"\n").split(b"\n")
-    except OSError:
-        return None
-    entry = ReflogEntry.parse(lines[-1]) if lines else None
-    return entry.message.strip() if entry is not None and entry.new == tip else None
