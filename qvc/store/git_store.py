@@ -12,7 +12,6 @@ import contextlib
 import logging
 import os
 import re
-import threading
 from typing import Any, Callable, Iterator, Mapping, NamedTuple, Optional, Protocol, Sequence
 
 from qvc.codec import serde
@@ -129,7 +128,6 @@ class GitCheckpointStore(CheckpointStore):
         self._repo = Repository(path, create=create, durability=durability, fsync=fsync, max_lag=max_lag,
                                 readonly=readonly)
         self._history = History(self._repo)
-        self._batches = threading.Lock()  # put_many: one batch at a time in this process (see there)
         self._writes = PendingWrites(self._repo, self._history)
         self._rewriter = Rewriter(self._repo, self._history)
         self._summaries = Summaries(self._repo, self._history)
@@ -721,16 +719,10 @@ class GitCheckpointStore(CheckpointStore):
         no fork from another thread in a batch; :class:`InvalidInputError` otherwise). A request
         whose id is stored already with the same content is a no-op, as in :meth:`put`.
 
-        The heads move one after another inside the transaction, recorded as one journal record.
-        If any thread's head is not its ``expected_head`` when the write starts, or another writer
-        moves one before its move, :class:`CheckpointConflictError` names the thread and nothing is
-        stored: heads this call moved already are moved back (compare-and-swap). Other processes
-        see the moves only once the transaction is published (each moved ref stays leased until
-        then), so never a half; in this process, batches run one at a time. A plain :meth:`put`
-        from another Python thread of this process on one of the batch's threads could still build
-        on a head the batch then moves back: in one process, write threads shared with batches
-        through batches. What a returned call stored is durable in SYNC mode. Returns each
-        request's new address, in order. Raises what :meth:`put` raises.
+        The heads move in one transaction: if any thread's head is not its ``expected_head``,
+        :class:`CheckpointConflictError` names the thread and nothing is stored; no reader, in
+        any process, sees half a batch. What a returned call stored is durable in SYNC mode.
+        Returns each request's new address, in order. Raises what :meth:`put` raises.
         """
         requests = list(puts)
         threads = [_thread_of(r.config) for r in requests]
@@ -743,8 +735,8 @@ class GitCheckpointStore(CheckpointStore):
             header = _checkpoint_header(request.checkpoint, thread, _check_mapping(request.header, "header"))
             prepared.append((request, thread, header, metadata))
         out: list[CheckpointConfig] = []
-        with self._batches, self._repo.transaction() as tx:
-            staged: list[tuple[str, str, str | None, str, str]] = []
+        with self._repo.transaction() as tx:
+            staged: list[tuple[str, str | None, str, str]] = []
             for request, thread, header, metadata in prepared:
                 cp = request.checkpoint
                 ref = head_ref(thread)
@@ -764,18 +756,9 @@ class GitCheckpointStore(CheckpointStore):
                 fields, _ = self._builder(tx.write).fields(cp.state_data, parent_entries)
                 new = self.write_checkpoint(tx, header, metadata, fields, [head] if head else [])
                 cause = f"{metadata.get('source') or 'put'}: step {cp.step} {cp.id}"
-                staged.append((thread, ref, head, new, cause))
-            moved: list[tuple[str, str | None, str]] = []
-            for thread, ref, head, new, cause in staged:
-                try:
-                    tx.move_ref(ref, head, new, cause)
-                except CheckpointConflictError:
-                    found = tx.ref(ref)
-                    for done_ref, old, done in reversed(moved):  # all or nothing
-                        with contextlib.suppress(CheckpointConflictError):
-                            tx.move_ref(done_ref, done, old, "put_many: conflicted")
-                    raise CheckpointConflictError(_moved(thread, head, found)) from None
-                moved.append((ref, head, new))
+                staged.append((thread, head, new, cause))
+            for thread, head, new, cause in staged:
+                self._move_head(tx, thread, head, new, cause, parent=head)
         return out
 
     def write_checkpoint(self, tx: Transaction, header: dict[str, Any], metadata: dict[str, Any],
@@ -843,31 +826,21 @@ class GitCheckpointStore(CheckpointStore):
         ``parent``, given when ``target`` is a commit this transaction wrote, is its first parent
         (``None``: a root): the line the new commit joins. A time travel (:meth:`_travels`) first
         keeps the line it leaves under ``refs/qvc/superseded/`` (unless ``keep`` is false: a
-        damaged head), so git's files never show the head without that line; any move but an
-        extension then drops the superseded refs of lines the new head reaches again (an undone
-        reset, a branch back to a tip left). If the head is not at ``head`` (another writer moved
-        it), :class:`CheckpointConflictError` names the thread and nothing moved: a superseded
-        ref this call created is removed again only while the head found still reaches it, since
-        another writer's travel from the same head may have found that ref and kept none of its
-        own.
+        damaged head), in the same transaction; any move but an extension then drops the
+        superseded refs of lines the new head reaches again (an undone reset, a branch back to a
+        tip left). If the head is not at ``head`` (another writer moved it),
+        :class:`CheckpointConflictError` names the thread, and the transaction stores nothing.
         """
         ref = head_ref(thread)
         new = parent is not UNCHECKED
         line = parent if new else target
         travel = target != head and (target is None or self._travels(head, line))
-        kept = None
         try:
             if travel and keep:
-                kept = self._keep_superseded(tx, thread, head)
+                self._keep_superseded(tx, thread, head)
             tx.move_ref(ref, head, target, cause)
-        except CheckpointConflictError as exc:
-            found = tx.ref(ref)
-            if kept is not None and (found is None or not self._travels(head, found)):
-                with contextlib.suppress(CheckpointConflictError):
-                    tx.move_ref(kept, head, None, f"{cause.split(':', 1)[0]}: conflicted")
-            if found == head:  # not moved: its lock stayed taken
-                raise CheckpointConflictError(f"thread {thread!r}: {str(exc).split(': ', 1)[-1]}") from None
-            raise CheckpointConflictError(_moved(thread, head, found)) from None
+        except CheckpointConflictError:
+            raise CheckpointConflictError(_moved(thread, head, tx.ref(ref))) from None
         # Lines the new head reaches again are no longer superseded. None is on the old head's
         # line, and a new commit is no line's tip: a commit that extends the head reaches none.
         extends = (line if new else self._history.commit(target).parent if target else None) == head
@@ -881,18 +854,12 @@ class GitCheckpointStore(CheckpointStore):
                     if tip in reached:
                         tx.move_ref(name, tip, None, f"{cause.split(':', 1)[0]}: line reached again")
 
-    def _keep_superseded(self, tx: Transaction, thread: str, tip: str) -> str | None:
-        """Keep the line ending at ``tip`` under ``refs/qvc/superseded/``; the ref's name if this
-        call created it."""
+    def _keep_superseded(self, tx: Transaction, thread: str, tip: str) -> None:
+        """Keep the line ending at ``tip`` under ``refs/qvc/superseded/`` (once: a line kept
+        already has its ref)."""
         name = superseded_prefix(thread) + tip
         if tx.ref(name) is None:
-            try:
-                tx.move_ref(name, None, tip)
-                return name
-            except CheckpointConflictError:
-                if tx.ref(name) != tip:  # another writer kept the same line meanwhile: the same ref
-                    raise
-        return None
+            tx.move_ref(name, None, tip)
 
     def _check_reput(self, existing: str, header: dict, metadata: dict, state: Mapping, parent: str | None,
                      parent_given: bool) -> None:
@@ -1429,12 +1396,7 @@ class GitCheckpointStore(CheckpointStore):
             cause = f"record: {len(made)} new checkpoint(s), head {head}"
             new_wtip = self._writes.stage_record(tx, wtip, record, cause + "\n")
             tx.move_ref(wref, wtip, new_wtip)  # first: the record's compare-and-swap orders its writers
-            try:
-                self._move_head(tx, thread, old, target, cause)
-            except CheckpointConflictError:  # a writer that does not keep the record moved the head
-                with contextlib.suppress(CheckpointConflictError):
-                    tx.move_ref(wref, new_wtip, wtip)
-                raise
+            self._move_head(tx, thread, old, target, cause)  # a conflict stores neither move
         return made
 
     def delete_record(self, thread_id: str, *, expected: bytes) -> None:
