@@ -441,11 +441,6 @@ class Repository:
         """The refs under ``prefix`` that have a lock file now (git's own, or another program's)."""
         return [n[:-5] for n in self.backend.reader.walk(prefix) if n.endswith(".lock")]
 
-    def finish_dead_writers(self, prefix: str) -> int:
-        """Nothing is left by a dead writer any more (a committed transaction is whole in the
-        staging database): always 0. Kept for callers."""
-        return 0
-
     def recovered(self, moved: dict[str, tuple[str | None, str | None]]) -> None:
         """Tell :attr:`recovery_listeners` of refs moved outside this store's transactions
         (``moved`` as :attr:`RecoveryReport.moved <qvc.plumbing.recovery.RecoveryReport.moved>`);

@@ -315,15 +315,11 @@ class History:
     def _walk_all(self) -> list[tuple[str, str]]:
         """``(checkpoint id, commit hex)`` of every commit reachable from a ref, read now (a build
         of the durable index: every ref is walked again, not only those that moved)."""
-        for _ in range(3):
-            with self._lock:
-                self._tips.clear()
-                self._indexed.clear()
-                self._by_id.clear()
-            self.refresh()
-            # a writer that died while the walk waited for its lease left the ref as it was: walk again
-            if not self.repo.finish_dead_writers("refs/"):
-                break
+        with self._lock:
+            self._tips.clear()
+            self._indexed.clear()
+            self._by_id.clear()
+        self.refresh()
         with self._lock:
             return list(self._by_id.items())
 
@@ -426,12 +422,7 @@ class History:
     def refresh(self) -> None:
         """Index every commit reachable from any ref whose tip moved since the last refresh (or
         whose last walk met a commit that did not read: walked again, in case it reads now).
-
-        A writing store first rolls forward the leases dead stores left (one walk of the ref
-        directories): read as they were before, the refs a killed delete had rewritten would
-        put what it deleted into the index built from this walk, which that delete's
-        roll-forward later does not retire. A read-only store reads them as they are."""
-        self.repo.finish_dead_writers("refs/")
+        The refs are read as acknowledged (staged values over git's files)."""
         self._check_generation()
         with self._lock:
             for name, tip in self.repo.refs("refs/"):

@@ -66,8 +66,8 @@ class ThreadNames:
     def threads(self) -> set[str]:
         """Every thread id, listed afresh (names are decoded once per process; a hashed long id
         costs one read of its head the first time)."""
-        # This process's moves first: one published meanwhile is in git's files when they are read.
-        own = self._store.repository.unpublished(HEADS)  # (None: deleted under a lease)
+        # Staged moves first (every store's): one published meanwhile is in git's files when they are read.
+        own = self._store.repository.unpublished(HEADS)  # (None: a staged delete)
         names = (self._reader.names(HEADS) | set(own)) - {n for n, v in own.items() if v is None}
         with self._lock:
             for name in set(self._decoded) - names:
