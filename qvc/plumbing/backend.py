@@ -136,8 +136,7 @@ class GitBackend(Backend):
         return otype, data
 
     def refs(self, prefix: str) -> list[tuple[str, str]]:
-        """``(name, hex target)`` of every direct ref under ``prefix`` in git's files, once other
-        stores' leases under it are settled (:func:`qvc.plumbing.leases.settle`). Read from the
+        """``(name, hex target)`` of every direct ref under ``prefix`` in git's files. Read from the
         files (:meth:`qvc.plumbing.odb.RefReader.refs`): only the directories under ``prefix`` are
         scanned, where libgit2's iterator reads every ref of the repository."""
         return list(self.reader.refs(prefix))

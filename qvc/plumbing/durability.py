@@ -43,6 +43,15 @@ __all__ = ["FLUSH_EACH", "DirtyPaths", "DurabilityMode", "Worker", "dirty", "har
 _libc = None
 
 
+def fsync_dir(path: str) -> None:
+    """Flush directory ``path`` (the names created, renamed or removed in it)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def harden(path: str, *, fsync: bool = True) -> None:
     """Flush every dirty file of the file system holding ``path`` to stable storage.
 

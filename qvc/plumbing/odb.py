@@ -148,13 +148,9 @@ class RefReader:
             raise DamagedRefError(f"ref {name} is unreadable: {text[:60]!r}", name)
         return text
 
-    def ref(self, name: str, *, settle: bool = True) -> str | None:
-        """The hex target of ``name`` (loose, else packed), ``None`` when it does not exist;
-        with ``settle``, another store's lease on it is waited for first
-        (:func:`qvc.plumbing.leases.settle`). Raises :class:`CorruptionError` for a ref file
-        that is no ref."""
-        if settle:
-            leases.settle(self.path, (name,))
+    def ref(self, name: str) -> str | None:
+        """The hex target of ``name`` (loose, else packed), ``None`` when it does not exist.
+        Raises :class:`CorruptionError` for a ref file that is no ref."""
         found = self._loose(name)
         return found if found is not None else self._packed().get(name)
 
@@ -202,16 +198,8 @@ class RefReader:
 
     def loose_names(self, prefix: str) -> list[str]:
         """The loose ref files under ``prefix`` (not lock files), walking only the directories
-        that can hold such names; first waits for other stores' leases on refs under ``prefix``
-        to be published (:func:`qvc.plumbing.leases.settle`), so what is read next is as new
-        as anything another store acknowledged before this call."""
-        names, locks = [], []
-        for name in self.walk(prefix):
-            (locks if name.endswith(".lock") else names).append(name)
-        if locks:
-            leases.settle(self.path, [name[:-5] for name in locks])
-            names = [name for name in self.walk(prefix) if not name.endswith(".lock")]
-        return names
+        that can hold such names."""
+        return [name for name in self.walk(prefix) if not name.endswith(".lock")]
 
     def walk(self, prefix: str) -> Iterator[str]:
         """Every file under ``refs/`` whose name starts with ``prefix``, lock files included

@@ -18,8 +18,7 @@ import threading
 from typing import Callable
 
 from qvc.plumbing import pack
-from qvc.plumbing.durability import Worker, dirty
-from qvc.plumbing.journal import fsync_dir
+from qvc.plumbing.durability import Worker, dirty, fsync_dir
 from qvc.plumbing.locking import LockProtocol, pack_lock
 
 CONSOLIDATE_AT = 32  # small packs this store wrote before they are merged into one

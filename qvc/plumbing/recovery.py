@@ -31,6 +31,7 @@ The result is a :class:`RecoveryReport`, kept as ``store.recovery`` and logged.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -38,16 +39,16 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Protocol
 
-from qvc.errors import CorruptionError, QvcError
-from qvc.plumbing import leases, pack
+from qvc.errors import CheckpointConflictError, CorruptionError, QvcError
+from qvc.plumbing import durability, leases, pack
 from qvc.plumbing.backend import QVC_DIR
-from qvc.plumbing.durability import harden
-from qvc.plumbing.journal import GENERATION, MAGIC, claim_orphans, fsync_dir, read_records
+from qvc.plumbing.durability import fsync_dir, harden
+from qvc.plumbing.journal import GENERATION, MAGIC, claim_orphans, read_records
 from qvc.plumbing.libgit2 import pygit2
 from qvc.plumbing.locking import flocked, try_flock, unlock
 from qvc.plumbing.objects import MODE_TREE
-from qvc.plumbing.publication import delete_leased_ref
 from qvc.plumbing.reflog import ReflogEntry
+from qvc.plumbing.refpack import without_packed
 
 
 class RecoveryHost(Protocol):
@@ -417,7 +418,7 @@ def adopt_lease(repo: RecoveryHost, name: str, holder: str,
         if missing:
             pack.write(os.path.join(repo.path, "objects", "pack"), list(missing.values()), list(missing))
         value = moves[-1][1]
-        disk = repo.ref(name, settle=False)  # the lease is ours: waiting for it would stall
+        disk = repo.ref(name)  # the lease is ours: waiting for it would stall
         if not _history_reads(repo, value, {disk} if disk else set()):
             os.unlink(lock)
             return True
@@ -933,7 +934,7 @@ def _restore_ref(repo: RecoveryHost, name: str, moves: list[tuple[str | None, st
     published it), so that a kill at any moment leaves either the lease or the restored ref.
     """
     try:
-        current = repo.ref(name, settle=False)  # under the exclusive lock: no one publishes
+        current = repo.ref(name)  # under the exclusive lock: no one publishes
         broken = current is not None and not _history_reads(
             repo, current, {v for _, v, _ in moves if v} | {v for v, _, _ in moves if v})
     except CorruptionError:
@@ -1158,3 +1159,110 @@ def _listdir(path: str) -> list[str]:
         return os.listdir(path)
     except FileNotFoundError:
         return []
+
+
+# -- what the journal-and-leases release's publisher did, for its leases ------------------------
+
+#: how long a lease's delete waits for another writer's ``packed-refs.lock``
+LOCK_WAIT = 10.0
+
+
+def file_identity(repo_path: str, name: str) -> list | None:
+    """``[inode, mtime ns]`` of the file holding ref ``name`` (its loose file, else packed-refs)
+    or of another file of the repository, ``None`` if there is none."""
+    for rel in (name, "packed-refs") if name.startswith("refs/") else (name,):
+        try:
+            st = os.stat(os.path.join(repo_path, rel))
+            return [st.st_ino, st.st_mtime_ns]
+        except FileNotFoundError:
+            continue
+    return None
+
+
+PACKED_REFS = "packed-refs"
+
+
+def _create_lock(repo_path: str, path: str) -> None:
+    """Create the lock file ``path`` exclusively (its directory too); ``OSError`` naming the
+    lock when it exists (the callers' retry loops look for "lock" in the message)."""
+    try:
+        os.close(leases.open_creating_dirs(repo_path, path, os.O_WRONLY | os.O_EXCL | os.O_CLOEXEC))
+    except FileExistsError:
+        raise OSError(errno.EEXIST, "locked by another writer", path) from None
+
+
+def _prune_dirs(root: str, name: str) -> None:
+    """Remove the empty directories ``name`` (a ref) leaves under ``root`` (as git and libgit2
+    do after a delete), keeping ``refs/<kind>``."""
+    parts = name.split("/")[:-1]
+    while len(parts) > 2:
+        try:
+            os.rmdir(os.path.join(root, *parts))
+        except OSError:
+            return
+        parts.pop()
+
+
+def delete_leased_ref(repo_path: str, name: str) -> None:
+    """Delete ref ``name`` under the lease lock held on it (:mod:`qvc.plumbing.leases`: no one
+    else moved the ref meanwhile), as git deletes a ref: under ``packed-refs.lock`` too, its
+    ``packed-refs`` entry first, then its loose file and reflog, then the lock. A failure keeps
+    the lease whole and a kill leaves it for a roll-forward, which deletes again (each step
+    finds what an earlier try left). Waits out another writer's ``packed-refs.lock`` (held for
+    milliseconds) up to :data:`LOCK_WAIT`, then raises ``OSError``.
+
+    Holding ``packed-refs.lock`` is what keeps a concurrent ``git pack-refs`` (any store's
+    packer, or git's) from reading the loose ref before the delete and writing it into
+    ``packed-refs`` after: the deleted ref would come back with its old value. (libgit2 takes
+    that lock only when the ref is packed already, so its delete is not used.)"""
+    deadline = time.monotonic() + LOCK_WAIT
+    delay = 0.0005
+    while True:
+        try:
+            _delete_under_lock(repo_path, name)
+            break
+        except OSError as exc:
+            if exc.errno != errno.EEXIST:  # (a full disk is no lock)
+                raise
+            if time.monotonic() > deadline:
+                raise CheckpointConflictError(held_too_long(repo_path, PACKED_REFS)) from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+    # the ref's file and reflog are gone, and packed-refs was rewritten if it held the ref
+    durability.dirty(repo_path).wrote(os.path.join(repo_path, PACKED_REFS))
+    durability.dirty(repo_path).changed(os.path.dirname(os.path.join(repo_path, name)),
+                             os.path.dirname(os.path.join(repo_path, "logs", name)))
+    _prune_dirs(repo_path, name)
+    _prune_dirs(os.path.join(repo_path, "logs"), name)
+
+
+def _delete_under_lock(repo_path: str, name: str) -> None:
+    """One try of :func:`delete_leased_ref`; ``OSError`` (``EEXIST``) when another writer holds
+    ``packed-refs.lock``."""
+    packed = os.path.join(repo_path, PACKED_REFS)
+    _create_lock(repo_path, packed + ".lock")
+    committed = False
+    try:
+        kept = without_packed(repo_path, name)
+        if kept is not None:
+            with open(packed + ".lock", "wb") as f:
+                f.write(b"\n".join(kept))
+            os.rename(packed + ".lock", packed)
+            committed = True
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            os.unlink(os.path.join(repo_path, name))
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            os.unlink(os.path.join(repo_path, "logs", name))
+    finally:
+        if not committed:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(packed + ".lock")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(repo_path, name + ".lock"))
+
+
+def held_too_long(repo_path: str, name: str) -> str:
+    """The one line for a write that waited :data:`LOCK_WAIT` for ``name``'s lock (no qvc store's):
+    it names the lock file and, as git does, leaves removing it to the user."""
+    return (f"{name}: locked by another program for over {LOCK_WAIT:.0f} s ({os.path.join(repo_path, name)}.lock "
+            "exists; if no other program is running, remove it and try again)")

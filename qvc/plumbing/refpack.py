@@ -30,8 +30,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-from qvc.plumbing.durability import dirty, harden
-from qvc.plumbing.journal import fsync_dir
+from qvc.plumbing.durability import dirty, fsync_dir, harden
 from qvc.plumbing.launcher import run_git
 from qvc.plumbing.pack import write_all
 from qvc.plumbing.reflog import PACKED, ReflogEntry, shard_of

@@ -42,27 +42,26 @@ from qvc.errors import (
 )
 from qvc.plumbing import launcher, pack, recovery, refpack
 from qvc.plumbing.backend import MISS_RETRIES, QVC_DIR, Backend, GitBackend, ReadOnlyBackend
-from qvc.plumbing.durability import DirtyPaths, DurabilityMode, Worker, dirty
-from qvc.plumbing.journal import GENERATION, Record, fsync_dir
+from qvc.plumbing.durability import DirtyPaths, DurabilityMode, Worker, dirty, fsync_dir
 from qvc.plumbing.libgit2 import configured, pygit2
 from qvc.plumbing.locking import EXCLUSIVE_TRIES, PACK_LOCK, LockProtocol
 from qvc.plumbing.objects import TYPE_NAMES, TYPES, parse_tree
 from qvc.plumbing.packset import CONSOLIDATE_AT, MERGE_PACKS_AT, SMALL_PACK, PackSet
-from qvc.plumbing.publication import LOCK_WAIT, PUBLISH_LAG, file_identity
 from qvc.plumbing.reflog import ReflogEntry, read_reflog
 from qvc.plumbing.staging import Staging
-from qvc.plumbing.transaction import Transaction, TransactionHost
+from qvc.plumbing.transaction import GENERATION, Record, Transaction, TransactionHost
 
 log = logging.getLogger("qvc")
 FORMAT_KEY = "qvc.format"
-JOURNAL_LIMIT = 64 * 2**20  # accepted for compatibility: the staging database has no journal to restart
 LOGGED = ("refs/heads/", "refs/remotes/", "refs/notes/")  # what core.logAllRefUpdates keeps reflogs of
-CLOSE_WAIT = 2 * LOCK_WAIT  # how long close() waits for writes other threads began before it
+CLOSE_WAIT = 20.0  # how long close() waits for writes other threads began before it
+#: how soon the background publisher writes what a write staged to git's files
+PUBLISH_LAG = 0.01
 T = TypeVar("T")
 
 #: names that moved to the modules owning them and stay importable from here
 __all__ = [
-    "CLOSE_WAIT", "CONSOLIDATE_AT", "EXCLUSIVE_TRIES", "FORMAT_KEY", "GENERATION", "JOURNAL_LIMIT", "LOCK_WAIT",
+    "CLOSE_WAIT", "CONSOLIDATE_AT", "EXCLUSIVE_TRIES", "FORMAT_KEY", "GENERATION",
     "MERGE_PACKS_AT", "MISS_RETRIES", "PACK_LOCK", "PUBLISH_LAG", "QVC_DIR", "SMALL_PACK", "Repository",
     "Transaction", "TransactionHost", "publish_open",
 ]
@@ -211,7 +210,7 @@ class Repository:
 
     def __init__(self, path: str | os.PathLike, *, create: bool = True,
                  durability: DurabilityMode = DurabilityMode.SYNC, fsync: bool = True,
-                 max_lag: float = 0.05, journal_limit: int = JOURNAL_LIMIT, readonly: bool = False):
+                 max_lag: float = 0.05, readonly: bool = False):
         self.path = os.path.abspath(os.fspath(path))
         try:
             durability = DurabilityMode(durability.lower() if isinstance(durability, str) else durability)
@@ -351,9 +350,9 @@ class Repository:
 
     # -- refs -------------------------------------------------------------------------
 
-    def ref(self, name: str, *, settle: bool = True) -> str | None:
+    def ref(self, name: str) -> str | None:
         """The hex target of ``name`` as every store acknowledged it (staged, else git's files),
-        or ``None`` when it does not exist. ``settle`` is accepted for compatibility: no read waits."""
+        or ``None`` when it does not exist. Never waits."""
         self._ensure_usable()
         return self.staging.ref(name)
 
@@ -431,7 +430,7 @@ class Repository:
     def file_identity(self, name: str) -> list | None:
         """``[inode, mtime ns]`` of the file holding ref ``name`` (its loose file, else packed-refs)
         or of another file of the repository, ``None`` if there is none."""
-        return file_identity(self.path, name)
+        return recovery.file_identity(self.path, name)
 
     def generation(self) -> str | None:
         """The token of the last transaction that rewrote history, ``None`` if none did yet."""

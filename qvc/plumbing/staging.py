@@ -64,11 +64,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
-from qvc.errors import CorruptionError, QvcError, StorageError, StoreClosedError
+from qvc.errors import CheckpointConflictError, CorruptionError, QvcError, StorageError, StoreClosedError
 from qvc.plumbing import pack
-from qvc.plumbing.journal import fsync_dir
+from qvc.plumbing.durability import fsync_dir
 from qvc.plumbing.odb import RefReader
-from qvc.plumbing.publication import moved
 from qvc.plumbing.reflog import ReflogEntry, head_branch, reflog_line
 from qvc.plumbing.refpack import without_packed
 
@@ -189,6 +188,7 @@ class Staging:
         self._conns_lock = threading.Lock()
         self._refs = RefReader(self.path)
         self._dirty = threading.Event()  # commits since the last flush (async, exit)
+        self._flushing = threading.Lock()  # one flush at a time: a caller returns once its commits are flushed
         self._closed = False
         self._flusher: threading.Thread | None = None
         self._failed: BaseException | None = None
@@ -344,7 +344,7 @@ class Staging:
 
     def git_ref(self, name: str) -> str | None:
         """Ref ``name`` as git's files hold it (loose, else ``packed-refs``), ``None`` if absent."""
-        return self._refs.ref(name, settle=False)
+        return self._refs.ref(name)
 
     def ref(self, name: str) -> str | None:
         """Ref ``name``'s acknowledged value: staged, else git's files; ``None`` if absent."""
@@ -415,20 +415,23 @@ class Staging:
         Raises :class:`StorageError` if the flush fails, and so does every later write."""
         if self._failed is not None:
             raise StorageError(f"staging: an earlier flush failed: {self._failed}", errno.EIO)
-        if not self._dirty.is_set() or not self.fsync:
+        if not self.fsync:
             return
-        self._dirty.clear()
-        try:
-            fd = os.open(self._db_path + "-wal", os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return  # no WAL: everything was checkpointed into the database, which SQLite flushed
-        try:
-            os.fdatasync(fd)
-        except OSError as exc:
-            self._failed = exc
-            raise StorageError(f"staging: flushing the WAL failed: {exc}", exc.errno or errno.EIO) from None
-        finally:
-            os.close(fd)
+        with self._flushing:  # a flush under way covers what this call must: wait for it to end
+            if not self._dirty.is_set():
+                return
+            self._dirty.clear()
+            try:
+                fd = os.open(self._db_path + "-wal", os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                return  # no WAL: everything was checkpointed into the database, which SQLite flushed
+            try:
+                os.fdatasync(fd)
+            except OSError as exc:
+                self._failed = exc
+                raise StorageError(f"staging: flushing the WAL failed: {exc}", exc.errno or errno.EIO) from None
+            finally:
+                os.close(fd)
 
     def _flush_loop(self) -> None:
         while not self._closed:
@@ -580,16 +583,19 @@ class Staging:
             return False
         held = True
         try:
+            torn = False
             try:
                 current = self.git_ref(name)
-            except CorruptionError as exc:  # an unreadable ref file: left as it is, for `qvc fsck`
-                log.warning("qvc: %s; it stays staged", exc)
-                out.blocked.append(name)
-                return False
-            if current != value and current not in chain_values:
+            except CorruptionError as exc:
+                if not _torn(os.path.join(self.path, name)):  # unreadable: left as it is, for `qvc fsck`
+                    log.warning("qvc: %s; it stays staged", exc)
+                    out.blocked.append(name)
+                    return False
+                current, torn = None, True  # empty or zeroed by a power cut: nothing in it to keep
+            if not torn and current != value and current not in chain_values:
                 self._displace(name, current, out, written)
             if value is None:
-                if current is not None or os.path.exists(os.path.join(self.path, "logs", name)):
+                if current is not None or torn or os.path.exists(os.path.join(self.path, "logs", name)):
                     if not self._delete(name, out, written):
                         return False
                 return True
@@ -760,3 +766,22 @@ def _identity(path: str) -> tuple[int, int, int]:
     """What changes when a file is replaced or written: inode, size, modification time."""
     st = os.stat(path)
     return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def moved(name: str, old: str | None, current: str | None) -> CheckpointConflictError:
+    """The conflict of a compare-and-swap of ``name`` that expected ``old`` and found ``current``."""
+    if old is None:
+        return CheckpointConflictError(f"{name}: created by another writer meanwhile")
+    found = (current or "nothing")[:12]
+    return CheckpointConflictError(f"{name}: moved by another writer (expected {old[:12]}, found {found})")
+
+
+def _torn(path: str) -> bool:
+    """Whether ref file ``path`` is what a power cut leaves of a rename whose data never reached
+    the disk: empty, or NUL bytes only."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(4096)
+    except OSError:
+        return False
+    return not data.strip(b"\0")

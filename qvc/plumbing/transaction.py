@@ -10,14 +10,36 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+from dataclasses import dataclass, field
 from typing import Iterable, Protocol
 
 from qvc.errors import CorruptionError
-from qvc.plumbing.durability import dirty
-from qvc.plumbing.journal import GENERATION, Record, fsync_dir
+from qvc.plumbing.durability import dirty, fsync_dir
 from qvc.plumbing.libgit2 import pygit2
 from qvc.plumbing.reflog import ZERO, ReflogEntry
 from qvc.plumbing.staging import StagedTransaction
+
+#: the key of a rewrite's new generation token in :attr:`Record.seen`
+GENERATION = "qvc/generation"
+
+
+@dataclass
+class Record:
+    """What one transaction did, as its listeners learn it: objects written (type name, data)
+    and refs moved (name, old, new). (The journal-and-leases release journaled the same record,
+    :mod:`qvc.plumbing.journal`; ``base``, ``seen`` and ``stored`` are for reading its journals.)"""
+
+    objects: list[tuple[str, bytes]] = field(default_factory=list)
+    refs: list[tuple[str, str | None, str | None]] = field(default_factory=list)
+    base: bool = False  # a snapshot of ref values taken right after hardening
+    #: ref name -> [identity (inode, mtime ns) of the ref's file, token in ``qvc/generation``,
+    #: lease serial] just before the move (the serial only for a move under a lease, see
+    #: :mod:`qvc.plumbing.leases`; records written before serials have two items); recovery
+    #: uses it to tell a lost rename from a later writer's change. A delete also notes the
+    #: token it is about to write, under ``qvc/generation``.
+    seen: dict[str, list] = field(default_factory=dict)
+    stored: int = field(default=0, compare=False)  # how many of ``objects`` are in the object store
+    oids: list[bytes] = field(default_factory=list, compare=False)  # ids of ``objects``, when known
 
 
 class TransactionHost(Protocol):

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from qvc.errors import PushRejectedError, QvcError
-from qvc.plumbing.journal import Record
+from qvc.plumbing.transaction import Record
 from qvc.remotes.remote import Remote, push, pushable, remotes
 from qvc.store.git_store import GitCheckpointStore
 from qvc.store.refnames import HEADS

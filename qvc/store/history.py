@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Iterator
 
 from qvc.errors import CorruptionError
 from qvc.plumbing.objects import parse_tree
-from qvc.plumbing.repository import GENERATION
+from qvc.plumbing.transaction import GENERATION
 from qvc.store.format import HEADER, decode_header, parse_trailers
 from qvc.store.idindex import IDS, IdIndex, token_name  # noqa: F401 (IDS: kept importable here)
 from qvc.store.refnames import WRITES, decode_name
 
 if TYPE_CHECKING:
-    from qvc.plumbing.journal import Record
     from qvc.plumbing.repository import Repository
+    from qvc.plumbing.transaction import Record
 
 
 

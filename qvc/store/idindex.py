@@ -45,8 +45,7 @@ import threading
 import zlib
 from typing import Callable
 
-from qvc.plumbing.durability import dirty
-from qvc.plumbing.journal import fsync_dir
+from qvc.plumbing.durability import dirty, fsync_dir
 from qvc.plumbing.locking import open_lock_file, wait_flock
 
 IDS = "qvc/ids"  # the durable checkpoint-id index (see the module docstring)

@@ -232,6 +232,9 @@ def test_a_write_beside_a_lock_it_did_not_create_is_kept_and_reaches_git_once_th
     assert lock.read_text() == "y\n"
     assert "france" in [t["thread"] for t in qvc_json("branch", cwd=work)]
     assert run_git(repo, "rev-parse", "-q", "--verify", "refs/heads/france", check=False).returncode != 0
+    purge = qvc("gc", "--prune", cwd=work, check=None)  # its commit is on no ref git's files have: kept
+    assert purge.returncode == 1 and "cannot purge" in purge.stderr.splitlines()[-1], purge.stderr
+    assert lock.read_text() == "y\n"
     lock.unlink()
     qvc("gc", cwd=work)  # any later writer publishes it
     assert run_git(repo, "rev-parse", "refs/heads/france").stdout.strip() == qvc_json("show", "france", cwd=work)["commit"]

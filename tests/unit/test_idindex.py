@@ -12,8 +12,6 @@ import helpers
 from helpers import child_env
 
 from qvc import CheckpointConfig, GitCheckpointStore
-from qvc.plumbing.journal import GENERATION
-from qvc.plumbing.publication import GenerationWatch
 from qvc.store.history import History
 from qvc.store.idindex import IDS, IdIndex, token_name
 
@@ -28,7 +26,7 @@ def _logs(path) -> list[str]:
 
 
 def _token(path) -> str:
-    return token_name(GenerationWatch(str(path)).current()[1])
+    return token_name(_staged_token(path))
 
 
 def test_the_index_is_one_log_that_grows_with_the_index(tmp_path):
@@ -117,25 +115,6 @@ def test_a_build_a_delete_forgot_is_not_completed(tmp_path):
     assert not index.build("0", walk)
     assert _logs(path) == []
     assert index.find("x", "0", list) == []  # the next build completes (here from an empty walk)
-
-
-def test_generation_watch_follows_every_replacement(tmp_path):
-    path = tmp_path
-    (path / "qvc").mkdir()
-    watch = GenerationWatch(str(path))
-    assert watch.current() == (None, None)
-    seen = set()
-    for i in range(50):  # replaced as qvc replaces it, faster than mtime ticks: the identity still changes
-        tmp = path / "qvc" / "generation.tmp"
-        tmp.write_text(f"{i:016x}")
-        os.replace(tmp, path / GENERATION)
-        identity, token = watch.current()
-        assert token == f"{i:016x}"
-        assert identity not in seen
-        seen.add(identity)
-        assert watch.current() == (identity, token)  # unchanged: one stat, no read
-    os.unlink(path / GENERATION)
-    assert watch.current() == (None, None)
 
 
 _KILLED_DELETE = r"""

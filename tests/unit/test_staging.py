@@ -133,6 +133,28 @@ def test_a_lock_another_program_holds_is_never_removed(repo):
         staging.close()
 
 
+@pytest.mark.parametrize("torn", [b"", b"\0" * 41], ids=["empty", "zeroed"])
+def test_a_ref_file_a_power_cut_left_empty_is_written_over_and_garbage_is_not(repo, torn):
+    """A rename whose data never reached the disk leaves the ref's file empty or zeroed: the
+    acknowledged value is written over it. A file holding anything else that is no ref is
+    someone's: left for ``qvc fsck``, the ref staged meanwhile."""
+    staging = Staging(repo)
+    try:
+        first = stage(staging, "refs/heads/t", "one")
+        staging.publish()
+        ref = repo / "refs" / "heads" / "t"
+        second = stage(staging, "refs/heads/t", "two")
+        ref.write_bytes(torn)
+        assert staging.publish().refs == ["refs/heads/t"]
+        assert run_git(repo, "rev-parse", "refs/heads/t").stdout.strip() == second != first
+        third = stage(staging, "refs/heads/t", "three")
+        ref.write_bytes(b"not a ref\n")
+        assert staging.publish().blocked == ["refs/heads/t"]
+        assert ref.read_bytes() == b"not a ref\n" and staging.ref("refs/heads/t") == third
+    finally:
+        staging.close()
+
+
 def test_threads_of_one_store_serialize_and_lose_no_move(repo):
     staging = Staging(repo)
     acked: list[str] = []
