@@ -1,4 +1,4 @@
-"""The plumbing layer: git objects and packs, refs, the journal, durability and recovery.
+"""The plumbing layer: git objects and packs, refs, the staging database (durability), recovery.
 
 Nothing here knows what a checkpoint is. Everything above writes through
 :meth:`qvc.plumbing.repository.Repository.transaction`. Imports: ``qvc.errors`` and the

@@ -1,30 +1,26 @@
-"""Durability modes and the machinery behind them.
+"""Durability modes, and flushing what git's files hold.
 
 =========  ==========================================================================
 SYNC       When ``put`` (or any write) returns, the change is on stable storage: its
-           journal record was flushed with ``fdatasync`` (one disk flush per call;
-           concurrent calls share one).
-ASYNC      ``put`` returns once the change is in the OS (it survives the process being
+           transaction committed to the staging database with ``synchronous=FULL``
+           (one flush of its write-ahead log; :mod:`qvc.plumbing.staging`).
+ASYNC      ``put`` returns once the change is committed (it survives the process being
            killed). A background flusher makes it durable within ``max_lag`` seconds,
            in order. A failed flush is raised by the next call, ``flush()`` or ``close()``.
 EXIT       Like ASYNC without the flusher: durable at ``flush()``, ``close()`` or
-           interpreter exit (and, in practice, when the store publishes a batch to git's
-           files, which flushes the journal first: see :meth:`Repository.publish
-           <qvc.plumbing.repository.Repository.publish>`).
+           interpreter exit.
 =========  ==========================================================================
 
 ``fsync=False`` turns every flush into a no-op (for throwaway repositories and tmpfs); the
 modes then only differ in ordering. In every mode a killed process loses nothing that a
 returned call wrote; only a power loss can cost ASYNC and EXIT their unflushed window.
 
-Git's files are written without a flush; the journal carries durability until the store
-*hardens* them (at close, and when the journal passes its size limit). Hardening flushes
-exactly what this process wrote to the repository since the last time: the writers note
-each file and directory entry they write in the repository's :class:`DirtyPaths`
-(:func:`dirty`), and :meth:`DirtyPaths.flush` flushes those files (``fdatasync``) and
-directories (``fsync``) and nothing else. :func:`harden` (``syncfs``, the whole file system)
-stays for what other programs wrote (``git`` run by maintenance or a fetch), whose files qvc
-cannot enumerate.
+Publication flushes the git files it writes before it deletes what it published from the
+staging database. What else a process writes to git's files (HEAD, a reflog it rewrites, the
+packs it merges, packed refs) is noted in the repository's :class:`DirtyPaths` (:func:`dirty`),
+and :meth:`DirtyPaths.flush` flushes those files (``fdatasync``) and directories (``fsync``)
+and nothing else. :func:`harden` (``syncfs``, the whole file system) stays for what other
+programs wrote (``git`` run by maintenance or a fetch), whose files qvc cannot enumerate.
 """
 
 from __future__ import annotations

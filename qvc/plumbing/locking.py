@@ -2,16 +2,17 @@
 
 A repository has three lock files under ``qvc/`` (see docs/durability.md, "The lock protocol"):
 
-* ``qvc/lock``, the **maintenance lock**: writers (and their publishers) hold it shared while
-  they write; maintenance (recovery, gc, purge, merging the directory's packs) holds it
-  exclusively, so no writer is mid-write then.
+* ``qvc/lock``, the **maintenance lock**: writers hold it shared while they write (a
+  transaction, a fetch); maintenance (recovery, gc, purge, merging the directory's packs) holds
+  it exclusively, so no writer is mid-write then.
 * ``qvc/gate``, the **gate**: a writer takes it shared for a moment on its way in; maintenance
   holds it exclusively first, so no new transaction begins while it waits for the writers
   already in.
 * ``qvc/pack.lock``: a merge of packs holds it exclusively, so two merges never race.
 
-Journals are locked too (their owner holds its journal exclusively while the store is open);
-:func:`try_flock` and :func:`flocked` are how the plumbing takes and tests those. The layers
+The staging database's queue and publisher's turn (:mod:`qvc.plumbing.staging`) and the
+journals of the journal-and-leases release (their owner held its journal exclusively while its
+store was open) are locked with :func:`try_flock` and tested with :func:`flocked` too. The layers
 above take their own locks (the id-index build, a clone's owner, a run's recorder) with
 :func:`open_lock_file`, :func:`try_flock` and :func:`wait_flock` too: no other module calls
 ``flock``.
@@ -25,12 +26,11 @@ import contextlib
 import fcntl
 import os
 import threading
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator
 
 LOCK = "qvc/lock"
 GATE = "qvc/gate"
 PACK_LOCK = "qvc/pack.lock"  # flock: a merge of the directory's packs excludes stores merging their own
-EXCLUSIVE_TRIES = 8  # rounds of waiting for other stores' leases to be published under the gate
 
 _excluding = threading.local()  # .depth: this thread holds a repository's exclusive lock
 
@@ -144,17 +144,12 @@ class LockProtocol:
             yield
 
     @contextlib.contextmanager
-    def exclusive(self, publish_first: Callable[[], None], locked_refs: Callable[[], Sequence[str]],
-                  foreign: Callable[[Sequence[str]], Sequence[str]],
-                  settle: Callable[[Sequence[str]], None]) -> Iterator[int]:
+    def exclusive(self, publish_first: Callable[[], None]) -> Iterator[int]:
         """Exclude every writer of every process; yield the maintenance lock's descriptor.
 
         ``publish_first`` (this process's writes, unless this thread already excludes) runs
-        first; then the gate is closed (no new transaction starts) and the lock taken. While
-        refs stay locked by other live stores' leases (``locked_refs``, filtered by
-        ``foreign``), the lock is let go and ``settle`` waits for them to be published
-        (publishing needs the lock shared; git refuses to touch a locked ref), up to
-        :data:`EXCLUSIVE_TRIES` rounds. A subprocess that must stay covered by the lock even
+        first; then the gate is closed (no new transaction starts) and the lock taken, once
+        the writers already in are done. A subprocess that must stay covered by the lock even
         if this process dies (``git repack``) inherits the descriptor.
         """
         if not excluding():
@@ -170,21 +165,8 @@ class LockProtocol:
         locked = False
         try:
             if gate >= 0:
-                # Writers pass the gate on their way in, so it is soon ours, and then no new
-                # transaction (only they take leases) begins. The leases other processes'
-                # stores still hold are published before we go on (publishing needs only the
-                # shared lock), since git refuses to touch a locked ref.
-                fcntl.flock(gate, fcntl.LOCK_EX)
-            for _ in range(EXCLUSIVE_TRIES):
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                locks = locked_refs()
-                held = foreign(locks) if locks and gate >= 0 else []
-                if not held:
-                    break
-                fcntl.flock(fd, fcntl.LOCK_UN)
-                settle(held)
-            else:
-                fcntl.flock(fd, fcntl.LOCK_EX)  # leases of a store that does not publish: git may refuse them
+                fcntl.flock(gate, fcntl.LOCK_EX)  # writers pass it on their way in: soon ours
+            fcntl.flock(fd, fcntl.LOCK_EX)
             locked = self._local.exclusive = True
             _excluding.depth = getattr(_excluding, "depth", 0) + 1
             yield fd

@@ -1,6 +1,7 @@
-"""The pack set of one store: the small packs its publishing writes, their merges, and the packer thread.
+"""The pack set of one store: the small packs its publications wrote, their merges, and the packer thread.
 
-Each publication writes this process's pending objects as one small pack (:meth:`PackSet.write`).
+Each publication writes what is staged as one small pack (:meth:`qvc.plumbing.staging.Staging.publish`),
+which the store that published it counts here (:meth:`PackSet.add`).
 Small packs are merged as the store goes (:meth:`PackSet.consolidate`, tiered like git's
 geometric repack) by a background thread, the packer, and the directory's small packs of any
 writer, dead or alive, once there are many (:meth:`PackSet.merge_small_packs`, under the
@@ -18,7 +19,7 @@ import threading
 from typing import Callable
 
 from qvc.plumbing import pack
-from qvc.plumbing.durability import Worker, dirty, fsync_dir
+from qvc.plumbing.durability import Worker, fsync_dir
 from qvc.plumbing.locking import LockProtocol, pack_lock
 
 CONSOLIDATE_AT = 32  # small packs this store wrote before they are merged into one
@@ -58,13 +59,11 @@ class PackSet:
         """How many small packs this store wrote and has not merged yet."""
         return len(self._small)
 
-    def write(self, objects: list[tuple[str, bytes]], oids: list[bytes]) -> str:
-        """Write ``objects`` (``(kind, data)``, ids ``oids``) as one new small pack; return its base path."""
-        base = pack.write(self.pack_dir, objects, oids)
-        dirty(self.path).wrote(base + ".pack", base + ".idx")  # not flushed here: the journal has them
+    def add(self, base: str) -> None:
+        """Count the small pack at ``base`` (a publication's, already on stable storage) as this
+        store's, to be merged once there are :data:`CONSOLIDATE_AT` of them."""
         with self._packs_lock:
             self._small.append(base)
-        return base
 
     def poke(self, more: bool = False) -> None:
         """Wake the packer (starting it on first need) if this store wrote :data:`CONSOLIDATE_AT`

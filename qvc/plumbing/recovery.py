@@ -1,6 +1,12 @@
-"""Repair on open: what a crash (process kill or power loss) can leave behind.
+"""Repair on open: what a crash (process kill or power loss) can leave in git's files, and the
+migration of repositories the journal-and-leases release wrote.
 
-Runs under the repository's exclusive maintenance lock, before the store accepts calls:
+What a store acknowledged is in the staging database (:mod:`qvc.plumbing.staging`): SQLite
+recovers it, and the first publisher writes it to git's files; none of that is here. What is
+here runs only when :func:`needed` finds work, under the repository's exclusive maintenance
+lock, before the store accepts calls. Steps 1 and 2's journals and leases exist only in a
+repository that release wrote (``qvc/journal/``): they are replayed and rolled forward as
+that release did, once, and the journal directory is then empty.
 
 1. Journals whose owner died (see :mod:`qvc.plumbing.journal`) are replayed: every object they
    recorded is rewritten if it is missing, empty or truncated (all of them in one pack), and
@@ -111,7 +117,7 @@ class RecoveryReport:
     refs_deleted: list[str] = field(default_factory=list)
     locks_removed: list[str] = field(default_factory=list)
     #: lock files that name no qvc store (git's, another program's): never removed, since their
-    #: owner cannot be proved gone; a write to what they lock waits, then fails naming them
+    #: owner cannot be proved gone; a write to the ref one locks stays staged until it is gone
     locks_left: list[str] = field(default_factory=list)
     temp_files_removed: int = 0
     empty_objects_removed: int = 0

@@ -44,7 +44,7 @@ from qvc.plumbing import launcher, pack, recovery, refpack
 from qvc.plumbing.backend import MISS_RETRIES, QVC_DIR, Backend, GitBackend, ReadOnlyBackend
 from qvc.plumbing.durability import DirtyPaths, DurabilityMode, Worker, dirty, fsync_dir
 from qvc.plumbing.libgit2 import configured, pygit2
-from qvc.plumbing.locking import EXCLUSIVE_TRIES, PACK_LOCK, LockProtocol
+from qvc.plumbing.locking import PACK_LOCK, LockProtocol
 from qvc.plumbing.objects import TYPE_NAMES, TYPES, parse_tree
 from qvc.plumbing.packset import CONSOLIDATE_AT, MERGE_PACKS_AT, SMALL_PACK, PackSet
 from qvc.plumbing.reflog import ReflogEntry, read_reflog
@@ -61,7 +61,7 @@ T = TypeVar("T")
 
 #: names that moved to the modules owning them and stay importable from here
 __all__ = [
-    "CLOSE_WAIT", "CONSOLIDATE_AT", "EXCLUSIVE_TRIES", "FORMAT_KEY", "GENERATION",
+    "CLOSE_WAIT", "CONSOLIDATE_AT", "FORMAT_KEY", "GENERATION",
     "MERGE_PACKS_AT", "MISS_RETRIES", "PACK_LOCK", "PUBLISH_LAG", "QVC_DIR", "SMALL_PACK", "Repository",
     "Transaction", "TransactionHost", "publish_open",
 ]
@@ -396,7 +396,10 @@ class Repository:
     def _publish(self, *, wait: bool) -> None:
         if self.readonly or self.backend.released or self.staging.in_transaction():
             return
-        if self.staging.publish(wait=wait).refs:
+        done = self.staging.publish(wait=wait)
+        if done.pack is not None:
+            self.packs.add(done.pack)
+        if done.refs or done.pack is not None:
             self.packs.poke(self._created >= refpack.PACK_REFS_AT)
 
     def _publish_quietly(self) -> None:
@@ -603,8 +606,7 @@ class Repository:
         this process dies (``git repack``) inherits it, and the lock then lasts until the
         subprocess exits. See :meth:`qvc.plumbing.locking.LockProtocol.exclusive`.
         """
-        with self.locks.exclusive(lambda: publish_open(self.path), lambda: [],
-                                  lambda locks: [], lambda held: None) as fd:
+        with self.locks.exclusive(lambda: publish_open(self.path)) as fd:
             if not self.readonly and getattr(self, "staging", None) is not None:
                 self.staging.publish()
             yield fd

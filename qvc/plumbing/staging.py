@@ -102,6 +102,7 @@ class Published:
     """What one :meth:`Staging.publish` did."""
 
     objects: int = 0
+    pack: str | None = None  # the base path (no suffix) of the pack it wrote, if it wrote one
     refs: list[str] = field(default_factory=list)
     displaced: list[str] = field(default_factory=list)  # refs/qvc/displaced/... it created
     blocked: list[str] = field(default_factory=list)  # refs left staged: another program holds their lock
@@ -544,7 +545,7 @@ class Staging:
                               [(kind, bytes(data)) for _, kind, data in objects],
                               [bytes(oid) for oid, _, _ in objects], fsync=self.fsync)
             written.add(os.path.dirname(base))
-            out.objects = len(objects)
+            out.objects, out.pack = len(objects), base
         chains: dict[str, list[tuple]] = {}
         for move in moves:
             chains.setdefault(move[1], []).append(move)

@@ -84,8 +84,8 @@ def status(store: GitCheckpointStore) -> RepoStatus:
 def foreign_locks(path: str) -> list[str]:
     """A line for each lock file of the repository at ``path`` that no qvc store holds (git's,
     another program's: ``refs/**.lock``, ``packed-refs.lock``, ``config.lock``, ``HEAD.lock``).
-    qvc never removes one (its owner cannot be proved gone); a write to what it locks waits,
-    then fails naming it."""
+    qvc never removes one (its owner cannot be proved gone); what qvc writes to what it locks
+    stays staged (qvc reads it) until it is gone."""
     found = [name for name in ("packed-refs.lock", "config.lock", "HEAD.lock")
              if os.path.lexists(os.path.join(path, name))]
     for dirpath, _, files in os.walk(os.path.join(path, "refs")):
@@ -95,7 +95,8 @@ def foreign_locks(path: str) -> list[str]:
                 if leases.holder(path, ref) is None and os.path.lexists(os.path.join(dirpath, n)):
                     found.append(f"{ref}.lock")
     return [f"lock file {os.path.join(path, name)} is no qvc store's (another program is updating, or was killed): "
-            "a write it locks waits, then fails; if no other program is running, remove it" for name in sorted(found)]
+            "qvc's writes to what it locks reach git's files once it is gone; if no other program is running, "
+            "remove it" for name in sorted(found)]
 
 
 def damaged_packs(path: str) -> list[str]:

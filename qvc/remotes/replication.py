@@ -113,7 +113,7 @@ class Replicator:
         self._wake.set()
 
     def notify(self, record: Record) -> None:
-        """Called after each journaled write: wake the pusher if a pushable ref moved."""
+        """Called after each committed write: wake the pusher if a pushable ref moved."""
         if any(pushable(name) for name, _, _ in record.refs):
             self._dirty = True
             self._wake.set()

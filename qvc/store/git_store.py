@@ -115,7 +115,7 @@ class GitCheckpointStore(CheckpointStore):
         fsync: ``False`` skips every flush (throwaway repositories, tmpfs).
         create: ``False`` raises :class:`~qvc.errors.NotARepositoryError` for a missing path.
         max_lag: ASYNC only, the longest a returned write waits for its flush (seconds).
-        readonly: read without libgit2 (:mod:`qvc.plumbing.odb`: no pygit2 import, no journal);
+        readonly: read without libgit2 (:mod:`qvc.plumbing.odb`: no pygit2 import, no lock);
             writes raise :class:`~qvc.errors.InvalidInputError`. Opening still repairs a
             crashed repository first.
 
@@ -160,7 +160,7 @@ class GitCheckpointStore(CheckpointStore):
 
     @property
     def repository(self) -> Repository:
-        """The plumbing layer (objects, refs, journal); its :meth:`~Repository.transaction` is
+        """The plumbing layer (objects, refs, the staging database); its :meth:`~Repository.transaction` is
         the one write path, used by this store and by every feature that writes."""
         return self._repo
 
@@ -1024,7 +1024,7 @@ class GitCheckpointStore(CheckpointStore):
             refs: list[tuple[str, str]] = []
             writes: dict[str, str] = {}  # a head and its superseded lines share commits
             for thread in threads:
-                # read through the transaction: a dead writer's lease on any of them is finished first
+                # read through the transaction: as acknowledged, this transaction's moves included
                 own = [(head_ref(thread), tx.ref(head_ref(thread)))] + tx.refs(superseded_prefix(thread))
                 own = [(n, t) for n, t in own if t is not None]
                 if not own and not missing_ok:
@@ -1446,8 +1446,9 @@ class GitCheckpointStore(CheckpointStore):
         """Make deleted checkpoints unrecoverable: drop unreachable objects from the repository.
 
         Runs ``git`` (repack and prune) under the exclusive maintenance lock, so it waits for
-        writers in every process; hardens everything and restarts this store's journal.
-        Journals of other open stores may still hold deleted values until they close. The
+        writers in every process; publishes what is staged first and erases what was deleted
+        from the staging database's files too. Raises :class:`StorageError` and purges nothing
+        while a staged ref cannot be written to git's files (another program's lock). The
         thread summary files (:mod:`qvc.store.summaries`, which copy headers and small field
         blobs) are removed first; later lists write them again from what the refs reach.
         """
