@@ -86,8 +86,8 @@ MAX_OBJECT = 1_000_000_000
 log = logging.getLogger("qvc")
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS objects (oid BLOB PRIMARY KEY, kind TEXT NOT NULL, data BLOB NOT NULL,
-                                    seq INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS objects (id INTEGER PRIMARY KEY, oid BLOB NOT NULL UNIQUE, kind TEXT NOT NULL,
+                                    data BLOB NOT NULL, seq INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS refs (name TEXT PRIMARY KEY, value TEXT, base TEXT, seq INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS moves (id INTEGER PRIMARY KEY, name TEXT NOT NULL, old TEXT, new TEXT,
                                   message TEXT, who TEXT NOT NULL, time REAL NOT NULL, seq INTEGER NOT NULL);
@@ -116,6 +116,8 @@ class StagedTransaction:
         self._staging = staging
         self._db = db
         self.seq = seq
+        #: objects written, inserted at once before the commit (this thread reads them meanwhile)
+        self.objects: dict[bytes, tuple[str, bytes]] = {}
 
     def ref(self, name: str) -> str | None:
         """Ref ``name``'s value as this transaction sees it: staged, else git's files."""
@@ -128,8 +130,13 @@ class StagedTransaction:
             raise StorageError(f"a {kind} of {len(data)} bytes is larger than qvc stages ({MAX_OBJECT} bytes)",
                                errno.EFBIG)
         oid = oid if oid is not None else pack.object_id(kind, data)
-        self._db.execute("INSERT OR IGNORE INTO objects VALUES (?, ?, ?, ?)", (oid, kind, data, self.seq))
+        self.objects.setdefault(oid, (kind, data))
         return oid
+
+    def _insert_objects(self) -> None:
+        if self.objects:
+            self._db.executemany("INSERT OR IGNORE INTO objects (oid, kind, data, seq) VALUES (?, ?, ?, ?)",
+                                 [(oid, kind, data, self.seq) for oid, (kind, data) in self.objects.items()])
 
     def move(self, name: str, old: str | None, new: str | None, message: str | None = None) -> None:
         """Compare-and-swap ref ``name`` from ``old`` to ``new`` (``None``: absent). ``message``
@@ -186,6 +193,7 @@ class Staging:
         self._db_path = os.path.join(self.path, DB)
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []
+        self._fds: list[int] = []  # the queue's descriptors, one per thread that wrote
         self._conns_lock = threading.Lock()
         self._refs = RefReader(self.path)
         self._dirty = threading.Event()  # commits since the last flush (async, exit)
@@ -294,13 +302,15 @@ class Staging:
                 db.execute("BEGIN IMMEDIATE")
             self._local.open_tx = True
             try:
-                row = db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
-                self._local.generation_before = row[0] if row else None
-                row = db.execute("SELECT value FROM meta WHERE key = 'seq'").fetchone()
-                seq = (row[0] if row else 0) + 1
+                meta = dict(db.execute("SELECT key, value FROM meta WHERE key IN ('generation', 'seq')").fetchall())
+                self._local.generation_before = meta.get("generation")
+                seq = (meta.get("seq") or 0) + 1
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('seq', ?)", (seq,))
-                yield StagedTransaction(self, db, seq)
+                tx = StagedTransaction(self, db, seq)
+                self._local.staged = tx.objects
+                yield tx
                 with self._guard("commit"):
+                    tx._insert_objects()
                     db.execute("COMMIT")
             except BaseException:
                 if db.in_transaction:
@@ -309,6 +319,7 @@ class Staging:
                 raise
             finally:
                 self._local.open_tx = False
+                self._local.staged = None
         if self.mode != "sync":
             self._dirty.set()
 
@@ -319,14 +330,19 @@ class Staging:
         if getattr(self._local, "queue", None) is not None:
             yield
             return
-        fd = os.open(os.path.join(self.path, QUEUE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = getattr(self._local, "queue_fd", None)
+        if fd is None:
+            fd = self._local.queue_fd = os.open(os.path.join(self.path, QUEUE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                                                0o644)
+            with self._conns_lock:
+                self._fds.append(fd)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # fair and blocking: SQLite's busy handler backs off in sleeps
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # fair and blocking: SQLite's busy handler backs off in sleeps
             self._local.queue = fd
             yield
         finally:
             self._local.queue = None
-            os.close(fd)  # releases the flock
+            fcntl.flock(fd, fcntl.LOCK_UN)
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -363,6 +379,9 @@ class Staging:
     def object(self, oid: bytes) -> tuple[str, bytes] | None:
         """``(kind, data)`` of a staged object, ``None`` if it is not staged (git's files have it,
         or no one wrote it)."""
+        mine = getattr(self._local, "staged", None)  # this thread's transaction, not inserted yet
+        if mine and oid in mine:
+            return mine[oid]
         rows = self._rows("SELECT kind, data FROM objects WHERE oid = ?", (oid,))
         return (rows[0][0], bytes(rows[0][1])) if rows else None
 
@@ -467,6 +486,9 @@ class Staging:
                     with contextlib.suppress(sqlite3.Error):
                         db.close()
                 self._conns.clear()
+                for fd in self._fds:
+                    os.close(fd)
+                self._fds.clear()
 
     def erase(self) -> None:
         """Leave nothing deleted readable in the database's files (``qvc purge``): publish what
