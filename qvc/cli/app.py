@@ -59,7 +59,7 @@ class Session:
     def store(self, write: bool = False):
         """The repository's store, opened on first use (closed when the command ends).
 
-        Reading commands open it read-only: no libgit2 import, no journal, no lock.
+        Reading commands open it read-only: no libgit2 import, no lock, nothing written.
         """
         if self._store is None:
             # deferred for start-up speed (the store layer), as are the library imports in every command

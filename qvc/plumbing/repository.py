@@ -278,6 +278,9 @@ class Repository:
         self._publisher = None if readonly else Worker(self._publish_quietly, PUBLISH_LAG, name="qvc-publisher")
         #: called with each record after its transaction committed (durable per the mode); must not block
         self.listeners: list[Callable[[Record], None]] = []
+        #: called with each transaction just before it commits (after its last move): what must be
+        #: stored with it, atomically (the checkpoint ids it stores), is added here
+        self.commit_listeners: list[Callable[[Transaction], None]] = []
         #: called when a transaction marks itself as rewriting history (:meth:`Transaction.rewrite_history`),
         #: before it moves its first ref: what is derived from history and kept on disk (the
         #: checkpoint-id index) is retired here
@@ -369,6 +372,12 @@ class Repository:
         """Name → value of the staged refs under ``prefix`` that git's files lack yet (``None``:
         deleted): what a reader of ref files (:class:`qvc.plumbing.odb.RefReader`) must add."""
         return self.staging.staged_refs(prefix)
+
+    def indexed(self, checkpoint_id: str) -> str | None:
+        """The commit the id index of the staging database names for ``checkpoint_id`` (written
+        by :meth:`Transaction.index` since history was last rewritten), ``None`` if none."""
+        self._ensure_usable()
+        return self.staging.lookup(checkpoint_id)
 
     def logged(self, name: str) -> bool:
         """Whether git keeps a reflog for ``name`` (``core.logAllRefUpdates``, or an existing log)."""
@@ -530,6 +539,8 @@ class Repository:
                 with self.staging.transaction() as staged:
                     tx = Transaction(self, staged)
                     yield tx
+                    for listener in self.commit_listeners:
+                        listener(tx)
                 if tx.rewrites:
                     self.staging.flush()  # a rewrite is durable on return in every mode
             except StorageError:

@@ -159,15 +159,13 @@ class StagedTransaction:
         new generation token, returned, that readers see with the commit (:meth:`Staging.generation`)."""
         token = os.urandom(8).hex()
         self._db.execute("INSERT OR REPLACE INTO meta VALUES ('generation', ?)", (token,))
+        self._db.execute("DELETE FROM ids")  # the index of the old history: rebuilt from the refs
         return token
 
-    def index(self, checkpoint_id: str, sha: str | None) -> None:
-        """Note in the checkpoint-id index that ``checkpoint_id`` is commit ``sha`` (``None``: no
-        longer stored)."""
-        if sha is None:
-            self._db.execute("DELETE FROM ids WHERE checkpoint = ?", (checkpoint_id,))
-        else:
-            self._db.execute("INSERT OR REPLACE INTO ids VALUES (?, ?)", (checkpoint_id, sha))
+    def index(self, ids: Sequence[tuple[str, str]]) -> None:
+        """Note in the checkpoint-id index that each ``(checkpoint id, commit sha)`` of ``ids`` is
+        stored, with this transaction (a rewrite empties the index first: :meth:`rewrite`)."""
+        self._db.executemany("INSERT OR REPLACE INTO ids VALUES (?, ?)", ids)
 
 
 class Staging:

@@ -128,6 +128,13 @@ class Transaction:
         self.staged.move(name, old, new, (message or "qvc") if self.repo.logged(name) else None)
         self.record.refs.append((name, old, new))
 
+    def index(self, ids: list[tuple[str, str]]) -> None:
+        """Note ``(checkpoint id, commit sha)`` pairs this transaction stores in the staging
+        database's id index, committed (and durable) with the transaction
+        (:meth:`qvc.plumbing.staging.StagedTransaction.index`)."""
+        if ids:
+            self.staged.index(ids)
+
     def record_moves(self, moves: list[tuple[str, str | None, str | None]]) -> None:
         """Tell the listeners of ref moves that ``git`` made itself (a fetch updating
         remote-tracking refs): ``(name, old, new)`` each, already in git's files."""

@@ -7,7 +7,7 @@ store); the routers map paths to them (:mod:`~qvc.server.routes_read`, :mod:`~qv
 guards access. This module composes them; the routes get the application's state and stores
 as dependencies (:mod:`~qvc.server.deps`).
 
-Reads go through one read-only store (no lock, no journal: writers in other processes are never
+Reads go through one read-only store (no lock, nothing written: writers in other processes are never
 blocked, and their writes are seen at the next request). Each action opens a writing store for
 that one request and closes it, so the server holds no repository lock between requests.
 """

@@ -39,7 +39,7 @@ register_url_convertor("anything", AnythingConvertor())
 class ServerState:
     """The state of one ``qvc serve`` application, shared by all its requests.
 
-    ``reader`` is the one read-only store every read goes through (no lock, no journal), open
+    ``reader`` is the one read-only store every read goes through (no lock, nothing written), open
     from :func:`~qvc.server.app.create_app` until the application shuts down. Actions open a
     writing store each with :meth:`open_writer`. ``stopping`` is set at shutdown (open event
     streams end); ``event_threads`` (set at start-up) bounds the threads event streams wait in.

@@ -1,7 +1,7 @@
 """The read routes of ``qvc serve``: the repository, its threads, a thread's line, a checkpoint,
 a diff and a search. Each is one library call (:mod:`qvc.readers.status`, :mod:`qvc.readers.views`,
 :mod:`qvc.readers.statediff`, :mod:`qvc.readers.search`) over the application's read-only store
-(:data:`~qvc.server.deps.Reader`): no lock, no journal, and the writes of other processes are seen
+(:data:`~qvc.server.deps.Reader`): no lock, nothing written, and the writes of other processes are seen
 at the next request.
 """
 

@@ -27,7 +27,7 @@ from qvc.store.refnames import WRITES, decode_name
 
 if TYPE_CHECKING:
     from qvc.plumbing.repository import Repository
-    from qvc.plumbing.transaction import Record
+    from qvc.plumbing.transaction import Record, Transaction
 
 
 
@@ -149,6 +149,7 @@ class History:
         self._ids = IdIndex(repo.path, readonly=repo.readonly, fsync=repo.fsync)
         self._threads = LRU(256)  # thread id -> ThreadIndex
         repo.listeners.append(self.observe)
+        repo.commit_listeners.append(self._stage_ids)
         repo.rewrite_listeners.append(self.forget_index)
         repo.recovery_listeners.append(self._index_replayed)
         if not repo.readonly:
@@ -233,6 +234,29 @@ class History:
                 # lookup rebuild the index (appending them here could resurrect a deleted one).
                 self.forget_index()
 
+    def _stage_ids(self, tx: Transaction) -> None:
+        """Store the ids of the checkpoints ``tx`` puts on a ref in the staging database's id
+        index, with ``tx`` (a :attr:`Repository.commit_listeners` callback): the index log is
+        appended only after the commit (:meth:`observe`), and a writer killed in between, or a
+        power cut that takes the log's tail, must not make an id look new to the next put."""
+        record = tx.record
+        written = {}
+        for (kind, data), oid in zip(record.objects, record.oids, strict=True):
+            if kind == "commit":
+                info = parse_commit(oid.hex(), data)
+                written[info.hex] = info
+        stack, reached, ids = [new for _, _, new in record.refs if new in written], set(), []
+        while stack:
+            hexid = stack.pop()
+            if hexid in reached:
+                continue
+            reached.add(hexid)
+            info = written[hexid]
+            stack += [p for p in info.parents if p in written]
+            if info.checkpoint_id != info.hex:
+                ids.append((info.checkpoint_id, info.hex))
+        tx.index(ids)
+
     def _index_replayed(self, moved: dict[str, tuple[str | None, str | None]]) -> None:
         """Index what crashed writers' replayed journals (on open) or adopted leases (while
         running) moved refs to, where the refs still are (a writer killed between its journal
@@ -304,7 +328,8 @@ class History:
         found = self._ids.find(checkpoint_id, token, self._walk_all)
         if found is None:
             return False
-        for hexid in found:
+        staged = self.repo.indexed(checkpoint_id)  # stored with its transaction (see _stage_ids)
+        for hexid in [*found, *([staged] if staged else [])]:
             try:
                 if self.commit(hexid).checkpoint_id == checkpoint_id:
                     return hexid

@@ -9,9 +9,11 @@ import sys
 import zlib
 
 import helpers
+import pytest
 from helpers import child_env
 
-from qvc import CheckpointConfig, GitCheckpointStore
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+from qvc.errors import CheckpointConflictError
 from qvc.store.history import History
 from qvc.store.idindex import IDS, IdIndex, token_name
 
@@ -263,3 +265,36 @@ def test_a_checkpoint_another_process_left_unindexed_is_found_after_a_put_on_it(
         assert store.get_tuple(CheckpointConfig("t", "c")).parent_config.checkpoint_id == "w"
         found = store.get_tuple(CheckpointConfig("t", "w"))
         assert found is not None and found.checkpoint.state_data == {"n": 1}
+
+
+_KILLED_BEFORE_THE_LOG = r"""
+import sys
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+from qvc.store.idindex import IdIndex
+def killed(*a, **k):
+    import os
+    os._exit(9)  # killed once the put committed, before its id reached the index log
+store = GitCheckpointStore(sys.argv[1], fsync=False)
+store.put(CheckpointConfig("t"), Checkpoint(id="d0", thread_id="t", step=0, state_data={"n": 0}), {})
+store.resolve("d0")  # the log is built, so the next put appends to it
+IdIndex.append = killed
+store.put(CheckpointConfig("t"), Checkpoint(id="d1", thread_id="t", step=1, state_data={"n": 1}), {})
+"""
+
+
+def test_an_id_a_killed_writer_stored_is_known_to_the_next_put(tmp_path):
+    """The id index log is appended after the commit; the staging database's index is stored
+    with it. A put of the same id after the kill (an agent retrying its step) finds it: the same
+    content is a no-op, other content a conflict; never a second commit with that id."""
+    path = tmp_path / "r.qvc"
+    GitCheckpointStore(path).close()
+    proc = subprocess.run([sys.executable, "-c", _KILLED_BEFORE_THE_LOG, str(path)], env=child_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 9, proc.stderr
+    with GitCheckpointStore(path, fsync=False) as store:
+        head = store.head("t")
+        store.put(CheckpointConfig("t"), Checkpoint(id="d1", thread_id="t", step=1, state_data={"n": 1}), {})
+        assert store.head("t") == head
+        with pytest.raises(CheckpointConflictError, match="already exists"):
+            store.put(CheckpointConfig("t"), Checkpoint(id="d1", thread_id="t", step=1, state_data={"n": 2}), {})
+        assert [t.checkpoint.id for t in store.list(CheckpointConfig("t"))] == ["d1", "d0"]
