@@ -5,16 +5,20 @@ commit of the repository before its first put (which checks that the id is new) 
 lookup of a checkpoint by id. It is derived data: deleting ``qvc/ids`` is always safe.
 
 Layout: ``qvc/ids/<generation>.log``, one append-only file of ``<commit sha> <checkpoint id>``
-lines per generation (the token in ``qvc/generation``), so its size follows the index's size.
+lines per generation (the token the staging database keeps, :meth:`qvc.plumbing.staging.Staging.generation`),
+so its size follows the index's size.
 Each process reads it once into memory and then reads only the bytes appended since (a ``stat``
 of the log, then a ``pread`` of its tail); it keeps the log open, so the inode it follows is
 never reused for another file while it compares inode numbers.
 
 * Every store appends the checkpoint commits it writes (:meth:`History.observe
   <qvc.store.history.History.observe>`), and the tips of refs its transactions moved without
-  writing their commits (``qvc fetch``), walked down to the ref's previous value. A store that
-  recovered a crashed writer's journal, or adopted a dead writer's lease, appends the history of
-  each ref the journal moved that still points where the journal left it.
+  writing their commits (``qvc fetch``), walked down to the ref's previous value, after the
+  commit. What a writer killed before that append stored is in the staging database's own id
+  index, written with its transaction (:meth:`History._stage_ids
+  <qvc.store.history.History._stage_ids>`), which a lookup asks when the log misses. A store
+  that migrated a repository of the journal-and-leases release appends the history of each ref
+  a replayed journal moved that still points where the journal left it.
 * The log *is* the completeness marker: it exists only once a build finished. A build (one at a
   time, under ``qvc/ids/build.lock``) creates ``<generation>.building`` first, then walks every
   ref's history and appends what it finds, then renames the file to ``<generation>.log``.
@@ -25,9 +29,8 @@ never reused for another file while it compares inode numbers.
   history rewrites start a new generation, so an index never names a deleted checkpoint; old
   generations' logs (and the shard directories of the layout before this one) are removed by
   the next build. Before a delete moves a ref it removes the current log and any ``building``
-  file (:meth:`IdIndex.forget`), so a deleter killed before it wrote its new token leaves an
-  index that is rebuilt, not trusted, and a build that read the refs before the delete moved
-  them cannot rename its file into the log.
+  file (:meth:`IdIndex.forget`), so a build that read the refs before the delete moved them
+  cannot rename its file into the log; the delete and its new token commit together.
 * The last line naming an id wins; each answer is checked against the commit itself (by the
   caller); a line torn by a crash is skipped.
 * Commits that reach the repository without qvc (``git push`` into it) are not appended; a
