@@ -174,8 +174,8 @@ class Transaction:
     def set_head(self, target: str) -> None:
         """Point HEAD at a ref name (``refs/heads/...``, possibly unborn) or detach it at a commit SHA.
 
-        HEAD is not staged (git's files hold it at once, as libgit2 writes it): it is flushed on the spot (durable on return unless the
-        repository was opened with ``fsync=False``)."""
+        HEAD is not staged (git's files hold it at once, as libgit2 writes it): it is flushed on
+        the spot (durable on return unless the repository was opened with ``fsync=False``)."""
         repo = self.repo
         log = os.path.join(repo.path, "logs", "HEAD")
         try:
