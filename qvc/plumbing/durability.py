@@ -245,6 +245,8 @@ class Worker:
             # Let pokes that arrive meanwhile share this run, but never wait past max_lag.
             if self._max_lag:
                 self._halt.wait(self._max_lag / 2)
+                if self._stop:  # the owner, stopping, does the last run itself
+                    return
             try:
                 self._task()
             except BaseException as exc:  # surfaced to the caller by the store

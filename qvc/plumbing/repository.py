@@ -55,8 +55,10 @@ log = logging.getLogger("qvc")
 FORMAT_KEY = "qvc.format"
 LOGGED = ("refs/heads/", "refs/remotes/", "refs/notes/")  # what core.logAllRefUpdates keeps reflogs of
 CLOSE_WAIT = 20.0  # how long close() waits for writes other threads began before it
-#: how soon the background publisher writes what a write staged to git's files
+#: how soon the background publisher writes what a write staged to git's files (SYNC; ASYNC
+#: waits ``max_lag`` at least, EXIT :data:`EXIT_PUBLISH_LAG`)
 PUBLISH_LAG = 0.01
+EXIT_PUBLISH_LAG = 2.0
 T = TypeVar("T")
 
 #: names that moved to the modules owning them and stay importable from here
@@ -275,7 +277,12 @@ class Repository:
                 self.recovery = recovery.recover(self)
         if self.recovery:
             log.warning("qvc: recovered %s: %s", self.path, self.recovery.summary())
-        self._publisher = None if readonly else Worker(self._publish_quietly, PUBLISH_LAG, name="qvc-publisher")
+        # A publication flushes the log first (write-ahead): in EXIT mode, whose writes are durable
+        # at flush or close, the background publisher runs seldom, so that a run pays that flush
+        # about once a second rather than once a write.
+        lag = {DurabilityMode.SYNC: PUBLISH_LAG, DurabilityMode.ASYNC: max(PUBLISH_LAG, max_lag)}.get(
+            durability, EXIT_PUBLISH_LAG)
+        self._publisher = None if readonly else Worker(self._publish_quietly, lag, name="qvc-publisher")
         #: called with each record after its transaction committed (durable per the mode); must not block
         self.listeners: list[Callable[[Record], None]] = []
         #: called with each transaction just before it commits (after its last move): what must be
@@ -408,6 +415,7 @@ class Repository:
         done = self.staging.publish(wait=wait)
         if done.pack is not None:
             self.packs.add(done.pack)
+            self._wrote = True  # (what dead writers staged, too): close merges small packs
         if done.refs or done.pack is not None:
             self.packs.poke(self._created >= refpack.PACK_REFS_AT)
 
@@ -516,8 +524,8 @@ class Repository:
         with self._admitted():
             self.raise_if_failed()
             try:
-                self.staging.flush()
-                self.publish()
+                self.publish()  # which flushes the log first, when it has anything to write
+                self.staging.flush()  # (the rest: nothing, unless a write came in meanwhile)
             except OSError as exc:
                 raise DurabilityError(f"{self.path}: flush failed ({exc}); reopen the store") from exc
 

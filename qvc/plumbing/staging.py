@@ -428,15 +428,16 @@ class Staging:
 
     # -- durability -----------------------------------------------------------------------
 
-    def flush(self) -> None:
-        """Make every committed transaction durable (a no-op in ``sync`` mode, or without fsync).
-        Raises :class:`StorageError` if the flush fails, and so does every later write."""
+    def flush(self, *, force: bool = False) -> None:
+        """Make every committed transaction durable (a no-op in ``sync`` mode, or without fsync;
+        ``force``: flush the log even if no commit marked it dirty yet). Raises
+        :class:`StorageError` if the flush fails, and so does every later write."""
         if self._failed is not None:
             raise StorageError(f"staging: an earlier flush failed: {self._failed}", errno.EIO)
         if not self.fsync:
             return
         with self._flushing:  # a flush under way covers what this call must: wait for it to end
-            if not self._dirty.is_set():
+            if not self._dirty.is_set() and not force:
                 return
             self._dirty.clear()
             try:
@@ -559,6 +560,12 @@ class Staging:
                                (seq,)).fetchall()
         finally:
             db.execute("COMMIT")
+        # Write-ahead: what git's files get is durable here first (in ``sync`` mode it is), so a
+        # power cut never leaves git's files ahead of a log that lost the rows they came from.
+        # After the snapshot, and whatever the flag says: a commit the snapshot saw may not
+        # have marked the log dirty yet.
+        if self.mode != "sync" and (objects or refs):
+            self.flush(force=True)
         written: set[str] = set()
         if objects:
             base = pack.write(os.path.join(self.path, "objects", "pack"),
@@ -600,7 +607,7 @@ class Staging:
         """Move git's ref ``name`` to ``value`` under its lock; ``False`` if it stays staged
         (another program's lock kept it from moving within ``lock_wait``, or its file is no ref)."""
         lock = os.path.join(self.path, name + ".lock")
-        if not self._take(lock, f"{value or ''}\n".encode(), out, name):
+        if not self._take(lock, f"{value or ''}\n".encode(), out, name, written):
             return False
         held = True
         try:
@@ -608,17 +615,20 @@ class Staging:
             try:
                 current = self.git_ref(name)
             except CorruptionError as exc:
-                if not _torn(os.path.join(self.path, name)):  # unreadable: left as it is, for `qvc fsck`
+                if not _torn(os.path.join(self.path, name), chain_values):  # someone's: left, for `qvc fsck`
                     log.warning("qvc: %s; it stays staged", exc)
                     out.blocked.append(name)
                     return False
                 current, torn = None, True  # empty or zeroed by a power cut: nothing in it to keep
             if not torn and current != value and current not in chain_values:
                 self._displace(name, current, out, written)
+            path = os.path.join(self.path, name)
             if value is None:
                 if current is not None or torn or os.path.exists(os.path.join(self.path, "logs", name)):
                     if not self._delete(name, out, written):
                         return False
+                # (else a killed publisher deleted it: what it removed is flushed before the rows go)
+                written.update((os.path.dirname(path), os.path.join(self.path, PACKED_REFS)))
                 return True
             lines = [reflog_line(old, new, who, when, message) for _, _, old, new, message, who, when in chain
                      if message is not None]
@@ -626,18 +636,17 @@ class Staging:
                 written.update(self._append_reflog(name, lines))
                 if name == head_branch(self.path):  # git logs the branch HEAD names in HEAD's reflog too
                     written.update(self._append_reflog("HEAD", lines))
-            if current == value:
-                return True  # an earlier publication got this far
-            os.rename(lock, os.path.join(self.path, name))
-            held = False
-            written.update((os.path.join(self.path, name), os.path.dirname(os.path.join(self.path, name))))
+            if current != value:  # else an earlier publication got this far: flushed all the same
+                os.rename(lock, path)
+                held = False
+            written.update((path, os.path.dirname(path)))
             return True
         finally:
             if held:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(lock)  # ours: taken above
 
-    def _take(self, lock: str, content: bytes, out: Published, name: str) -> bool:
+    def _take(self, lock: str, content: bytes, out: Published, name: str, written: set[str]) -> bool:
         """Create git's lock file ``lock`` holding ``content``, exclusively, waiting up to
         :data:`REF_LOCK_WAIT` for another program's; ``False`` (noted in ``out.blocked``) if it stays taken.
 
@@ -652,9 +661,16 @@ class Staging:
             with open(tmp, "wb") as f:
                 f.write(content)
             st = os.stat(tmp)
-            with open(os.path.join(self.path, PUBLISHING), "a", encoding="utf-8", errors="surrogateescape") as f:
+            notes = os.path.join(self.path, PUBLISHING)
+            new = not os.path.exists(notes)
+            with open(notes, "a", encoding="utf-8", errors="surrogateescape") as f:
                 f.write(f"{st.st_dev} {st.st_ino} {st.st_mtime_ns} {lock}\n")
-            os.makedirs(os.path.dirname(lock), exist_ok=True)
+                if self.fsync:  # before the lock exists: a lock that outlives a power cut is provably ours
+                    f.flush()
+                    os.fdatasync(f.fileno())
+            if new and self.fsync:
+                fsync_dir(os.path.dirname(notes))
+            _makedirs(os.path.dirname(lock), written)
             deadline = time.monotonic() + REF_LOCK_WAIT
             delay = 0.0005
             while True:
@@ -702,7 +718,7 @@ class Staging:
         ``packed-refs.lock``, its ``packed-refs`` entry first, then its loose file and reflog.
         ``False`` if another program holds ``packed-refs.lock`` (it stays staged)."""
         packed = os.path.join(self.path, PACKED_REFS)
-        if not self._take(packed + ".lock", b"", out, name):
+        if not self._take(packed + ".lock", b"", out, name, written):
             return False
         try:
             kept = without_packed(self.path, name)
@@ -729,7 +745,7 @@ class Staging:
             return
         kept = f"{DISPLACED}{name[len('refs/'):] if name.startswith('refs/') else name}/{found}"
         path = os.path.join(self.path, kept)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        _makedirs(os.path.dirname(path), written)
         tmp = f"{path}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
         with open(tmp, "wb") as f:
             f.write(found.encode() + b"\n")
@@ -742,7 +758,8 @@ class Staging:
     def _append_reflog(self, name: str, lines: Sequence[bytes]) -> list[str]:
         """Append the reflog lines a killed publisher did not append already; the paths written."""
         path = os.path.join(self.path, "logs", name)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        made: set[str] = set()
+        _makedirs(os.path.dirname(path), made)
         try:
             with open(path, "rb") as f:
                 f.seek(max(0, os.fstat(f.fileno()).st_size - sum(len(line) for line in lines)))
@@ -753,7 +770,20 @@ class Staging:
         if skip < len(lines):
             with open(path, "ab") as f:
                 f.write(b"".join(lines[skip:]))
-        return [path, os.path.dirname(path)]
+        return [path, os.path.dirname(path), *made]
+
+
+def _makedirs(directory: str, written: set[str]) -> None:
+    """Create ``directory`` and its missing parents, noting in ``written`` each one created and
+    the directory holding it: a new directory is durable once its parent is flushed."""
+    missing = []
+    d = directory
+    while d and not os.path.isdir(d):
+        missing.append(d)
+        d = os.path.dirname(d)
+    os.makedirs(directory, exist_ok=True)
+    for made in missing:
+        written.update((made, os.path.dirname(made)))
 
 
 def _fsync_path(path: str) -> None:
@@ -797,12 +827,14 @@ def moved(name: str, old: str | None, current: str | None) -> CheckpointConflict
     return CheckpointConflictError(f"{name}: moved by another writer (expected {old[:12]}, found {found})")
 
 
-def _torn(path: str) -> bool:
-    """Whether ref file ``path`` is what a power cut leaves of a rename whose data never reached
-    the disk: empty, or NUL bytes only."""
+def _torn(path: str, values: Sequence[str | None]) -> bool:
+    """Whether ref file ``path`` is what a power cut leaves of a publication's rename whose data
+    did not all reach the disk: empty, NUL bytes, or the start of one of ``values`` (the values
+    the ref took while staged), NUL-padded or not."""
     try:
         with open(path, "rb") as f:
             data = f.read(4096)
     except OSError:
         return False
-    return not data.strip(b"\0")
+    data = data.rstrip(b"\0")
+    return not data or any(v is not None and f"{v}\n".encode().startswith(data) for v in values)

@@ -13,9 +13,18 @@ a power cut after operation ``p`` could leave on disk:
   un-synced ones that survive are a prefix (journalled file systems order metadata);
 - un-synced data writes are independent of each other and of the metadata: each one is kept,
   dropped, or kept up to an arbitrary byte (data=writeback: a renamed file may come back empty
-  or torn, a gap reads as zeros).
+  or torn, a gap reads as zeros); except that a write past a file's end changes its size,
+  which is metadata: it is there only if the metadata before it is.
 
 ``sync_file_range`` is no barrier (it persists no metadata, and POSIX promises nothing for it).
+
+What qvc writes is all in the trace: the staging database (``qvc/staging.db`` and its
+write-ahead log ``qvc/staging.db-wal``, written by SQLite with ``pwrite64``, flushed with
+``fdatasync``), and git's files that publication writes. SQLite's shared-memory index
+(``staging.db-shm``) is written through a memory map, which no system call shows: a state keeps
+whatever the traced writes left in it, and SQLite rebuilds the index from the log when the
+first connection opens it (any content is a state a power cut may leave). Each operation
+notes the thread that made it (``tid``).
 """
 
 from __future__ import annotations
@@ -64,13 +73,15 @@ class Op:
     kind: str  # create write trunc rename link unlink mkdir rmdir fsync syncfs mark
     path: str = ""  # relative to the traced directory
     dest: str = ""  # rename / link target
-    ino: int = 0  # file identity (create, write, trunc, fsync of a file)
+    ino: int = 0  # file identity (create, write, trunc, fsync of a file; rename and link: the file moved)
     offset: int = 0
     data: bytes = b""
     size: int = 0
     start: int = 0  # barriers: how many operations preceded the call (those it covers)
     time: float = 0.0
     directory: bool = False  # fsync of a directory
+    tid: int = 0  # the thread that made the call (strace's pid column)
+    grows: bool = False  # a write past the file's end: its new size is metadata, ordered with the rest
 
 
 @dataclass
@@ -80,8 +91,8 @@ class FS:
     files: dict[str, int] = field(default_factory=dict)
     data: dict[int, bytes] = field(default_factory=dict)
     dirs: set[str] = field(default_factory=set)
-    #: inode -> modification time (ns). Recovery compares ref files' times with those its journal
-    #: saw, so a state keeps them: a traced file gets the time of its last kept write, less 10 ms
+    #: inode -> modification time (ns). A state keeps them (what reads a file's identity sees
+    #: one a power cut may leave): a traced file gets the time of its last kept write, less 10 ms
     #: (the kernel stamps files from a clock a tick behind the one strace reads).
     mtimes: dict[int, int] = field(default_factory=dict)
 
@@ -129,6 +140,7 @@ def parse(log: str, root: str, markers: str, base: FS) -> list[Op]:
     opened: dict[int, int] = {}  # fd -> the inode it was opened on (its name may be gone: a file linked, then unlinked)
     pending: dict[str, tuple[str, int, float]] = {}  # pid -> (start of an unfinished call, ops before it, time)
     ops: list[Op] = []
+    tagged, last_pid = 0, "0"  # ops made by the line of thread ``last_pid`` start at ``tagged``
 
     def rel(p: str) -> str | None:
         if p + "/" == root:
@@ -142,6 +154,9 @@ def parse(log: str, root: str, markers: str, base: FS) -> list[Op]:
         if not m:
             continue
         pid, t, rest = m.group(1), float(m.group(2)), m.group(3)
+        for op in ops[tagged:]:
+            op.tid = int(last_pid)
+        tagged, last_pid = len(ops), pid
         start = len(ops)
         if rest.endswith("<unfinished ...>"):
             pending[pid] = (rest[: -len("<unfinished ...>")].rstrip(), len(ops), t)
@@ -224,7 +239,7 @@ def parse(log: str, root: str, markers: str, base: FS) -> list[Op]:
             if name == "write":
                 pos[int(fd)] = off + ret
             live.data[ino] = _overlay(cur, off, data)
-            ops.append(Op("write", r, ino=ino, offset=off, data=data, time=t))
+            ops.append(Op("write", r, ino=ino, offset=off, data=data, time=t, grows=off + len(data) > len(cur)))
             continue
         if name in ("ftruncate", "truncate"):
             path = fds[0][1] if name == "ftruncate" else absolute(strs[0], None)
@@ -257,13 +272,14 @@ def parse(log: str, root: str, markers: str, base: FS) -> list[Op]:
                 continue
             assert rs is not None and rd is not None, f"rename across the traced directory: {line[:200]}"
             kind = "link" if name.startswith("link") else "rename"
+            moved = live.files.get(rs, 0)  # the inode it names (0: not a file known here)
             if rs in live.files:
                 live.files[rd] = live.files[rs]
                 if kind == "rename":
                     del live.files[rs]
             elif rs in live.dirs:
                 raise ValueError(f"directory rename under the traced directory is not modelled: {line[:200]}")
-            ops.append(Op(kind, rs, rd, time=t))
+            ops.append(Op(kind, rs, rd, ino=moved, time=t))
             continue
         if name in ("unlink", "unlinkat", "rmdir", "mkdir", "mkdirat"):
             path = absolute(strs[0], fds[0] if name.endswith("at") else None)
@@ -279,6 +295,8 @@ def parse(log: str, root: str, markers: str, base: FS) -> list[Op]:
             else:
                 live.files.pop(r, None)
                 ops.append(Op("unlink", r, time=t))
+    for op in ops[tagged:]:
+        op.tid = int(last_pid)
     return ops
 
 
@@ -312,8 +330,9 @@ class Trace:
         if barrier.directory:
             if op.kind in ("write", "trunc"):
                 return False
-            dirs = {os.path.dirname(op.path)} | ({os.path.dirname(op.dest)} if op.dest else set())
-            return dirs == {barrier.path}
+            if op.kind in ("rename", "link"):  # the new name is an entry of the target's directory
+                return os.path.dirname(op.dest) == barrier.path
+            return os.path.dirname(op.path) == barrier.path
         return op.kind in ("write", "trunc") and op.ino == barrier.ino
 
     def state(self, p: int, rng: random.Random | None, *, keep_data: bool = False,
@@ -327,6 +346,7 @@ class Trace:
         meta = [i for i in range(p) if self.ops[i].kind in METADATA and self.covered_at[i] >= p]
         cut = rng.randint(0, len(meta)) if rng else (len(meta) if keep_metadata else 0)
         kept_meta = set(meta[:cut])
+        first_lost = meta[cut] if cut < len(meta) else p  # metadata from here on did not reach the disk
         fs = self.base.copy()
         for i in range(p):
             op = self.ops[i]
@@ -338,12 +358,16 @@ class Trace:
                     fs.files[op.path] = op.ino
                     fs.data.setdefault(op.ino, b"")
                     fs.mtimes[op.ino] = int((op.time - 0.01) * 1e9)
-            elif op.kind == "rename":
-                if op.path in fs.files:
-                    fs.files[op.dest] = fs.files.pop(op.path)
-            elif op.kind == "link":
-                if op.path in fs.files:
-                    fs.files[op.dest] = fs.files[op.path]
+            elif op.kind in ("rename", "link"):
+                # the inode the call named, even where the name it had is gone from this state
+                # (a file linked in from a directory whose own entries were never flushed)
+                ino = op.ino or fs.files.get(op.path)
+                if ino and os.path.dirname(op.dest) in fs.dirs:
+                    fs.files[op.dest] = ino
+                    if ino not in fs.data:
+                        fs.data[ino] = b""
+                if op.kind == "rename":
+                    fs.files.pop(op.path, None)
             elif op.kind == "unlink":
                 fs.files.pop(op.path, None)
             elif op.kind == "mkdir":
@@ -354,6 +378,8 @@ class Trace:
             elif op.kind in ("write", "trunc"):
                 data = op.data
                 if not durable:
+                    if op.grows and i > first_lost:
+                        continue  # the file's new size was not committed: the write is not there
                     if rng is not None:
                         choice = rng.random()
                         if choice < 0.35:

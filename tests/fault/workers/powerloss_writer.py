@@ -1,24 +1,23 @@
-"""A scripted checkpoint writer run under ``strace`` by tests/test_powerloss.py.
+"""A scripted checkpoint writer run under ``strace`` by tests/fault/test_powerloss.py.
 
 Usage::
 
-    python tests/fault/workers/powerloss_writer.py REPO MODE MARKERS [harden]
+    python tests/fault/workers/powerloss_writer.py REPO MODE MARKERS [flush]
 
 It opens ``GitCheckpointStore(REPO, durability=MODE, max_lag=MAX_LAG)`` and runs :data:`SCRIPT`:
 puts on new and existing threads, pending writes, a fork, a time-travel reset, deletes. Around
 each operation ``k`` it appends ``BEGIN k`` and ``ACK k`` to the file MARKERS with one
 ``write`` each, so the acknowledgements sit in the system-call trace in order with the
-store's own file operations. In EXIT mode it also flushes twice (``FLUSHED`` after each).
-After every acknowledgement it prints ``VIEW k <json>`` (the repository as :func:`view`
-reads it) to stdout, and ``VIEW 0`` before the first operation. It ends with ``os._exit``
-(in ASYNC mode after waiting for the flusher): the store is never closed, so nothing is
-hardened at the end.
+store's own file operations (the staging database's and git's). In EXIT mode it also calls
+``flush()`` twice (``FLUSHED`` after each). After every acknowledgement it prints ``VIEW k
+<json>`` (the repository as :func:`view` reads it) to stdout, and ``VIEW 0`` before the first
+operation. It publishes what is staged last and ends with ``os._exit`` (in ASYNC mode after
+waiting for the flusher): the store is never closed, so nothing is flushed at the end.
 
-With ``harden``, in every mode, the first ``flush`` of the script hardens instead (as a journal
-past its size limit does: git's files flushed, the journal restarted), and the store is closed
-at the end, both flushing each file the store wrote (never the whole file system);
-``FLUSHED`` follows each (everything acknowledged is durable then, the journal no longer
-holds it).
+With ``flush``, in every mode, the first ``flush`` of the script calls ``flush()`` (the
+database's log flushed, everything staged published to git's files and flushed), and the store
+is closed at the end, both flushing each file the store wrote (never the whole file system);
+``FLUSHED`` follows each (everything acknowledged is durable then).
 """
 
 from __future__ import annotations
@@ -86,8 +85,8 @@ def view(store) -> dict:
 
 def main(argv: list[str]) -> int:
     path, mode, markers = argv[:3]
-    hardening = argv[3:4] == ["harden"]
-    if hardening:  # flush file by file however many there are: what the test checks
+    flushing = argv[3:4] == ["flush"]
+    if flushing:  # flush file by file however many there are: what the test checks
         from qvc.plumbing import durability
 
         durability.FLUSH_EACH = 1 << 30
@@ -97,12 +96,12 @@ def main(argv: list[str]) -> int:
     mark = os.open(markers, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     print("VIEW 0", json.dumps(view(store)), flush=True)
     k = 0
-    hardened = False
+    flushed = False
     for op, *args in SCRIPT:
-        if op == "flush" and hardening and not hardened:
-            store.repository.harden()
+        if op == "flush" and flushing and not flushed:
+            store.flush()
             os.write(mark, b"FLUSHED\n")
-            hardened = True
+            flushed = True
             continue
         if op == "flush":
             if mode == "exit":
@@ -137,7 +136,7 @@ def main(argv: list[str]) -> int:
         print(f"VIEW {k}", json.dumps(view(store)), flush=True)
     if mode == "async":  # the flusher covers the last acknowledgements too (the window test reads it)
         time.sleep(MAX_LAG * 3)
-    if hardening:
+    if flushing:
         store.close()
         os.write(mark, b"FLUSHED\n")
     else:
