@@ -273,8 +273,9 @@ def needed(repo: RecoveryHost) -> bool:
     for top in ("refs", "objects"):
         for dirpath, _, files in os.walk(os.path.join(repo.path, top)):
             for n in files:
-                if n.startswith("tmp_") or ".tmp-" in n:
-                    return True
+                if (n.startswith("tmp_") or ".tmp-" in n) and \
+                        time.time() - _mtime(os.path.join(dirpath, n), time.time()) >= STALE_SECONDS:
+                    return True  # a dead writer's (a live one renames its own into place at once)
                 if not old_release:
                     continue
                 if leases.writing(n) is not None:
@@ -662,7 +663,10 @@ def remove_stale_files(repo: RecoveryHost, older_than: float, report: RecoveryRe
         for name in files:
             path = os.path.join(dirpath, name)
             if (name.startswith("tmp_") or ".tmp-" in name) and stale(path):
-                os.unlink(path)
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    continue  # renamed into place meanwhile (a live writer's)
                 report.temp_files_removed += 1
     for dirpath, _, files in os.walk(os.path.join(repo.path, "refs")):  # a lease's file, its writer killed
         for name in files:

@@ -174,33 +174,26 @@ def test_a_put_acknowledged_before_the_watch_is_in_its_baseline(repo_path, write
 
 
 def test_a_reset_names_the_line_it_left_also_when_published_after_the_head(repo_path):
-    """A reset whose superseded ref reaches git's files after the head's (refs are published, and
-    read, one by one; a put keeps the line it left after moving the head) still names that line."""
+    """A reset whose superseded ref reaches git's files after the head's (here: never, while
+    another program holds its lock) still names that line: the watcher reads refs as
+    acknowledged, the head and the line kept in one transaction."""
     with GitCheckpointStore(repo_path) as store:
         for i in range(2):
             store.put(CheckpointConfig("a"), Checkpoint(id=f"a-{i}", thread_id="a", step=i, state_data={}), {}, {})
-            if i == 0:
-                first = store.head("a")
         left = store.head("a")
-    kept = repo_path / (superseded_prefix("a") + left)
-    lock_file = kept.with_name(kept.name + ".lock")
+    lock_file = repo_path / (superseded_prefix("a") + left + ".lock")
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    lock_file.write_text("another program\n")
     with GitCheckpointStore(repo_path, readonly=True) as reader, qvc.watch(reader, hints="poll") as watcher:
-        lock_file.parent.mkdir(parents=True)
-        lock_file.write_text(left + "\n")  # the kept line: its value written, its rename still to come
-        run_git(repo_path, "update-ref", "-m", "reset: moving to a-0", head_ref("a"), first, left)
-
-        def publish() -> None:
-            time.sleep(0.3)
-            lock_file.rename(kept)
-
-        publisher = threading.Thread(target=publish)
-        publisher.start()
-        try:
-            events = watcher.poll()
-        finally:
-            publisher.join()
+        with GitCheckpointStore(repo_path) as store:
+            store.reset("a", "a-0")
+        assert run_git(repo_path, "rev-parse", head_ref("a")).stdout.strip() != left  # the head is in git's files
+        assert not (repo_path / (superseded_prefix("a") + left)).exists()  # its line is not
+        events = watcher.poll()
+    lock_file.unlink()
     assert [summary(e) for e in events] == [("reset", "a", "a-0", 1)]
     assert events[0].superseded == (f"a/{left}",) and events[0].cause == "reset: moving to a-0"
+
 
 def test_bursts_report_every_checkpoint_once_in_order(repo_path, writer):
     threads = [f"t{i}" for i in range(8)]
