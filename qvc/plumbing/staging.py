@@ -226,7 +226,6 @@ class Staging:
             db.execute("PRAGMA journal_mode=WAL")
             sync = "FULL" if self.mode == "sync" and self.fsync else "NORMAL" if self.fsync else "OFF"
             db.execute(f"PRAGMA synchronous={sync}")
-            db.execute("PRAGMA secure_delete=ON")  # a published row's bytes are overwritten, not left free
         self._local.db = db
         with self._conns_lock:
             self._conns.append(db)
