@@ -112,10 +112,12 @@ class Published:
 class StagedTransaction:
     """One SQLite write transaction of :class:`Staging` (made by :meth:`Staging.transaction`)."""
 
-    def __init__(self, staging: Staging, db: sqlite3.Connection, seq: int):
+    def __init__(self, staging: Staging, db: sqlite3.Connection, seq: int, generation: str | None):
         self._staging = staging
         self._db = db
         self.seq = seq
+        #: the generation token when the transaction began (:meth:`Staging.generation`)
+        self.generation = generation
         #: objects written, inserted at once before the commit (this thread reads them meanwhile)
         self.objects: dict[bytes, tuple[str, bytes]] = {}
 
@@ -303,7 +305,7 @@ class Staging:
                 self._local.generation_before = meta.get("generation")
                 seq = (meta.get("seq") or 0) + 1
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('seq', ?)", (seq,))
-                tx = StagedTransaction(self, db, seq)
+                tx = StagedTransaction(self, db, seq, self._local.generation_before)
                 self._local.staged = tx.objects
                 yield tx
                 with self._guard("commit"):

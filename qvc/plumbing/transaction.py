@@ -38,6 +38,9 @@ class Record:
     #: uses it to tell a lost rename from a later writer's change. A delete also notes the
     #: token it is about to write, under ``qvc/generation``.
     seen: dict[str, list] = field(default_factory=dict)
+    #: the generation token the moves were made under, as a 1-tuple (the token the transaction
+    #: began with, or the one its rewrite started); ``None`` where unknown (an old journal's record)
+    generation: tuple[str | None] | None = field(default=None, compare=False)
     stored: int = field(default=0, compare=False)  # how many of ``objects`` are in the object store
     oids: list[bytes] = field(default_factory=list, compare=False)  # ids of ``objects``, when known
 
@@ -94,7 +97,7 @@ class Transaction:
     def __init__(self, repo: TransactionHost, staged: StagedTransaction):
         self.repo = repo
         self.staged = staged
-        self.record = Record()
+        self.record = Record(generation=(staged.generation,))
         self._token: str | None = None
         self._prepends: list[tuple[str, list[ReflogEntry]]] = []
 
@@ -147,6 +150,7 @@ class Transaction:
         if self._token is None:
             self._token = self.staged.rewrite()
             self.record.seen[GENERATION] = [None, self._token]
+            self.record.generation = (self._token,)
             self.repo.rewriting()
 
     @property

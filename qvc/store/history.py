@@ -191,40 +191,27 @@ class History:
         """
         if GENERATION in record.seen:  # a rewrite: what was derived from the old history goes
             self._drop_derived()
-        ids: list[tuple[str, str]] = []
-        written: dict[str, CommitInfo] = {}  # the commits this record wrote
         for (kind, data), oid in zip(record.objects, record.oids, strict=True):
             if kind == "blob":
                 self._blobs.put(oid, data)
             elif kind == "tree":
                 self._trees.put(oid, parse_tree(data, oid))
-            elif kind == "commit":
-                info = parse_commit(oid.hex(), data)
-                self._commits.put(info.hex, info)
-                written[info.hex] = info
-        # An id is indexed only once its checkpoint is on a ref: a commit no move of this record
-        # reaches (a put whose ref move then conflicted) is not, so a retry of that put stores it.
-        stack, reached = [new for _, _, new in record.refs if new in written], set()
-        while stack:
-            hexid = stack.pop()
-            if hexid in reached:
-                continue
-            reached.add(hexid)
-            info = written[hexid]
-            stack += [p for p in info.parents if p in written]
-            if info.checkpoint_id != info.hex:  # a checkpoint (not pending writes)
-                ids.append((info.checkpoint_id, info.hex))
-                with self._lock:
-                    if self._tips or self._by_id:
-                        # not marked walked (_indexed): a walk reaching it still goes on to its
-                        # parents, which another process may have written and no walk here saw
-                        self._by_id[info.checkpoint_id] = info.hex
+        written, ids = _checkpoints_on_refs(record)
+        for info in written.values():
+            self._commits.put(info.hex, info)
+        with self._lock:
+            if self._tips or self._by_id:
+                # not marked walked (_indexed): a walk reaching them still goes on to their
+                # parents, which another process may have written and no walk here saw
+                self._by_id.update(ids)
         for name, old, new in record.refs:  # refs git moved (a fetch): their commits are new here
             if new is not None and new not in written and not name.startswith(WRITES):
                 ids += self._checkpoints(self._walk_new(new, old))
         if ids and not self.repo.readonly:
             seen = {v[1] or "0" for n, v in record.seen.items() if n != GENERATION and isinstance(v, list)
                     and len(v) >= 2 and (v[1] is None or isinstance(v[1], str))}
+            if record.generation is not None:  # a rewrite another process committed after this one
+                seen.add(record.generation[0] or "0")
             current = self._current_token()  # read after the refs moved
             if {token_name(g) for g in seen} <= {current}:
                 self._ids.append(ids, current)
@@ -239,23 +226,7 @@ class History:
         index, with ``tx`` (a :attr:`Repository.commit_listeners` callback): the index log is
         appended only after the commit (:meth:`observe`), and a writer killed in between, or a
         power cut that takes the log's tail, must not make an id look new to the next put."""
-        record = tx.record
-        written = {}
-        for (kind, data), oid in zip(record.objects, record.oids, strict=True):
-            if kind == "commit":
-                info = parse_commit(oid.hex(), data)
-                written[info.hex] = info
-        stack, reached, ids = [new for _, _, new in record.refs if new in written], set(), []
-        while stack:
-            hexid = stack.pop()
-            if hexid in reached:
-                continue
-            reached.add(hexid)
-            info = written[hexid]
-            stack += [p for p in info.parents if p in written]
-            if info.checkpoint_id != info.hex:
-                ids.append((info.checkpoint_id, info.hex))
-        tx.index(ids)
+        tx.index(_checkpoints_on_refs(tx.record)[1])
 
     def _index_replayed(self, moved: dict[str, tuple[str | None, str | None]]) -> None:
         """Index what crashed writers' replayed journals (on open) or adopted leases (while
@@ -584,3 +555,25 @@ class History:
         mine = self._fields(info)
         theirs = self._fields(self.commit(info.parent)) if info.parent else {}
         return [f for f, raw in mine.items() if theirs.get(f) != raw]
+
+
+def _checkpoints_on_refs(record: Record) -> tuple[dict[str, CommitInfo], list[tuple[str, str]]]:
+    """The commits ``record`` wrote (by SHA), and ``(checkpoint id, SHA)`` of those its ref moves
+    put on a ref. An id is indexed only once its checkpoint is on a ref: a commit no move of the
+    record reaches (an earlier try inside the same transaction) is not, so a later put stores it."""
+    written = {}
+    for (kind, data), oid in zip(record.objects, record.oids, strict=True):
+        if kind == "commit":
+            info = parse_commit(oid.hex(), data)
+            written[info.hex] = info
+    stack, reached, ids = [new for _, _, new in record.refs if new in written], set(), []
+    while stack:
+        hexid = stack.pop()
+        if hexid in reached:
+            continue
+        reached.add(hexid)
+        info = written[hexid]
+        stack += [p for p in info.parents if p in written]
+        if info.checkpoint_id != info.hex:  # a checkpoint (not pending writes)
+            ids.append((info.checkpoint_id, info.hex))
+    return written, ids

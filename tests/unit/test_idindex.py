@@ -298,3 +298,29 @@ def test_an_id_a_killed_writer_stored_is_known_to_the_next_put(tmp_path):
         with pytest.raises(CheckpointConflictError, match="already exists"):
             store.put(CheckpointConfig("t"), Checkpoint(id="d1", thread_id="t", step=1, state_data={"n": 2}), {})
         assert [t.checkpoint.id for t in store.list(CheckpointConfig("t"))] == ["d1", "d0"]
+
+
+def test_a_put_whose_log_append_comes_after_another_stores_delete_does_not_index_what_it_deleted(tmp_path):
+    """Another store's delete commits between a put's commit and the put's append to the id index
+    (and a lookup there builds the new generation's log): the put's id goes into no index, so
+    the deleted checkpoint is not found, and putting it again stores it."""
+    path = tmp_path / "r.qvc"
+    with GitCheckpointStore(path, fsync=False) as a, GitCheckpointStore(path, fsync=False) as b:
+        _put(a, "keep", "k0", 0)
+        _put(a, "t", "x0", 0)
+        done = []
+
+        def delete_first(record) -> None:
+            if not done and any(name == "refs/heads/t" for name, _, _ in record.refs):
+                done.append(True)
+                b.delete_thread("t")
+                assert b.get_tuple(CheckpointConfig("any", "k0")) is not None  # builds the new log
+
+        a.repository.listeners.insert(0, delete_first)
+        _put(a, "t", "x1", 1)
+        assert done
+    with GitCheckpointStore(path, fsync=False) as c:
+        assert c.get_tuple(CheckpointConfig("any", "x1")) is None
+        assert History(c.repository).lookup("x1", refresh=False) is None
+        _put(c, "t", "x1", 0)
+        assert [t.checkpoint.id for t in c.list(CheckpointConfig("t"))] == ["x1"]
