@@ -280,9 +280,10 @@ class Repository:
         # A publication flushes the log first (write-ahead): in EXIT mode, whose writes are durable
         # at flush or close, the background publisher runs seldom, so that a run pays that flush
         # about once a second rather than once a write.
-        lag = {DurabilityMode.SYNC: PUBLISH_LAG, DurabilityMode.ASYNC: max(PUBLISH_LAG, max_lag)}.get(
+        self._publish_lag = {DurabilityMode.SYNC: PUBLISH_LAG, DurabilityMode.ASYNC: max(PUBLISH_LAG, max_lag)}.get(
             durability, EXIT_PUBLISH_LAG)
-        self._publisher = None if readonly else Worker(self._publish_quietly, lag, name="qvc-publisher")
+        self._publisher: Worker | None = None  # started by the first write (a reader starts no thread)
+        self._publisher_lock = threading.Lock()
         #: called with each record after its transaction committed (durable per the mode); must not block
         self.listeners: list[Callable[[Record], None]] = []
         #: called with each transaction just before it commits (after its last move): what must be
@@ -568,8 +569,15 @@ class Repository:
                 with contextlib.suppress(OSError):  # a delete is in git's files on return (unless a lock holds it)
                     self.publish()
             tx.finish()
-            if self._publisher is not None:
-                self._publisher.poke()
+            self._poke_publisher()
+
+    def _poke_publisher(self) -> None:
+        """Wake the background publisher, starting it on the first write."""
+        if self._publisher is None:
+            with self._publisher_lock:
+                if self._publisher is None:
+                    self._publisher = Worker(self._publish_quietly, self._publish_lag, name="qvc-publisher")
+        self._publisher.poke()
 
     def _identity(self) -> str:
         """Who reflog lines name, as git and libgit2 do: ``user.name <user.email>``, else ``unknown``."""
@@ -659,8 +667,10 @@ class Repository:
                 log.warning("qvc: closing %s while %d write(s) still run", self.path, self._running - mine)
         _open_repos.discard(self)
         error: BaseException | None = None
-        if self._publisher is not None:
-            self._publisher.stop()
+        with self._publisher_lock:
+            if self._publisher is not None:
+                self._publisher.stop()
+            self._publisher = Worker(self._publish_quietly, 0, start=False)  # none starts after close
         try:
             self.publish()
         except OSError as exc:  # staged and durable: the next opener publishes it

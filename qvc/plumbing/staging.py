@@ -85,6 +85,7 @@ MAX_OBJECT = 1_000_000_000
 
 log = logging.getLogger("qvc")
 
+SCHEMA_VERSION = 1  # PRAGMA user_version once the tables below exist
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS objects (id INTEGER PRIMARY KEY, oid BLOB NOT NULL UNIQUE, kind TEXT NOT NULL,
                                     data BLOB NOT NULL, seq INTEGER NOT NULL);
@@ -204,11 +205,6 @@ class Staging:
         self._warned: set[str] = set()  # locks of other programs already named in a warning
         if not readonly:
             os.makedirs(os.path.dirname(self._db_path), exist_ok=True)
-            with self._guard("open"):
-                self._connection().executescript(_SCHEMA)
-            if mode == "async" and fsync:
-                self._flusher = threading.Thread(target=self._flush_loop, name="qvc-staging-flush", daemon=True)
-                self._flusher.start()
 
     # -- connections ----------------------------------------------------------------------
 
@@ -224,10 +220,15 @@ class Staging:
             db = sqlite3.connect(f"file:{self._db_path}?mode=ro", uri=True, isolation_level=None,
                                  check_same_thread=False, timeout=60)
         else:
-            db = sqlite3.connect(self._db_path, isolation_level=None, check_same_thread=False, timeout=60)
-            db.execute("PRAGMA journal_mode=WAL")
-            sync = "FULL" if self.mode == "sync" and self.fsync else "NORMAL" if self.fsync else "OFF"
-            db.execute(f"PRAGMA synchronous={sync}")
+            # Connected on first need (a store that only reads makes no log): a full disk fails
+            # the first write, not the open.
+            with self._guard("open"):
+                db = sqlite3.connect(self._db_path, isolation_level=None, check_same_thread=False, timeout=60)
+                db.execute("PRAGMA journal_mode=WAL")
+                sync = "FULL" if self.mode == "sync" and self.fsync else "NORMAL" if self.fsync else "OFF"
+                db.execute(f"PRAGMA synchronous={sync}")
+                if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+                    db.executescript(_SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION};")
         self._local.db = db
         with self._conns_lock:
             self._conns.append(db)
@@ -241,21 +242,23 @@ class Staging:
         again through a connection if it changed meanwhile: a read-only store then creates
         nothing in the repository (a WAL reader would leave ``-wal`` and ``-shm`` files), and
         works where those files cannot be created (a full disk, no write permission). A writing
-        store keeps its connection open, and with it the log."""
+        store connects on its first write (or a read while the log holds something) and keeps
+        its connection, and with it the log, open."""
         if self._closed:
             raise StoreClosedError(f"{self.path}: the store is closed")
-        if self.readonly:
+        if getattr(self._local, "db", None) is None and not self.in_transaction():
             try:
                 before = _identity(self._db_path)
             except FileNotFoundError:
                 return []
             if not self._logged():
                 with self._guard("read"):
-                    snapshot = sqlite3.connect(f"file:{self._db_path}?immutable=1", uri=True, isolation_level=None)
                     try:
-                        rows = snapshot.execute(sql, args).fetchall()
-                    finally:
-                        snapshot.close()
+                        rows = self._snapshot(before).execute(sql, args).fetchall()
+                    except sqlite3.OperationalError as exc:
+                        if "no such table" not in str(exc):
+                            raise
+                        rows = []  # a database a first writer is creating: nothing in it yet
                 if not self._logged() and _identity(self._db_path) == before:
                     return rows
         db = self._connection()
@@ -263,6 +266,22 @@ class Staging:
             return []
         with self._guard("read"):
             return db.execute(sql, args).fetchall()
+
+    def _snapshot(self, identity: tuple[int, int, int]) -> sqlite3.Connection:
+        """This thread's ``immutable`` connection to the database file as it is at ``identity``
+        (a new one once the file changed: an immutable reader never looks again)."""
+        cached = getattr(self._local, "snapshot", None)
+        if cached is not None and cached[0] == identity:
+            return cached[1]
+        db = sqlite3.connect(f"file:{self._db_path}?immutable=1", uri=True, isolation_level=None,
+                             check_same_thread=False)
+        self._local.snapshot = (identity, db)
+        with self._conns_lock:
+            if cached is not None:
+                cached[1].close()
+                self._conns.remove(cached[1])
+            self._conns.append(db)
+        return db
 
     def _logged(self) -> bool:
         """Whether the write-ahead log holds anything (an empty one has no committed frame)."""
@@ -321,6 +340,12 @@ class Staging:
                 self._local.staged = None
         if self.mode != "sync":
             self._dirty.set()
+            if self.mode == "async" and self.fsync and self._flusher is None:  # on the first commit
+                with self._conns_lock:
+                    if self._flusher is None and not self._closed:
+                        self._flusher = threading.Thread(target=self._flush_loop, name="qvc-staging-flush",
+                                                         daemon=True)
+                        self._flusher.start()
 
     @contextlib.contextmanager
     def _queue(self) -> Iterator[None]:
