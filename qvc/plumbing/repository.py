@@ -301,8 +301,11 @@ class Repository:
         self.listeners.append(self._count_created)
         self._closed = False
         _open_repos.add(self)
-        if not readonly and self.staging.staged():
-            self._publish_quietly()  # what an earlier process acknowledged and did not publish
+        if not readonly:
+            with self.locks.writing():  # maintenance under way (a killed purge's git, say) ends first
+                pass
+            if self.staging.staged():
+                self._publish_quietly()  # what an earlier process acknowledged and did not publish
 
     # -- git access ---------------------------------------------------------------------
 
@@ -345,6 +348,12 @@ class Repository:
             return True
         except CorruptionError:
             return False
+
+    def staged(self, raw: bytes) -> bool:
+        """Whether object ``raw`` is staged (maybe not yet in git's files: what a libgit2 walk
+        must have published first)."""
+        self._ensure_usable()
+        return self.staging.object(raw) is not None
 
     def make_readable(self, record: Record) -> None:
         """A no-op kept for callers: a transaction's objects are readable at once."""
@@ -446,6 +455,8 @@ class Repository:
             entries = []  # compacted entries of a ref deleted since
         while staged and entries and staged[-1] == entries[0]:
             staged.pop()  # being published: in the file already
+        if staged and entries and staged[-1].old != entries[0].new:
+            entries = []  # the staged moves start a new life of the ref (created again): not its past
         return staged + entries
 
     def file_identity(self, name: str) -> list | None:

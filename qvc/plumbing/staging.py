@@ -223,12 +223,15 @@ class Staging:
             # Connected on first need (a store that only reads makes no log): a full disk fails
             # the first write, not the open.
             with self._guard("open"):
-                db = sqlite3.connect(self._db_path, isolation_level=None, check_same_thread=False, timeout=60)
-                db.execute("PRAGMA journal_mode=WAL")
-                sync = "FULL" if self.mode == "sync" and self.fsync else "NORMAL" if self.fsync else "OFF"
-                db.execute(f"PRAGMA synchronous={sync}")
-                if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
-                    db.executescript(_SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION};")
+                new = not os.path.exists(self._db_path + "-wal") and not os.path.exists(self._db_path)
+                with self._queue() if new else contextlib.nullcontext():  # its first writers take turns
+                    db = sqlite3.connect(self._db_path, isolation_level=None, check_same_thread=False, timeout=60)
+                    db.execute("PRAGMA journal_mode=WAL")
+                    sync = "FULL" if self.mode == "sync" and self.fsync else "NORMAL" if self.fsync else "OFF"
+                    db.execute(f"PRAGMA synchronous={sync}")
+                    if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+                        with self._queue():  # (reentrant) creating the tables: one writer at a time
+                            db.executescript(_SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION};")
         self._local.db = db
         with self._conns_lock:
             self._conns.append(db)
@@ -314,8 +317,8 @@ class Staging:
         self._check_open()
         if getattr(self._local, "open_tx", False):
             raise QvcError(f"{self.path}: a transaction is already open in this thread (they do not nest)")
-        db = self._connection()
         with self._queue():
+            db = self._connection()
             with self._guard("write"):
                 db.execute("BEGIN IMMEDIATE")
             self._local.open_tx = True

@@ -805,7 +805,9 @@ class GitCheckpointStore(CheckpointStore):
         if commit == ancestor:
             return True
         repo = self._repo
-        repo.publish()  # libgit2 walks git's files: they first get this process's writes
+        if repo.staged(bytes.fromhex(commit)) or repo.staged(bytes.fromhex(ancestor)):
+            repo.publish()  # libgit2 walks git's files: they first get what is staged (a published
+            # commit's ancestors are published: staged before it, they are in its pack or earlier)
         try:
             return repo.retry_on_miss(lambda: repo.git.descendant_of(pygit2.Oid(hex=commit), pygit2.Oid(hex=ancestor)))
         except (pygit2.GitError, KeyError) as exc:

@@ -237,4 +237,5 @@ def test_a_write_beside_a_lock_it_did_not_create_is_kept_and_reaches_git_once_th
     assert lock.read_text() == "y\n"
     lock.unlink()
     qvc("gc", cwd=work)  # any later writer publishes it
-    assert run_git(repo, "rev-parse", "refs/heads/france").stdout.strip() == qvc_json("show", "france", cwd=work)["commit"]
+    shown = qvc_json("show", "france", cwd=work)["commit"]
+    assert run_git(repo, "rev-parse", "refs/heads/france").stdout.strip() == shown

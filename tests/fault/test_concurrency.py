@@ -25,10 +25,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import helpers  # noqa: E402
-from helpers import child_env, fsck  # noqa: E402
+from helpers import child_env, fsck, run_git  # noqa: E402
 
 from qvc import Checkpoint, CheckpointConfig, CheckpointConflictError, DurabilityMode, GitCheckpointStore  # noqa: E402
-from qvc.plumbing import publication  # noqa: E402
 
 WORKER = HERE / "workers" / "concurrency_worker.py"
 _spec = importlib.util.spec_from_file_location("qvc_tests_concurrency_worker", WORKER)
@@ -379,7 +378,7 @@ def _kill(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def test_dead_writers_journal_does_not_resurrect_a_deleted_thread(tmp_path):
+def test_a_dead_writers_puts_do_not_resurrect_a_thread_deleted_later(tmp_path):
     path = tmp_path / "repo.qvc"
     GitCheckpointStore(path).close()
     proc = _writer_then_die(path, "doomed", 3, "D")
@@ -388,11 +387,11 @@ def test_dead_writers_journal_does_not_resurrect_a_deleted_thread(tmp_path):
             store.delete_thread("doomed")
             assert "doomed" not in store.threads()
     finally:
-        _kill(proc)  # then the first writer dies; its journal still says doomed -> D-00002
+        _kill(proc)  # then the first writer dies, after acknowledging doomed -> D-00002
     with GitCheckpointStore(path) as store:
-        assert store.recovery.journals_replayed == 1
+        assert store.repository.staging.staged() == 0  # nothing of the dead writer's is left to publish
         assert "doomed" not in store.threads(), (
-            f"recovery of a dead writer's journal brought back a thread deleted later by another process "
+            f"a dead writer's acknowledged puts brought back a thread deleted later by another process "
             f"({store.recovery.summary()})")
         assert store.get_tuple(CheckpointConfig("doomed", "D-00001")) is None
 
@@ -416,9 +415,8 @@ sys.stdin.readline()
 
 def test_dead_writers_own_later_delete_does_not_resurrect_a_thread_another_deleted(tmp_path):
     """A writer puts on a thread; another process deletes that thread; then the writer deletes
-    something of its own (a new generation token, its own) and dies. Its later token must not
-    count as proof that nobody deleted history since its puts: the chain of tokens since its
-    move broke at the other process's delete, which its own delete saw (found by the model)."""
+    something of its own and dies. Its later delete, which saw the other process's, must not
+    bring its earlier puts back (the old engine's generation tokens once did: found by the model)."""
     path = tmp_path / "repo.qvc"
     GitCheckpointStore(path).close()
     proc = subprocess.Popen([sys.executable, "-c", DELETES_LATER, os.fspath(path)], stdin=subprocess.PIPE,
@@ -433,12 +431,12 @@ def test_dead_writers_own_later_delete_does_not_resurrect_a_thread_another_delet
     finally:
         _kill(proc)
     with GitCheckpointStore(path) as store:
-        assert store.recovery.journals_replayed == 1
+        assert store.repository.staging.staged() == 0
         assert store.threads() == [], f"a deleted thread came back ({store.recovery.summary()})"
         assert store.get_tuple(CheckpointConfig("doomed", "D-2")) is None
 
 
-def test_dead_writers_journal_does_not_resurrect_a_deleted_checkpoint(tmp_path):
+def test_a_dead_writers_put_does_not_resurrect_a_checkpoint_deleted_later(tmp_path):
     path = tmp_path / "repo.qvc"
     GitCheckpointStore(path).close()
     proc = _writer_then_die(path, "only", 1, "O")
@@ -450,12 +448,12 @@ def test_dead_writers_journal_does_not_resurrect_a_deleted_checkpoint(tmp_path):
         _kill(proc)
     with GitCheckpointStore(path) as store:
         assert store.get_tuple(CheckpointConfig("only", "O-00000")) is None, (
-            f"an acknowledged delete was undone by recovery of another process's journal "
+            f"an acknowledged delete was undone by what a dead process had acknowledged before it "
             f"({store.recovery.summary()})")
         assert store.threads() == []
 
 
-def test_dead_writers_journal_does_not_undo_anothers_later_move(tmp_path):
+def test_a_dead_writers_puts_do_not_undo_anothers_later_move(tmp_path):
     """Another process moved the thread on (time travel back, then a new put): recovery keeps that."""
     path = tmp_path / "repo.qvc"
     GitCheckpointStore(path).close()
@@ -472,46 +470,56 @@ def test_dead_writers_journal_does_not_undo_anothers_later_move(tmp_path):
             f"recovery moved the head back to {head.checkpoint.id} ({store.recovery.summary()})")
 
 
-def _slow_put_then_die(path: Path, thread: str, cid: str, meanwhile) -> None:
-    """A writer moves ``thread`` to ``cid`` and is descheduled before journaling that move;
-    meanwhile another process runs ``meanwhile()`` (acknowledged); then the writer journals its
-    move, its put returns, and it is SIGKILLed."""
+def _slow_put_then_die(path: Path, thread: str, cid: str, meanwhile, after) -> None:
+    """A writer's put of ``cid`` on ``thread`` is acknowledged, and its publication to git's
+    files is descheduled after it read what is staged, before it wrote anything; meanwhile
+    another process runs ``meanwhile()`` (acknowledged); then the writer's publication goes on
+    with what it read, ``after()`` runs, and the writer is SIGKILLed."""
     proc = spawn("slowput", str(path), thread, cid)
     try:
         go(proc)
+        assert proc.stdout.readline().strip() == f"ACK {cid}", proc.stderr.read()
         assert proc.stdout.readline().strip() == "MOVED", proc.stderr.read()
         meanwhile()
         time.sleep(0.05)
-        go(proc)  # resume: the journal record is written (and timestamped) only now
-        assert proc.stdout.readline().strip() == f"ACK {cid}", proc.stderr.read()
+        go(proc)  # resume: the late publication writes what it read before meanwhile()
+        assert proc.stdout.readline().strip() == "PUBLISHED", proc.stderr.read()
+        after()
     finally:
         _kill(proc)
 
 
-def test_dead_writers_late_journal_record_does_not_undo_a_delete(tmp_path):
-    """The dead writer's put moved the ref before another process deleted that checkpoint, but
-    journaled the move after the delete: recovery must not roll the ref forward again."""
+def test_a_dead_writers_late_publication_does_not_undo_a_delete(tmp_path):
+    """The dead writer's put was acknowledged before another process deleted that checkpoint,
+    but its publication (begun before the delete) wrote git's files after it: neither that
+    publication nor the next opener may move the ref forward again."""
     path = tmp_path / "repo.qvc"
     with GitCheckpointStore(path) as store:
         put(store, "t", "X", 0, "X")
 
-    other = GitCheckpointStore(path)  # open before the writer starts its put (opening waits for writers)
+    other = GitCheckpointStore(path)  # open before the writer starts its put
 
     def delete_it():
         assert other.get_tuple(CheckpointConfig("t")).checkpoint.id == "Y"
         other.delete(CheckpointConfig("t", "Y"))  # acknowledged: head back at X
 
+    def still_deleted():  # whatever the late publication wrote to git's files
+        assert other.get_tuple(CheckpointConfig("t")).checkpoint.id == "X"
+        assert other.get_tuple(CheckpointConfig("t", "Y")) is None
+
     try:
-        _slow_put_then_die(path, "t", "Y", delete_it)
+        _slow_put_then_die(path, "t", "Y", delete_it, still_deleted)
     finally:
         other.close()
     with GitCheckpointStore(path) as store:
         head = store.get_tuple(CheckpointConfig("t")).checkpoint.id
         assert store.get_tuple(CheckpointConfig("t", "Y")) is None and head == "X", (
-            f"recovery undid an acknowledged delete: head {head} ({store.recovery.summary()})")
+            f"a late publication undid an acknowledged delete: head {head} ({store.recovery.summary()})")
+        assert run_git(path, "rev-parse", "refs/heads/t").stdout.strip() == store.head("t")  # git agrees
+    fsck(path)
 
 
-def test_dead_writers_late_journal_record_does_not_resurrect_a_thread(tmp_path):
+def test_a_dead_writers_late_publication_does_not_resurrect_a_thread(tmp_path):
     path = tmp_path / "repo.qvc"
     GitCheckpointStore(path).close()
 
@@ -520,20 +528,27 @@ def test_dead_writers_late_journal_record_does_not_resurrect_a_thread(tmp_path):
     def delete_thread():
         other.delete_thread("n")
 
+    def still_deleted():  # whatever the late publication wrote to git's files
+        assert other.threads() == []
+
     try:
-        _slow_put_then_die(path, "n", "Y", delete_thread)
+        _slow_put_then_die(path, "n", "Y", delete_thread, still_deleted)
     finally:
         other.close()
     with GitCheckpointStore(path) as store:
         assert store.threads() == [], (
-            f"recovery brought back a thread deleted by another process ({store.recovery.summary()})")
+            f"a late publication brought back a thread deleted by another process ({store.recovery.summary()})")
+    assert run_git(path, "rev-parse", "-q", "--verify", "refs/heads/n", check=False).returncode != 0
+    fsck(path)
 
 
 # -- (e) lock files no store holds ----------------------------------------------------------------
-# git's rule (issue 32): a lock file that names no qvc store (git's, another program's) is never
+# git's rule (issue 32): a lock file qvc did not create (git's, another program's) is never
 # removed, however old, since its owner cannot be proved gone (a git process mid-update would
-# lose its lock); opening, maintenance and writes leave it, and a write it blocks waits, then
-# fails in one line naming it. (A dead store's lease, which names its store, is finished: tests/fault/test_leases.py.)
+# lose its lock); opening, maintenance and writes leave it. A write to the ref it locks is
+# acknowledged and read by qvc at once, stays staged for git (named once in a warning) and
+# reaches git's files once the lock is gone. (A dead publisher's own locks are removed by the
+# next one: tests/fault/test_staging_faults.py.)
 
 
 def _foreign_lock(path: Path, thread: str, age: float = 3600.0) -> Path:
@@ -546,23 +561,38 @@ def _foreign_lock(path: Path, thread: str, age: float = 3600.0) -> Path:
 
 
 @pytest.mark.parametrize("age", [3600.0, 0.0])
-def test_a_lock_no_store_holds_is_left_and_named_by_the_write_it_blocks(tmp_path, monkeypatch, age):
-    monkeypatch.setattr(publication, "LOCK_WAIT", 0.5)  # how long a write waits for it
+def test_a_lock_no_store_holds_is_left_and_keeps_the_write_staged_for_git(tmp_path, caplog, age):
     path = tmp_path / "repo.qvc"
     with GitCheckpointStore(path) as store:
         put(store, "t", "L-00000", 0, "L")
+        before = store.head("t")
     locks = [_foreign_lock(path, "t", age), _foreign_lock(path, "brand-new", age)]  # (no such thread yet)
     with GitCheckpointStore(path) as store:
         assert not store.recovery.locks_removed, store.recovery
-        for thread, step in (("t", 1), ("brand-new", 0)):
-            with pytest.raises(CheckpointConflictError, match=f"{thread}.lock exists; if no other program"):
-                put(store, thread, "L-00001", step, "L")
+        put(store, "t", "L-00001", 1, "L")  # acknowledged: the lock holds git's file, not the write
+        put(store, "brand-new", "L-00002", 0, "L")
+        store.flush()  # durable; git's files wait for the locks
+        heads = {t: store.head(t) for t in ("t", "brand-new")}
+        with GitCheckpointStore(path, readonly=True) as reader:  # every qvc reader sees the writes
+            assert reader.get_tuple(CheckpointConfig("t")).checkpoint.id == "L-00001"
+            assert reader.get_tuple(CheckpointConfig("brand-new")).checkpoint.id == "L-00002"
+        assert run_git(path, "rev-parse", "refs/heads/t").stdout.strip() == before  # git: the old value
+        assert run_git(path, "rev-parse", "-q", "--verify", "refs/heads/brand-new", check=False).returncode != 0
+        for thread in ("t", "brand-new"):
+            named = [r.getMessage() for r in caplog.records if f"refs/heads/{thread}.lock" in r.getMessage()]
+            assert len(named) == 1 and "locked by another program" in named[0], named  # named once
         store.gc()  # maintenance leaves them too
         assert all(lock.exists() for lock in locks)
+        assert store.get_tuple(CheckpointConfig("t")).checkpoint.id == "L-00001"
         for lock in locks:
             lock.unlink()  # what the user does once no other program runs
-        put(store, "t", "L-00001", 1, "L")
-        put(store, "brand-new", "L-00002", 0, "L")
+        store.flush()
+        for thread, head in heads.items():
+            assert run_git(path, "rev-parse", f"refs/heads/{thread}").stdout.strip() == head
+        put(store, "t", "L-00003", 2, "L")
+    with GitCheckpointStore(path) as store:
+        assert line_ids(store, "t") == ["L-00003", "L-00001", "L-00000"]
+        assert line_ids(store, "brand-new") == ["L-00002"]
     fsck(path)
 
 

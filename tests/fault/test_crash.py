@@ -1,6 +1,7 @@
 """Crash tests: a writer subprocess is SIGKILLed at random points, over and over, on one repository.
 
-After every kill: ``git fsck --strict`` passes, the store opens (recovery runs), every
+After every kill: ``git fsck --strict`` passes, the store opens (publishing what the killed
+writer committed and did not publish, and nothing is left staged), every
 acknowledged checkpoint reads back with exactly the state written, every thread head is at
 an acknowledged checkpoint (or at the result of the one operation that was in flight), and
 a fresh put on every thread works (no stale lock blocks it). The next writer then continues
@@ -12,6 +13,7 @@ The writer is ``tests/fault/workers/crash_writer.py``; its protocol is described
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import os
 import queue
@@ -35,11 +37,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import helpers  # noqa: E402
-from helpers import child_env, fsck, git_env  # noqa: E402
+from helpers import child_env, fsck, git_env, run_git  # noqa: E402
 
 from qvc import Checkpoint, CheckpointConfig, DurabilityMode, GitCheckpointStore  # noqa: E402
-from qvc.plumbing.journal import GENERATION  # noqa: E402
 from qvc.plumbing.locking import LOCK, flocked  # noqa: E402
+from qvc.plumbing.staging import Staging  # noqa: E402
 
 WRITER = HERE / "workers" / "crash_writer.py"
 _spec = importlib.util.spec_from_file_location("qvc_tests_crash_writer", WRITER)
@@ -253,8 +255,8 @@ class Model:
 def replay_lines(model: Model, lines: list[str]) -> tuple[list[str] | None, set[str], bool]:
     """Apply the ACKs; return (operation in flight or None, cids acknowledged, the writer wrote).
 
-    A store creates its journal with its first write, so a writer with an acknowledged write
-    certainly left a journal to replay.
+    A writer with an acknowledged write committed it to the staging database (published to
+    git's files by it, or by whoever opens next).
     """
     inflight = None
     acked: set[str] = set()
@@ -389,9 +391,9 @@ def verify(store, model: Model, acked: set[str], rng: random.Random, where: str,
 def fresh_puts(store, model: Model, tag: str, where: str, prefix: str = "", limit: float = 3.0) -> float:
     """(d): a put on every thread (and the base threads) works within ``limit`` seconds; returns the slowest.
 
-    With no other store open, recovery removes every lock a killed writer left, so puts are
-    immediate. While another process has the repository open, a lock left by the killed
-    writer is only known to be stale by its age, so a put may wait for that (qvc: 5 s).
+    A put is a staging transaction: it never waits for git's lock files, and a lock a killed
+    publisher left is removed by the next publisher, so no put is held up by the killed writer
+    (``limit`` only catches a put that is blocked).
     """
     slowest = 0.0
     for thread in sorted(set(model.heads) | {prefix + t for t in cw.BASE_THREADS}):
@@ -447,7 +449,7 @@ def crash_loop(tmp_path: Path, mode: str, iterations: int, seed: int) -> dict:
     rng = random.Random(seed)
     path = tmp_path / "repo.qvc"
     model = Model()
-    stats = {"iterations": 0, "acks": 0, "killed_before_a_write": 0, "journals_replayed": 0, "locks_removed": 0,
+    stats = {"iterations": 0, "acks": 0, "killed_before_a_write": 0, "left_staged": 0, "locks_removed": 0,
              "objects_restored": 0, "refs_restored": 0, "inflight": 0,
              "recovered_by_writer": 0, "orphaned_git": 0,
              "t_writer": 0.0, "t_fsck": 0.0, "t_open": 0.0, "t_verify": 0.0}
@@ -511,7 +513,11 @@ def crash_loop(tmp_path: Path, mode: str, iterations: int, seed: int) -> dict:
             stats["recovered_by_writer"] += 1
             continue
 
-        # (b) it opens; recovery replays the dead writer's journal
+        # (b) it opens, and publishes what the dead writer committed and did not publish
+        left = Staging(path, readonly=True) if path.exists() else None
+        stats["left_staged"] += left is not None and left.staged() > 0
+        if left is not None:
+            left.close()
         t0 = time.monotonic()
         store = GitCheckpointStore(path, durability=durability)
         took = time.monotonic() - t0
@@ -519,15 +525,11 @@ def crash_loop(tmp_path: Path, mode: str, iterations: int, seed: int) -> dict:
         try:
             assert took < 10, f"{where}: opening took {took:.1f} s"
             rec = store.recovery
-            if wrote:
-                assert rec.journals_replayed >= 1, f"{where}: the killed writer's journal was not replayed: {rec}"
-            stats["journals_replayed"] += rec.journals_replayed
             stats["locks_removed"] += len(rec.locks_removed)
             stats["objects_restored"] += rec.objects_restored
             stats["refs_restored"] += len(rec.refs_restored)
-            assert not os.listdir(path / "qvc" / "journal") or all(
-                n == os.path.basename(store.repository.journal.path) for n in os.listdir(path / "qvc" / "journal")), (
-                f"{where}: replayed journals were not removed: {os.listdir(path / 'qvc' / 'journal')}")
+            assert store.repository.staging.staged() == 0, f"{where}: opening left the dead writer's writes staged"
+            assert not (path / "qvc" / "journal").exists(), f"{where}: a new repository has a journal directory"
             # (c) acknowledged checkpoints and heads
             t_phase = time.monotonic()
             try:
@@ -553,7 +555,7 @@ def crash_loop(tmp_path: Path, mode: str, iterations: int, seed: int) -> dict:
 def two_writer_loop(tmp_path: Path, mode: str, kills: int, seed: int) -> dict:
     """Writer B runs all along on threads ``b-*``; writer A (threads ``a-*``) is killed and restarted.
 
-    Each restarted A, and the test between kills, recovers A's crash while B is writing.
+    Each restarted A, and the test between kills, opens the repository after A's crash while B is writing.
     """
     rng = random.Random(seed)
     path = tmp_path / "repo.qvc"
@@ -588,14 +590,12 @@ def two_writer_loop(tmp_path: Path, mode: str, kills: int, seed: int) -> dict:
             stats["kills"] += 1
             stats["acks_a"] += sum(1 for ln in lines if ln.startswith("ACK "))
             if rng.random() < 0.5:
-                continue  # the next A recovers this crash itself, with B writing meanwhile
+                continue  # the next A opens after this crash itself, with B writing meanwhile
             t0 = time.monotonic()
             store = GitCheckpointStore(path, durability=DurabilityMode(mode))
             try:
                 took = time.monotonic() - t0
                 assert took < 10, f"{where}: opening took {took:.1f} s while B writes"
-                if wrote:
-                    assert store.recovery.journals_replayed >= 1, f"{where}: {store.recovery}"
                 verify(store, model_a, acked_a, rng, where, prefix="a-")
                 acked_a = set()
                 slowest = fresh_puts(store, model_a, f"p{it:04d}", where, prefix="a-", limit=12.0)
@@ -628,7 +628,6 @@ def test_kill_writer_repeatedly(tmp_path, mode):
     took = time.monotonic() - t0
     print(f"{mode}: {stats} in {took:.1f} s")
     assert stats["acks"] > iterations  # the kills did land after real work
-    assert stats["journals_replayed"] >= 1
 
 
 @pytest.mark.slow
@@ -786,14 +785,14 @@ def put(thread, cid, step):
     s.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=step,
                                                state_data={"cid": cid, "step": step}), {})
 put("other", "o", 0)
-s.delete(CheckpointConfig("other"))  # a generation token stands from here on
+s.delete(CheckpointConfig("other"))  # a history rewrite stands from here on
 for step, cid in enumerate("ABCD"):
     put("t", cid, step)
 s.reset("t", "B")  # C and D: a superseded line through B
 if mode == "purge":
-    s.purge()  # the journal restarts: the line's ref is in its base record
+    s.purge()  # the line's ref as purge left it
 if mode == "reopen":
-    s.close()  # the next store first moves the line's ref: its current value is journaled then
+    s.close()  # the line's ref published by this store, read from git's files by the next
     s = GitCheckpointStore(path)
 print("ACKED", flush=True)
 import time
@@ -802,7 +801,7 @@ real = Transaction.move_ref
 def move_ref(tx, name, old, new, message=None):  # SIGKILL once the old superseded ref is deleted, before its rewrite
     real(tx, name, old, new, message)
     if "superseded" in name and new is None:
-        time.sleep(0.2)  # the background publisher's time: it must leave a move whose record is not journaled
+        time.sleep(0.2)  # the background publisher's time: it must not publish a move not committed
         os.kill(os.getpid(), signal.SIGKILL)
 Transaction.move_ref = move_ref
 s.delete(CheckpointConfig("t"))  # B goes: the line is rewritten onto A under a new name
@@ -813,9 +812,9 @@ print("DELETED", flush=True)
 @pytest.mark.parametrize("mode", ["sync", "exit", "purge", "reopen"])
 def test_kill_between_a_superseded_lines_old_and_new_name_keeps_it(tmp_path, mode):
     """A delete rewrites a superseded line through the deleted checkpoint: the old ref goes, then
-    the line's new ref comes. Killed in between (its record not yet journaled, however long after
-    the first move), the line must stay, even though earlier deletes left a generation token
-    standing (which alone would say another writer deleted history since)."""
+    the line's new ref comes, in one staging transaction. Killed in between (before its COMMIT,
+    however long after the first move), the line must stay, even though earlier deletes
+    rewrote history already."""
     path = tmp_path / "r.qvc"
     proc = subprocess.run([sys.executable, "-c", MID_DELETE_OF_A_LINE, os.fspath(path), mode], env=child_env(),
                           capture_output=True, text=True, timeout=120)
@@ -831,10 +830,9 @@ def test_kill_between_a_superseded_lines_old_and_new_name_keeps_it(tmp_path, mod
 
 
 def test_a_delete_killed_mid_line_loses_nothing_when_another_writer_deletes_first(tmp_path):
-    """As above, but before anyone recovers, another live store deletes an unrelated thread (a
-    new generation token). Recovery cannot tell that delete from one of the line's thread by the
-    token, so the killed delete's moves must never have reached git's files: the old ref is
-    deleted under a lease, published only once the record is journaled."""
+    """As above, but before anyone opens the repository again, another live store deletes an
+    unrelated thread (a history rewrite of its own, published at once). The killed delete's
+    moves were never committed, so neither that delete nor the next open may take the line away."""
     path = tmp_path / "r.qvc"
     acked = 'print("ACKED", flush=True)'
     script = MID_DELETE_OF_A_LINE.replace(acked, acked + "; sys.stdin.readline()")  # then waits to be let go
@@ -842,7 +840,7 @@ def test_a_delete_killed_mid_line_loses_nothing_when_another_writer_deletes_firs
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert proc.stdout.readline().strip() == "ACKED", proc.stderr.read()[-3000:]
-        live = GitCheckpointStore(path)  # open while the writer lives: nothing to recover yet
+        live = GitCheckpointStore(path)  # open while the writer lives
         proc.stdin.write("\n")
         proc.stdin.flush()
         assert proc.wait(timeout=120) == -signal.SIGKILL, proc.stderr.read()[-3000:]
@@ -862,57 +860,72 @@ def test_a_delete_killed_mid_line_loses_nothing_when_another_writer_deletes_firs
 
 
 
-RENAME_KILLED_BEFORE_ITS_RECORD = """
+RENAME_KILLED_MIDWAY = """
 import os, signal, sys, time
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
-from qvc.plumbing.repository import Repository
 s = GitCheckpointStore(sys.argv[1], durability="sync")
 for step, cid in enumerate("AB"):
     s.put(CheckpointConfig("old"), Checkpoint(id=cid, thread_id="old", step=step, state_data={"cid": cid}), {})
-def commit_record(repo, record):  # every move made, the reflog to carry over: SIGKILL before the record
+from qvc.plumbing.repository import Transaction
+from qvc.plumbing.staging import Staging
+def kill(*args, **kwargs):
     time.sleep(0.2)  # the background publisher's time
     os.kill(os.getpid(), signal.SIGKILL)
-Repository.commit_record = commit_record
+if sys.argv[2] == "before-commit":  # every move made, the reflog to carry over: SIGKILL before the COMMIT
+    Transaction.prepend_reflog = kill
+else:  # committed: SIGKILL as its publication starts
+    Staging.publish = kill
 s.rename_thread("old", "new")
 """
 
 
-def test_a_rename_killed_before_its_record_leaves_the_old_thread_alone(tmp_path):
-    """A rename creates the new names and deletes the old ones, then carries the reflog over.
-    Killed before its record is journaled, none of it may have reached git's files: after
-    recovery the thread is under its old name only, whole (not under both names)."""
+@pytest.mark.parametrize("at", ["before-commit", "after-commit"])
+def test_a_rename_killed_midway_leaves_the_thread_under_one_name(tmp_path, at):
+    """A rename creates the new names and deletes the old ones, then carries the reflog over,
+    in one staging transaction. Killed before its COMMIT, none of it may have reached git's
+    files: the thread is under its old name only, whole. Killed once committed, before its
+    publication, the next open publishes it: under its new name only, whole. Never under both."""
     path = tmp_path / "r.qvc"
-    proc = subprocess.run([sys.executable, "-c", RENAME_KILLED_BEFORE_ITS_RECORD, os.fspath(path)],
+    proc = subprocess.run([sys.executable, "-c", RENAME_KILLED_MIDWAY, os.fspath(path), at],
                           env=child_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
-    fsck(path)
+    name = "old" if at == "before-commit" else "new"
     with GitCheckpointStore(path) as store:
-        assert store.threads() == ["old"], store.recovery.summary()
-        assert [t.checkpoint.id for t in store.list(CheckpointConfig("old"))] == ["B", "A"]
+        assert store.threads() == [name], store.recovery.summary()
+        assert [t.checkpoint.id for t in store.list(CheckpointConfig(name))] == ["B", "A"]
+    refs = run_git(path, "for-each-ref", "--format=%(refname)", "refs/heads/").stdout.split()
+    assert refs == [f"refs/heads/{name}"], refs  # git's files agree
+    fsck(path)
 
 
 DELETE_KILLED_BEFORE_PUBLISHING = """
 import os, signal, sys
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
-from qvc.plumbing.repository import Repository
+from qvc.plumbing.staging import Staging
 s = GitCheckpointStore(sys.argv[1], durability="sync")
-def commit_record(repo, record):  # journaled and durable, then SIGKILL: its leases are never published
-    repo.journal.sync(repo.journal.append(record))
+def publish(*args, **kwargs):  # committed and durable, then SIGKILL: git's files never get it from us
     os.kill(os.getpid(), signal.SIGKILL)
-Repository.commit_record = commit_record
-s.delete(CheckpointConfig("a", "A1"))
+Staging.publish = publish
+if sys.argv[2] == "checkpoint":
+    s.delete(CheckpointConfig("a", "A1"))
+else:
+    s.delete_thread(sys.argv[2])
 """
 
 
-def test_an_index_built_before_a_dead_deletes_leases_roll_forward_never_names_what_it_deleted(tmp_path):
-    """A delete killed once its record is journaled, before its leases are published, leaves
-    the refs it rewrote at their old values on disk, under its dead leases, with the old
-    generation token standing. Another live writer then starts a generation of its own (it
-    deletes an unrelated thread, whose refs are all it reads) and looks an id up, which builds
-    that generation's checkpoint-id index by walking the refs. That walk must roll the dead
-    leases forward first: were it to read the old values, the index would name the deleted
-    checkpoint for good (the roll-forward at the next open starts no new generation), and a
-    lookup by id would find it after recovery (a fault the model test found)."""
+def _git_head(path, thread: str) -> str:
+    """Thread ``thread``'s head in git's files as they are (no publication first, unlike ``run_git``)."""
+    return subprocess.run(["git", "rev-parse", "-q", "--verify", f"refs/heads/{thread}"], env=git_env(path),
+                          capture_output=True, text=True).stdout.strip()
+
+
+def test_a_delete_killed_before_publishing_is_seen_at_once_and_never_found_by_id(tmp_path):
+    """A delete killed once committed (durable), before its publication: git's files still hold
+    the refs it rewrote at their old values. Another live writer sees the delete at once (the
+    staged values), starts a history rewrite of its own (it deletes an unrelated thread) and
+    looks an id up (the checkpoint-id index): the deleted checkpoint is never found by id, then
+    or after the next open. (The old engine's index, built by walking refs under a dead writer's
+    leases, once named it for good: a fault the model test found.)"""
     path = tmp_path / "r.qvc"
 
     def put(store, thread, cid, step, parent=None):
@@ -926,63 +939,64 @@ def test_an_index_built_before_a_dead_deletes_leases_roll_forward_never_names_wh
         put(live, "x", "X1", 3)
         live.flush()
         old = {t: live.head(t) for t in ("a", "d")}
-        proc = subprocess.run([sys.executable, "-c", DELETE_KILLED_BEFORE_PUBLISHING, os.fspath(path)],
+        proc = subprocess.run([sys.executable, "-c", DELETE_KILLED_BEFORE_PUBLISHING, os.fspath(path), "checkpoint"],
                               env=child_env(), capture_output=True, text=True, timeout=120)
         assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
-        on_disk = {t: subprocess.run(["git", "rev-parse", f"refs/heads/{t}"], env=git_env(path), capture_output=True,
-                                     text=True).stdout.strip() for t in ("a", "d")}
+        on_disk = {t: _git_head(path, t) for t in ("a", "d")}
         assert on_disk == old, "the killed delete published its refs: this test no longer builds its state"
-        live.delete_thread("x")  # a new generation, started while the dead delete's leases stand
-        live.get_tuple(CheckpointConfig("any", "X1"))  # builds the new generation's index
-        line = [t.checkpoint.id for t in live.list(CheckpointConfig("d"))]  # rolled forward by then, or not yet
-        assert (live.get_tuple(CheckpointConfig("any", "A1")) is None) == (line == ["D1", "A2"]), line
+        assert [t.checkpoint.id for t in live.list(CheckpointConfig("d"))] == ["D1", "A2"]  # seen at once
+        assert live.get_tuple(CheckpointConfig("any", "A1")) is None
+        live.delete_thread("x")  # a history rewrite of its own, while the dead delete is still staged
+        assert live.get_tuple(CheckpointConfig("any", "X1")) is None
+        assert [t.checkpoint.id for t in live.list(CheckpointConfig("d"))] == ["D1", "A2"]
+        assert live.get_tuple(CheckpointConfig("any", "A1")) is None
     fsck(path)
     with GitCheckpointStore(path) as store:
         assert [t.checkpoint.id for t in store.list(CheckpointConfig("d"))] == ["D1", "A2"], store.recovery.summary()
         assert store.get_tuple(CheckpointConfig("any", "A1")) is None, (
-            f"the deleted checkpoint A1 is found by id after recovery ({store.recovery.summary()})")
-
-
-
-DELETE_THREAD_KILLED_BEFORE_PUBLISHING = """
-import os, signal, sys
-from qvc import CheckpointConfig, GitCheckpointStore
-from qvc.plumbing.repository import Repository
-s = GitCheckpointStore(sys.argv[1], durability="sync")
-def commit_record(repo, record):  # journaled and durable, then SIGKILL: the deletes stay leased
-    repo.journal.sync(repo.journal.append(record))
-    os.kill(os.getpid(), signal.SIGKILL)
-Repository.commit_record = commit_record
-s.delete_thread("x")
-"""
+            f"the deleted checkpoint A1 is found by id after the next open ({store.recovery.summary()})")
+        assert store.repository.staging.staged() == 0
+    assert _git_head(path, "d") != old["d"]  # published
 
 
 @pytest.mark.parametrize("finisher", ["reopen", "live"])
-def test_a_journaled_delete_killed_before_publishing_is_rolled_forward(tmp_path, finisher):
-    """A delete is a lease until published: killed once its record is journaled, its refs are
-    still on disk under its dead leases. Whoever finishes them (recovery on open, or a live
-    writer meeting the lease) deletes the refs, as the journal says."""
+def test_a_committed_delete_killed_before_publishing_is_published_by_the_next_one(tmp_path, finisher):
+    """A delete is acknowledged once committed: killed before its publication, its refs are
+    still in git's files, and no lock of it is left. Every reader sees the delete at once, a
+    put on the deleted thread builds on nothing, and whoever publishes next (the open, or the
+    live writer's put) deletes the refs from git's files, as the delete said."""
     path = tmp_path / "r.qvc"
-    with GitCheckpointStore(path) as live:
+    with GitCheckpointStore(path) as store:
         for step, cid in enumerate(["X1", "X2"]):
-            live.put(CheckpointConfig("x"), Checkpoint(id=cid, thread_id="x", step=step, state_data={}), {})
-        live.put(CheckpointConfig("y"), Checkpoint(id="Y1", thread_id="y", step=0, state_data={}), {})
-        live.flush()
-        proc = subprocess.run([sys.executable, "-c", DELETE_THREAD_KILLED_BEFORE_PUBLISHING, os.fspath(path)],
+            store.put(CheckpointConfig("x"), Checkpoint(id=cid, thread_id="x", step=step, state_data={}), {})
+        store.put(CheckpointConfig("y"), Checkpoint(id="Y1", thread_id="y", step=0, state_data={}), {})
+    live = GitCheckpointStore(path) if finisher == "live" else None  # open all along
+    try:
+        proc = subprocess.run([sys.executable, "-c", DELETE_KILLED_BEFORE_PUBLISHING, os.fspath(path), "x"],
                               env=child_env(), capture_output=True, text=True, timeout=120)
         assert proc.returncode == -signal.SIGKILL, proc.stderr[-3000:]
-        assert (path / "refs" / "heads" / "x").exists() and (path / "refs" / "heads" / "x.lock").exists()
-        if finisher == "live":  # a put on the thread meets the dead lease and finishes it first
+        assert (path / "refs" / "heads" / "x").exists() and not list(path.glob("refs/**/*.lock"))
+        with GitCheckpointStore(path, readonly=True) as reader:  # publishes nothing
+            assert reader.threads() == ["y"]  # the acknowledged delete, seen at once
+            assert reader.get_tuple(CheckpointConfig("any", "X2")) is None
+        assert (path / "refs" / "heads" / "x").exists()
+        if live is not None:  # a put on the deleted thread starts it again
+            assert live.threads() == ["y"]
             live.put(CheckpointConfig("x"), Checkpoint(id="N1", thread_id="x", step=0, state_data={}), {},
                      expected_head=None)
+    finally:
+        if live is not None:
+            live.close()
     fsck(path)
     with GitCheckpointStore(path) as store:
         line = [t.checkpoint.id for t in store.list(CheckpointConfig("x"))]
         assert line == ([] if finisher == "reopen" else ["N1"]), store.recovery.summary()
         assert store.get_tuple(CheckpointConfig("any", "X2")) is None
         assert [t.checkpoint.id for t in store.list(CheckpointConfig("y"))] == ["Y1"]
-        if finisher == "reopen":
-            assert "deleted ref(s) refs/heads/x as the journal says" in store.recovery.summary()
+        assert store.repository.staging.staged() == 0
+    if finisher == "reopen":
+        assert _git_head(path, "x") == ""  # git's files no longer hold it
+        assert not (path / "logs" / "refs" / "heads" / "x").exists()
 
 
 OLD_DELETER = """
@@ -991,7 +1005,7 @@ from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
 s = GitCheckpointStore(sys.argv[1])
 for i, cid in enumerate(["a1", "a2"]):
     s.put(CheckpointConfig("t"), Checkpoint(id=cid, thread_id="t", step=i, state_data={"i": i}), {})
-s.delete(CheckpointConfig("t"))  # a2 goes: this journal names the generation token it wrote
+s.delete(CheckpointConfig("t"))  # a2 goes: a history rewrite of this writer's
 print("DELETED", flush=True)
 sys.stdin.readline()
 s.put_writes(CheckpointConfig("t", "a1"), [("ch", 1)], "task")  # a move made after another's delete
@@ -1000,22 +1014,24 @@ sys.stdin.readline()
 """
 
 
-def test_recovery_keeps_a_later_writers_generation(tmp_path):
-    """A dead writer's journal names the generation token of its own (finished) delete; another
-    process deleted since. Recovery must keep that later token: putting the older one back would
-    trust an index of the older generation, which may name what the later delete removed."""
+def test_a_dead_writers_earlier_rewrite_does_not_bring_back_what_a_later_one_deleted(tmp_path):
+    """A writer deletes (a history rewrite), another process deletes since (a later rewrite),
+    the first writer writes again and is killed. The store keeps the later rewrite as the last
+    one (the generation readers follow: an index of the older one may name what the later
+    delete removed), and nothing either delete removed is found again."""
     path = tmp_path / "r.qvc"
     proc = subprocess.Popen([sys.executable, "-c", OLD_DELETER, os.fspath(path)], env=child_env(), text=True,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert proc.stdout.readline().strip() == "DELETED", proc.stderr.read()[-3000:]
-        theirs = (path / GENERATION).read_text()
+        with GitCheckpointStore(path, readonly=True) as reader:
+            theirs = reader.repository.generation()
         with GitCheckpointStore(path) as store:
             for i, cid in enumerate(["x1", "x2"]):
                 store.put(CheckpointConfig("u"), Checkpoint(id=cid, thread_id="u", step=i, state_data={"i": i}), {})
             store.delete(CheckpointConfig("u"))
-        ours = (path / GENERATION).read_text()
-        assert ours != theirs
+            ours = store.repository.generation()
+        assert theirs is not None and ours != theirs
         proc.stdin.write("\n")
         proc.stdin.flush()
         assert proc.stdout.readline().strip() == "WROTE", proc.stderr.read()[-3000:]
@@ -1024,8 +1040,7 @@ def test_recovery_keeps_a_later_writers_generation(tmp_path):
         proc.communicate(timeout=60)
     fsck(path)
     with GitCheckpointStore(path) as store:
-        assert store.recovery.journals_replayed == 1
-        assert (path / GENERATION).read_text() == ours, "recovery put an older generation token back"
+        assert store.repository.generation() == ours, "an older history rewrite is taken for the last one"
         assert store.get_tuple(CheckpointConfig("any", "x2")) is None
         assert store.get_tuple(CheckpointConfig("any", "a2")) is None
         t = store.get_tuple(CheckpointConfig("t"))
@@ -1058,9 +1073,9 @@ def _cmdline(pid: int) -> str | None:
 
 
 def test_killed_purge_leaves_no_git_running(tmp_path):
-    """purge() runs git under the exclusive maintenance lock. If the purging process is killed
-    while git repacks, git must not go on rewriting the packs unlocked: once another store has
-    opened the repository (and may write), no git of the dead store may still be running."""
+    """purge() runs git under the exclusive maintenance lock, which git inherits. If the purging
+    process is killed while git repacks, git must not go on rewriting the packs unlocked: another
+    store's open waits for that git to end (the lock is free once it returns)."""
     path = tmp_path / "repo.qvc"
     proc = subprocess.Popen([sys.executable, "-c", PURGER, os.fspath(path)], stdout=subprocess.PIPE, text=True,
                             env=child_env())
@@ -1081,10 +1096,16 @@ def test_killed_purge_leaves_no_git_running(tmp_path):
         proc.wait()
     try:
         with GitCheckpointStore(path) as store:
-            still = [(pid, cmd) for pid, cmd in gits if running(pid)]
-            assert still == [], (
-                f"after the purging process was killed and another store opened the repository, "
-                f"its git is still running without the maintenance lock: {still}")
+            # The open waited for the maintenance lock the dead purge's git inherited: once it
+            # returns, no git of the dead store holds the lock (one may still be exiting).
+            fd = os.open(path / "qvc" / "lock", os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                pytest.fail(f"another store opened the repository while the killed purge's git ran under the "
+                            f"maintenance lock: {[(pid, cmd) for pid, cmd in gits if running(pid)]}")
+            finally:
+                os.close(fd)
             assert len(list(store.list(CheckpointConfig("t0")))) == 100
     finally:
         wait_gone([pid for pid, _ in gits])

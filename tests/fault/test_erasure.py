@@ -4,9 +4,10 @@ repository's files.
 Each test writes unique secrets (in a state field, a pending write, a run's message), keeps
 other data next to them, deletes the secrets' checkpoints, threads or run, purges, closes the
 store, and then looks for the secrets in every file under the repository: raw bytes of every
-file (journal, reflogs, packed-refs, config, indexes...), every loose object inflated, and every
-object git can list (``git cat-file --batch-all-objects --batch``: packed objects inflated and
-deltas resolved), including unreachable ones. The kept data must still read back.
+file (the staging database and its log, reflogs, packed-refs, config, indexes...), every loose
+object inflated, and every object git can list (``git cat-file --batch-all-objects --batch``:
+packed objects inflated and deltas resolved), including unreachable ones. The kept data must
+still read back.
 """
 
 from __future__ import annotations

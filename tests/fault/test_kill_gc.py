@@ -5,15 +5,15 @@ the thread ``shared``, where every put names the head it read (``expected_head``
 travel back in time (``parent_id`` naming an older checkpoint), retrying a conflict with the
 same id and content; each also puts plainly on a thread of its own, as C (SYNC) does on its
 own. Every 0.2-1.2 s one writer, picked at random, is SIGKILLed and started again (its open
-runs recovery). Meanwhile ``qvc gc`` runs in a loop (``--prune`` every third run), one run in
+publishes what is staged). Meanwhile ``qvc gc`` runs in a loop (``--prune`` every third run), one run in
 eight SIGKILLed too.
 
-At the end every writer is killed, the repository is opened (recovery), and: every
+At the end every writer is killed, the repository is opened (it publishes what is staged), and: every
 acknowledged put reads back by id with its state; a plain put is on its own thread's
 first-parent line, in the order acknowledged; a put on ``shared`` has the parent it was
 acknowledged on and is on the line or on a superseded line (time travel by either writer
 supersedes); a put whose every attempt was refused is not stored; ``git fsck --strict`` and
-``qvc fsck`` pass; few loose objects are left (recovery should pack a dead writer's objects).
+``qvc fsck`` pass; few loose objects are left (a dead writer's staged objects are published as a pack).
 
 The default run lasts ``QVC_KILL_GC_CI_SECONDS`` (10); the long one (``-m slow``)
 ``QVC_KILL_GC_SECONDS`` (300). ``QVC_KILL_GC_SEED`` fixes the kill schedule's seed.
@@ -168,8 +168,8 @@ def kill_loop(tmp_path: Path, seconds: float, seed: int) -> dict:
                  loose_objects_before_open=loose_before, loose_objects=loose, final_recovery=recovery)
     print(f"\nkill during gc (seed {seed}): {stats}")
     assert loose <= LOOSE_LIMIT, (
-        f"{loose} loose objects under objects/??/ after {kills} kills (limit {LOOSE_LIMIT}): recovery writes a "
-        f"dead writer's objects loose instead of into one pack ({loose_before} before the final open)")
+        f"{loose} loose objects under objects/??/ after {kills} kills (limit {LOOSE_LIMIT}): a dead writer's "
+        f"staged objects were published loose instead of into one pack ({loose_before} before the final open)")
     return stats
 
 

@@ -1,8 +1,8 @@
 """Kill tests for keyed pending writes (one writes ref per thread, ``qvc.store.writes``): a writer
 upserting the writes of many checkpoints of a few threads is SIGKILLed at random, over and over
 on one repository, in every durability mode; every write it acknowledged reads back in another process while
-it runs, and afterwards, in this process (recovery runs on open) and in the next writer, which keeps upserting on the
-same refs (a dead writer's lease on a thread's writes ref is rolled forward)."""
+it runs, and afterwards, in this process (its open publishes what the dead writer left staged) and in the next
+writer, which keeps upserting on the same refs (on the dead writer's acknowledged values, published or not)."""
 
 from __future__ import annotations
 

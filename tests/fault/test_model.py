@@ -12,7 +12,7 @@ workers at once on one thread, ``put_writes``, ``delete``, ``delete_thread``,
 ``rename_thread``, ``reset``, ``store.gc()``, ``store.purge()``, the real ``qvc gc`` and
 ``qvc gc --prune``, plain ``git pack-refs --all --prune``, SIGKILL of a worker (right after an
 acknowledgement, idle, or while a command runs: that command is then "maybe"), restarting a
-worker (its open runs recovery) and opening a fresh store in this process (recovery).
+worker (its open publishes what is staged) and opening a fresh store in this process.
 
 **The oracle** is a set of possible worlds (one, unless a killed command left its outcome
 open, or two concurrent puts could have gone either way). A world holds what the
@@ -27,7 +27,8 @@ silent fork"):
 - a put whose parent is not the head nor a descendant of it is time travel: without
   ``expected_head`` it is a conflict and stores nothing; with the right ``expected_head`` the
   line becomes (parent's line) + new and the old tip is superseded; a stale ``expected_head``
-  is a conflict;
+  is a conflict; any put or reset but an extension of the head drops the superseded lines the
+  new head reaches again (an undone reset, a put back onto a line left);
 - a retry after a conflict, same id and content, once the cause is gone, stores the checkpoint;
 - ``delete`` re-parents children; ``delete_thread`` drops the thread (and its pending writes);
   ``rename_thread`` moves the lines; gc, purge and pack-refs change nothing visible;
@@ -37,12 +38,12 @@ silent fork"):
 thread's head and first-parent line (and ``list()``), every superseded line (and
 ``list(superseded=True)``), every acknowledged checkpoint readable by id with its state, no id
 that was never stored (a conflict) or was deleted readable, pending writes as acknowledged. A
-killed writer's leases are not rolled forward until someone does it (recovery on open, or a
-writer meeting them, or maintenance), so after a kill the refs it may have leased are not
-checked until then (through a long-lived reader that does not recover), and every check with
-nothing pending opens a fresh read-only store. At teardown every worker is SIGKILLed, the
-repository is opened (recovery) and checked once more, then ``git fsck --strict`` and
-``qvc fsck``.
+write is acknowledged once its staging transaction committed, and every reader sees it from
+then on, whoever publishes it to git's files and when (a killed writer's too): so every check
+reads everything, right after a kill as well, alternately through a fresh read-only store and
+a read-only store opened once at the start (which must see every later write). At teardown
+every worker is SIGKILLed, the repository is opened (it publishes what is staged) and checked
+once more, then ``git fsck --strict`` and ``qvc fsck``.
 
 Budgets: ``test_model_short`` (default suite) runs ``QVC_MODEL_CI_EXAMPLES`` examples (4) of
 ``QVC_MODEL_STEPS`` steps (25); ``test_model_long`` (``-m slow``) runs ``QVC_MODEL_EXAMPLES``
@@ -53,8 +54,7 @@ every example's steps.
 
 To look past one known bug at a time (each loosens the oracle; the default is strict):
 ``QVC_MODEL_ACTIONS`` / ``QVC_MODEL_PUT_KINDS`` (comma-separated names) keep only those actions
-or put kinds; ``QVC_MODEL_ALLOW_LEASE_CONFLICT=1`` accepts a conflict from a put that met a
-killed writer's lease; ``QVC_MODEL_ALLOW_STALE_READS=1`` accepts a read that misses another
+or put kinds; ``QVC_MODEL_ALLOW_STALE_READS=1`` accepts a read that misses another
 process's acknowledged write if a read 0.5 s later sees it; ``QVC_MODEL_UNIQUE_BLOBS=1`` makes
 every stored blob unique to its checkpoint (no blob shared between writers).
 """
@@ -98,12 +98,6 @@ MODES = ("sync", "async", "exit")
 RESULT_TIMEOUT = 60.0  # a command with no result for this long: the worker is blocked
 CONFLICT = "CheckpointConflictError"
 OK = "ok"
-#: QVC_MODEL_ALLOW_LEASE_CONFLICT=1 accepts a CheckpointConflictError from a put on a thread whose
-#: head a killed worker may still hold leased (the put read the head without the dead writer's
-#: last puts and met them when it moved the ref). The model's own semantics say no: a put
-#: meeting a dead lease rolls it forward first, then appends. The knob lets a run look past
-#: that to the data-loss bugs behind it.
-ALLOW_LEASE_CONFLICT = bool(os.environ.get("QVC_MODEL_ALLOW_LEASE_CONFLICT"))
 #: QVC_MODEL_ALLOW_STALE_READS=1: a check that fails is made again 0.5 s later, and passes if
 #: that one does. The model's semantics say no (docs/durability.md: a qvc reader that starts
 #: after a put returned in another process sees it); the knob looks past such stale reads.
@@ -167,11 +161,6 @@ class Proc:
         self._q: queue.Queue = queue.Queue()
         self._pump = threading.Thread(target=self._read, daemon=True)
         self._pump.start()
-        self.touched_heads: set[str] = set()  # refs this process may hold leased (see Taint)
-        self.touched_sup: set[str] = set()
-        self.touched_writes: set[str] = set()
-        self.rewrote = False
-        self.wrote = False
 
     def _read(self) -> None:
         for raw in self.proc.stdout:
@@ -341,6 +330,10 @@ def apply(w: World, op: dict) -> tuple[str, World]:
             w.sup.setdefault(t, set()).add(head)
         w.parent[c], w.owner[c], w.heads[t] = parent, t, c
         w.ever.add(c)
+        if parent != head and t in w.sup:  # any move but an extension: lines the new head reaches again go
+            w.sup[t] = {tip for tip in w.sup[t] if not w.descends(parent, tip)}
+            if not w.sup[t]:
+                del w.sup[t]
         return OK, w
     if kind == "put_writes":
         c = op["id"]
@@ -467,26 +460,6 @@ def wire(op: dict) -> dict:
 
 
 @dataclass
-class Taint:
-    """Refs a killed worker may still hold leased: not rolled forward yet, so a reader that does
-    not recover sees them as they were. Each is checked again once something has rolled it
-    forward: a recovery (any open), maintenance, or a live writer's acknowledged write of it."""
-
-    heads: set = field(default_factory=set)
-    sup: set = field(default_factory=set)
-    writes: set = field(default_factory=set)
-    all_writes: bool = False
-    everything: bool = False
-
-    def any(self) -> bool:
-        return bool(self.heads or self.sup or self.writes or self.all_writes or self.everything)
-
-    def clear(self) -> None:
-        self.heads, self.sup, self.writes = set(), set(), set()
-        self.all_writes = self.everything = False
-
-
-@dataclass
 class Observed:
     heads: dict  # thread -> [(id, thread of its header), ...] along the first parents, newest first
     sup: dict  # thread -> {tip id: [ids]}
@@ -539,8 +512,8 @@ def observe(store: GitCheckpointStore, ids: list[str]) -> Observed:
     return Observed(heads, sup, listing, found, writes, stray)
 
 
-def mismatches(w: World, seen: Observed, taint: Taint, contents: dict, notes: dict) -> list[str]:
-    """How the repository differs from world ``w`` (refs a killed worker may hold are skipped)."""
+def mismatches(w: World, seen: Observed, contents: dict, notes: dict) -> list[str]:
+    """How the repository differs from world ``w``."""
     out: list[str] = []
     if seen.stray:
         out.append(f"refs the model never made: {seen.stray}")
@@ -550,38 +523,34 @@ def mismatches(w: World, seen: Observed, taint: Taint, contents: dict, notes: di
 
     visible: set[str] = set()
     for t in THREADS:
-        if taint.everything:
-            break
-        if t not in taint.heads:
-            expect = w.line(w.heads.get(t))
-            got = seen.heads.get(t, [])
-            got_ids = [c for c, _ in got]
-            visible |= set(expect)
-            if got_ids != expect:
-                lost = [who(c) for c in expect if c not in got_ids]
-                extra = [who(c) for c in got_ids if c not in expect]
-                out.append(f"thread {t!r}: first-parent line (newest first) is {got_ids}, the model expects {expect}"
-                           + (f"; missing: {lost}" if lost else "") + (f"; unexpected: {extra}" if extra else ""))
-            else:
-                wrong = [(c, th) for c, th in got if th != w.owner[c]]
-                if wrong:
-                    out.append(f"thread {t!r}: checkpoints with the wrong thread in their header: {wrong}")
-                listed = seen.listing.get(t, ([], set()))[0]
-                if listed != expect:
-                    out.append(f"thread {t!r}: list() gives {listed}, its line is {expect}")
-        if t not in taint.sup and t not in taint.heads:
-            expect_sup = {tip: w.line(tip) for tip in w.sup.get(t, ())}
-            got_sup = seen.sup.get(t, {})
-            for tip in expect_sup:
-                visible |= set(expect_sup[tip])
-            if got_sup != expect_sup:
-                out.append(f"thread {t!r}: superseded lines are {got_sup}, the model expects {expect_sup}"
-                           + (f"; missing tips: {[who(c) for c in expect_sup if c not in got_sup]}"
-                              if set(expect_sup) - set(got_sup) else ""))
-            union = set(w.line(w.heads.get(t))) | {c for line in expect_sup.values() for c in line}
-            got_union = seen.listing.get(t, ([], set()))[1]
-            if got_union != union:
-                out.append(f"thread {t!r}: list(superseded=True) gives {sorted(got_union)}, expected {sorted(union)}")
+        expect = w.line(w.heads.get(t))
+        got = seen.heads.get(t, [])
+        got_ids = [c for c, _ in got]
+        visible |= set(expect)
+        if got_ids != expect:
+            lost = [who(c) for c in expect if c not in got_ids]
+            extra = [who(c) for c in got_ids if c not in expect]
+            out.append(f"thread {t!r}: first-parent line (newest first) is {got_ids}, the model expects {expect}"
+                       + (f"; missing: {lost}" if lost else "") + (f"; unexpected: {extra}" if extra else ""))
+        else:
+            wrong = [(c, th) for c, th in got if th != w.owner[c]]
+            if wrong:
+                out.append(f"thread {t!r}: checkpoints with the wrong thread in their header: {wrong}")
+            listed = seen.listing.get(t, ([], set()))[0]
+            if listed != expect:
+                out.append(f"thread {t!r}: list() gives {listed}, its line is {expect}")
+        expect_sup = {tip: w.line(tip) for tip in w.sup.get(t, ())}
+        got_sup = seen.sup.get(t, {})
+        for tip in expect_sup:
+            visible |= set(expect_sup[tip])
+        if got_sup != expect_sup:
+            out.append(f"thread {t!r}: superseded lines are {got_sup}, the model expects {expect_sup}"
+                       + (f"; missing tips: {[who(c) for c in expect_sup if c not in got_sup]}"
+                          if set(expect_sup) - set(got_sup) else ""))
+        union = set(w.line(w.heads.get(t))) | {c for line in expect_sup.values() for c in line}
+        got_union = seen.listing.get(t, ([], set()))[1]
+        if got_union != union:
+            out.append(f"thread {t!r}: list(superseded=True) gives {sorted(got_union)}, expected {sorted(union)}")
     reach = w.reachable()
     for cid, (_, step, state) in contents.items():
         got = seen.ids.get(cid)
@@ -591,15 +560,13 @@ def mismatches(w: World, seen: Observed, taint: Taint, contents: dict, notes: di
                            f"(get_tuple(CheckpointConfig({w.owner[cid]!r}, {cid!r})) is None)")
             elif got != (cid, w.owner[cid], step, state):
                 out.append(f"checkpoint {cid} reads back as {got}, expected {(cid, w.owner[cid], step, state)}")
-        elif got is not None and ((not taint.any() and cid not in reach) or cid not in w.ever):
+        elif got is not None and (cid not in reach or cid not in w.ever):
             why = "was deleted" if cid in w.ever else "was never stored (its put was refused or never ran)"
             out.append(f"checkpoint {who(cid)} {why}, yet get_tuple by id finds it on thread {got[1]!r}")
-    if not taint.all_writes and not taint.everything:
-        for cid in sorted(visible - taint.writes):
-            expect = sorted((task, ch, json.dumps(v, sort_keys=True))
-                            for (task, ch, _), v in w.writes.get(cid, {}).items())
-            if seen.writes.get(cid, []) != expect:
-                out.append(f"pending writes of {cid}: {seen.writes.get(cid, [])}, expected {expect}")
+    for cid in sorted(visible):
+        expect = sorted((task, ch, json.dumps(v, sort_keys=True)) for (task, ch, _), v in w.writes.get(cid, {}).items())
+        if seen.writes.get(cid, []) != expect:
+            out.append(f"pending writes of {cid}: {seen.writes.get(cid, [])}, expected {expect}")
     return out
 
 
@@ -625,7 +592,6 @@ class ModelMachine(RuleBasedStateMachine):
         self.contents: dict[str, tuple[str, int, dict]] = {}  # every id ever sent in a put
         self.notes: dict[str, str] = {}  # id -> who acknowledged it (for failure messages)
         self.retries: dict[str, dict] = {}  # id -> the put that got a conflict (or was killed in flight)
-        self.taint = Taint()
         self.log: list[str] = []
         self.step = 0
         self.counter = 0
@@ -670,9 +636,7 @@ class ModelMachine(RuleBasedStateMachine):
         return {"op": "put", "thread": thread, "id": cid, "step": step, "parent_id": None, **extra}
 
     def visible_line(self, thread: str) -> list[str]:
-        """The ids on the thread's line in every world, if no killed worker may hold its head."""
-        if thread in self.taint.heads or self.taint.everything:
-            return []
+        """The ids on the thread's line in every world."""
         common = None
         for w in self.worlds:
             line = w.line(w.heads.get(thread))
@@ -680,7 +644,7 @@ class ModelMachine(RuleBasedStateMachine):
         return common or []
 
     def visible_ids(self) -> list[tuple[str, str]]:
-        """(thread, id) of checkpoints every world has on a head line no killed worker may hold."""
+        """(thread, id) of checkpoints every world has on a head line."""
         return [(t, c) for t in THREADS for c in self.visible_line(t)]
 
     def predict(self, op: dict) -> list[tuple[str, World]]:
@@ -692,11 +656,6 @@ class ModelMachine(RuleBasedStateMachine):
         if got == OK and op["op"] == "put" and result.get("id") != op["id"]:
             self.fail(f"{who}: {describe(op)} returned the config of {result.get('id')!r}")
         kept = [w for r, w in outcomes if r == got]
-        if not kept and got == CONFLICT and op["op"] == "put" and ALLOW_LEASE_CONFLICT and (
-                op["thread"] in self.taint.heads or self.taint.everything):
-            kept = list(self.worlds)  # QVC_MODEL_ALLOW_LEASE_CONFLICT: refused, nothing stored
-            self.note(f"(allowed by QVC_MODEL_ALLOW_LEASE_CONFLICT) {who}: {describe(op)} met a dead lease: "
-                      f"{result.get('message', '')}")
         if not kept:
             expected = sorted({r for r, _ in outcomes})
             hint = ""
@@ -716,46 +675,10 @@ class ModelMachine(RuleBasedStateMachine):
                 self.notes.setdefault(cid, f"put on {op['thread']!r} acknowledged to {who} at step {self.step + 1}")
             elif got == CONFLICT:
                 self.retries[cid] = op
-        if got == OK:
-            self.untaint(op)
-
-    def untaint(self, op: dict) -> None:
-        """A live writer's acknowledged write has rolled forward any dead lease on what it moved."""
-        kind = op["op"]
-        if kind in ("put", "reset"):
-            self.taint.heads.discard(op["thread"])
-        elif kind == "delete_thread":
-            self.taint.heads.discard(op["thread"])
-            self.taint.sup.discard(op["thread"])
-        elif kind == "rename":
-            for t in (op["old"], op["new"]):
-                self.taint.heads.discard(t)
-                self.taint.sup.discard(t)
-        elif kind == "put_writes":
-            self.taint.writes.discard(op["id"])
-        elif kind in ("gc", "purge"):
-            self.taint.clear()
-
-    def touch(self, proc: Proc, op: dict) -> None:
-        """Remember which refs a worker may lease with ``op`` (they are checked later if it is killed)."""
-        proc.wrote = True
-        kind = op["op"]
-        if kind == "put":
-            proc.touched_heads.add(op["thread"])
-            if op.get("parent_id") or "expected_head" in op:
-                proc.touched_sup.add(op["thread"])
-        elif kind == "reset":
-            proc.touched_heads.add(op["thread"])
-            proc.touched_sup.add(op["thread"])
-        elif kind == "put_writes":
-            proc.touched_writes.add(op["id"])
-        elif kind in ("delete", "delete_thread", "rename"):
-            proc.rewrote = True
 
     def run(self, slot: int, op: dict) -> str:
         proc = self.slots[slot]
         outcomes = self.predict(op)
-        self.touch(proc, op)
         proc.send(wire(op))
         result = proc.next()
         if result is None:
@@ -783,26 +706,14 @@ class ModelMachine(RuleBasedStateMachine):
                     self.notes.setdefault(inflight["id"], f"put in flight when {proc.label} was killed (maybe)")
                 self.note(f"{proc.label}: {describe(inflight)} -> killed in flight (maybe; "
                           f"{len(self.worlds)} world(s))")
-        if proc.wrote:
-            self.taint.heads |= proc.touched_heads
-            self.taint.sup |= proc.touched_sup
-            self.taint.writes |= proc.touched_writes
-            if proc.rewrote:
-                self.taint.everything = True
-                self.taint.all_writes = True
-        self.note(f"SIGKILL {proc.label}" + (f"; not rolled forward yet: heads {sorted(self.taint.heads)}, "
-                                               f"superseded {sorted(self.taint.sup)}" if self.taint.any() else ""))
-
-    def recovered(self) -> None:
-        """An open (recovery), or maintenance, rolled every dead writer's leases forward."""
-        self.taint.clear()
+        self.note(f"SIGKILL {proc.label}")
 
     # -- setup, invariant, teardown -------------------------------------------------------------
 
     @initialize()
     def start(self) -> None:
         GitCheckpointStore(self.path).close()
-        self.reader = GitCheckpointStore(self.path, readonly=True)  # opened once: it never recovers again
+        self.reader = GitCheckpointStore(self.path, readonly=True)  # opened once: it must see every later write
         procs = [self.spawn(i, mode) for i, mode in enumerate(MODES)]
         for i, proc in enumerate(procs):
             proc.ready()
@@ -816,14 +727,13 @@ class ModelMachine(RuleBasedStateMachine):
         self.check()
 
     def check(self, store: GitCheckpointStore | None = None, where: str = "") -> None:
-        """The repository (read by ``store``, else by a fresh read-only store, or by the long-lived
-        reader while a killed worker's leases may be pending) must match one world; keep those."""
-        opened = store is None and not self.taint.any()
+        """The repository (read by ``store``, else, step by step in turn, by a fresh read-only
+        store or by the read-only store opened at the start) must match one world; keep those."""
+        opened = store is None and (self.reader is None or self.step % 2 == 0)
         if store is None:
-            # a fresh open would recover what the check must not touch: read without recovering
             store = GitCheckpointStore(self.path, readonly=True) if opened else self.reader
-        reader = ("a fresh read-only store" if opened else "the long-lived reader (no recovery)"
-                  if store is self.reader else "the store that just recovered")
+        reader = ("a fresh read-only store" if opened else "the read-only store opened at the start"
+                  if store is self.reader else "the store that just opened")
         try:
             seen = observe(store, sorted(self.contents))
         except Exception as exc:  # noqa: BLE001 - any failure to read is a finding
@@ -833,7 +743,7 @@ class ModelMachine(RuleBasedStateMachine):
                       + self.second_look(None if opened else store))
         if opened:
             store.close()
-        results = [(w, mismatches(w, seen, self.taint, self.contents, self.notes)) for w in self.worlds]
+        results = [(w, mismatches(w, seen, self.contents, self.notes)) for w in self.worlds]
         kept = [w for w, problems in results if not problems]
         if not kept and ALLOW_STALE_READS:
             time.sleep(0.5)
@@ -843,14 +753,14 @@ class ModelMachine(RuleBasedStateMachine):
             finally:
                 if opened:
                     again.close()
-            kept = [w for w in self.worlds if not mismatches(w, later, self.taint, self.contents, self.notes)]
+            kept = [w for w in self.worlds if not mismatches(w, later, self.contents, self.notes)]
             if kept:
                 self.note(f"(allowed by QVC_MODEL_ALLOW_STALE_READS) a stale read{where}: "
                           f"{min((p for _, p in results), key=len)}")
         if not kept:
             best = min(results, key=lambda item: len(item[1]))[1]
-            self.fail(f"the repository matches no world of the model{where} (read with {reader}; "
-                      f"refs not checked: {self.taint}):\n  - " + "\n  - ".join(best)
+            self.fail(f"the repository matches no world of the model{where} (read with {reader}):\n  - "
+                      + "\n  - ".join(best)
                       + "\n" + self.second_look(None if opened else store))
         self.worlds = kept
 
@@ -868,7 +778,7 @@ class ModelMachine(RuleBasedStateMachine):
         finally:
             if fresh and store is not None:
                 store.close()
-        later = [mismatches(w, seen, self.taint, self.contents, self.notes) for w in self.worlds]
+        later = [mismatches(w, seen, self.contents, self.notes) for w in self.worlds]
         if any(not problems for problems in later):
             return ("(0.5 s later the same check passes: the first read missed a write that had been "
                     "acknowledged to another process before the read began)")
@@ -880,15 +790,15 @@ class ModelMachine(RuleBasedStateMachine):
                 self.slots[slot].kill()
                 self.slots[slot] = None
             wait_for_git(self.path)
-            if self.reader is not None:
-                self.reader.close()
-            if self.failed or self.reader is None:
+            reader, self.reader = self.reader, None
+            if reader is not None:
+                reader.close()
+            if self.failed or reader is None:
                 return
-            self.note("teardown: every worker SIGKILLed; open (recovery), check, git fsck, qvc fsck")
+            self.note("teardown: every worker SIGKILLed; open (publishes what is staged), check, git fsck, qvc fsck")
             store = GitCheckpointStore(self.path)
             try:
-                self.recovered()
-                self.check(store, " after the final recovery")
+                self.check(store, " after the final open")
             finally:
                 store.close()
             fsck(self.path)
@@ -928,7 +838,7 @@ class ModelMachine(RuleBasedStateMachine):
         line = self.visible_line(thread)
         head = line[0] if line else None
         older = line[1:]
-        if kind == "plain" or thread in self.taint.heads or self.taint.everything:
+        if kind == "plain":
             return self.put_op(thread)
         if kind == "head_parent" and head is not None:
             return self.put_op(thread, parent_id=head)
@@ -972,8 +882,6 @@ class ModelMachine(RuleBasedStateMachine):
         thread = old["thread"]
         op = {**old, "retry": True}
         if old.get("parent_id") or "expected_head" in old:
-            if thread in self.taint.heads or self.taint.everything:
-                return  # its head cannot be named yet
             pid = old.get("parent_id")
             if pid is not None and not all(pid in w.reachable() for w in self.worlds):
                 self.retries.pop(cid)  # its parent is gone: this retry can never be made
@@ -1004,8 +912,6 @@ class ModelMachine(RuleBasedStateMachine):
                     options.append((CONFLICT, w1))  # read the head before the first moved it
                 for r2x, wx in options:
                     outcomes.append((r2x, r1, wx) if flip else (r1, r2x, wx))
-        self.touch(pa, op_a)
-        self.touch(pb, op_b)
         pa.send(wire(op_a))
         pb.send(wire(op_b))
         res_a, res_b = pa.next(), pb.next()
@@ -1013,12 +919,6 @@ class ModelMachine(RuleBasedStateMachine):
             self.fail(f"a worker died during concurrent puts:\n{pa.stderr()}\n{pb.stderr()}")
         got_a = OK if res_a.get("ok") else res_a.get("error")
         got_b = OK if res_b.get("ok") else res_b.get("error")
-        if ALLOW_LEASE_CONFLICT and (thread in self.taint.heads or self.taint.everything):
-            for w in self.worlds:  # QVC_MODEL_ALLOW_LEASE_CONFLICT: either may meet a dead lease and be refused
-                for _, second, flip in ((op_a, op_b, False), (op_b, op_a, True)):
-                    r2, w2 = apply(w, second)
-                    outcomes.append((r2, CONFLICT, w2) if flip else (CONFLICT, r2, w2))
-                    outcomes.append((CONFLICT, CONFLICT, w))
         kept = [w for ra, rb, w in outcomes if (ra, rb) == (got_a, got_b)]
         text = f"concurrently {pa.label}: {describe(op_a)} -> {got_a} | {pb.label}: {describe(op_b)} -> {got_b}"
         if not kept:
@@ -1081,10 +981,9 @@ class ModelMachine(RuleBasedStateMachine):
         self.note(f"qvc {' '.join(args)} -> exit {proc.returncode}")
         if proc.returncode != 0:
             self.fail(f"qvc {' '.join(args)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-        self.recovered()  # its open replayed every dead writer's journal
 
     def do_git_pack_refs(self, a: Args) -> None:
-        """Plain git rewrites packed-refs (it knows nothing of qvc's leases)."""
+        """Plain git rewrites packed-refs (it knows nothing of what qvc has staged)."""
         proc = pack_refs(self.path)
         self.note(f"git pack-refs --all --prune -> exit {proc.returncode} {proc.stderr.strip()[:200]}")
         if proc.returncode != 0 and "lock" not in proc.stderr:
@@ -1119,26 +1018,23 @@ class ModelMachine(RuleBasedStateMachine):
             op = self.any_put(a.thread, "plain" if a.what == "put" else "travel_e", a.pick)
         proc = self.slots[slot]
         outcomes = self.predict(op)
-        self.touch(proc, op)
         proc.send(wire(op))
         time.sleep(a.delay)
         self.kill(slot, op, outcomes)
 
     def do_restart(self, a: Args) -> None:
-        """Start a worker in a dead slot: its open runs recovery."""
+        """Start a worker in a dead slot: its open publishes what is staged (and repairs)."""
         slot = self.slots.index(None)
         proc = self.spawn(slot, a.mode)
         info = proc.ready()
         self.slots[slot] = proc
-        self.recovered()
         self.note(f"started {proc.label}: recovery {info.get('recovery')!r}")
 
     def do_reopen(self, a: Args) -> None:
-        """Open (recovery) and close a fresh store in this process."""
+        """Open (publishes what is staged, repairs) and close a fresh store in this process."""
         with GitCheckpointStore(self.path) as store:
             summary = store.recovery.summary().replace("\n", " ")
-            self.recovered()
-            self.check(store, " in the store that just recovered")
+            self.check(store, " in the store that just opened")
         self.note(f"opened and closed a store here: recovery {summary!r}")
 
 

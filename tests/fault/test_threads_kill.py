@@ -1,9 +1,10 @@
 """Eight Python threads of one process put on one shared store; the process is SIGKILLed.
 
-What the threads share is what this checks: one journal whose flush covers every record
-appended before it started (group commit), pending objects and leases the publisher writes
-without holding up the puts. After each kill: ``git fsck --strict`` passes, the store opens
-(recovery runs), and every put any thread saw return (``ACK``) is there, in every durability
+What the threads share is what this checks: one staging database whose commits the threads
+take turns on (a SYNC commit's WAL flush shared by the commits waiting with it), and the
+publisher that writes their objects and refs to git's files without holding up the puts. After
+each kill: ``git fsck --strict`` passes, the store opens (and publishes what the killed process
+left staged), and every put any thread saw return (``ACK``) is there, in every durability
 mode (a kill loses no returned write), each thread's head at its last acknowledged
 checkpoint or the one put in flight. The next writer then goes on on the same repository.
 """

@@ -13,9 +13,8 @@ delete came back; its own read after a delete saw the deleted checkpoint).
 Here the test process plays the part of pack-refs exactly as git does it, with the real lock
 file, and a real qvc process deletes meanwhile.
 
-An open while another process finishes a dead writer's lease must still recover that
-writer's journal: the finishing process holds the journal's lock as its owner did, and the
-open took it for a live store's (journals_replayed=0 after a crash that acknowledged writes).
+An open while another process publishes a dead writer's acknowledged puts (stopped midway)
+reads them, writes on them, and git's files hold them all once the publication is done.
 """
 
 from __future__ import annotations
@@ -25,13 +24,10 @@ import queue
 import subprocess
 import sys
 import threading
-import types
 
 from helpers import child_env, fsck, put, run_git
 
 from qvc import CheckpointConfig, GitCheckpointStore
-from qvc.plumbing import recovery
-from qvc.plumbing.locking import flocked
 
 DELETER = """
 import sys
@@ -132,8 +128,8 @@ def test_a_delete_removes_a_packed_ref_and_keeps_the_others(tmp_path):
 
 HOLDER = """
 import sys, time
-import qvc.plumbing.publication as publication
-publication.PUBLISH_LAG = 600.0  # keeps its puts to itself: leased, unpublished
+import qvc.plumbing.repository as repository
+repository.PUBLISH_LAG = 3600.0  # never publishes: its puts stay committed in the staging database only
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
 store = GitCheckpointStore(sys.argv[1], durability="sync")
 for i in range(3):
@@ -142,64 +138,78 @@ print("IDLE", flush=True)
 time.sleep(600)
 """
 
-ADOPTER = """
+PUBLISHER = """
 import sys
 import qvc.plumbing.pack as pack
+import qvc.plumbing.repository as repository
+repository.PUBLISH_LAG = 3600.0  # publishes at its flush only
 from qvc import Checkpoint, CheckpointConfig, CheckpointConflictError, GitCheckpointStore
 store = GitCheckpointStore(sys.argv[1])
 print("OPEN", flush=True)
 sys.stdin.readline()  # once the holder is dead
-real, paused = pack.write, []
-def write(*args, **kwargs):  # the first pack written is the dead lease's objects: pause there
-    if not paused:
-        paused.append(True)
-        print("ADOPTING", flush=True)
-        sys.stdin.readline()
-    return real(*args, **kwargs)
-pack.write = write
-try:  # meets the dead writer's lease on t: finishes it first
+try:  # on the dead writer's acknowledged puts
     store.put(CheckpointConfig("t"), Checkpoint(id="later", thread_id="t", step=3, state_data={"i": 3}), {})
     print("PUT", flush=True)
 except CheckpointConflictError:
     print("CONFLICT", flush=True)
+real, paused = pack.write, []
+def write(*args, **kwargs):  # the pack of everything staged, the dead writer's objects too: pause there once
+    if not paused:
+        paused.append(True)
+        print("PUBLISHING", flush=True)
+        sys.stdin.readline()
+    return real(*args, **kwargs)
+pack.write = write
+store.flush()
+print("PUBLISHED", flush=True)
 store.close()
 """
 
 
-def test_an_open_while_another_process_finishes_a_dead_writers_lease_recovers_its_journal(tmp_path):
+def test_an_open_while_another_process_publishes_a_dead_writers_puts_sees_and_keeps_them(tmp_path):
+    """A writer dies with acknowledged puts committed and not published; another process puts
+    on them and publishes them all, and is stopped midway (its pack not yet written). An open
+    meanwhile neither waits for it nor takes its work for lost: it reads the dead writer's puts
+    and the other's, writes on them, and once the publication is done git's files hold them
+    all. (The old engine's open took the publishing process's hold on the dead writer's journal
+    for a live store's and recovered nothing.)"""
     path = tmp_path / "r.qvc"
     GitCheckpointStore(path).close()
-    adopter = subprocess.Popen([sys.executable, "-c", ADOPTER, os.fspath(path)], env=child_env(), text=True,
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    publisher = subprocess.Popen([sys.executable, "-c", PUBLISHER, os.fspath(path)], env=child_env(), text=True,
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, os.fspath(path)], env=child_env(), text=True,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        said = _lines(adopter)
-        assert said.get(timeout=60) == "OPEN", adopter.stderr.read()[-3000:]
+        said = _lines(publisher)
+        assert said.get(timeout=60) == "OPEN", publisher.stderr.read()[-3000:]
         assert holder.stdout.readline().strip() == "IDLE", holder.stderr.read()[-3000:]
         holder.kill()
         holder.wait()
-        adopter.stdin.write("\n")
-        adopter.stdin.flush()
-        assert said.get(timeout=60) == "ADOPTING", adopter.stderr.read()[-3000:]
+        publisher.stdin.write("\n")
+        publisher.stdin.flush()
+        assert said.get(timeout=60) == "PUT", publisher.stderr.read()[-3000:]
+        assert said.get(timeout=60) == "PUBLISHING", publisher.stderr.read()[-3000:]
+        assert run_git(path, "rev-parse", "-q", "--verify", "refs/heads/t", check=False).returncode != 0  # not yet
 
-        journal_dir = path / "qvc" / "journal"
-        dead = [n for n in os.listdir(journal_dir) if n.startswith(f"{holder.pid}-") and n.endswith(".wal")]
-        assert len(dead) == 1 and flocked(os.fspath(journal_dir / dead[0]))  # held: by the adopter
-        host = types.SimpleNamespace(path=os.fspath(path), qvc_dir=os.fspath(path / "qvc"))
-        assert recovery.needed(host), "an open would take the dead writer's journal for a live store's"
-
-        adopter.stdin.write("\n")
-        adopter.stdin.flush()
-        assert said.get(timeout=60) in ("PUT", "CONFLICT"), adopter.stderr.read()[-3000:]
-        assert adopter.wait(timeout=60) == 0, adopter.stderr.read()[-3000:]
+        with GitCheckpointStore(path) as store:  # opens while the publication is stopped midway
+            line = [t.checkpoint.id for t in store.list(CheckpointConfig("t"))]
+            assert line == ["later", "held-2", "held-1", "held-0"], store.recovery
+            assert store.get_tuple(CheckpointConfig("any", "held-2")).checkpoint.state_data == {"i": 2}
+            put(store, "t", "mine", 4, {"i": 4})
+            publisher.stdin.write("\n")  # the publication goes on (before this store's close publishes)
+            publisher.stdin.flush()
+            assert said.get(timeout=60) == "PUBLISHED", publisher.stderr.read()[-3000:]
+        assert publisher.wait(timeout=60) == 0, publisher.stderr.read()[-3000:]
     finally:
-        for proc in (holder, adopter):
+        for proc in (holder, publisher):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
     fsck(path)
     with GitCheckpointStore(path) as store:
-        assert store.recovery.journals_replayed == 1, store.recovery
-        assert store.get_tuple(CheckpointConfig("any", "held-2")).checkpoint.state_data == {"i": 2}
-    assert os.listdir(path / "qvc" / "journal") == [], "the dead journal and the adopter's marker are gone"
+        assert [t.checkpoint.id for t in store.list(CheckpointConfig("t"))] == [
+            "mine", "later", "held-2", "held-1", "held-0"]
+        assert store.repository.staging.staged() == 0
+    log = run_git(path, "log", "--format=%H", "refs/heads/t").stdout.split()
+    assert len(log) == 5  # git's files hold them all
+    assert not (path / "qvc" / "journal").exists() and not list(path.glob("refs/**/*.lock"))

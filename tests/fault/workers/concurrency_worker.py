@@ -6,7 +6,7 @@ Usage::
     python tests/fault/workers/concurrency_worker.py reader PATH THREAD STOPFILE
     python tests/fault/workers/concurrency_worker.py writes PATH THREAD CID N TAG
     python tests/fault/workers/concurrency_worker.py deleter PATH THREAD N
-    python tests/fault/workers/concurrency_worker.py slowput PATH THREAD CID
+    python tests/fault/workers/concurrency_worker.py slowput PATH THREAD CID   (see :func:`slowput`)
 
 Both open the store, print ``READY`` and wait for a line on stdin (so that several workers
 start at the same moment). A writer then does N puts on THREAD without ``parent_id`` (each
@@ -129,33 +129,37 @@ def deleter(path: str, thread: str, n: int) -> int:
 
 
 def slowput(path: str, thread: str, cid: str) -> int:
-    """One put that is descheduled between moving the ref and journaling it, then held open.
+    """One put whose publication to git's files is descheduled midway, then held open.
 
-    Simulates the scheduler pausing the process right after its publisher wrote the move to
-    git's files (the publisher writes what is leased, also a transaction's moves not yet
-    journaled): prints ``MOVED`` and waits for a stdin line before the journal append; prints
-    ``ACK`` when put returns, then waits for another line (the test SIGKILLs it meanwhile).
+    The put is acknowledged (its staging transaction committed: ``ACK``); this store's own
+    publication then stops after it read what is staged and before it writes git's files (the
+    scheduler pausing the process there): prints ``MOVED`` and waits for a stdin line, then
+    finishes the publication, prints ``PUBLISHED`` and waits for another line (the test
+    SIGKILLs it meanwhile). No background publisher runs: it publishes only at ``flush``.
     """
+    import qvc.plumbing.pack as pack
+    import qvc.plumbing.repository as repository
+
+    repository.PUBLISH_LAG = 3600.0  # this store publishes at its flush only (fault injection on purpose)
     from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
 
     store = GitCheckpointStore(path)
-    repo = store.repository
-    real_commit = repo.commit_record  # fault injection reaches inside the transaction on purpose
+    real_write = pack.write
 
-    def paused_commit(record):
-        if record.refs:
-            repo.publish()
-            print("MOVED", flush=True)
-            sys.stdin.readline()
-        return real_commit(record)
+    def paused_write(*args, **kwargs):
+        print("MOVED", flush=True)
+        sys.stdin.readline()
+        return real_write(*args, **kwargs)
 
-    repo.commit_record = paused_commit
     print("READY", flush=True)
     sys.stdin.readline()
     state = make_state("S", cid, 1)
     store.put(CheckpointConfig(thread), Checkpoint(id=cid, thread_id=thread, step=1, state_data=state),
               {"source": "loop", "step": 1, "tag": "S"})
     print(f"ACK {cid}", flush=True)
+    pack.write = paused_write
+    store.flush()
+    print("PUBLISHED", flush=True)
     sys.stdin.readline()
     store.close()
     return 0

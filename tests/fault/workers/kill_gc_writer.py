@@ -4,7 +4,7 @@ Usage::
 
     python tests/fault/workers/kill_gc_writer.py PATH MODE NAME RUN SEED [--shared]
 
-Opens ``GitCheckpointStore(PATH, durability=MODE)`` (recovery runs), prints ``READY`` and
+Opens ``GitCheckpointStore(PATH, durability=MODE)`` (publishing what is staged), prints ``READY`` and
 loops forever. Each put's checkpoint id is ``<RUN>-<n>`` and its state
 ``model_worker.make_state(thread, id, step)``. Plain puts (no ``parent_id``, no
 ``expected_head``) go to the writer's own thread ``own-<NAME>``, which no other writer touches.
