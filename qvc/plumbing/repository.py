@@ -188,21 +188,6 @@ def _flush_tree(top: str) -> None:
         fsync_dir(os.path.join(top, name))
 
 
-class _StagedGeneration:
-    """The generation token (:meth:`Staging.generation`) as :class:`~qvc.store.history.History`
-    follows it: ``current()`` gives ``(identity, token)``, the identity the token itself."""
-
-    def __init__(self, staging: Staging):
-        self._staging = staging
-
-    def current(self) -> tuple[str | None, str | None]:
-        token = self._staging.generation()
-        return token, token
-
-    def close(self) -> None:
-        pass
-
-
 class Repository:
     """A qvc repository on disk. Use one instance per process (or per store).
 
@@ -264,8 +249,6 @@ class Repository:
             self.backend.close()
             self.locks.close()
             raise
-        #: the generation token, as :class:`~qvc.store.history.History` follows it
-        self.generation_watch = _StagedGeneration(self.staging)
         self._who: str | None = None
         self._log_all: bool | None = None
         # Opening: a repository written by the journal-and-leases release is migrated (its
@@ -354,9 +337,6 @@ class Repository:
         must have published first)."""
         self._ensure_usable()
         return self.staging.object(raw) is not None
-
-    def make_readable(self, record: Record) -> None:
-        """A no-op kept for callers: a transaction's objects are readable at once."""
 
     def consolidate(self) -> None:
         """Merge the small packs this store wrote into one (:meth:`qvc.plumbing.packset.PackSet.consolidate`)."""

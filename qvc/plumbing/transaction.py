@@ -108,9 +108,6 @@ class Transaction:
         self.record.oids.append(oid)
         return oid
 
-    def make_readable(self) -> None:
-        """A no-op kept for callers: this thread reads the transaction's objects at once."""
-
     def ref(self, name: str) -> str | None:
         """The current hex target of ref ``name`` (``None`` if absent), this transaction's moves included."""
         return self.staged.ref(name)

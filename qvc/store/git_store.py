@@ -983,7 +983,6 @@ class GitCheckpointStore(CheckpointStore):
                 if new == tip:
                     continue
                 if name.startswith(HEADS) and new is not None:
-                    tx.make_readable()  # the rewritten commits, readable from here on
                     owner = self._history.commit(new).thread_id
                     if owner is not None and encode_thread(owner) != name[len(HEADS):]:
                         new = None  # its only checkpoints are gone: do not adopt another thread's
@@ -1393,7 +1392,6 @@ class GitCheckpointStore(CheckpointStore):
                 fields, _ = self._builder(tx.write).fields(dict(checkpoint.state_data), parent_entries)
                 made[checkpoint.id] = self.write_checkpoint(tx, cp_header, _check_mapping(metadata, "metadata"),
                                                             fields, [parent] if parent else [])
-                tx.make_readable()  # the next checkpoint's parent, and the head's line, read it
             target = None if head is None else made.get(head) or self._exact(head, "head")
             cause = f"record: {len(made)} new checkpoint(s), head {head}"
             new_wtip = self._writes.stage_record(tx, wtip, record, cause + "\n")

@@ -144,8 +144,7 @@ class History:
         self._tips: dict[str, str] = {}
         # (what it was sorted from, the ids sorted, the SHAs sorted): for abbreviate()
         self._sorted: tuple[tuple, list[str], list[str]] | None = None
-        self._generation: tuple | None = None  # identity of the qvc/generation the caches derive from
-        self._watch = repo.generation_watch  # the repository's: one read of qvc/generation for all
+        self._generation: str | None = None  # the generation token the caches derive from
         self._ids = IdIndex(repo.path, readonly=repo.readonly, fsync=repo.fsync)
         self._threads = LRU(256)  # thread id -> ThreadIndex
         repo.listeners.append(self.observe)
@@ -277,7 +276,7 @@ class History:
 
     def _current_token(self) -> str:
         """The current generation's token, as the index names its files (one stat)."""
-        return token_name(self._watch.current()[1])
+        return token_name(self.repo.generation())
 
     def forget_index(self) -> None:
         """Make the next lookup (in any process) rebuild the durable index from the refs: called
@@ -339,14 +338,14 @@ class History:
     # -- the checkpoint-id index ----------------------------------------------------------
 
     def _check_generation(self) -> str:
-        """Drop what was derived in memory if ``qvc/generation`` changed since it was last seen
-        (one stat); return its token, as the durable index names its files."""
-        gen, token = self._watch.current()
-        if gen != self._generation:
-            self._drop_derived(gen)
+        """Drop what was derived in memory if the generation token changed since it was last
+        seen (:meth:`Repository.generation`); return it, as the durable index names its files."""
+        token = self.repo.generation()
+        if token != self._generation:
+            self._drop_derived(token)
         return token_name(token)
 
-    def _drop_derived(self, generation: tuple | None | bool = False) -> None:
+    def _drop_derived(self, generation: str | None | bool = False) -> None:
         """Forget what was derived from history in memory (ids, walked tips, thread indexes), after
         a rewrite; with ``generation``, remember it as the one now seen."""
         with self._lock:

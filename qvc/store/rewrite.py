@@ -147,7 +147,6 @@ class Rewriter:
         source's refs stay; ``relabel`` then names the copies' thread). Returns the new head."""
         tips = [head, *(tip for _, tip in superseded)]
         result = self.drop(tx, tips, drop, relabel=relabel)
-        tx.make_readable()  # the copies are read back below (their checkpoint ids)
 
         def cid(sha: str) -> str:
             return self._history.commit(sha).checkpoint_id
