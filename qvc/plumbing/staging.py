@@ -8,7 +8,8 @@ and the crash recovery; this module only says what is stored and how it reaches 
 overlay: each staged ref's acknowledged value, ``NULL`` for deleted, and the value git's files
 held when it was first staged), ``moves`` (every staged move in order: the chain that ties the
 overlay to git's files, and the reflog lines of moves that have a message), ``ids`` (the
-checkpoint-id index: checkpoint id to commit) and ``meta``.
+checkpoint ids each transaction put on a ref since history was last rewritten) and ``meta``
+(the transaction sequence number, the generation token a rewrite changes).
 
 **The contract.**
 
@@ -16,10 +17,11 @@ checkpoint-id index: checkpoint id to commit) and ``meta``.
   every transaction committed before it began, its :meth:`StagedTransaction.move` is a
   compare-and-swap against the overlay (else git's files), and a conflict raises
   :class:`~qvc.errors.CheckpointConflictError` with nothing stored. Writers of any number of
-  processes and threads queue fairly on a ``flock`` (``qvc/staging.queue``) in front of SQLite's
-  write lock and hold both for one transaction only: a committed transaction holds no lock, so a
-  writer that stops (SIGSTOP, a debugger) after its commit blocks no one, and every transaction
-  that starts later, in any process, sees its writes.
+  processes and threads queue on a ``flock`` (``qvc/staging.queue``) in front of SQLite's
+  write lock (SQLite's own busy handler waits in sleeps) and hold both for one transaction
+  only: a committed transaction holds no lock, so a writer that stops (SIGSTOP, a debugger)
+  after its commit blocks no one, and every transaction that starts later, in any process,
+  sees its writes.
 * **Durable when**: ``sync``, at commit (``synchronous=FULL``: the WAL is flushed before the
   transaction returns); ``async``, within ``max_lag`` seconds (a background flush of the WAL);
   ``exit``, at :meth:`Staging.flush` or :meth:`Staging.close`. A process killed after its commit
@@ -29,11 +31,18 @@ checkpoint-id index: checkpoint id to commit) and ``meta``.
   publication and know nothing of locks.
 * **Publication** (:meth:`Staging.publish`) is idempotent and anyone's: it writes the staged
   objects as one pack, then moves each staged ref with git's own lock-and-rename (its reflog
-  lines first), flushes what it wrote, and only then deletes the published rows in one
-  transaction. Killed anywhere, the next publisher simply does it again: a ref already at its
+  lines first), flushes what it wrote (files, and each directory it created with its parent),
+  and only then deletes the published rows in one transaction. In ``async`` and ``exit`` it
+  first flushes the log (write-ahead: git's files are never ahead of a log a power cut could
+  roll back). A ref file a power cut tore (empty, NUL bytes, or the start of a value the ref
+  took while staged) is written over; one holding anything else is someone's, and the ref
+  stays staged. Killed anywhere, the next publisher simply does it again: a ref already at its
   staged value is left as it is, and reflog lines already appended are not appended twice.
-  Publishers take turns on ``qvc/publish.lock``; a publisher that finds it taken returns at once
-  (someone else is publishing).
+  Publishers take turns on ``qvc/publish.lock``; the background publisher, finding it taken,
+  returns at once (someone else is publishing); an explicit one waits up to ``lock_wait``.
+* **Readers create nothing.** A store connects to the database on its first write; until then,
+  and in a read-only store, a read where the log holds nothing reads the file as it is
+  (SQLite's ``immutable``), checked afterwards against the file's identity and the log.
 * **Plain git moving a staged ref.** If git's file holds a value that is neither the staged
   chain's base nor any value of the chain when the ref is published, another program moved the
   ref under a staged write. The acknowledged staged value wins (every qvc reader has seen it),
