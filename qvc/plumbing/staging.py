@@ -207,6 +207,7 @@ class Staging:
         self._conns_lock = threading.Lock()
         self._refs = RefReader(self.path)
         self._dirty = threading.Event()  # commits since the last flush (async, exit)
+        self._stopping = threading.Event()  # set by close: the flusher ends
         self._flushing = threading.Lock()  # one flush at a time: a caller returns once its commits are flushed
         self._closed = False
         self._flusher: threading.Thread | None = None
@@ -495,7 +496,8 @@ class Staging:
             self._dirty.wait(0.5)
             if self._closed:
                 return
-            time.sleep(self.max_lag / 2)
+            if self._stopping.wait(self.max_lag / 2):  # (close flushes the rest itself)
+                return
             with contextlib.suppress(StorageError):
                 self.flush()
 
@@ -516,6 +518,7 @@ class Staging:
         finally:
             self._closed = True
             self._dirty.set()
+            self._stopping.set()
             if self._flusher is not None:
                 self._flusher.join()
             with self._conns_lock:
