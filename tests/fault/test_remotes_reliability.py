@@ -564,10 +564,15 @@ def kill_replication(tmp_path: Path, daemon: GitDaemon, rounds: int, seed: int) 
         proc = subprocess.Popen([sys.executable, "-c", REPLICATING_WRITER, str(repo), str(r * 10**6)], env=child_env(),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
         deadline = time.monotonic() + 30
-        while not git_push_running(proc.pid):
-            assert proc.poll() is None, proc.stderr.read()
-            assert time.monotonic() < deadline, "the replicator never pushed"
-            time.sleep(0.001)
+        try:
+            while not git_push_running(proc.pid):
+                assert proc.poll() is None, proc.stderr.read()
+                assert time.monotonic() < deadline, "the replicator never pushed"
+                time.sleep(0.001)
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)  # never leave the endless writer behind
+            proc.wait()
+            raise
         time.sleep(rng.uniform(0, 0.02))
         mid_push += git_push_running(proc.pid)
         (os.killpg if r % 2 else lambda pid, sig: os.kill(pid, sig))(proc.pid, signal.SIGKILL)
