@@ -805,11 +805,27 @@ class GitCheckpointStore(CheckpointStore):
         if commit == ancestor:
             return True
         repo = self._repo
-        if repo.staged(bytes.fromhex(commit)) or repo.staged(bytes.fromhex(ancestor)):
-            repo.publish()  # libgit2 walks git's files: they first get what is staged (a published
-            # commit's ancestors are published: staged before it, they are in its pack or earlier)
+        # Staged commits (not yet in git's files) are walked here; libgit2 walks from the first
+        # published ones. A published commit's ancestors are all published (each was staged
+        # before it), so a staged ancestor can only be found among the staged commits.
+        stack, seen, published = [commit], set(), []
+        while stack:
+            hexid = stack.pop()
+            if hexid in seen:
+                continue
+            seen.add(hexid)
+            if hexid == ancestor:
+                return True
+            if repo.staged(bytes.fromhex(hexid)):
+                stack += self._history.commit(hexid).parents
+            else:
+                published.append(hexid)
+        if not published or repo.staged(bytes.fromhex(ancestor)):
+            return False
         try:
-            return repo.retry_on_miss(lambda: repo.git.descendant_of(pygit2.Oid(hex=commit), pygit2.Oid(hex=ancestor)))
+            goal = pygit2.Oid(hex=ancestor)
+            return any(repo.retry_on_miss(lambda p=p: repo.git.descendant_of(pygit2.Oid(hex=p), goal))
+                       for p in published)
         except (pygit2.GitError, KeyError) as exc:
             raise CorruptionError(f"cannot tell whether {commit[:12]} descends from {ancestor[:12]}: {exc}") from None
 
