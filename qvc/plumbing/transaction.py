@@ -41,6 +41,9 @@ class Record:
     #: the generation token the moves were made under, as a 1-tuple (the token the transaction
     #: began with, or the one its rewrite started); ``None`` where unknown (an old journal's record)
     generation: tuple[str | None] | None = field(default=None, compare=False)
+    #: what a commit listener derived from the record before the commit, for the listeners after
+    #: it (the store's history keeps the commits it parsed and the checkpoint ids it indexed)
+    derived: object = field(default=None, compare=False, repr=False)
     stored: int = field(default=0, compare=False)  # how many of ``objects`` are in the object store
     oids: list[bytes] = field(default_factory=list, compare=False)  # ids of ``objects``, when known
 

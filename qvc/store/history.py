@@ -195,7 +195,8 @@ class History:
                 self._blobs.put(oid, data)
             elif kind == "tree":
                 self._trees.put(oid, parse_tree(data, oid))
-        written, ids = _checkpoints_on_refs(record)
+        written, ids = record.derived if record.derived is not None else _checkpoints_on_refs(record)
+        ids = list(ids)
         for info in written.values():
             self._commits.put(info.hex, info)
         with self._lock:
@@ -225,7 +226,8 @@ class History:
         index, with ``tx`` (a :attr:`Repository.commit_listeners` callback): the index log is
         appended only after the commit (:meth:`observe`), and a writer killed in between, or a
         power cut that takes the log's tail, must not make an id look new to the next put."""
-        tx.index(_checkpoints_on_refs(tx.record)[1])
+        tx.record.derived = _checkpoints_on_refs(tx.record)  # parsed once: observe() reads it after the commit
+        tx.index(tx.record.derived[1])
 
     def _index_replayed(self, moved: dict[str, tuple[str | None, str | None]]) -> None:
         """Index what crashed writers' replayed journals (on open) or adopted leases (while
