@@ -10,7 +10,8 @@ Run by hand from the repository root::
 
 Sections: put, reads (get latest; list of a 150- and a 1,000-checkpoint thread), transcript (300
 and 1,000 turns), langgraph (a 3-node graph on QvcSaver and SqliteSaver), threads (8 Python
-threads putting at once), open (open + first put; how soon another process sees a put),
+threads putting at once), processes (8 processes putting at once on one repository / one
+database file; issue 31's target), open (open + first put; how soon another process sees a put),
 memory (2,000 vs 10,000 checkpoints), scaling (``--transcript N``). Each figure is printed with
 the target of issue 24 (issue 13's before it) and PASS/MISS, and a table of them all closes the run.
 
@@ -371,6 +372,54 @@ after = rss()
 store.close()
 print(json.dumps({"base": base, "opened": opened, "after": after,
                   "peak": rss("VmHWM:")}))
+"""
+
+
+# [7b]: one of the writer processes of the processes section. It opens its three stores (qvc SYNC and ASYNC
+# repositories, a connection + SqliteSaver on the database) and prints "open"; then, for each line "NAME N" read
+# from stdin, it prepares N puts of the [1] workload on its own thread of store NAME, prints "ready", blocks
+# reading one byte of the start pipe all workers share, does the puts and prints a JSON line with its
+# CLOCK_MONOTONIC times (woken, last put returned), CPU seconds and errors; "quit" closes the stores.
+PROCESS_WORKER = r"""
+import json, os, sys, time
+bench_dir, index, start_fd, paths = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
+sys.path.insert(0, bench_dir)
+import bench_store as b
+
+thread = f"p{index}"
+stores = {mode: b.GitCheckpointStore(paths[mode], create=False, durability=b.MODES[mode]) for mode in ("SYNC", "ASYNC")}
+conn, saver, _ = b.open_sqlite(paths[b.SQLITE])
+workers = {"SYNC": b.QvcThread(stores["SYNC"], thread), "ASYNC": b.QvcThread(stores["ASYNC"], thread),
+           b.SQLITE: b.SqliteThread(saver, thread)}
+streams = {name: b.AgentState(400 + index) for name in workers}  # the same workload for every store
+print("open", flush=True)
+for line in sys.stdin:
+    if line.strip() == "quit":
+        break
+    name, n = line.split()
+    th, stream, batch = workers[name], streams[name], []
+    for _ in range(int(n)):  # prepared before the clock starts
+        state, changed = stream.next()
+        prepared = th.prepare(state, changed, stream.step)
+        if name == b.SQLITE:
+            th.prev, th.parent_id = prepared[1], prepared[1]["id"]
+        batch.append(prepared)
+    print("ready", flush=True)
+    os.read(start_fd, 1)
+    woke, cpu0, errors, first = time.monotonic(), time.process_time(), 0, ""
+    for prepared in batch:
+        try:
+            th.put(prepared)
+        except Exception as exc:  # counted: a store that cannot take concurrent writers
+            errors += 1
+            first = first or f"{type(exc).__name__}: {exc}"
+    end, cpu = time.monotonic(), time.process_time() - cpu0
+    if name == "ASYNC":
+        stores[name].flush()  # untimed: the block's writes are durable before the next block
+    print(json.dumps({"woke": woke, "end": end, "cpu": cpu, "errors": errors, "error": first}), flush=True)
+for store in stores.values():
+    store.close()
+conn.close()
 """
 
 
@@ -1178,6 +1227,125 @@ class Bench:
             conn.close()
         self.results["threads"] = out
 
+    # -- 7b. processes writing one repository -----------------------------------------------------
+
+    def bench_processes(self) -> None:
+        n_procs = 8
+        per = 30 if self.quick else 100
+        print(f"\n[7b] {n_procs} processes writing one repository / one database file at once, one thread each "
+              f"({per} puts per process per block, {self.rounds} rounds, alternating)")
+        print("    each process opens its store and prepares its puts before the clock; all are released at once "
+              "through one pipe; rate = all puts / (last put returned - release), on CLOCK_MONOTONIC")
+        print("    qvc: one repository (SYNC; ASYNC as info, its flush after the block untimed); SqliteSaver: one "
+              "connection + saver per process on one database file (WAL, synchronous=FULL, busy timeout 5 s)")
+        paths = {"SYNC": self.path("procs-sync.qvc"), "ASYNC": self.path("procs-async.qvc"),
+                 SQLITE: self.path("procs.sqlite")}
+        for mode in ("SYNC", "ASYNC"):  # created here, so that the workers do not race to create them
+            GitCheckpointStore(paths[mode], durability=MODES[mode]).close()
+        conn, _, _ = open_sqlite(paths[SQLITE])
+        conn.close()
+        names = ["SYNC", SQLITE, "ASYNC"]
+        start_r, start_w = os.pipe()
+        procs: list[subprocess.Popen] = []
+
+        def send(line: str) -> None:
+            for p in procs:
+                assert p.stdin is not None
+                p.stdin.write(line + "\n")
+                p.stdin.flush()
+
+        def expect(word: str) -> None:
+            for p in procs:
+                assert p.stdout is not None
+                got = p.stdout.readline().strip()
+                if got != word:
+                    raise RuntimeError(f"worker {p.pid}: expected {word!r}, got {got!r} (exit code {p.poll()})")
+
+        def block(name: str, n: int) -> dict:
+            send(f"{name} {n}")
+            expect("ready")  # every worker has its puts prepared and waits on the start pipe
+            settle()
+            t0 = time.monotonic()
+            os.write(start_w, b"g" * n_procs)
+            reports = []
+            for p in procs:
+                assert p.stdout is not None
+                line = p.stdout.readline()
+                if not line.startswith("{"):
+                    raise RuntimeError(f"worker {p.pid}: {line!r} (exit code {p.poll()})")
+                reports.append(json.loads(line))
+            elapsed = max(r["end"] for r in reports) - t0
+            return {"rate": n_procs * n / elapsed, "elapsed_s": elapsed,
+                    "wake_spread_ms": (max(r["woke"] for r in reports) - t0) * 1000,
+                    "cpu_ms_per_put": sum(r["cpu"] for r in reports) * 1000 / (n_procs * n),
+                    "errors": sum(r["errors"] for r in reports),
+                    "error": next((r["error"] for r in reports if r["error"]), "")}
+
+        res: dict[str, list[dict]] = {name: [] for name in names}
+        try:
+            here = os.path.dirname(os.path.abspath(__file__))
+            for i in range(n_procs):
+                procs.append(subprocess.Popen([sys.executable, "-c", PROCESS_WORKER, here, str(i), str(start_r),
+                                               json.dumps(paths)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                              text=True, cwd=ROOT, pass_fds=(start_r,)))
+            expect("open")
+            for name in names:
+                block(name, 3)  # warm-up
+            for r in range(self.rounds):
+                for name in names[r % len(names):] + names[: r % len(names)]:
+                    res[name].append(block(name, per))
+            send("quit")
+            for p in procs:
+                p.wait(timeout=60)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            os.close(start_r)
+            os.close(start_w)
+
+        expected = 3 + self.rounds * per  # what each worker's thread must hold (warm-up included)
+        stored: dict[str, list[int]] = {}
+        for mode in ("SYNC", "ASYNC"):
+            reader = GitCheckpointStore(paths[mode], create=False, readonly=True)
+            stored[mode] = [sum(1 for _ in reader.list(CheckpointConfig(f"p{i}"))) for i in range(n_procs)]
+            reader.close()
+        conn = sqlite3.connect(paths[SQLITE])
+        counts = dict(conn.execute("SELECT thread_id, count(*) FROM checkpoints GROUP BY thread_id").fetchall())
+        conn.close()
+        stored[SQLITE] = [counts.get(f"p{i}", 0) for i in range(n_procs)]
+        print(f"    checkpoints stored per process's thread afterwards (expected {expected} less failed puts): "
+              + ", ".join(f"{name} {min(v)}-{max(v)}" for name, v in stored.items()))
+
+        rates = {name: [b["rate"] for b in res[name]] for name in names}
+        out: dict[str, Any] = {"processes": n_procs, "puts_per_process_per_block": per, "stored": stored}
+        labels = {"SYNC": "qvc SYNC", "ASYNC": "qvc ASYNC", SQLITE: "SqliteSaver (WAL, FULL)"}
+        for name in names:
+            errors = sum(b["errors"] for b in res[name])
+            first = next((b["error"] for b in res[name] if b["error"]), "")
+            wake = statistics.median(b["wake_spread_ms"] for b in res[name])
+            cpu = statistics.median(b["cpu_ms_per_put"] for b in res[name])
+            print(f"    {labels[name]:<24} {statistics.median(rates[name]):7.0f} puts/s   (rounds "
+                  f"{min(rates[name]):.0f}-{max(rates[name]):.0f})   CPU {cpu:.2f} ms per put (all processes), "
+                  f"last worker woken {wake:.1f} ms after release, {errors} failed put(s)"
+                  + (f": {first}" if first else ""))
+            out[name] = {"median_puts_per_s": statistics.median(rates[name]), "rounds": res[name],
+                         "errors": errors, "first_error": first}
+        print("    ratio qvc / SqliteSaver of the same round (median of per-round ratios; higher is better):")
+        for name, target in (("SYNC", 1.0), ("ASYNC", None)):
+            ratios = [q / s for q, s in zip(rates[name], rates[SQLITE], strict=True)]
+            ratio, lo, hi = statistics.median(ratios), min(ratios), max(ratios)
+            v = ("PASS" if ratio >= target else "MISS") if target is not None else ""
+            print(f"    qvc {name} / sqlite{'':<13} {ratio:8.2f}x   (rounds {lo:.2f}-{hi:.2f})   "
+                  + (f"target >= {target:g}x   {v}" if target is not None else "(info: not durable at return)"))
+            out[f"ratio_{name}"] = {"ratio": ratio, "min": lo, "max": hi, "target": target, "verdict": v}
+            self.summary.append((f"{n_procs} processes, puts/s, qvc {name} (issue 31)",
+                                 f"{statistics.median(rates[name]):.0f}/s",
+                                 f"{statistics.median(rates[SQLITE]):.0f}/s", f"{ratio:.2f}x ({lo:.2f}-{hi:.2f})",
+                                 f">= {target:g}x" if target is not None else "(info)", v))
+        self.results["processes"] = out
+
     # -- 8. opening a repository and its first put; how soon another process sees a put ---------
 
     def bench_open(self) -> None:
@@ -1431,8 +1599,8 @@ class Bench:
 
 #: ``--only`` names and the Bench method each runs, in the order of a full run
 SECTION_METHODS = {"put": "bench_put", "reads": "bench_reads", "transcript": "bench_transcripts",
-                   "langgraph": "bench_langgraph", "threads": "bench_threads", "open": "bench_open",
-                   "memory": "bench_memory"}
+                   "langgraph": "bench_langgraph", "threads": "bench_threads", "processes": "bench_processes",
+                   "open": "bench_open", "memory": "bench_memory"}
 SECTIONS = tuple(SECTION_METHODS)
 
 
