@@ -13,7 +13,7 @@ A repository has three lock files under ``qvc/`` (see docs/durability.md, "The l
 The staging database's queue and publisher's turn (:mod:`qvc.plumbing.staging`) and the
 journals of the journal-and-leases release (their owner held its journal exclusively while its
 store was open) are locked with :func:`try_flock` and tested with :func:`flocked` too. The layers
-above take their own locks (the id-index build, a clone's owner, a run's recorder) with
+above take their own locks (a clone's owner, a run's recorder) with
 :func:`open_lock_file`, :func:`try_flock` and :func:`wait_flock` too: no other module calls
 ``flock``.
 

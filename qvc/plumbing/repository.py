@@ -56,8 +56,9 @@ FORMAT_KEY = "qvc.format"
 LOGGED = ("refs/heads/", "refs/remotes/", "refs/notes/")  # what core.logAllRefUpdates keeps reflogs of
 CLOSE_WAIT = 20.0  # how long close() waits for writes other threads began before it
 #: how soon the background publisher writes what a write staged to git's files (SYNC; ASYNC
-#: waits ``max_lag`` at least, EXIT :data:`EXIT_PUBLISH_LAG`)
-PUBLISH_LAG = 0.01
+#: waits ``max_lag`` at least, EXIT :data:`EXIT_PUBLISH_LAG`). qvc's readers see a write at its
+#: commit, whatever this is; a longer lag batches more writes per pack and per flush of git's files.
+PUBLISH_LAG = 0.2
 EXIT_PUBLISH_LAG = 2.0
 T = TypeVar("T")
 
@@ -258,6 +259,7 @@ class Repository:
         if recovery.needed(self):
             with self.exclusive():
                 self.recovery = recovery.recover(self)
+                self.recovered(self.recovery.moved)
         if self.recovery:
             log.warning("qvc: recovered %s: %s", self.path, self.recovery.summary())
         # A publication flushes the log first (write-ahead): in EXIT mode, whose writes are durable
@@ -272,13 +274,6 @@ class Repository:
         #: called with each transaction just before it commits (after its last move): what must be
         #: stored with it, atomically (the checkpoint ids it stores), is added here
         self.commit_listeners: list[Callable[[Transaction], None]] = []
-        #: called when a transaction marks itself as rewriting history (:meth:`Transaction.rewrite_history`),
-        #: before it moves its first ref: what is derived from history and kept on disk (the
-        #: checkpoint-id index) is retired here
-        self.rewrite_listeners: list[Callable[[], None]] = []
-        #: called with refs moved outside this store's transactions (a migrated old release's
-        #: journal, maintenance's recovery), as ``{name: (value before, value after)}``
-        self.recovery_listeners: list[Callable[[dict[str, tuple[str | None, str | None]]], None]] = []
         self._created = 0  # refs this store created: a hint for packing refs (qvc.plumbing.refpack)
         self._wrote = False
         self.listeners.append(self._count_created)
@@ -370,11 +365,24 @@ class Repository:
         deleted): what a reader of ref files (:class:`qvc.plumbing.odb.RefReader`) must add."""
         return self.staging.staged_refs(prefix)
 
-    def indexed(self, checkpoint_id: str) -> str | None:
-        """The commit the id index of the staging database names for ``checkpoint_id`` (written
-        by :meth:`Transaction.index` since history was last rewritten), ``None`` if none."""
+    def indexed(self, checkpoint_id: str) -> tuple[str | None, bool]:
+        """``(commit, complete)``: the commit the checkpoint-id index of the staging database
+        names for ``checkpoint_id`` (``None`` if none), and whether the index is complete (a
+        miss then means the id is on no ref): :meth:`qvc.plumbing.staging.Staging.indexed`."""
         self._ensure_usable()
-        return self.staging.lookup(checkpoint_id)
+        return self.staging.indexed(checkpoint_id)
+
+    def complete_index(self, ids: list[tuple[str, str]], generation: str | None) -> bool:
+        """Complete the checkpoint-id index with ``ids`` (every checkpoint on a ref, walked under
+        ``generation``), in this thread's open transaction if any; ``False`` if a rewrite came
+        between (:meth:`qvc.plumbing.staging.Staging.complete_index`)."""
+        self._ensure_usable()
+        if self.readonly:
+            return False
+        try:
+            return self.staging.complete_index(ids, generation)
+        except StorageError:  # (a full disk) derived data: lookups walk the refs meanwhile
+            return False
 
     def logged(self, name: str) -> bool:
         """Whether git keeps a reflog for ``name`` (``core.logAllRefUpdates``, or an existing log)."""
@@ -386,6 +394,12 @@ class Repository:
         if self._log_all and (name.startswith(LOGGED) or name == "HEAD"):
             return True
         return os.path.exists(os.path.join(self.path, "logs", name))
+
+    @property
+    def staging_log(self) -> str:
+        """The file every acknowledged write modifies when it commits (it may not exist yet): a
+        change there is the earliest hint that a ref moved, before git's files have it."""
+        return self.staging.log_path
 
     # -- publishing ---------------------------------------------------------------------
 
@@ -453,20 +467,11 @@ class Repository:
         return [n[:-5] for n in self.backend.reader.walk(prefix) if n.endswith(".lock")]
 
     def recovered(self, moved: dict[str, tuple[str | None, str | None]]) -> None:
-        """Tell :attr:`recovery_listeners` of refs moved outside this store's transactions
-        (``moved`` as :attr:`RecoveryReport.moved <qvc.plumbing.recovery.RecoveryReport.moved>`);
-        nothing if it is empty."""
-        if moved:
-            for listener in self.recovery_listeners:
-                listener(moved)
-
-    # -- durability -------------------------------------------------------------------
-
-    def rewriting(self) -> None:
-        """Tell :attr:`rewrite_listeners` that a transaction is about to rewrite history.
-        :meth:`Transaction.rewrite_history` calls it; nothing else should."""
-        for listener in self.rewrite_listeners:
-            listener()
+        """Note that recovery moved refs outside any transaction (``moved`` as
+        :attr:`RecoveryReport.moved <qvc.plumbing.recovery.RecoveryReport.moved>`; nothing if it
+        is empty): the checkpoint-id index is walked again at its next use."""
+        if moved and not self.readonly:
+            self.staging.forget_index()
 
     def _count_created(self, record: Record) -> None:
         self._created += sum(1 for _, old, new in record.refs if old is None and new is not None)

@@ -130,11 +130,19 @@ class StagedTransaction:
         self.generation = generation
         #: objects written, inserted at once before the commit (this thread reads them meanwhile)
         self.objects: dict[bytes, tuple[str, bytes]] = {}
+        self.rewritten = False  #: whether :meth:`rewrite` was called
+        self._seen: dict[str, tuple[bool, str | None]] = {}  # ref -> (staged?, value) as read or moved here
+
+    def _read_ref(self, name: str) -> tuple[bool, str | None]:
+        seen = self._seen.get(name)
+        if seen is None:
+            row = self._db.execute("SELECT value FROM refs WHERE name = ?", (name,)).fetchone()
+            seen = self._seen[name] = (True, row[0]) if row is not None else (False, self._staging.git_ref(name))
+        return seen
 
     def ref(self, name: str) -> str | None:
         """Ref ``name``'s value as this transaction sees it: staged, else git's files."""
-        row = self._db.execute("SELECT value FROM refs WHERE name = ?", (name,)).fetchone()
-        return row[0] if row is not None else self._staging.git_ref(name)
+        return self._read_ref(name)[1]
 
     def write(self, kind: str, data: bytes, oid: bytes | None = None) -> bytes:
         """Stage a git object (``kind``: blob, tree, commit, tag); return its raw id."""
@@ -153,16 +161,16 @@ class StagedTransaction:
     def move(self, name: str, old: str | None, new: str | None, message: str | None = None) -> None:
         """Compare-and-swap ref ``name`` from ``old`` to ``new`` (``None``: absent). ``message``
         makes a reflog line. Raises :class:`CheckpointConflictError` if the ref is not at ``old``."""
-        row = self._db.execute("SELECT value FROM refs WHERE name = ?", (name,)).fetchone()
-        current = row[0] if row is not None else self._staging.git_ref(name)
+        staged, current = self._read_ref(name)
         if current != old:
             raise moved(name, old, current)
         if old == new:
             return
-        if row is None:
-            self._db.execute("INSERT INTO refs VALUES (?, ?, ?, ?)", (name, new, current, self.seq))
-        else:
+        if staged:
             self._db.execute("UPDATE refs SET value = ?, seq = ? WHERE name = ?", (new, self.seq, name))
+        else:
+            self._db.execute("INSERT INTO refs VALUES (?, ?, ?, ?)", (name, new, current, self.seq))
+        self._seen[name] = (True, new)
         self._db.execute("INSERT INTO moves (name, old, new, message, who, time, seq) VALUES (?, ?, ?, ?, ?, ?, ?)",
                          (name, old, new, message, self._staging.who, time.time(), self.seq))
 
@@ -170,14 +178,28 @@ class StagedTransaction:
         """Mark this transaction as rewriting history (a delete, a rename, a purge's rewrite): a
         new generation token, returned, that readers see with the commit (:meth:`Staging.generation`)."""
         token = os.urandom(8).hex()
+        self.rewritten = True
         self._db.execute("INSERT OR REPLACE INTO meta VALUES ('generation', ?)", (token,))
         self._db.execute("DELETE FROM ids")  # the index of the old history: rebuilt from the refs
+        self.forget_index()
         return token
 
     def index(self, ids: Sequence[tuple[str, str]]) -> None:
         """Note in the checkpoint-id index that each ``(checkpoint id, commit sha)`` of ``ids`` is
         stored, with this transaction (a rewrite empties the index first: :meth:`rewrite`)."""
         self._db.executemany("INSERT OR REPLACE INTO ids VALUES (?, ?)", ids)
+
+    def forget_index(self) -> None:
+        """Mark the checkpoint-id index incomplete (see :meth:`Staging.forget_index`)."""
+        self._db.execute("DELETE FROM meta WHERE key = 'ids'")
+
+    def complete_index(self, ids: Sequence[tuple[str, str]]) -> None:
+        """Make the checkpoint-id index complete with ``ids``, every ``(checkpoint id, commit
+        sha)`` on a ref, read by a walk of the refs since the last rewrite (what transactions
+        indexed meanwhile stays: it is newer). It then answers for every id until the next
+        rewrite (:meth:`Staging.indexed`)."""
+        self._db.executemany("INSERT OR IGNORE INTO ids VALUES (?, ?)", ids)
+        self._db.execute("INSERT OR REPLACE INTO meta VALUES ('ids', 'complete')")
 
 
 class Staging:
@@ -201,6 +223,8 @@ class Staging:
         self.lock_wait = lock_wait
         self.who = who or "qvc <qvc@localhost>"
         self._db_path = os.path.join(self.path, DB)
+        #: the file every commit writes (SQLite's write-ahead log): what a watcher waits on
+        self.log_path = self._db_path + "-wal"
         self._local = threading.local()
         self._conns: list[sqlite3.Connection] = []
         self._fds: list[int] = []  # the queue's descriptors, one per thread that wrote
@@ -233,7 +257,7 @@ class Staging:
             # Connected on first need (a store that only reads makes no log): a full disk fails
             # the first write, not the open.
             with self._guard("open"):
-                new = not os.path.exists(self._db_path + "-wal") and not os.path.exists(self._db_path)
+                new = not os.path.exists(self.log_path) and not os.path.exists(self._db_path)
                 with self._queue() if new else contextlib.nullcontext():  # its first writers take turns
                     db = sqlite3.connect(self._db_path, isolation_level=None, check_same_thread=False, timeout=60)
                     db.execute("PRAGMA journal_mode=WAL")
@@ -265,20 +289,23 @@ class Staging:
             except FileNotFoundError:
                 return []
             if not self._logged():
-                with self._guard("read"):
-                    try:
-                        rows = self._snapshot(before).execute(sql, args).fetchall()
-                    except sqlite3.OperationalError as exc:
-                        if "no such table" not in str(exc):
-                            raise
-                        rows = []  # a database a first writer is creating: nothing in it yet
+                rows = self._read(self._snapshot(before), sql, args)
                 if not self._logged() and _identity(self._db_path) == before:
                     return rows
         db = self._connection()
         if db is None:
             return []
+        return self._read(db, sql, args)
+
+    def _read(self, db: sqlite3.Connection, sql: str, args: Sequence) -> list[tuple]:
+        """The rows of a read; none while a first writer is creating the tables (nothing is in them yet)."""
         with self._guard("read"):
-            return db.execute(sql, args).fetchall()
+            try:
+                return db.execute(sql, args).fetchall()
+            except sqlite3.OperationalError as exc:
+                if "no such table" not in str(exc):
+                    raise
+                return []
 
     def _snapshot(self, identity: tuple[int, int, int]) -> sqlite3.Connection:
         """This thread's ``immutable`` connection to the database file as it is at ``identity``
@@ -299,7 +326,7 @@ class Staging:
     def _logged(self) -> bool:
         """Whether the write-ahead log holds anything (an empty one has no committed frame)."""
         try:
-            return os.path.getsize(self._db_path + "-wal") > 0
+            return os.path.getsize(self.log_path) > 0
         except FileNotFoundError:
             return False
 
@@ -338,7 +365,7 @@ class Staging:
                 seq = (meta.get("seq") or 0) + 1
                 db.execute("INSERT OR REPLACE INTO meta VALUES ('seq', ?)", (seq,))
                 tx = StagedTransaction(self, db, seq, self._local.generation_before)
-                self._local.staged = tx.objects
+                self._local.staged, self._local.tx = tx.objects, tx
                 yield tx
                 with self._guard("commit"):
                     tx._insert_objects()
@@ -350,7 +377,7 @@ class Staging:
                 raise
             finally:
                 self._local.open_tx = False
-                self._local.staged = None
+                self._local.staged = self._local.tx = None
         if self.mode != "sync":
             self._dirty.set()
             if self.mode == "async" and self.fsync and self._flusher is None:  # on the first commit
@@ -422,10 +449,30 @@ class Staging:
         rows = self._rows("SELECT kind, data FROM objects WHERE oid = ?", (oid,))
         return (rows[0][0], bytes(rows[0][1])) if rows else None
 
-    def lookup(self, checkpoint_id: str) -> str | None:
-        """The commit the checkpoint-id index names for ``checkpoint_id``, ``None`` if none."""
-        rows = self._rows("SELECT sha FROM ids WHERE checkpoint = ?", (checkpoint_id,))
-        return rows[0][0] if rows else None
+    def indexed(self, checkpoint_id: str) -> tuple[str | None, bool]:
+        """``(the commit the checkpoint-id index names for checkpoint_id or None, whether the
+        index is complete)``: a complete index (:meth:`StagedTransaction.complete_index`, not
+        undone by a rewrite since) names every checkpoint on a ref, so a miss means the id is new."""
+        rows = self._rows("SELECT (SELECT sha FROM ids WHERE checkpoint = ?), "
+                          "EXISTS (SELECT 1 FROM meta WHERE key = 'ids')", (checkpoint_id,))
+        return (rows[0][0], bool(rows[0][1])) if rows else (None, False)
+
+    def complete_index(self, ids: Sequence[tuple[str, str]], generation: str | None) -> bool:
+        """:meth:`StagedTransaction.complete_index` with ``ids`` (a walk of the refs made under
+        ``generation``), in this thread's open transaction if it has one, else in a transaction
+        of its own; ``False`` (nothing done) if a rewrite committed since ``generation``."""
+        tx = getattr(self._local, "tx", None)
+        with contextlib.nullcontext(tx) if tx is not None else self.transaction() as tx:
+            if tx.generation != generation or tx.rewritten:  # (a rewrite under way: its moves are not all made)
+                return False
+            tx.complete_index(ids)
+        return True
+
+    def forget_index(self) -> None:
+        """Mark the checkpoint-id index incomplete (refs moved outside any transaction: a
+        migration's recovery): the next lookup walks the refs again."""
+        with self.transaction() as tx:
+            tx.forget_index()
 
     def generation(self) -> str | None:
         """The token of the last committed transaction that rewrote history
@@ -480,7 +527,7 @@ class Staging:
                 return
             self._dirty.clear()
             try:
-                fd = os.open(self._db_path + "-wal", os.O_RDONLY | os.O_CLOEXEC)
+                fd = os.open(self.log_path, os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:
                 return  # no WAL: everything was checkpointed into the database, which SQLite flushed
             try:

@@ -62,9 +62,6 @@ class TransactionHost(Protocol):
     def logged(self, name: str) -> bool:
         """Whether git keeps a reflog for ref ``name``."""
 
-    def rewriting(self) -> None:
-        """Tell the rewrite listeners that this transaction is about to rewrite history."""
-
     def ref(self, name: str) -> str | None:
         """The hex target of ref ``name`` (``None``: absent)."""
 
@@ -89,10 +86,10 @@ class Transaction:
     * The transaction commits when the ``with`` block exits normally (durable per the
       repository's mode; then each of :attr:`Repository.listeners` is called with the
       :attr:`record`, so caches follow writes); if the block raises, nothing it did is stored.
-    * :meth:`rewrite_history` marks a change that deletes or rewrites history: at once each of
-      :attr:`Repository.rewrite_listeners` is called; the commit carries a new generation
-      token (every process then rebuilds what it derived from history) and is durable on
-      return in every mode.
+    * :meth:`rewrite_history` marks a change that deletes or rewrites history: the commit
+      carries a new generation token (every process then rebuilds what it derived from
+      history, and the checkpoint-id index is walked again) and is durable on return in
+      every mode.
 
     A transaction is used by one Python thread; transactions do not nest.
     """
@@ -145,13 +142,12 @@ class Transaction:
 
     def rewrite_history(self) -> None:
         """Mark this transaction as deleting or rewriting history (see the class docstring): call
-        it after the reads that plan the rewrite and before its first ref move, since the rewrite
-        listeners run now (the first time only)."""
+        it after the reads that plan the rewrite and before its first ref move (the checkpoint-id
+        index is emptied now, the first time only)."""
         if self._token is None:
             self._token = self.staged.rewrite()
             self.record.seen[GENERATION] = [None, self._token]
             self.record.generation = (self._token,)
-            self.repo.rewriting()
 
     @property
     def rewrites(self) -> bool:

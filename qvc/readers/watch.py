@@ -191,12 +191,14 @@ class Watcher:
             DirMovedEvent,
             FileCreatedEvent,
             FileDeletedEvent,
+            FileModifiedEvent,
             FileMovedEvent,
             FileSystemEventHandler,
         )
         from watchdog.observers.inotify import InotifyObserver
 
         refs_dir = os.path.join(self._path, "refs")
+        staging_dir, log_name = os.path.split(self._repo.staging_log)
         wake = self._wake
 
         class Hint(FileSystemEventHandler):
@@ -204,15 +206,19 @@ class Watcher:
                 for p in (event.src_path, getattr(event, "dest_path", "")):
                     p = os.fsdecode(p)
                     if p and not p.endswith(".lock") and (
-                            p.startswith(refs_dir) or os.path.basename(p) in ("packed-refs", "HEAD")):
+                            p.startswith(refs_dir) or os.path.basename(p) in ("packed-refs", "HEAD", log_name)):
                         wake.set()
                         return
 
-        # Only what moving a ref does (link, rename, unlink): our own reads open and close files.
+        # Only what moving a ref does (link, rename, unlink; our own reads open and close files),
+        # and every write to the staging database's log: a write is acknowledged (and read) at
+        # its commit there, before its publisher moves git's ref.
         kinds = [FileCreatedEvent, FileMovedEvent, FileDeletedEvent, DirCreatedEvent, DirDeletedEvent, DirMovedEvent]
         observer = InotifyObserver()
         observer.schedule(Hint(), refs_dir, recursive=True, event_filter=kinds)
         observer.schedule(Hint(), self._path, recursive=False, event_filter=kinds)
+        if os.path.isdir(staging_dir):
+            observer.schedule(Hint(), staging_dir, recursive=False, event_filter=[FileCreatedEvent, FileModifiedEvent])
         try:
             observer.start()
         except BaseException:

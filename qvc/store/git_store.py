@@ -191,7 +191,6 @@ class GitCheckpointStore(CheckpointStore):
         for service in services:
             service.close()
         self._repo.close()
-        self._history.close()
 
     def __enter__(self) -> GitCheckpointStore:
         return self

@@ -3,9 +3,10 @@
 Everything here is derived from git objects and refs, so it is right for any history,
 including one written by another process or tool; the caches only make it fast.
 
-The checkpoint ids of every checkpoint on a ref are indexed durably (:mod:`qvc.store.idindex`):
-History appends what its repository's writes and recoveries put on refs, and asks the index
-before it walks the refs; each answer is checked against the commit itself.
+The checkpoint ids of every checkpoint on a ref are indexed durably in the staging database
+(:meth:`qvc.plumbing.repository.Repository.indexed`): each write indexes the checkpoints it puts
+on refs with its transaction, a walk of every ref completes the index once per generation (a
+rewrite empties it), and each answer is checked against the commit itself.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from qvc.errors import CorruptionError
 from qvc.plumbing.objects import parse_tree
 from qvc.plumbing.transaction import GENERATION
 from qvc.store.format import HEADER, decode_header, parse_trailers
-from qvc.store.idindex import IDS, IdIndex, token_name  # noqa: F401 (IDS: kept importable here)
 from qvc.store.refnames import WRITES, decode_name
 
 if TYPE_CHECKING:
@@ -145,14 +145,9 @@ class History:
         # (what it was sorted from, the ids sorted, the SHAs sorted): for abbreviate()
         self._sorted: tuple[tuple, list[str], list[str]] | None = None
         self._generation: str | None = None  # the generation token the caches derive from
-        self._ids = IdIndex(repo.path, readonly=repo.readonly, fsync=repo.fsync)
         self._threads = LRU(256)  # thread id -> ThreadIndex
         repo.listeners.append(self.observe)
         repo.commit_listeners.append(self._stage_ids)
-        repo.rewrite_listeners.append(self.forget_index)
-        repo.recovery_listeners.append(self._index_replayed)
-        if not repo.readonly:
-            self._index_replayed(getattr(repo.recovery, "moved", None) or {})
 
     # -- commits ------------------------------------------------------------------------
 
@@ -196,7 +191,6 @@ class History:
             elif kind == "tree":
                 self._trees.put(oid, parse_tree(data, oid))
         written, ids = record.derived if record.derived is not None else _checkpoints_on_refs(record)
-        ids = list(ids)
         for info in written.values():
             self._commits.put(info.hex, info)
         with self._lock:
@@ -204,47 +198,17 @@ class History:
                 # not marked walked (_indexed): a walk reaching them still goes on to their
                 # parents, which another process may have written and no walk here saw
                 self._by_id.update(ids)
-        for name, old, new in record.refs:  # refs git moved (a fetch): their commits are new here
-            if new is not None and new not in written and not name.startswith(WRITES):
-                ids += self._checkpoints(self._walk_new(new, old))
-        if ids and not self.repo.readonly:
-            seen = {v[1] or "0" for n, v in record.seen.items() if n != GENERATION and isinstance(v, list)
-                    and len(v) >= 2 and (v[1] is None or isinstance(v[1], str))}
-            if record.generation is not None:  # a rewrite another process committed after this one
-                seen.add(record.generation[0] or "0")
-            current = self._current_token()  # read after the refs moved
-            if {token_name(g) for g in seen} <= {current}:
-                self._ids.append(ids, current)
-            else:
-                # A delete started a new generation while this write moved its refs: whether this
-                # write's commits survived it is for a walk of the refs to say. Make the next
-                # lookup rebuild the index (appending them here could resurrect a deleted one).
-                self.forget_index()
 
     def _stage_ids(self, tx: Transaction) -> None:
-        """Store the ids of the checkpoints ``tx`` puts on a ref in the staging database's id
-        index, with ``tx`` (a :attr:`Repository.commit_listeners` callback): the index log is
-        appended only after the commit (:meth:`observe`), and a writer killed in between, or a
-        power cut that takes the log's tail, must not make an id look new to the next put."""
-        tx.record.derived = _checkpoints_on_refs(tx.record)  # parsed once: observe() reads it after the commit
-        tx.index(tx.record.derived[1])
-
-    def _index_replayed(self, moved: dict[str, tuple[str | None, str | None]]) -> None:
-        """Index what crashed writers' replayed journals (on open) or adopted leases (while
-        running) moved refs to, where the refs still are (a writer killed between its journal
-        append and its append to the index)."""
-        ids: list[tuple[str, str]] = []
-        for name, (first, last) in moved.items():
-            if last is None or name.startswith(WRITES):
-                continue
-            try:
-                if self.repo.ref(name) != last:
-                    continue  # moved or deleted since: its own writer indexed what it holds now
-            except CorruptionError:
-                continue
-            ids += self._checkpoints(self._walk_new(last, first))
-        if ids:
-            self._ids.append(ids, self._current_token())
+        """Index the checkpoints ``tx`` puts on refs, with ``tx`` (a
+        :attr:`Repository.commit_listeners` callback): those it wrote, and those behind refs it
+        moved without writing their commits (a fetch), walked down to the ref's old value."""
+        written, ids = tx.record.derived = _checkpoints_on_refs(tx.record)  # parsed once: observe() reuses it
+        ids = list(ids)
+        for name, old, new in tx.record.refs:
+            if new is not None and new not in written and not name.startswith(WRITES):
+                ids += self._checkpoints(self._walk_new(new, old))
+        tx.index(ids)
 
     def _walk_new(self, tip: str, old: str | None) -> list[str]:
         """Commits reachable from ``tip`` down to (not including) ``old`` and its ancestors' walk."""
@@ -274,37 +238,24 @@ class History:
                 out.append((info.checkpoint_id, hexid))
         return out
 
-    # -- the durable checkpoint-id index (qvc.store.idindex) ---------------------------------
+    # -- the durable checkpoint-id index (in the staging database) ----------------------------
 
-    def _current_token(self) -> str:
-        """The current generation's token, as the index names its files (one stat)."""
-        return token_name(self.repo.generation())
-
-    def forget_index(self) -> None:
-        """Make the next lookup (in any process) rebuild the durable index from the refs: called
-        (as a :attr:`Repository.rewrite_listeners` callback, and here when a write raced a
-        rewrite) before a delete or rewrite moves refs, so that a writer killed before it starts
-        the new generation leaves no index naming what it deleted. A build running meanwhile (it
-        may have read the refs before this delete moves them) then does not complete
-        (:meth:`IdIndex.forget <qvc.store.idindex.IdIndex.forget>`)."""
-        self._ids.forget(self._current_token())
-
-    def close(self) -> None:
-        """Let go of the file the durable index holds open (used again, it is opened again)."""
-        self._ids.close()
-
-    def _indexed_id(self, checkpoint_id: str, token: str) -> str | None | bool:
-        """The commit the durable index of generation ``token`` gives ``checkpoint_id`` (the last
-        line naming it whose commit says so), ``None`` if it has none, ``False`` if there is no
-        complete index to ask (it is built first, unless the repository is read-only)."""
-        found = self._ids.find(checkpoint_id, token, self._walk_all)
-        if found is None:
-            return False
-        staged = self.repo.indexed(checkpoint_id)  # stored with its transaction (see _stage_ids)
-        for hexid in [*found, *([staged] if staged else [])]:
+    def _indexed_id(self, checkpoint_id: str) -> str | None | bool:
+        """The commit the durable index gives ``checkpoint_id`` (checked against the commit),
+        ``None`` if it has none, ``False`` if the index is not complete (it is completed first
+        by a walk of every ref, unless the repository is read-only)."""
+        found, complete = self.repo.indexed(checkpoint_id)
+        if not complete:
+            if self.repo.readonly:
+                return False
+            generation = self.repo.generation()  # before the walk: a rewrite after it fails the completion
+            if not self.repo.complete_index(self._walk_all(), generation):
+                return False
+            found = self._by_id.get(checkpoint_id)  # what the walk found
+        if found is not None:
             try:
-                if self.commit(hexid).checkpoint_id == checkpoint_id:
-                    return hexid
+                if self.commit(found).checkpoint_id == checkpoint_id:
+                    return found
             except CorruptionError:
                 pass
         return None
@@ -339,13 +290,12 @@ class History:
 
     # -- the checkpoint-id index ----------------------------------------------------------
 
-    def _check_generation(self) -> str:
+    def _check_generation(self) -> None:
         """Drop what was derived in memory if the generation token changed since it was last
-        seen (:meth:`Repository.generation`); return it, as the durable index names its files."""
+        seen (:meth:`Repository.generation`)."""
         token = self.repo.generation()
         if token != self._generation:
             self._drop_derived(token)
-        return token_name(token)
 
     def _drop_derived(self, generation: str | None | bool = False) -> None:
         """Forget what was derived from history in memory (ids, walked tips, thread indexes), after
@@ -430,14 +380,14 @@ class History:
 
     def lookup(self, checkpoint_id: str, *, refresh: bool = True) -> str | None:
         """The commit holding ``checkpoint_id`` (exact id): from what this process wrote or read,
-        else the durable index (in memory, after a stat of its log), else, with ``refresh``, a walk
+        else the durable index (one query of the staging database), else, with ``refresh``, a walk
         of every ref whose tip moved. Without ``refresh`` a miss means the id is new to every qvc
         writer."""
-        token = self._check_generation()
+        self._check_generation()
         hexid = self._by_id.get(checkpoint_id)
         if hexid is not None:
             return hexid
-        found = self._indexed_id(checkpoint_id, token)
+        found = self._indexed_id(checkpoint_id)
         if found:
             return found
         if found is False and not self._tips:

@@ -215,26 +215,24 @@ def test_the_commit_graph_is_rewritten_geometrically(tmp_path):
 
 @pytest.mark.parametrize("lost", [False, True])
 def test_a_fresh_store_finds_ids_in_the_durable_index(tmp_path, lost):
-    """The checkpoint-id index survives the process (a fresh store's first put reads one file)
-    and is rebuilt from the refs when it is lost."""
+    """The checkpoint-id index (in the staging database) survives the process (a fresh store's
+    first put asks it once, walking nothing) and is walked again when it is marked incomplete."""
     path = tmp_path / "r.qvc"
     with GitCheckpointStore(path) as store:
         for n in range(20):
             store.put(CheckpointConfig(f"t{n}"), Checkpoint(id=f"id-{n}", thread_id=f"t{n}", step=0,
                                                             state_data={"n": n}), {})
-    ids = path / "qvc" / "ids"
-    assert ids.is_dir()
-    if lost:
-        import shutil
-
-        shutil.rmtree(ids)
+        assert store.repository.indexed("id-3") == (store.head("t3"), True)
+        if lost:
+            store.repository.staging.forget_index()
+            assert store.repository.indexed("id-3")[1] is False
     with GitCheckpointStore(path) as store:
         # a re-put of an existing id is recognized, not stored twice
         store.put(CheckpointConfig("t3"), Checkpoint(id="id-3", thread_id="t3", step=0, state_data={"n": 3}), {})
         assert len(list(store.list(CheckpointConfig("t3")))) == 1
         assert store.resolve("id-7") == store.head("t7")
-    logs = [p.name for p in ids.glob("*.log")]  # one generation's log, and nothing else but the build lock
-    assert len(logs) == 1 and logs == [n for n in os.listdir(ids) if n != "build.lock"]
+        assert store.repository.indexed("id-7") == (store.head("t7"), True)
+    assert not (path / "qvc" / "ids").exists()  # (the file index of earlier releases is not made)
 
 
 def test_one_line_reflogs_are_compacted_and_still_read(tmp_path):
@@ -253,6 +251,7 @@ def test_one_line_reflogs_are_compacted_and_still_read(tmp_path):
         store.put(CheckpointConfig("t0000"), Checkpoint(id="t0000-1", thread_id="t0000", step=1,
                                                         state_data={"n": 0.5}), {})
         first = store.head("t0001")
+        store.flush()  # every ref in git's files (and its one-line reflog), then:
         (path / "refs" / "heads" / "t0002.lock").write_text("")  # a writer holds t0002
     (path / "refs" / "heads" / "t0002.lock").unlink()
     logs = path / "logs" / "refs" / "heads"

@@ -195,13 +195,37 @@ def test_every_mode_keeps_what_it_acknowledged_across_a_reopen(repo, mode):
     again = Staging(repo, mode=mode)
     try:
         assert again.ref("refs/heads/t") == first
-        assert again.lookup("checkpoint-1") == first
+        assert again.indexed("checkpoint-1") == (first, False)  # not complete: no walk made it so
         with again.transaction() as tx:
             tx.rewrite()  # a rewrite of history empties the index (its refs are walked again)
-        assert again.lookup("checkpoint-1") is None
+        assert again.indexed("checkpoint-1") == (None, False)
     finally:
         again.close()
     assert (repo / DB).exists()
+
+
+def test_the_id_index_is_complete_from_a_walk_until_the_next_rewrite(repo):
+    staging = Staging(repo)
+    try:
+        first = stage(staging, "refs/heads/t", "one")
+        generation = staging.generation()
+        assert staging.complete_index([("checkpoint-1", first)], generation)
+        assert staging.indexed("checkpoint-1") == (first, True)
+        assert staging.indexed("checkpoint-2") == (None, True)  # complete: a miss means new
+        with staging.transaction() as tx:
+            tx.index([("checkpoint-2", first)])  # what a write indexes keeps it complete
+        assert staging.indexed("checkpoint-2") == (first, True)
+        with staging.transaction() as tx:
+            tx.rewrite()
+            assert not staging.complete_index([("checkpoint-1", first)], tx.generation)  # mid-rewrite: no
+        assert staging.indexed("checkpoint-1") == (None, False)
+        assert not staging.complete_index([("checkpoint-1", first)], generation)  # a walk from before the rewrite
+        assert staging.indexed("checkpoint-1") == (None, False)
+        assert staging.complete_index([], staging.generation())
+        staging.forget_index()  # refs moved outside a transaction: walk again
+        assert staging.indexed("checkpoint-2") == (None, False)
+    finally:
+        staging.close()
 
 
 def test_bad_use_is_a_clear_error(repo, tmp_path):
