@@ -183,8 +183,8 @@ class ReadOnlyBackend(Backend):
         return list(self.reader.refs(prefix))
 
     def head(self, resolve: Callable[[str], str | None]) -> tuple[str | None, str | None]:
-        """``(ref name, commit)`` HEAD stands for, read from the files (``resolve`` is not needed)."""
-        return self.reader.head()
+        """``(ref name, commit)`` HEAD stands for, read from the files, the ref's commit given by ``resolve``."""
+        return self.reader.head(resolve)
 
     def close(self) -> None:
         self.reader.close()

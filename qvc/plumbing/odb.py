@@ -17,7 +17,7 @@ import struct
 import threading
 import zlib
 from collections import OrderedDict
-from typing import Iterator
+from typing import Callable, Iterator
 
 from qvc.errors import CorruptionError, DamagedRefError
 from qvc.plumbing import delta, leases
@@ -222,15 +222,16 @@ class RefReader:
                 elif name.startswith(prefix) and leases.writing(entry.name) is None:
                     yield name
 
-    def head(self) -> tuple[str | None, str | None]:
-        """``(ref name, commit)`` of HEAD, as :meth:`qvc.plumbing.repository.Repository.head_ref`."""
+    def head(self, resolve: Callable[[str], str | None] | None = None) -> tuple[str | None, str | None]:
+        """``(ref name, commit)`` of HEAD, as :meth:`qvc.plumbing.repository.Repository.head_ref`:
+        the ref HEAD names is resolved by ``resolve`` (default: :meth:`ref`, git's files alone)."""
         try:
             with open(os.path.join(self.path, "HEAD"), "rb") as f:
                 text = f.read().decode("utf-8", "surrogateescape").strip()
         except FileNotFoundError:
             raise CorruptionError(f"{self.path}: HEAD is missing") from None
         if text.startswith("ref: "):
-            return text[5:], self.ref(text[5:])
+            return text[5:], (resolve or self.ref)(text[5:])
         if len(text) == 40:
             return None, text
         raise CorruptionError(f"{self.path}: HEAD is unreadable: {text[:60]!r}")

@@ -254,6 +254,47 @@ print(i, flush=True)
 """
 
 
+UNPUBLISHED_WRITER = r"""
+import sys
+import qvc.plumbing.repository as repository
+repository.PUBLISH_LAG = 3600.0  # its puts stay in the staging database while it lives
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+store = GitCheckpointStore(sys.argv[1])
+for i in range(3):
+    store.put(CheckpointConfig("w"), Checkpoint(id=f"w{i:06d}", thread_id="w", step=i, state_data={"step": i}),
+              {"source": "loop", "step": i})
+print(store.head("w"), flush=True)
+sys.stdin.read()  # alive, its puts acknowledged and not published, until the test closes stdin
+store.close()
+"""
+
+
+def test_every_read_command_sees_puts_not_yet_in_gits_files(tmp_path):
+    """A writer whose puts are acknowledged (committed in the staging database) but not yet
+    published to git's files: status, log, show and branch read its head, as every qvc reader
+    must (HEAD names the thread; the ref's value is the staged one, not git's file)."""
+    path = tmp_path / ".qvc"
+    with GitCheckpointStore(path) as store:
+        put(store, "w", "w-old", 0, {"step": -1})
+    qvc("checkout", "w", cwd=tmp_path)
+    writer = subprocess.Popen([sys.executable, "-c", UNPUBLISHED_WRITER, str(path)], env=child_env(),
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        head = writer.stdout.readline().strip()
+        assert len(head) == 40, writer.stderr.read()
+        assert run_git(path, "rev-parse", "refs/heads/w").stdout.strip() != head  # git's file lags
+        assert qvc_json("status", cwd=tmp_path)["head"] == head
+        assert qvc_json("status", cwd=tmp_path)["head_step"] == 2
+        assert qvc_json("log", "-n", "1", cwd=tmp_path)[0]["commit"] == head
+        assert qvc_json("show", cwd=tmp_path)["id"] == "w000002"
+        assert qvc_json("show", "HEAD", cwd=tmp_path)["id"] == "w000002"
+        assert {b["thread"]: b["head"] for b in qvc_json("branch", cwd=tmp_path)}["w"] == head
+    finally:
+        writer.stdin.close()
+        writer.wait(timeout=60)
+    assert run_git(path, "rev-parse", "refs/heads/w").stdout.strip() == head  # published at its close
+
+
 def check_show(data: dict) -> int:
     step = data["step"]
     assert data["id"] == f"w{step:06d}" and data["thread"] == "w"
