@@ -53,10 +53,11 @@ checkpoint ids each transaction put on a ref since history was last rewritten) a
   a file of its own into place, after noting the file's identity in ``qvc/publishing``; so a
   lock is provably a dead publisher's when the publisher's turn is free and the lock is the
   file noted, and only such a lock is removed. A lock held by another program makes a
-  publisher wait up to :data:`REF_LOCK_WAIT` (as git waits for ``packed-refs.lock``) and
-  then leave that ref staged: qvc's readers see the acknowledged value, plain git sees it once
-  the lock is gone and the next publisher (any write, ``flush``, ``close``, open, ``qvc gc``)
-  ran. The write itself never waits for it.
+  publisher wait up to :data:`REF_LOCK_WAIT` (as git waits for ``packed-refs.lock``; once per
+  store while that lock stays, later publications try it once) and then leave that ref
+  staged: qvc's readers see the acknowledged value, plain git sees it once the lock is gone
+  and the next publisher (any write, ``flush``, ``close``, open, ``qvc gc``) ran. The write
+  itself never waits for it.
 """
 
 from __future__ import annotations
@@ -759,15 +760,18 @@ class Staging:
             if new and self.fsync:
                 fsync_dir(os.path.dirname(notes))
             _makedirs(os.path.dirname(lock), written)
-            deadline = time.monotonic() + REF_LOCK_WAIT
+            # A lock this store already waited out once (another program holds it for long) is
+            # tried once more, not waited for again by every publication while it stays.
+            deadline = time.monotonic() + (0 if lock in self._warned else REF_LOCK_WAIT)
             delay = 0.0005
             while True:
                 try:
                     os.link(tmp, lock)
+                    self._warned.discard(lock)  # gone: a later holder is waited for (and named) again
                     return True
                 except FileExistsError:
                     if time.monotonic() > deadline:
-                        if lock not in self._warned:  # once per store, not at every retry
+                        if lock not in self._warned:  # once per store while it stays, not at every retry
                             self._warned.add(lock)
                             log.warning("qvc: %s is locked by another program (%s): qvc reads the new value, "
                                         "git's files get it once the lock is gone", name, lock)

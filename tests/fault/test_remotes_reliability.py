@@ -519,7 +519,7 @@ def test_kill_clone_fetch_push_many(world, request):
 
 
 REPLICATING_WRITER = r"""
-import os, sys
+import os, sys, time
 from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
 store = GitCheckpointStore(sys.argv[1])
 i = int(sys.argv[2])
@@ -529,6 +529,7 @@ while True:
                                                    state_data={"noise": os.urandom(131072)}), {})
     print(f"ACK {i}", flush=True)
     i += 1
+    time.sleep(0.005)  # an agent's pace, not a tight loop: what a push carries stays a few MB
 """
 
 
