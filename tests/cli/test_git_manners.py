@@ -242,6 +242,11 @@ def test_checkout_dash_goes_back_to_the_previous_thread_or_checkpoint(work, tmp_
     assert qvc("checkout", "-", cwd=work).stdout.strip() == "Switched to thread 'fork'"
     assert qvc("checkout", "-", cwd=work).stdout.strip() == "HEAD is now at m1 (detached)"
     qvc("checkout", "main", cwd=work)
+    assert qvc("checkout", "-b", "new", cwd=work).stdout.startswith("Switched to a new thread 'new'")
+    assert qvc("checkout", "-", cwd=work).stdout.strip() == "Switched to thread 'main'"  # where -b left from
+    assert qvc("checkout", "-", cwd=work).stdout.strip() == "Switched to thread 'new'"
+    assert "checkout: moving from main to new" in run_git(repo(work), "reflog", "-n", "4", "HEAD").stdout
+    qvc("checkout", "main", cwd=work)
     qvc("branch", "gone", cwd=work)
     qvc("checkout", "gone", cwd=work)
     qvc("checkout", "main", cwd=work)
