@@ -101,9 +101,10 @@ class PutRequest(NamedTuple):
     expected_head: Optional[str] = UNCHECKED
     header: Optional[Mapping[str, Any]] = None
 
-_PUT_RETRIES = 100
+
 _HEXISH = re.compile(r"^[0-9a-fA-F]{4,40}$")
 _MOVED = re.compile(r"^checkout: moving from (\S+) to \S+$")  # what git and libgit2 log in HEAD's reflog
+
 
 class GitCheckpointStore(CheckpointStore):
     """A checkpoint store backed by a bare git repository at ``path``.
@@ -1194,56 +1195,45 @@ class GitCheckpointStore(CheckpointStore):
         ``header`` holds at least ``id`` and ``step`` (stored as given, ``thread_id`` set to
         the thread); ``entries_of(parent, write)`` returns the state's tree entries given the parent
         commit (``None`` for none), writing the objects they need through ``write(kind, data) ->
-        raw id``; it is called once per parent, whatever the retries. The parent is the thread's
-        checkpoint ``parent_id`` (:meth:`thread_index`), else the head. A parent other than the
-        head is a time travel: the head's line is kept under ``refs/qvc/superseded/`` and the head
-        moves to the new commit (one model of threads: lines, never second parents). Another
-        writer moving the head meanwhile makes it commit again on the new head.
+        raw id``. The parent is the thread's checkpoint ``parent_id`` (:meth:`thread_index`), else
+        the head. A parent other than the head is a time travel: the head's line is kept under
+        ``refs/qvc/superseded/`` and the head moves to the new commit (one model of threads:
+        lines, never second parents). The head is read and moved in one transaction, so no other
+        writer comes between.
 
         Re-putting an id of the thread with the same entries, header and metadata is a no-op (the
         existing commit is returned); with other content the new commit replaces the old one,
         whose descendants are re-parented (:meth:`drop_checkpoints`). Raises
-        :class:`SerializationError` (header or metadata) and :class:`CheckpointConflictError`
-        after too many concurrent writers.
+        :class:`SerializationError` (header or metadata).
         """
         thread = check_thread_id(thread_id)
         header = {**header, "thread_id": thread}
         cid = header["id"]
         ref = head_ref(thread)
-        made: dict[str | None, tuple[list[tuple[str, bytes]], dict[str, Entry]]] = {}
-        with self._repo.writing():  # no maintenance between the retries
-            for _ in range(_PUT_RETRIES):
-                with self._repo.transaction() as tx:
-                    head = tx.ref(ref)
-                    index = self._thread_index(thread, head)
-                    existing = index.ids.get(cid) if index else None
-                    parent = index.ids.get(parent_id) if (index and parent_id) else None
-                    if parent not in made:
-                        objects: list[tuple[str, bytes]] = []
+        with self._repo.transaction() as tx:
+            head = tx.ref(ref)
+            index = self._thread_index(thread, head)
+            existing = index.ids.get(cid) if index else None
+            parent = index.ids.get(parent_id) if (index and parent_id) else None
+            objects: list[tuple[str, bytes]] = []
 
-                        def write(kind: str, data: bytes, out: list = objects) -> bytes:
-                            out.append((kind, data))
-                            return object_id(kind, data)
+            def write(kind: str, data: bytes) -> bytes:
+                objects.append((kind, data))
+                return object_id(kind, data)
 
-                        made[parent] = (objects, entries_of(parent, write))
-                    objects, fields = made[parent]
-                    if existing is not None and self._same_entries(existing, fields, header, metadata):
-                        return existing
-                    for kind, data in objects:
-                        tx.write(kind, data)
-                    first = parent or head
-                    new = self.write_checkpoint(tx, dict(header), metadata, fields, [first] if first else [],
-                                                source=source)
-                    travel = self._travels(head, first)
-                    cause = f"{source or 'put'}: step {header['step']} {cid}" + (" (time travel)" if travel else "")
-                    try:
-                        self._move_head(tx, thread, head, new, cause, parent=first)
-                    except CheckpointConflictError:
-                        continue  # another writer moved the thread: commit again on its head
-                if existing is not None:
-                    self.drop_checkpoints(thread, [existing], keep=cid)
-                return new
-        raise CheckpointConflictError(f"thread {thread!r}: too many concurrent writers")
+            fields = entries_of(parent, write)
+            if existing is not None and self._same_entries(existing, fields, header, metadata):
+                return existing
+            for kind, data in objects:
+                tx.write(kind, data)
+            first = parent or head
+            new = self.write_checkpoint(tx, dict(header), metadata, fields, [first] if first else [], source=source)
+            travel = self._travels(head, first)
+            cause = f"{source or 'put'}: step {header['step']} {cid}" + (" (time travel)" if travel else "")
+            self._move_head(tx, thread, head, new, cause, parent=first)
+        if existing is not None:
+            self.drop_checkpoints(thread, [existing], keep=cid)
+        return new
 
     def _same_entries(self, existing: str, fields: dict[str, Entry], header: dict, metadata: dict) -> bool:
         entries = self._history.entries(self._history.commit(existing))

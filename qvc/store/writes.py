@@ -47,7 +47,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Collection, Optional, Sequence
 
 from qvc.codec import serde
-from qvc.errors import CheckpointConflictError
 from qvc.plumbing.objects import MODE_BLOB, MODE_TREE, Entry, commit_bytes, tree_bytes
 from qvc.plumbing.pack import object_id
 from qvc.store.refnames import WRITES, encode_thread
@@ -69,7 +68,6 @@ NO_LEGACY = ".nolegacy"
 RECORD = ".record"
 #: Fan-out of a thread writes ref's tree: ``LEVELS`` levels of ``1 << BITS`` subtrees each.
 BITS, LEVELS = 2, 4
-RETRIES = 100
 
 Tree = dict[str, Entry]
 
@@ -150,56 +148,49 @@ class PendingWrites:
         ``ref``'s tree and commit them, durably (per the repository's durability mode). When
         ``ref`` has no set at ``path``, the set starts as the tree of ref ``legacy`` (if given
         and present), which is then deleted in the same transaction. Nothing is committed when no
-        entry changes (a repeated ``keep_first`` write, or the same bytes again). Raises
-        :class:`CheckpointConflictError` after :data:`RETRIES` conflicts with concurrent writers."""
+        entry changes (a repeated ``keep_first`` write, or the same bytes again). The ref is read
+        and moved in one transaction: no other writer comes between."""
         if not items:
             return
-        for _ in range(RETRIES):
-            with self._repo.transaction() as tx:
-                old = tx.ref(ref)
-                root = self._history.entries(self._history.commit(old)) if old else {}
-                if legacy is not None and NO_LEGACY not in root and not any(
-                        name != ref for name, _ in tx.refs(ref[:ref.rindex("/") + 1])):
-                    root = {**root, NO_LEGACY: (MODE_BLOB, tx.write("blob", b""))}
-                current = self._subtree(root, path)
-                legacy_tip = None
-                if current is None and legacy is not None:
-                    legacy_tip = tx.ref(legacy)
-                    if legacy_tip is not None:
-                        current = self._history.entries(self._history.commit(legacy_tip))
-                entries = dict(current) if current is not None else {}
-                order = serde.loads(self._history.blob(entries[ORDER][1]), "writes order") if ORDER in entries else []
-                changed = False
-                for item in items:
-                    if item.keep_first and item.key in entries:
-                        continue
-                    entry = (MODE_BLOB, object_id("blob", item.data))
-                    if entries.get(item.key) != entry:
-                        tx.write("blob", item.data)
-                        entries[item.key] = entry
-                        changed = True
-                    if item.key not in order:
-                        order.append(item.key)
-                if not changed and current is not None:
-                    return
-                entries[ORDER] = (MODE_BLOB, tx.write("blob", serde.dumps(order)))
-                tree = self._put(tx, root, path, (MODE_TREE, tx.write("tree", tree_bytes(entries))))
-                assert tree is not None
-                new = tx.write("commit", commit_bytes(tree[1].hex(), [old] if old else [], message)).hex()
-                try:
-                    tx.move_ref(ref, old, new)
-                    if legacy_tip is not None:  # after the set is on ref: a crash between keeps both
-                        tx.move_ref(legacy, legacy_tip, None)
-                except CheckpointConflictError:
-                    continue  # another writer upserted meanwhile: merge again on top of theirs
+        with self._repo.transaction() as tx:
+            old = tx.ref(ref)
+            root = self._history.entries(self._history.commit(old)) if old else {}
+            if legacy is not None and NO_LEGACY not in root and not any(
+                    name != ref for name, _ in tx.refs(ref[:ref.rindex("/") + 1])):
+                root = {**root, NO_LEGACY: (MODE_BLOB, tx.write("blob", b""))}
+            current = self._subtree(root, path)
+            legacy_tip = None
+            if current is None and legacy is not None:
+                legacy_tip = tx.ref(legacy)
+                if legacy_tip is not None:
+                    current = self._history.entries(self._history.commit(legacy_tip))
+            entries = dict(current) if current is not None else {}
+            order = serde.loads(self._history.blob(entries[ORDER][1]), "writes order") if ORDER in entries else []
+            changed = False
+            for item in items:
+                if item.keep_first and item.key in entries:
+                    continue
+                entry = (MODE_BLOB, object_id("blob", item.data))
+                if entries.get(item.key) != entry:
+                    tx.write("blob", item.data)
+                    entries[item.key] = entry
+                    changed = True
+                if item.key not in order:
+                    order.append(item.key)
+            if not changed and current is not None:
                 return
-        raise CheckpointConflictError(f"pending writes {ref}: too many concurrent writers")
+            entries[ORDER] = (MODE_BLOB, tx.write("blob", serde.dumps(order)))
+            tree = self._put(tx, root, path, (MODE_TREE, tx.write("tree", tree_bytes(entries))))
+            assert tree is not None
+            new = tx.write("commit", commit_bytes(tree[1].hex(), [old] if old else [], message)).hex()
+            tx.move_ref(ref, old, new)
+            if legacy_tip is not None:  # after the set is on ref: a crash between keeps both
+                tx.move_ref(legacy, legacy_tip, None)
 
     def drop_keyed(self, tx: Transaction, ref: str, paths: Collection[tuple[str, ...]], message: str) -> None:
         """In the rewrite ``tx``, remove the key sets at ``paths`` (:func:`key_path`) from the thread
         writes ref ``ref`` (:func:`thread_writes_ref`) as a new root commit (the dropped writes become
-        unreachable); delete ``ref`` if no set is left. Nothing moves when none of them is there.
-        Retries on a concurrent upsert; raises :class:`CheckpointConflictError` after :data:`RETRIES`."""
+        unreachable); delete ``ref`` if no set is left. Nothing moves when none of them is there."""
         self._rewrite(tx, ref, message, lambda root: self._without(tx, root, list(paths), {NO_LEGACY}))
 
     def keep_keyed(self, tx: Transaction, ref: str, path: tuple[str, ...], message: str) -> None:
@@ -214,23 +205,17 @@ class PendingWrites:
         self._rewrite(tx, ref, message, only)
 
     def _rewrite(self, tx: Transaction, ref: str, message: str, edit: Callable[[Entry], Entry | None]) -> None:
-        """Move ``ref`` to a root commit of ``edit(its tree)`` (``None``: delete it), retrying on a
-        concurrent upsert; no move when the tree stays."""
-        for _ in range(RETRIES):
-            old = tx.ref(ref)
-            if old is None:
-                return
-            root: Entry = (MODE_TREE, self._history.commit(old).tree)
-            tree = edit(root)
-            if tree == root:
-                return
-            new = None if tree is None else tx.write("commit", commit_bytes(tree[1].hex(), [], message)).hex()
-            try:
-                tx.move_ref(ref, old, new)
-            except CheckpointConflictError:
-                continue  # an upsert meanwhile: edit its commit
+        """Move ``ref`` to a root commit of ``edit(its tree)`` (``None``: delete it); no move when
+        the tree stays."""
+        old = tx.ref(ref)
+        if old is None:
             return
-        raise CheckpointConflictError(f"pending writes {ref}: too many concurrent writers")
+        root: Entry = (MODE_TREE, self._history.commit(old).tree)
+        tree = edit(root)
+        if tree == root:
+            return
+        new = None if tree is None else tx.write("commit", commit_bytes(tree[1].hex(), [], message)).hex()
+        tx.move_ref(ref, old, new)
 
     def record_at(self, tip: str | None) -> bytes | None:
         """The thread record (:data:`RECORD`) in the thread writes commit ``tip`` (``None``: no
