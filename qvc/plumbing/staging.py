@@ -23,7 +23,9 @@ checkpoint ids each transaction put on a ref since history was last rewritten) a
   after its commit blocks no one, and every transaction that starts later, in any process,
   sees its writes.
 * **Durable when**: ``sync``, at commit (``synchronous=FULL``: the WAL is flushed before the
-  transaction returns); ``async``, within ``max_lag`` seconds (a background flush of the WAL);
+  transaction returns; the transactions of a process's threads that arrive while one runs
+  commit with it, as one SQLite transaction and one flush, each in a savepoint of its own:
+  a group commit, :meth:`Staging._grouped`); ``async``, within ``max_lag`` seconds (a background flush of the WAL);
   ``exit``, at :meth:`Staging.flush` or :meth:`Staging.close`. A process killed after its commit
   loses nothing in any mode (the data is in the OS). With ``fsync=False`` nothing is flushed.
 * **Readers** (:meth:`Staging.ref`, :meth:`Staging.refs`, :meth:`Staging.object`,
@@ -106,6 +108,21 @@ CREATE INDEX IF NOT EXISTS moves_by_name ON moves (name, id);
 CREATE TABLE IF NOT EXISTS ids (checkpoint TEXT PRIMARY KEY, sha TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
 """
+
+
+#: at most this many transactions commit as one group (a member waits for the later ones' bodies)
+GROUP_MAX = 32
+
+
+class _Group:
+    """Transactions of several threads committed as one SQLite transaction (see :meth:`Staging._grouped`)."""
+
+    def __init__(self, db: sqlite3.Connection, fd: int, seq: int):
+        self.db, self.fd, self.seq = db, fd, seq
+        self.members = 0  # members whose writes are in it
+        self.size = 0  # members done with their body, whatever came of it
+        self.error: BaseException | None = None
+        self.committed = threading.Event()
 
 
 @dataclass
@@ -238,6 +255,12 @@ class Staging:
         self._flusher: threading.Thread | None = None
         self._failed: BaseException | None = None
         self._warned: set[str] = set()  # locks of other programs already named in a warning
+        # group commit (sync): see _grouped
+        self._gate = threading.Lock()  # one member's body at a time
+        self._group_lock = threading.Lock()  # guards _arrivals and a group's size
+        self._group: _Group | None = None  # the group arriving members join
+        self._arrivals = 0  # members arrived and not finished with their body
+        self._pool: list[tuple[sqlite3.Connection, int]] = []  # idle group connections, with their queue descriptor
         if not readonly:
             os.makedirs(os.path.dirname(self._db_path), exist_ok=True)
 
@@ -254,20 +277,27 @@ class Staging:
                 return None
             db = sqlite3.connect(f"file:{self._db_path}?mode=ro", uri=True, isolation_level=None,
                                  check_same_thread=False, timeout=60)
+            with self._conns_lock:
+                self._conns.append(db)
         else:
-            # Connected on first need (a store that only reads makes no log): a full disk fails
-            # the first write, not the open.
-            with self._guard("open"):
-                new = not os.path.exists(self.log_path) and not os.path.exists(self._db_path)
-                with self._queue() if new else contextlib.nullcontext():  # its first writers take turns
-                    db = sqlite3.connect(self._db_path, isolation_level=None, check_same_thread=False, timeout=60)
-                    db.execute("PRAGMA journal_mode=WAL")
-                    sync = "FULL" if self.mode == "sync" and self.fsync else "NORMAL" if self.fsync else "OFF"
-                    db.execute(f"PRAGMA synchronous={sync}")
-                    if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
-                        with self._queue():  # (reentrant) creating the tables: one writer at a time
-                            db.executescript(_SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION};")
+            db = self._writer()
         self._local.db = db
+        return db
+
+    def _writer(self) -> sqlite3.Connection:
+        """A new connection that writes (creating the database and its tables if need be)."""
+        # Connected on first need (a store that only reads makes no log): a full disk fails
+        # the first write, not the open.
+        with self._guard("open"):
+            new = not os.path.exists(self.log_path) and not os.path.exists(self._db_path)
+            with self._queue() if new else contextlib.nullcontext():  # its first writers take turns
+                db = sqlite3.connect(self._db_path, isolation_level=None, check_same_thread=False, timeout=60)
+                db.execute("PRAGMA journal_mode=WAL")
+                sync = "FULL" if self.mode == "sync" and self.fsync else "NORMAL" if self.fsync else "OFF"
+                db.execute(f"PRAGMA synchronous={sync}")
+                if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+                    with self._queue():  # (reentrant) creating the tables: one writer at a time
+                        db.executescript(_SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION};")
         with self._conns_lock:
             self._conns.append(db)
         return db
@@ -284,7 +314,10 @@ class Staging:
         its connection, and with it the log, open."""
         if self._closed:
             raise StoreClosedError(f"{self.path}: the store is closed")
-        if getattr(self._local, "db", None) is None and not self.in_transaction():
+        tx = getattr(self._local, "tx", None)
+        if tx is not None:  # this thread's transaction (a group's connection, when grouped)
+            return self._read(tx._db, sql, args)
+        if getattr(self._local, "db", None) is None:
             try:
                 before = _identity(self._db_path)
             except FileNotFoundError:
@@ -355,6 +388,10 @@ class Staging:
         self._check_open()
         if getattr(self._local, "open_tx", False):
             raise QvcError(f"{self.path}: a transaction is already open in this thread (they do not nest)")
+        if self.mode == "sync" and self.fsync and getattr(self._local, "queue", None) is None:
+            with self._grouped() as tx:
+                yield tx
+            return
         with self._queue():
             db = self._connection()
             with self._guard("write"):
@@ -389,18 +426,128 @@ class Staging:
                         self._flusher.start()
 
     @contextlib.contextmanager
+    def _grouped(self) -> Iterator[StagedTransaction]:
+        """A ``sync`` transaction as a member of a group commit: the transactions of this
+        process's threads that arrive while one runs join its SQLite transaction, each in a
+        savepoint (a member that raises rolls back only its own writes), and the last member
+        to finish commits them all with one flush of the log. A member returns once that
+        commit is on stable storage; no reader, in any process, sees a member before (the
+        commit is ``synchronous=FULL``); a failed commit fails every member (nothing stored)."""
+        with self._group_lock:
+            self._arrivals += 1
+        self._gate.acquire()  # one member's body at a time: they share the group's connection
+        group = self._group
+        try:
+            if group is None:
+                group = self._group = self._start_group()
+        except BaseException:
+            with self._group_lock:
+                self._arrivals -= 1
+            self._gate.release()
+            raise
+        db = group.db
+        self._local.open_tx = True
+        try:
+            with self._guard("write"):
+                db.execute("SAVEPOINT member")
+            try:
+                row = db.execute("SELECT value FROM meta WHERE key = 'generation'").fetchone()
+                self._local.generation_before = row[0] if row else None  # (an earlier member's rewrite counts)
+                tx = StagedTransaction(self, db, group.seq, self._local.generation_before)
+                self._local.staged, self._local.tx = tx.objects, tx
+                yield tx
+                with self._guard("write"):
+                    tx._insert_objects()
+                    db.execute("RELEASE member")
+                group.members += 1
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK TO member")
+                    db.execute("RELEASE member")
+                raise
+        finally:
+            self._local.open_tx = False
+            self._local.staged = self._local.tx = None
+            with self._group_lock:
+                self._arrivals -= 1
+                group.size += 1
+                last = self._arrivals == 0 or group.size >= GROUP_MAX
+            if last:
+                self._group = None  # later arrivals start the next group (once this one's commit ends)
+            self._gate.release()
+            if last:
+                self._commit_group(group)
+        group.committed.wait()
+        if group.error is not None:
+            raise group.error
+
+    def _start_group(self) -> _Group:
+        """A new group: an idle group connection (or a new one) with its queue descriptor,
+        the writers' queue taken and a write transaction begun on it."""
+        with self._conns_lock:
+            pooled = self._pool.pop() if self._pool else None
+        if pooled is None:
+            pooled = (self._writer(), self._queue_fd(new=True))
+        db, fd = pooled
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            with self._guard("write"):
+                db.execute("BEGIN IMMEDIATE")
+            try:
+                seq = (db.execute("SELECT value FROM meta WHERE key = 'seq'").fetchone() or (0,))[0] + 1
+                db.execute("INSERT OR REPLACE INTO meta VALUES ('seq', ?)", (seq,))
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+                raise
+        except BaseException:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            with self._conns_lock:
+                self._pool.append(pooled)
+            raise
+        return _Group(db, fd, seq)
+
+    def _commit_group(self, group: _Group) -> None:
+        """Commit (or, with no member left to commit, roll back) ``group``; wake its members."""
+        done = False
+        try:
+            with self._guard("commit"):
+                group.db.execute("COMMIT" if group.members else "ROLLBACK")
+            done = True
+        except Exception as exc:  # a full disk, an I/O error: no member's write was stored
+            group.error = exc if isinstance(exc, StorageError) else StorageError(
+                f"{self.path}: cannot write: {exc}", errno.EIO, self._db_path)
+        finally:
+            if not done:
+                if group.error is None:  # interrupted before the commit: nothing was stored
+                    group.error = StorageError(f"{self.path}: the commit was interrupted", errno.EINTR, self._db_path)
+                with contextlib.suppress(sqlite3.Error):
+                    if group.db.in_transaction:
+                        group.db.execute("ROLLBACK")
+            fcntl.flock(group.fd, fcntl.LOCK_UN)
+            with self._conns_lock:
+                self._pool.append((group.db, group.fd))
+            group.committed.set()
+
+    def _queue_fd(self, *, new: bool = False) -> int:
+        """This thread's descriptor of the writers' queue (``new``: another one, for a group)."""
+        fd = None if new else getattr(self._local, "queue_fd", None)
+        if fd is None:
+            fd = os.open(os.path.join(self.path, QUEUE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            with self._conns_lock:
+                self._fds.append(fd)
+            if not new:
+                self._local.queue_fd = fd
+        return fd
+
+    @contextlib.contextmanager
     def _queue(self) -> Iterator[None]:
         """Hold the writers' queue (``qvc/staging.queue``), unless this thread holds it already
         (inside :meth:`exclusive`)."""
         if getattr(self._local, "queue", None) is not None:
             yield
             return
-        fd = getattr(self._local, "queue_fd", None)
-        if fd is None:
-            fd = self._local.queue_fd = os.open(os.path.join(self.path, QUEUE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
-                                                0o644)
-            with self._conns_lock:
-                self._fds.append(fd)
+        fd = self._queue_fd()
         fcntl.flock(fd, fcntl.LOCK_EX)  # fair and blocking: SQLite's busy handler backs off in sleeps
         try:
             self._local.queue = fd

@@ -228,6 +228,51 @@ def test_the_id_index_is_complete_from_a_walk_until_the_next_rewrite(repo):
         staging.close()
 
 
+def test_threads_of_a_sync_store_commit_as_one_group(repo):
+    """A thread whose transaction arrives while another's runs joins its group: one SQLite
+    transaction (the same sequence number), each member in its own savepoint. A member that
+    raises (here, a compare-and-swap that loses to the member before it) stores nothing; the
+    others commit, and no reader sees a member before the group's flushed commit."""
+    staging, reader = Staging(repo, mode="sync"), Staging(repo, readonly=True)
+    try:
+        base = stage(staging, "refs/heads/t", "base")
+        seqs, errors = {}, {}
+
+        def second() -> None:
+            try:
+                with staging.transaction() as tx:  # arrives while the first's body runs: joins its group
+                    seqs["second"] = tx.seq
+                    tx.move("refs/heads/t", base, staged_commit(tx, base, "second"), "put")
+            except CheckpointConflictError as exc:
+                errors["second"] = exc
+
+        def third() -> None:
+            with staging.transaction() as tx:
+                seqs["third"] = tx.seq
+                tx.move("refs/heads/u", None, staged_commit(tx, None, "third"), "put")
+
+        with staging.transaction() as tx:
+            seqs["first"] = tx.seq
+            first = staged_commit(tx, base, "first")
+            tx.move("refs/heads/t", base, first, "put")
+            threads = [threading.Thread(target=second), threading.Thread(target=third)]
+            for t in threads:
+                t.start()
+            while staging._arrivals < 3:  # both are waiting for this body to end (white box)
+                threading.Event().wait(0.001)
+            assert reader.ref("refs/heads/t") == base  # not committed yet
+        for t in threads:
+            t.join()
+        assert seqs["first"] == seqs["second"] == seqs["third"]  # one group, one commit
+        assert "moved by another writer" in str(errors["second"])  # it saw the first member's move
+        assert reader.ref("refs/heads/t") == first  # the first member's write, not the second's
+        assert reader.ref("refs/heads/u") is not None
+        assert stage(staging, "refs/heads/t", "after") != first  # the next group, a new transaction
+    finally:
+        staging.close()
+        reader.close()
+
+
 def test_bad_use_is_a_clear_error(repo, tmp_path):
     with pytest.raises(QvcError, match="durability mode"):
         Staging(repo, mode="sometimes")
