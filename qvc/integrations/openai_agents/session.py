@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import random
 import threading
 import time
 import uuid
@@ -50,7 +51,7 @@ _T = TypeVar("_T")
 #: The Session protocol's methods (a subclass overriding one gets no compaction hook).
 _PROTOCOL = ("get_items", "add_items", "pop_item", "clear_session")
 #: How often a write is tried again when another writer moved the session's head meanwhile.
-_RETRIES = 16
+_RETRIES = 50
 
 
 @dataclass(frozen=True)
@@ -357,7 +358,7 @@ class QvcSession:
         write) to the head as one checkpoint, a compare-and-swap on the head: tried again on the
         new head when another writer moved it (unless ``retry`` is false). Returns ``result``."""
         with self._lock:
-            for _ in range(_RETRIES if retry else 1):
+            for attempt in range(_RETRIES if retry else 1):
                 line = self._read()
                 planned = change(line)
                 if planned is None:
@@ -376,6 +377,9 @@ class QvcSession:
                 except CheckpointConflictError:
                     self._cache = None
                     if retry:
+                        # A random pause, growing: two writers that keep meeting stop meeting in
+                        # step (the one that waits behind the other's commit would lose every time).
+                        time.sleep(random.uniform(0, 0.001 * 2 ** min(attempt, 6)))
                         continue
                     raise _Stale from None
                 sha = self.store.head(self.thread)
