@@ -448,6 +448,9 @@ class Staging:
         db = group.db
         self._local.open_tx = True
         try:
+            if not db.in_transaction:  # SQLite rolled the group back (an earlier member's full disk)
+                raise StorageError(f"{self.path}: cannot write: the group's transaction was rolled back",
+                                   errno.EIO, self._db_path)
             with self._guard("write"):
                 db.execute("SAVEPOINT member")
             try:
