@@ -60,6 +60,9 @@ if TYPE_CHECKING:
     from qvc.store.history import CommitInfo
 
 HINTS = ("auto", "inotify", "poll")
+#: after a hint whose read found nothing, read again after these pauses (seconds): a commit
+#: writes the staging log (the hint) before it is flushed and visible to readers
+LOOK_AGAIN = (0.002, 0.01, 0.05)
 _RENAMED = "branch: renamed "
 
 
@@ -384,15 +387,22 @@ class Watcher:
         given) or once :meth:`stop` is called."""
         deadline = None if timeout is None else time.monotonic() + timeout
         wait = self.rescan_interval if self.hints == "inotify" else self.poll_interval
+        again: tuple[float, ...] = ()  # looks owed after a hint that found nothing
         while not self._stopped.is_set():
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 return
-            self._wake.wait(wait if left is None else min(wait, left))
+            pause = again[0] if again else wait
+            hinted = self._wake.wait(pause if left is None else min(pause, left))
             self._wake.clear()  # before reading: a hint arriving during the read wakes us again
             if self._stopped.is_set():
                 return
-            yield from self.poll()
+            events = self.poll()
+            yield from events
+            if hinted and not events and self.hints == "inotify":
+                again = LOOK_AGAIN  # the hint may precede what it announces (see LOOK_AGAIN)
+            elif again:
+                again = again[1:]
 
     def start(self, callback: Callable[[WatchEvent], object]) -> Watcher:
         """Call ``callback(event)`` for each event from a background thread until :meth:`stop`.
