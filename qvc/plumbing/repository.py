@@ -382,6 +382,8 @@ class Repository:
         try:
             return self.staging.complete_index(ids, generation)
         except StorageError:  # (a full disk) derived data: lookups walk the refs meanwhile
+            if self.staging.in_transaction():
+                raise  # the write it is part of fails whole (SQLite may have rolled it back)
             return False
 
     def logged(self, name: str) -> bool:
@@ -394,6 +396,18 @@ class Repository:
         if self._log_all and (name.startswith(LOGGED) or name == "HEAD"):
             return True
         return os.path.exists(os.path.join(self.path, "logs", name))
+
+    def set_head(self, target: str) -> None:
+        """Point HEAD at ``target`` (a ref name, possibly unborn, or a commit SHA to detach at),
+        durably, in a transaction of its own (:meth:`Transaction.set_head`). HEAD's reflog line
+        (``checkout: moving from A to B``) is libgit2's, read from git's files: the refs it names
+        are published first when they are staged."""
+        with contextlib.suppress(CorruptionError):  # (a garbled HEAD: set_head writes it anew)
+            staged = self.unpublished("refs/")
+            if target in staged or self.head_ref()[0] in staged:
+                self.publish()
+        with self.transaction() as tx:
+            tx.set_head(target)
 
     @property
     def staging_log(self) -> str:

@@ -172,7 +172,9 @@ class Transaction:
         dirty(self.repo.path).wrote(path)
 
     def set_head(self, target: str) -> None:
-        """Point HEAD at a ref name (``refs/heads/...``, possibly unborn) or detach it at a commit SHA.
+        """Point HEAD at a ref name (``refs/heads/...``, possibly unborn) or detach it at a commit SHA
+        (:meth:`Repository.set_head <qvc.plumbing.repository.Repository.set_head>` publishes the
+        refs HEAD's reflog line names first).
 
         HEAD is not staged (git's files hold it at once, as libgit2 writes it): it is flushed on
         the spot (durable on return unless the repository was opened with ``fsync=False``)."""

@@ -407,14 +407,7 @@ class GitCheckpointStore(CheckpointStore):
                 raise InvalidInputError(f"not a commit SHA: {commit!r}")
             self._history.commit(commit.lower())  # exists and parses
             target = commit.lower()
-        # HEAD's reflog line (``checkout: moving from A to B``) is libgit2's, from git's files:
-        # the refs it names must be there (a thread just forked may still be staged only).
-        with contextlib.suppress(CorruptionError):
-            staged = self._repo.unpublished(HEADS)
-            if target in staged or self._repo.head_ref()[0] in staged:
-                self._repo.publish()
-        with self._repo.transaction() as tx:
-            tx.set_head(target)
+        self._repo.set_head(target)
         return self.current()
 
     def reflog(self, thread_id: str) -> list[ReflogEntry]:

@@ -200,6 +200,56 @@ def test_the_library_on_a_full_disk(small_fs):
     fsck(path)
 
 
+def test_threads_sharing_commits_on_a_full_disk(small_fs):
+    """Four threads of one SYNC store write at once (their transactions share commits, see
+    qvc.plumbing.staging) until the disk is full: a put that raised stored nothing, and every
+    put that returned is kept, whichever thread's write filled the disk."""
+    import threading
+
+    path = small_fs / "runs.qvc"
+    acknowledged: dict[str, list[str]] = {f"t{n}": [] for n in range(4)}
+    failures: dict[str, BaseException] = {}
+    store = GitCheckpointStore(path)
+    try:
+        ballast = small_fs / "ballast"
+        with open(ballast, "wb") as f:  # room for a few dozen checkpoints
+            f.write(b"\0" * (os.statvfs(small_fs).f_bavail * os.statvfs(small_fs).f_frsize - 300_000))
+
+        def writer(thread: str) -> None:
+            for i in range(10_000):
+                cp = Checkpoint(id=f"{thread}-{i}", thread_id=thread, step=i,
+                                state_data={"blob": os.urandom(3000).hex(), "i": i})
+                try:
+                    store.put(CheckpointConfig(thread), cp, {"step": i})
+                except QvcError as exc:
+                    failures[thread] = exc
+                    return
+                acknowledged[thread].append(cp.id)
+
+        threads = [threading.Thread(target=writer, args=(t,)) for t in acknowledged]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert set(failures) == set(acknowledged), failures  # every thread met the full disk
+        assert sum(map(len, acknowledged.values())) > 4, acknowledged  # after writing for a while
+        for exc in failures.values():
+            assert isinstance(exc, StorageError), repr(exc)
+        ballast.unlink()
+        for thread, ids in acknowledged.items():  # writes work again, on each thread's acknowledged head
+            step = len(ids)
+            store.put(CheckpointConfig(thread), Checkpoint(id=f"{thread}-after", thread_id=thread, step=step,
+                                                           state_data={"i": -1}), {})
+            ids.append(f"{thread}-after")
+    finally:
+        store.close()
+    with GitCheckpointStore(path) as store:
+        for thread, ids in acknowledged.items():
+            assert [t.checkpoint.id for t in store.list(CheckpointConfig(thread))] == ids[::-1], thread
+    assert leftovers(small_fs) == []
+    fsck(path)
+
+
 def test_init_on_a_full_disk_leaves_nothing(small_fs):
     fill(small_fs)
     with pytest.raises(StorageError) as caught:
