@@ -7,11 +7,11 @@ global configuration ignored, nothing a repository names runs).
 from __future__ import annotations
 
 import errno
-import logging
 import os
 from typing import TYPE_CHECKING
 
 from qvc.errors import StorageError
+from qvc.logs import log
 from qvc.plumbing import refpack
 from qvc.plumbing.durability import harden
 from qvc.plumbing.launcher import git
@@ -20,7 +20,6 @@ from qvc.plumbing.recovery import RecoveryReport, remove_stale_files, repair_pac
 if TYPE_CHECKING:
     from qvc.plumbing.repository import Repository
 
-log = logging.getLogger("qvc")
 
 
 def _prepare(repo: Repository) -> None:

@@ -13,11 +13,11 @@ are removed, and readers that miss an object meanwhile look again
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import threading
 from typing import Callable
 
+from qvc.logs import log
 from qvc.plumbing import pack
 from qvc.plumbing.durability import Worker, fsync_dir
 from qvc.plumbing.locking import LockProtocol, pack_lock
@@ -29,7 +29,6 @@ NOT_MERGED = (".keep", ".promisor", ".mtimes")
 SMALL_PACK = 4 * 2**20
 
 
-log = logging.getLogger("qvc")
 
 
 class PackSet:

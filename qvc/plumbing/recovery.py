@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import logging
 import os
 import shutil
 import time
@@ -46,6 +45,7 @@ from dataclasses import dataclass, field, fields
 from typing import Protocol
 
 from qvc.errors import CheckpointConflictError, CorruptionError, QvcError
+from qvc.logs import log
 from qvc.plumbing import durability, leases, pack
 from qvc.plumbing.backend import QVC_DIR
 from qvc.plumbing.durability import fsync_dir, harden
@@ -550,7 +550,7 @@ def recover(repo: RecoveryHost) -> RecoveryReport:
             try:
                 repo.merge_small_packs(locked=True)
             except (OSError, ValueError) as exc:
-                logging.getLogger("qvc").warning("qvc: merging packs in %s failed: %s", repo.path, exc)
+                log.warning("qvc: merging packs in %s failed: %s", repo.path, exc)
         if report:
             harden(repo.path, fsync=repo.fsync)
         for path, _ in orphans:
@@ -751,7 +751,7 @@ def repair_packs(repo: RecoveryHost, report: RecoveryReport) -> None:
             continue
         if has_pack:
             if shutil.which("git") is None:  # nothing can check the pack: left as it is, and said
-                logging.getLogger("qvc").warning(
+                log.warning(
                     "qvc: %s: the index of %s.pack is damaged or missing; install git and open the repository "
                     "again to rebuild it (or run `git index-pack %s.pack`)", repo.path, base, base)
                 continue
@@ -1074,7 +1074,7 @@ def _unlocked(repo: RecoveryHost, name: str, cut_short: bool, holder: str | None
         return True
     if not os.path.lexists(path):
         return True
-    logging.getLogger("qvc").warning("qvc: recovering %s: %s is locked by another writer; left to it",
+    log.warning("qvc: recovering %s: %s is locked by another writer; left to it",
                                      repo.path, name)
     return False
 

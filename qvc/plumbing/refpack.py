@@ -31,7 +31,6 @@ import contextlib
 import os
 
 from qvc.plumbing.durability import dirty, fsync_dir, harden
-from qvc.plumbing.launcher import run_git
 from qvc.plumbing.pack import write_all
 from qvc.plumbing.reflog import PACKED, ReflogEntry, shard_of
 
@@ -111,6 +110,8 @@ def pack_refs(repo_path: str, *, fsync: bool = True) -> bool:
     exclusive maintenance runs meanwhile; writers may run.
     """
     settings = ["-c", "core.fsync=reference", "-c", "core.fsyncMethod=fsync"] if fsync else ["-c", "core.fsync=none"]
+    from qvc.plumbing.launcher import run_git  # deferred: a reading process never runs git through it
+
     proc = run_git(repo_path, *settings, "pack-refs", "--all", "--prune")
     if proc.returncode != 0:
         return False
@@ -239,6 +240,8 @@ def commit_graph(repo_path: str, *, fsync: bool = True, replace: bool = False) -
     """
     settings = ["-c", "core.fsync=reference,derived-metadata", "-c", "core.fsyncMethod=fsync"] if fsync else [
         "-c", "core.fsync=none"]
+    from qvc.plumbing.launcher import run_git  # deferred, as in pack_refs
+
     proc = run_git(repo_path, *settings, "commit-graph", "write", "--reachable",
                    "--split=replace" if replace else "--split", "--no-progress")
     if proc.returncode != 0:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import logging
 import os
 import threading
 import weakref
@@ -40,7 +39,8 @@ from qvc.errors import (
     StoreClosedError,
     errno_in,
 )
-from qvc.plumbing import launcher, pack, recovery, refpack
+from qvc.logs import log
+from qvc.plumbing import pack, refpack
 from qvc.plumbing.backend import MISS_RETRIES, QVC_DIR, Backend, GitBackend, ReadOnlyBackend
 from qvc.plumbing.durability import DirtyPaths, DurabilityMode, Worker, dirty, fsync_dir
 from qvc.plumbing.libgit2 import configured, pygit2
@@ -51,7 +51,6 @@ from qvc.plumbing.reflog import ReflogEntry, read_reflog
 from qvc.plumbing.staging import Staging
 from qvc.plumbing.transaction import GENERATION, Record, Transaction, TransactionHost
 
-log = logging.getLogger("qvc")
 FORMAT_KEY = "qvc.format"
 LOGGED = ("refs/heads/", "refs/remotes/", "refs/notes/")  # what core.logAllRefUpdates keeps reflogs of
 CLOSE_WAIT = 20.0  # how long close() waits for writes other threads began before it
@@ -89,7 +88,14 @@ def publish_open(path: str | os.PathLike) -> None:
             repo.publish()
 
 
-launcher.BEFORE_GIT.append(publish_open)
+def _publish_before_git() -> None:
+    """Have every ``git`` qvc runs publish this process's open stores first (see :func:`publish_open`),
+    from the first writable store on: a process that only reads has nothing to publish, and does not
+    load the launcher (start-up speed)."""
+    from qvc.plumbing import launcher  # deferred: a reading process never runs git through it
+
+    if publish_open not in launcher.BEFORE_GIT:
+        launcher.BEFORE_GIT.append(publish_open)
 
 
 def _create(path: str, *, fsync: bool = True) -> None:
@@ -225,6 +231,7 @@ class Repository:
         self.qvc_dir = os.path.join(self.path, QVC_DIR)
         if not readonly:
             os.makedirs(self.qvc_dir, exist_ok=True)
+            _publish_before_git()
         #: how objects and refs are read from git's files
         self.backend: Backend = backend
         self._local = threading.local()  # .admitted: writes of this thread close() waits for
@@ -255,6 +262,8 @@ class Repository:
         # Opening: a repository written by the journal-and-leases release is migrated (its
         # journals replayed, its leases rolled forward) and damaged pack indexes are rebuilt,
         # under the exclusive lock; then what is staged is published.
+        from qvc.plumbing import recovery  # deferred: start-up speed (a clean read loads none of it)
+
         self.recovery = recovery.RecoveryReport()
         if recovery.needed(self):
             with self.exclusive():
@@ -470,7 +479,9 @@ class Repository:
     def file_identity(self, name: str) -> list | None:
         """``[inode, mtime ns]`` of the file holding ref ``name`` (its loose file, else packed-refs)
         or of another file of the repository, ``None`` if there is none."""
-        return recovery.file_identity(self.path, name)
+        from qvc.plumbing.recovery import file_identity  # deferred: only recovery asks
+
+        return file_identity(self.path, name)
 
     def generation(self) -> str | None:
         """The token of the last transaction that rewrote history, ``None`` if none did yet."""

@@ -67,9 +67,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import logging
 import os
-import shutil
 import sqlite3
 import threading
 import time
@@ -77,6 +75,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 from qvc.errors import CheckpointConflictError, CorruptionError, QvcError, StorageError, StoreClosedError
+from qvc.logs import log
 from qvc.plumbing import pack
 from qvc.plumbing.durability import fsync_dir
 from qvc.plumbing.odb import RefReader
@@ -95,7 +94,6 @@ REF_LOCK_WAIT = 1.0
 #: SQLite's default limit on one value (SQLITE_MAX_LENGTH); a larger object cannot be staged
 MAX_OBJECT = 1_000_000_000
 
-log = logging.getLogger("qvc")
 
 SCHEMA_VERSION = 1  # PRAGMA user_version once the tables below exist
 _SCHEMA = """
@@ -953,6 +951,8 @@ class Staging:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(self.path, PUBLISHING))
         with contextlib.suppress(FileNotFoundError):
+            import shutil  # deferred: start-up speed (rarely there)
+
             shutil.rmtree(os.path.join(self.path, "qvc", "publishing.d"))
 
     def _delete(self, name: str, out: Published, written: set[str]) -> bool:

@@ -11,7 +11,6 @@ checkpoints that have a viewer are decoded for that, plain states keep the cheap
 from __future__ import annotations
 
 import heapq
-import logging
 import math
 import re
 import time
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from qvc.codec import serde
 from qvc.errors import OBJECTS_REPAIR, CorruptionError, InvalidInputError, NotFoundError, QvcError
+from qvc.logs import log as logger
 from qvc.plumbing.objects import MODE_BLOB
 from qvc.readers.dates import ago
 from qvc.store.format import HEADER
@@ -181,7 +181,7 @@ def readable(store: GitCheckpointStore, name: str, tip: str) -> bool:
     why = store.damage(tip)
     if why is not None:
         what = f"thread {store.thread_of_ref(name)!r}" if name.startswith(HEADS) else name
-        logging.getLogger("qvc").warning("qvc: warning: %s is damaged, skipped: %s; %s", what, why, OBJECTS_REPAIR)
+        logger.warning("qvc: warning: %s is damaged, skipped: %s; %s", what, why, OBJECTS_REPAIR)
     return why is None
 
 

@@ -12,19 +12,18 @@ rewind left on a superseded line is not found. Reads only.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from qvc.errors import CorruptionError
+from qvc.logs import log
 from qvc.readers.log import entry
 from qvc.readers.views import iso, run_of_thread, state_of
 
 if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore
 
-log = logging.getLogger("qvc")
 
 #: Characters of context a hit's snippet shows on each side of the match.
 CONTEXT = 60

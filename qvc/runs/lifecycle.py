@@ -8,12 +8,12 @@ Imports :mod:`qvc.store`, :mod:`qvc.errors` and every other module of :mod:`qvc.
 from __future__ import annotations
 
 import copy
-import logging
 import os
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from qvc.errors import InvalidInputError, RunOwnedError, RunStateError, UnknownRunError
+from qvc.logs import log
 from qvc.runs.boundaries import ContinueFrom, resolve_continue_from, safe_truncation_index
 from qvc.runs.codec import LoadedRun, decode
 from qvc.runs.ids import check_id, check_run_id, new_id, parse_run_ref, thread_of
@@ -42,8 +42,6 @@ from qvc.runs.queries import timeline as _timeline
 from qvc.runs.recorder import RunRecorder
 from qvc.store.git_store import GitCheckpointStore
 from qvc.store.revisions import Revision
-
-log = logging.getLogger("qvc")
 
 
 def run_revision(store: GitCheckpointStore, text: str) -> Optional[Revision]:

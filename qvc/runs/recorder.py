@@ -6,12 +6,12 @@ Imports :mod:`qvc.store`, :mod:`qvc.types`, :mod:`qvc.errors` and :mod:`qvc.runs
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence
 
 from qvc.errors import InvalidInputError, RunStateError
+from qvc.logs import log
 from qvc.runs.codec import encode_state
 from qvc.runs.ids import check_id, new_id
 from qvc.runs.model import Cadence, Message, Requirement, Run, RunStatus, ToolCall, ToolExecution
@@ -19,8 +19,6 @@ from qvc.runs.ownership import RunLock
 from qvc.runs.segments import Segment
 from qvc.store.git_store import GitCheckpointStore
 from qvc.types import Checkpoint, CheckpointConfig
-
-log = logging.getLogger("qvc")
 
 #: Called as ``(source_run_id, by_run_id)`` when a regeneration that replaces its source completes.
 MarkRegenerated = Callable[[str, str], None]

@@ -8,6 +8,18 @@ Modules: :mod:`~qvc.store.format` (how a checkpoint is laid out in git objects),
 Imports: the plumbing, ``qvc.codec``, ``qvc.errors`` and ``qvc.types`` only.
 """
 
-from qvc.store.git_store import CommitInfo, GitCheckpointStore
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from qvc.lazy import exports
+
+# Imported on first use (qvc.lazy): a reader of one module (qvc.store.format, say) does not load the store.
+__getattr__, __dir__ = exports(__name__, {"CommitInfo": "qvc.store.history",
+                                          "GitCheckpointStore": "qvc.store.git_store"})
+
+if TYPE_CHECKING:
+    from qvc.store.git_store import GitCheckpointStore
+    from qvc.store.history import CommitInfo
 
 __all__ = ["CommitInfo", "GitCheckpointStore"]

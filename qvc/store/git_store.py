@@ -9,10 +9,9 @@ durable and :mod:`qvc.plumbing.recovery` for what opening a crashed repository r
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import re
-from typing import Any, Callable, Iterator, Mapping, NamedTuple, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, NamedTuple, Optional, Protocol, Sequence
 
 from qvc.codec import serde
 from qvc.errors import (
@@ -26,9 +25,9 @@ from qvc.errors import (
     UnknownCheckpointError,
     UnknownThreadError,
 )
+from qvc.logs import log
 from qvc.plumbing.libgit2 import pygit2
 from qvc.plumbing.objects import MODE_BLOB, MODE_TREE, Entry, commit_bytes, tree_bytes
-from qvc.plumbing.recovery import RecoveryReport, move_aside
 from qvc.plumbing.reflog import ReflogEntry
 from qvc.plumbing.repository import Repository, Transaction
 from qvc.store.base import CheckpointStore
@@ -72,6 +71,9 @@ from qvc.types import (
     PendingWrite,
     StateVersions,
 )
+
+if TYPE_CHECKING:
+    from qvc.plumbing.recovery import RecoveryReport
 
 
 class Service(Protocol):
@@ -239,6 +241,8 @@ class GitCheckpointStore(CheckpointStore):
         (:func:`~qvc.plumbing.recovery.move_aside`, nothing is deleted) and set the ref back to
         the newest value its reflog names whose commit is whole; a ref without one stays
         deleted. Returns what was done (falsy: nothing to repair)."""
+        from qvc.plumbing.recovery import RecoveryReport  # deferred: start-up speed (repairs are rare)
+
         report = RecoveryReport()
         for name, _ in self._repo.damaged_refs("refs/"):
             try:
@@ -264,6 +268,8 @@ class GitCheckpointStore(CheckpointStore):
             return False
         except DamagedRefError:
             pass
+        from qvc.plumbing.recovery import move_aside  # deferred, as in repair_refs
+
         move_aside(self._repo, os.path.join(self.path, name), report)
         return True
 
@@ -923,9 +929,11 @@ class GitCheckpointStore(CheckpointStore):
             try:
                 head = tx.ref(ref)
             except DamagedRefError:  # its file holds no ref: set aside, then the reset puts the ref back
+                from qvc.plumbing.recovery import RecoveryReport  # deferred, as in repair_refs
+
                 aside = RecoveryReport()
                 self._set_aside(ref, aside)
-                logging.getLogger("qvc").warning("qvc: warning: thread %r was damaged: %s", thread, aside.summary())
+                log.warning("qvc: warning: thread %r was damaged: %s", thread, aside.summary())
                 head = tx.ref(ref)
             if head != target:
                 # A damaged head (missing or unreadable commit) is not kept as a superseded line,

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
-import shutil
 import struct
 import threading
 import zlib
@@ -260,6 +259,8 @@ class Summaries:
             self._blob_bytes = 0
             self.values.clear()
             self._value_bytes = 0
+            import shutil  # deferred: start-up speed (a rebuild is rare)
+
             shutil.rmtree(self.dir, ignore_errors=True)
 
     def _path(self, thread: str) -> str:

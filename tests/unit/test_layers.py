@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "qvc"
 
 #: Layer of each top-level part of the package, lowest first.
 LAYERS = {
-    "qvc.errors": 0, "qvc.types": 0, "qvc.version": 0, "qvc.lazy": 0,
+    "qvc.errors": 0, "qvc.types": 0, "qvc.version": 0, "qvc.lazy": 0, "qvc.logs": 0,
     "qvc.codec": 0.5,  # the serializers: every layer above may use them, they use only errors and types
     "qvc.plumbing": 1,
     "qvc.store": 2,
