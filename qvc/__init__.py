@@ -17,8 +17,8 @@ from qvc.version import __version__  # noqa: F401  (qvc.__version__)
 # stay light and the CLI pays only for what a command uses. The module each name comes from:
 _ERRORS = ("CheckpointConflictError", "CorruptionError", "DurabilityError", "InvalidInputError",
            "InvalidThreadIdError", "LocalChangesError", "NotARepositoryError", "NotFoundError", "PushRejectedError",
-           "QvcError", "RemoteError", "RunOwnedError", "RunStateError", "SerializationError", "StorageError",
-           "StoreClosedError", "UnknownCheckpointError", "UnknownRemoteError", "UnknownRunError",
+           "QvcError", "RemoteError", "RunOwnedError", "RunStateError", "SerializationError", "SignatureError",
+           "StorageError", "StoreClosedError", "UnknownCheckpointError", "UnknownRemoteError", "UnknownRunError",
            "UnknownThreadError")
 _TYPES = ("Checkpoint", "CheckpointConfig", "CheckpointId", "CheckpointMetadata", "CheckpointTuple",
           "DurabilityMode", "PendingWrite", "StateVersions")
@@ -56,6 +56,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
         RunOwnedError,
         RunStateError,
         SerializationError,
+        SignatureError,
         StorageError,
         StoreClosedError,
         UnknownCheckpointError,
@@ -165,7 +166,8 @@ __all__ = [
     "CheckpointStore", "CheckpointTuple", "CorruptionError", "DurabilityError", "DurabilityManager",
     "DurabilityMode", "GitCheckpointStore", "InvalidInputError", "InvalidThreadIdError", "NotARepositoryError",
     "NotFoundError", "PendingWrite", "PendingWriteManager", "PushRejectedError", "QvcError", "RecoveryReport",
-    "RemoteError", "RunOwnedError", "RunStateError", "SerializationError", "StateVersionTracker", "StateVersions",
+    "RemoteError", "RunOwnedError", "RunStateError", "SerializationError", "SignatureError", "StateVersionTracker",
+    "StateVersions",
     "StoreClosedError", "StorageError", "LocalChangesError",
     "UnknownCheckpointError", "UnknownRemoteError", "UnknownRunError", "UnknownThreadError", "clone", "fetch", "push",
     "watch",

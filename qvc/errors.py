@@ -119,6 +119,12 @@ class DurabilityError(QvcError):
     """A background flush failed; raised on the next call, on ``flush()`` or ``close()``."""
 
 
+class SignatureError(QvcError):
+    """A signature is required and cannot be made (the repository requires signed checkpoints and
+    the store has no usable signing key), or history does not verify (``qvc verify``: a checkpoint
+    unsigned, badly signed, or signed by a key not allowed at its time)."""
+
+
 class AmbiguousNameError(InvalidInputError):
     """A name (checkpoint id prefix, SHA prefix) matches more than one checkpoint."""
 

@@ -22,6 +22,7 @@ from qvc.cli.app import (
     EXIT_ERROR,
     EXIT_NOT_A_REPO,
     EXIT_NOT_FOUND,
+    EXIT_SIGNATURE,
     EXIT_USAGE,
     cli,
     exit_code,
@@ -39,4 +40,4 @@ def __getattr__(name: str):
 
 
 __all__ = ["EXIT_CODES", "EXIT_CONFLICT", "EXIT_CORRUPT", "EXIT_DURABILITY", "EXIT_ERROR", "EXIT_NOT_A_REPO",
-           "EXIT_NOT_FOUND", "EXIT_USAGE", "ago", "cli", "exit_code", "main", "run"]
+           "EXIT_NOT_FOUND", "EXIT_SIGNATURE", "EXIT_USAGE", "ago", "cli", "exit_code", "main", "run"]

@@ -22,6 +22,7 @@ from qvc.errors import (
     NotARepositoryError,
     NotFoundError,
     QvcError,
+    SignatureError,
 )
 from qvc.version import __version__
 
@@ -31,13 +32,14 @@ EXIT_NOT_FOUND = 3  # unknown thread, checkpoint, field
 EXIT_CONFLICT = 4  # another writer got there first; a name already taken
 EXIT_CORRUPT = 5  # damaged repository (also `qvc fsck` finding problems)
 EXIT_DURABILITY = 6  # a flush failed
+EXIT_SIGNATURE = 7  # a signature required and not made; `qvc verify` finding unverified history
 EXIT_NOT_A_REPO = 128  # no repository here (git's "fatal" status)
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as git)
 
 EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (NotARepositoryError, EXIT_NOT_A_REPO), (NotFoundError, EXIT_NOT_FOUND), (InvalidInputError, EXIT_USAGE),
     (CheckpointConflictError, EXIT_CONFLICT), (CorruptionError, EXIT_CORRUPT), (DurabilityError, EXIT_DURABILITY),
-    (QvcError, EXIT_ERROR),
+    (SignatureError, EXIT_SIGNATURE), (QvcError, EXIT_ERROR),
 ]
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -129,8 +131,8 @@ def complete_names(ctx: click.Context, param: click.Parameter, incomplete: str) 
 
 # The order of `qvc --help`: reading history, changing it, runs, following, remotes, the rest.
 ORDER = ("init", "status", "log", "show", "diff", "blame", "bisect", "branch", "checkout", "switch", "commit", "reset",
-         "reflog", "rev-parse", "tag", "runs", "timeline", "watch", "remote", "push", "fetch", "clone", "serve", "gc",
-         "fsck", "completion")
+         "reflog", "rev-parse", "tag", "verify", "signers", "runs", "timeline", "watch", "remote", "push", "fetch",
+         "clone", "serve", "gc", "fsck", "completion")
 
 
 class Interrupted(Exception):
@@ -147,6 +149,7 @@ COMMANDS = {
     "branch": "threads", "checkout": "threads", "switch": "threads", "reset": "threads", "reflog": "threads",
     "commit": "workdir",
     "tag": "tags",
+    "verify": "signing", "signers": "signing",
     "runs": "runs", "timeline": "runs",
     "watch": "following",
     "remote": "remotes", "push": "remotes", "fetch": "remotes", "clone": "remotes",
@@ -157,7 +160,7 @@ COMMANDS = {
 
 #: Every command module; importing one adds its commands to :data:`cli`.
 MODULES = ("changes", "completion", "following", "history", "maintenance", "remotes", "repository", "runs",
-           "searching", "serving", "tags", "threads", "workdir")
+           "searching", "serving", "signing", "tags", "threads", "workdir")
 
 
 class Group(click.Group):

@@ -28,13 +28,14 @@ import contextlib
 import os
 import threading
 import weakref
-from typing import Callable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterator, TypeVar
 
 from qvc.errors import (
     CorruptionError,
     DurabilityError,
     InvalidInputError,
     NotARepositoryError,
+    SignatureError,
     StorageError,
     StoreClosedError,
     errno_in,
@@ -51,6 +52,9 @@ from qvc.plumbing.reflog import ReflogEntry, read_reflog
 from qvc.plumbing.staging import Staging
 from qvc.plumbing.transaction import GENERATION, Record, Transaction, TransactionHost
 
+if TYPE_CHECKING:
+    from qvc.plumbing.signing import Signer
+
 FORMAT_KEY = "qvc.format"
 LOGGED = ("refs/heads/", "refs/remotes/", "refs/notes/")  # what core.logAllRefUpdates keeps reflogs of
 CLOSE_WAIT = 20.0  # how long close() waits for writes other threads began before it
@@ -59,6 +63,12 @@ CLOSE_WAIT = 20.0  # how long close() waits for writes other threads began befor
 #: commit, whatever this is; a longer lag batches more writes per pack and per flush of git's files.
 PUBLISH_LAG = 0.2
 EXIT_PUBLISH_LAG = 2.0
+#: the repository's configuration keys for signing (git's config file of the repository):
+#: the signing key's path (relative: to the repository), and whether commits must be signed
+SIGNING_KEY = "qvc.signingKey"
+REQUIRE_SIGNATURES = "qvc.requireSignatures"
+#: the environment variable naming the signing key (before the repository's configuration)
+SIGNING_KEY_ENV = "QVC_SIGNING_KEY"
 T = TypeVar("T")
 
 #: names that moved to the modules owning them and stay importable from here
@@ -204,7 +214,7 @@ class Repository:
 
     def __init__(self, path: str | os.PathLike, *, create: bool = True,
                  durability: DurabilityMode = DurabilityMode.SYNC, fsync: bool = True,
-                 max_lag: float = 0.05, readonly: bool = False):
+                 max_lag: float = 0.05, readonly: bool = False, signing_key: str | os.PathLike | None = None):
         self.path = os.path.abspath(os.fspath(path))
         try:
             durability = DurabilityMode(durability.lower() if isinstance(durability, str) else durability)
@@ -234,6 +244,16 @@ class Repository:
             _publish_before_git()
         #: how objects and refs are read from git's files
         self.backend: Backend = backend
+        #: what signs every commit this repository writes (``None``: unsigned), and whether
+        #: commits must be signed (:meth:`signed`); a read-only repository writes none
+        self.signer: Signer | None = None
+        self.signatures_required = False
+        if not readonly:
+            try:
+                self.signer, self.signatures_required = self._signing(signing_key)
+            except BaseException:
+                backend.close()
+                raise
         self._local = threading.local()  # .admitted: writes of this thread close() waits for
         #: the maintenance lock and the gate (read-only stores never write, so hold neither)
         self.locks = LockProtocol(self.path, readonly=readonly)
@@ -394,6 +414,39 @@ class Repository:
             if self.staging.in_transaction():
                 raise  # the write it is part of fails whole (SQLite may have rolled it back)
             return False
+
+    def _signing(self, key: str | os.PathLike | None) -> tuple[Signer | None, bool]:
+        """The signer (``key``, else ``$QVC_SIGNING_KEY``, else :data:`SIGNING_KEY`) and whether
+        :data:`REQUIRE_SIGNATURES` is set. Raises :class:`InvalidInputError` naming a key that
+        does not load (:func:`qvc.plumbing.signing.load_signer`)."""
+        config = self.backend.git.config
+        try:
+            required = REQUIRE_SIGNATURES in config and config.get_bool(REQUIRE_SIGNATURES)
+        except pygit2.GitError as exc:
+            raise InvalidInputError(f"{self.path}/config: {REQUIRE_SIGNATURES}: {exc}") from None
+        if key is None:
+            key = os.environ.get(SIGNING_KEY_ENV) or None
+        if key is None and SIGNING_KEY in config:
+            key = os.path.join(self.path, os.path.expanduser(config[SIGNING_KEY]))
+        if key is None:
+            return None, required
+        from qvc.plumbing.signing import load_signer  # deferred: only a signing store loads cryptography
+
+        return load_signer(os.path.expanduser(os.fspath(key))), required
+
+    def signed(self, commit: bytes) -> bytes:
+        """``commit`` (a commit object) as this repository stores it: signed by :attr:`signer`
+        in git's SSH signature format (a signature it carries is replaced), or as it is without a
+        signer. Raises :class:`SignatureError` when the repository requires signatures
+        (:data:`REQUIRE_SIGNATURES`) and has no signer: nothing of the write is stored."""
+        if self.signer is None:
+            if self.signatures_required:
+                raise SignatureError(f"{self.path} requires signed checkpoints ({REQUIRE_SIGNATURES}) and no signing "
+                                     f"key is set (${SIGNING_KEY_ENV}, {SIGNING_KEY} or signing_key=); nothing stored")
+            return commit
+        from qvc.plumbing.signing import sign_commit, split_signature  # deferred: start-up speed
+
+        return sign_commit(split_signature(commit)[0], self.signer)
 
     def logged(self, name: str) -> bool:
         """Whether git keeps a reflog for ``name`` (``core.logAllRefUpdates``, or an existing log)."""

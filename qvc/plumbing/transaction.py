@@ -71,6 +71,9 @@ class TransactionHost(Protocol):
     def publish(self) -> None:
         """Write what is staged to git's files."""
 
+    def signed(self, commit: bytes) -> bytes:
+        """``commit`` as the repository stores it (signed when it has a signing key)."""
+
 
 class Transaction:
     """One change to a repository: objects written, then refs moved by compare-and-swap.
@@ -100,9 +103,17 @@ class Transaction:
         self.record = Record(generation=(staged.generation,))
         self._token: str | None = None
         self._prepends: list[tuple[str, list[ReflogEntry]]] = []
+        #: what the rewrites of this transaction are for (:meth:`rewrite_history`), in order
+        self.why: list[str] = []
 
     def write(self, kind: str, data: bytes) -> bytes:
-        """Add a git object (``"blob"``, ``"tree"`` or ``"commit"``) to the transaction; return its raw id."""
+        """Add a git object (``"blob"``, ``"tree"`` or ``"commit"``) to the transaction; return its raw id.
+
+        A commit is stored as :meth:`Repository.signed <qvc.plumbing.repository.Repository.signed>`
+        makes it: with the repository's signature if it signs (any signature ``data`` carries is
+        replaced), and :class:`~qvc.errors.SignatureError` if it must sign and cannot."""
+        if kind == "commit":
+            data = self.repo.signed(data)
         oid = self.staged.write(kind, data)
         self.record.objects.append((kind, data))
         self.record.oids.append(oid)
@@ -140,10 +151,13 @@ class Transaction:
         remote-tracking refs): ``(name, old, new)`` each, already in git's files."""
         self.record.refs.extend(moves)
 
-    def rewrite_history(self) -> None:
+    def rewrite_history(self, why: str = "") -> None:
         """Mark this transaction as deleting or rewriting history (see the class docstring): call
         it after the reads that plan the rewrite and before its first ref move (the checkpoint-id
-        index is emptied now, the first time only)."""
+        index is emptied now, the first time only). ``why`` says what the rewrite is for, for the
+        record the store keeps of it (:attr:`why`)."""
+        if why and why not in self.why:
+            self.why.append(why)
         if self._token is None:
             self._token = self.staged.rewrite()
             self.record.seen[GENERATION] = [None, self._token]

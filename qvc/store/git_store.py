@@ -48,7 +48,7 @@ from qvc.store.refnames import (
     tag_ref,
     writes_ref,
 )
-from qvc.store.rewrite import Rewriter
+from qvc.store.rewrite import RewriteLog, Rewriter
 from qvc.store.summaries import MISSING, Summaries, Summary, summarize
 from qvc.store.writes import (
     ALL,
@@ -74,6 +74,7 @@ from qvc.types import (
 
 if TYPE_CHECKING:
     from qvc.plumbing.recovery import RecoveryReport
+    from qvc.plumbing.signing import Signer
 
 
 class Service(Protocol):
@@ -121,18 +122,27 @@ class GitCheckpointStore(CheckpointStore):
         readonly: read without libgit2 (:mod:`qvc.plumbing.odb`: no pygit2 import, no lock);
             writes raise :class:`~qvc.errors.InvalidInputError`. Opening still repairs a
             crashed repository first.
+        signing_key: an OpenSSH Ed25519 private key file (or the ``.pub`` of a key ssh-agent
+            holds) that signs every commit this store writes, in git's SSH signature format
+            (docs/signing.md); default ``$QVC_SIGNING_KEY``, else the repository's
+            ``qvc.signingKey``, else none. A key that does not load raises
+            :class:`~qvc.errors.InvalidInputError` here; a repository with
+            ``qvc.requireSignatures`` refuses every write without one
+            (:class:`~qvc.errors.SignatureError`).
 
     Opening runs crash recovery; what it repaired is in :attr:`recovery`. The store is a
     context manager; :meth:`close` flushes (and, in EXIT mode, is when writes become durable).
     """
 
     def __init__(self, path: str | os.PathLike, *, durability: DurabilityMode | str = DurabilityMode.SYNC,
-                 fsync: bool = True, create: bool = True, max_lag: float = 0.05, readonly: bool = False):
+                 fsync: bool = True, create: bool = True, max_lag: float = 0.05, readonly: bool = False,
+                 signing_key: str | os.PathLike | None = None):
         self._repo = Repository(path, create=create, durability=durability, fsync=fsync, max_lag=max_lag,
-                                readonly=readonly)
+                                readonly=readonly, signing_key=signing_key)
         self._history = History(self._repo)
         self._writes = PendingWrites(self._repo, self._history)
         self._rewriter = Rewriter(self._repo, self._history)
+        self._rewrites = RewriteLog(self._repo, self._history)
         self._summaries = Summaries(self._repo, self._history)
         self._services: list[Service] = []
         if not readonly:
@@ -155,6 +165,17 @@ class GitCheckpointStore(CheckpointStore):
     @property
     def durability(self) -> DurabilityMode:
         return self._repo.durability
+
+    @property
+    def signer(self) -> Signer | None:
+        """What signs the commits this store writes (see ``signing_key``), ``None`` if nothing does."""
+        return self._repo.signer
+
+    def rewrites(self) -> Iterator[tuple[str, dict]]:
+        """``(commit SHA, record)`` of every history rewrite this repository recorded, newest
+        first (:class:`~qvc.store.rewrite.RewriteLog`: why, by whom, when, the refs moved and the
+        checkpoints removed). Raises :class:`CorruptionError` for a record that does not read."""
+        return self._rewrites.records()
 
     @property
     def recovery(self) -> RecoveryReport:
@@ -1025,7 +1046,7 @@ class GitCheckpointStore(CheckpointStore):
                     rekeyed.append((writes_ref(new), None, wtip))
                 dropped.append((writes_ref(old), wtip, None))
             cause = f"delete: checkpoint {info.checkpoint_id}"
-            tx.rewrite_history()
+            tx.rewrite_history(f"delete checkpoint {info.checkpoint_id} of thread {config.thread_id}")
             for name, old, new in rekeyed + moves + dropped:
                 tx.move_ref(name, old, new, cause)
 
@@ -1067,7 +1088,7 @@ class GitCheckpointStore(CheckpointStore):
                 writes.update(tx.refs(keyed_prefix(thread)))
             if not refs and not writes:
                 return
-            tx.rewrite_history()
+            tx.rewrite_history("delete thread(s) " + ", ".join(repr(t) for t in thread_ids))
             # the threads' refs first: a crash part-way leaves only unreachable pending writes
             for name, tip in refs + list(writes.items()):
                 tx.move_ref(name, tip, None)
@@ -1114,7 +1135,7 @@ class GitCheckpointStore(CheckpointStore):
                 moves += [(keyed_prefix(new) + ref[len(prefix):], None, wtip), (ref, wtip, None)]
             moves += [(name, tip, None) for name, tip in tips]
             reflog = self._repo.reflog(head_ref(old))
-            tx.rewrite_history()
+            tx.rewrite_history(f"rename thread {old!r} to {new!r}")
             for name, was, now in moves:
                 tx.move_ref(name, was, now, f"branch: renamed {old} to {new}")
             if reflog:  # carry the old reflog over, under the new name
@@ -1275,7 +1296,7 @@ class GitCheckpointStore(CheckpointStore):
             superseded = tx.refs(superseded_prefix(thread))
             ids = {self._history.commit(s).checkpoint_id for s in shas}
             gone, paths = {keyed_ref(thread, c) for c in ids}, {key_path(c) for c in ids}
-            tx.rewrite_history()
+            tx.rewrite_history(f"drop checkpoint(s) {', '.join(sorted(ids))} of thread {thread}")
             self._rewriter.settle(tx, thread, head, superseded, set(shas), keep=keep)
             self._writes.drop_keyed(tx, thread_writes_ref(thread), paths, "drop: writes of deleted checkpoints\n")
             for ref, tip in tx.refs(keyed_prefix(thread)):
@@ -1297,7 +1318,7 @@ class GitCheckpointStore(CheckpointStore):
             one = thread_writes_ref(thread)
             stay = (one, keyed_ref(thread, index.latest))
             writes = [(r, t) for r, t in tx.refs(keyed_prefix(thread)) if r not in stay]
-            tx.rewrite_history()
+            tx.rewrite_history(f"prune thread {thread} to its latest checkpoint")
             new = self._rewriter.commit(tx, keep, []) if self._history.commit(keep).parents else keep
             if new != head:
                 tx.move_ref(head_ref(thread), head, new, "prune: kept the latest checkpoint")
@@ -1427,7 +1448,7 @@ class GitCheckpointStore(CheckpointStore):
             own = [(head_ref(thread), tx.ref(head_ref(thread)))] + tx.refs(superseded_prefix(thread))
             refs = [(n, t) for n, t in own if t is not None] + [(n, t) for n, t in tx.refs(keyed_prefix(thread))
                                                                if n != wref]
-            tx.rewrite_history()
+            tx.rewrite_history(f"delete the record of thread {thread}")
             tx.move_ref(wref, wtip, None)  # first, as put_record moves it first
             for name, tip in refs:
                 tx.move_ref(name, tip, None)

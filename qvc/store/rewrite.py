@@ -10,6 +10,11 @@ They do it through a :class:`Rewriter`, inside the caller's transaction:
 2. it writes the copies (:meth:`Rewriter.commit`, :meth:`Rewriter.line`, :meth:`Rewriter.relabel`,
    :meth:`Rewriter.drop`) and moves its refs.
 
+Every rewrite is recorded (:class:`RewriteLog`): a commit on ``refs/qvc/rewrites``, signed as
+every commit the store writes, saying why, by whom, when, which refs moved and which checkpoints
+left history (by id and commit SHA), so ``qvc verify`` tells an erasure that was asked for from
+tampering.
+
 Caches follow by themselves, as listeners of the repository: the durable checkpoint-id index is
 retired when the transaction is marked, before any ref moves (a rewriter killed before its token
 is written leaves an index that is rebuilt, never one naming a deleted checkpoint), and
@@ -18,13 +23,16 @@ is written leaves an index that is rebuilt, never one naming a deleted checkpoin
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+import json
+import time
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
-from qvc.errors import CorruptionError
-from qvc.plumbing.objects import MODE_BLOB, tree_bytes
+from qvc.errors import CorruptionError, QvcError
+from qvc.plumbing.objects import MODE_BLOB, commit_bytes, tree_bytes
+from qvc.plumbing.signing import split_signature
 from qvc.store.format import HEADER, decode_header, encode_header, escape_trailer
 from qvc.store.history import History
-from qvc.store.refnames import head_ref, superseded_prefix
+from qvc.store.refnames import HEADS, REWRITES, SUPERSEDED, decode_thread, head_ref, superseded_prefix
 
 if TYPE_CHECKING:
     from qvc.plumbing.repository import Repository, Transaction
@@ -42,12 +50,13 @@ class Rewriter:
         """Write into ``tx`` a copy of commit ``sha`` with ``parents`` instead of its own; return its SHA.
 
         Everything else (tree, message, author, times) is kept, so an unchanged copy has the
-        same SHA. With ``thread``, the copy is relabelled as a checkpoint of that thread (its
-        header's ``thread_id``, updated with ``header_update``, its versions record re-based on
-        the new first parent, and its ``Thread`` trailer). Moves no ref. Raises
+        same SHA, but not a signature: the copy is signed by this store's key, or unsigned. With
+        ``thread``, the copy is relabelled as a checkpoint of that thread (its header's
+        ``thread_id``, updated with ``header_update``, its versions record re-based on the new
+        first parent, and its ``Thread`` trailer). Moves no ref. Raises
         :class:`CorruptionError` if the commit (or, to relabel, its checkpoint header) does not read.
         """
-        data = self._repo.read(bytes.fromhex(sha), "commit")
+        data = split_signature(self._repo.read(bytes.fromhex(sha), "commit"))[0]  # a copy is signed anew, or not
         head, _, message = data.partition(b"\n\n")
         lines = [ln for ln in head.split(b"\n") if not ln.startswith(b"parent ")]
         if thread is not None:
@@ -171,3 +180,114 @@ class Rewriter:
         for tip in rest:
             tx.move_ref(superseded_prefix(owner) + tip, None, tip)
         return main
+
+
+#: the file of a rewrite record's tree
+RECORD = "rewrite.json"
+
+
+class RewriteLog:
+    """The record of history rewrites: a commit on :data:`~qvc.store.refnames.REWRITES` per
+    transaction that rewrote history (:meth:`~qvc.plumbing.transaction.Transaction.rewrite_history`),
+    written in that transaction, so the rewrite and its record commit together or not at all.
+
+    Its tree holds :data:`RECORD`, JSON: ``{"version": 1, "time", "why", "by" (the reflog
+    identity), "signer" (the signing key's fingerprint, or null), "moves": [[ref, old, new]],
+    "removed": [{"sha", "checkpoint_id", "thread"}], "rewritten": [{"sha", "checkpoint_id",
+    "thread", "new"}]}``: the checkpoints of the moved threads' lines that no new value of the
+    rewrite reaches, gone or replaced by a copy with the same id. The record names commits by SHA
+    only (it does not keep them: ``qvc gc --prune`` erases their data).
+    """
+
+    def __init__(self, repo, history: History):
+        self._repo = repo
+        self._history = history
+        repo.commit_listeners.append(self.note)
+
+    def note(self, tx: Transaction) -> None:
+        """Write the record of ``tx`` if it rewrote history (a commit listener)."""
+        if not tx.rewrites:
+            return
+        moves = [[name, old, new] for name, old, new in tx.record.refs if name != REWRITES]
+        removed, rewritten = self._left(moves)
+        record = {"version": 1, "time": int(time.time()), "why": "; ".join(tx.why) or "rewrite",
+                  "by": self._repo.staging.who,
+                  "signer": self._repo.signer.fingerprint if self._repo.signer is not None else None,
+                  "moves": moves, "removed": removed, "rewritten": rewritten}
+        blob = tx.write("blob", json.dumps(record, indent=1, sort_keys=True).encode() + b"\n")
+        tree = tx.write("tree", tree_bytes({RECORD: (MODE_BLOB, blob)}))
+        tip = tx.ref(REWRITES)
+        message = (f"rewrite: {record['why']}\n\n{len(removed)} checkpoint(s) removed, {len(rewritten)} "
+                   f"rewritten, {len(moves)} ref(s) moved\n")
+        commit = tx.write("commit", commit_bytes(tree.hex(), [tip] if tip else [], message)).hex()
+        tx.move_ref(REWRITES, tip, commit)
+
+    def records(self) -> Iterator[tuple[str, dict]]:
+        """``(commit SHA, record)`` of every rewrite recorded, newest first. Raises
+        :class:`~qvc.errors.CorruptionError` for a record that does not read."""
+        sha = self._repo.ref(REWRITES)
+        while sha is not None:
+            info = self._history.commit(sha)
+            entries = dict(self._history.entries(info))
+            if RECORD not in entries:
+                raise CorruptionError(f"rewrite record {sha[:12]} has no {RECORD}")
+            try:
+                yield sha, json.loads(self._history.blob(entries[RECORD][1]))
+            except ValueError as exc:
+                raise CorruptionError(f"rewrite record {sha[:12]}: {exc}") from None
+            sha = info.parent
+
+    def _left(self, moves: list) -> tuple[list[dict], list[dict]]:
+        """The checkpoints of the moved threads' lines that the old values reach and the new do
+        not: ``(removed, rewritten)``, the second those whose id a new value still reaches (a
+        copy, re-parented or relabelled: ``"new"`` is its SHA)."""
+        kept: dict[str, str] = {}  # checkpoint id -> SHA, of what the new values reach
+        for name, _, new in moves:
+            if new is not None:
+                for sha in list(self._own(name, new, set(kept.values()))):
+                    kept.setdefault(self._history.commit(sha).checkpoint_id, sha)
+        removed: list[dict] = []
+        rewritten: list[dict] = []
+        done = set(kept.values())
+        for name, old, _ in moves:
+            if old is None:
+                continue
+            for sha in self._own(name, old, done):
+                done.add(sha)
+                info = self._history.commit(sha)
+                entry = {"sha": sha, "checkpoint_id": info.checkpoint_id, "thread": info.thread_id}
+                if info.checkpoint_id in kept:
+                    rewritten.append({**entry, "new": kept[info.checkpoint_id]})
+                else:
+                    removed.append(entry)
+        return removed, rewritten
+
+    def _own(self, name: str, tip: str, stop: set[str]) -> Iterator[str]:
+        """The commits of the thread ref ``name`` names (a head or a superseded line) from ``tip``
+        back to where its line leaves the thread (a fork's source) or meets ``stop``; nothing for
+        other refs (pending writes, tags)."""
+        if not name.startswith((HEADS, SUPERSEDED)):
+            return
+        stack, seen = [tip], set()
+        while stack:
+            sha = stack.pop()
+            if sha in seen or sha in stop:
+                continue
+            seen.add(sha)
+            try:
+                info = self._history.commit(sha)
+            except QvcError:
+                continue  # a damaged commit: the record names what it can read
+            if info.thread_id is not None and _thread_of(name) not in (info.thread_id, None):
+                continue  # another thread's checkpoint (where a fork started): not this line's
+            yield sha
+            stack.extend(info.parents)
+
+
+def _thread_of(name: str) -> str | None:
+    """The thread id a head or superseded ref name stands for, as far as the name tells (``None``
+    for a hashed long id: then every checkpoint of the line counts)."""
+    if name.startswith(HEADS):
+        return decode_thread(name[len(HEADS):])
+    return decode_thread(name[len(SUPERSEDED):].rpartition("/")[0])
+
