@@ -267,10 +267,13 @@ def report_fetch(result) -> None:
 @click.option("-o", "--origin", "origin", default="origin", show_default=True, help="Name of the remote.")
 @click.option("--thread", "patterns", multiple=True, metavar="PATTERN",
               help="Only threads matching PATTERN (one '*' allowed); repeatable.")
+@click.option("--allowed-signers", "allowed", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Require signatures: keep the clone only if every commit verifies against FILE "
+                   "(an allowed signers file), and refuse unsigned writes and fetches from then on.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def clone(url: str, directory: str | None, origin: str, patterns: tuple[str, ...], quiet: bool,
-          as_json: bool) -> None:
+def clone(url: str, directory: str | None, origin: str, patterns: tuple[str, ...], allowed: str | None,
+          quiet: bool, as_json: bool) -> None:
     """Clone the repository at URL into DIRECTORY (default: the URL's last part + .qvc).
 
     \b
@@ -278,6 +281,7 @@ def clone(url: str, directory: str | None, origin: str, patterns: tuple[str, ...
       qvc clone https://git.example.com/team/runs.git
       qvc clone /mnt/backup/runs.git local.qvc && qvc -C local.qvc log --all
       qvc clone --thread 'run-7*' git://ci.example.com/fleet.git
+      qvc clone --allowed-signers team_signers https://git.example.com/team/audited.git
     """
     from qvc.remotes.remote import clone as clone_repository  # deferred: start-up speed
 
@@ -287,7 +291,7 @@ def clone(url: str, directory: str | None, origin: str, patterns: tuple[str, ...
             base = base[: -len(suffix)] if base.endswith(suffix) else base
         directory = (base or "clone") + ".qvc"
     with clone_repository(url, directory, remote=origin, threads=list(patterns) if patterns else None,
-                          **transfer_options(quiet or as_json)) as store:
+                          allowed_signers=allowed, **transfer_options(quiet or as_json)) as store:
         threads = store.threads()
         path = store.path
     if as_json:

@@ -32,7 +32,7 @@ from qvc.errors import CorruptionError, QvcError, UnknownThreadError
 from qvc.plumbing.objects import MODE_TREE, parse_tree
 from qvc.plumbing.signing import SignatureState, SignatureStatus, check_commit
 from qvc.store.history import parse_commit
-from qvc.store.refnames import HEADS, REWRITES, head_ref, superseded_prefix
+from qvc.store.refnames import HEADS, REMOTE_QVC, REWRITES, head_ref, superseded_prefix
 from qvc.store.signers import Signers
 
 if TYPE_CHECKING:
@@ -95,9 +95,9 @@ def verify(store: GitCheckpointStore, threads: Iterable[str] = ()) -> VerifyRepo
                 raise UnknownThreadError(f"no thread {thread!r}")
             refs.append((head_ref(thread), head))
             refs += sorted(store.repository.refs(superseded_prefix(thread)))
-        log = store.repository.ref(REWRITES)
-        if log is not None:
-            refs.append((REWRITES, log))  # what explains the threads' rewrites must verify too
+        # what explains the threads' rewrites (this repository's records, and those fetched) must verify too
+        refs += sorted(store.repository.refs(REWRITES))
+        refs += sorted((n, t) for n, t in store.repository.refs(REMOTE_QVC) if n.split("/")[4:5] == ["rewrites"])
     else:
         refs = sorted(store.repository.refs("refs/"))
     report = VerifyReport(refs=len(refs))
@@ -121,7 +121,7 @@ def verify(store: GitCheckpointStore, threads: Iterable[str] = ()) -> VerifyRepo
         batch.clear()
         datas.clear()
 
-    for name, tip in sorted(refs, key=lambda ref: ref[0] != REWRITES):
+    for name, tip in refs:
         thread = store.thread_of_ref(name, tip) if name.startswith(HEADS) else None
         stack = [tip]
         while stack:
@@ -146,24 +146,25 @@ def verify(store: GitCheckpointStore, threads: Iterable[str] = ()) -> VerifyRepo
                 check_signatures()
     check_signatures()
     report.objects = len(objects)
-    explained = _recorded(store, failed, report)
+    explained = _recorded(store, seen - failed, report)
     for name, tip in refs:
         if name.startswith(HEADS):
             _check_reflog(store, name, tip, seen, explained, report)
     return report
 
 
-def _recorded(store: GitCheckpointStore, failed: set[str], report: VerifyReport) -> set[str]:
-    """The commits the verified rewrite records name as moved away from, removed or rewritten."""
+def _recorded(store: GitCheckpointStore, verified: set[str], report: VerifyReport) -> set[str]:
+    """The commits the rewrite records that verified (``verified``) name as moved away from,
+    removed or rewritten."""
     names: set[str] = set()
     try:
         for sha, record in store.rewrites():
-            if sha in failed:
+            if sha not in verified:
                 continue  # a record that does not verify explains nothing (it is a problem itself)
             names.update(old for _, old, _ in record.get("moves", ()) if old)
             names.update(entry["sha"] for key in ("removed", "rewritten") for entry in record.get(key, ()))
     except (QvcError, KeyError, TypeError, ValueError) as exc:
-        report.problems.append(Problem(REWRITES, None, None, store.repository.ref(REWRITES) or "", "damaged",
+        report.problems.append(Problem(REWRITES, None, None, "", "damaged",
                                        f"the rewrite records do not read: {exc}"))
     return names
 
@@ -265,3 +266,23 @@ def _checkpoint_id(store: GitCheckpointStore, sha: str) -> str | None:
         return store.commit_info(sha).checkpoint_id
     except QvcError:
         return None
+
+
+def unverified(store: GitCheckpointStore, shas: Iterable[str]) -> list[str]:
+    """One line per commit of ``shas`` whose bytes do not match its id or whose signature does
+    not verify against the allowed signers at its time (``[]``: all verify): what a fetch into a
+    repository that requires signatures checks before it moves a ref."""
+    allowed = Signers(store.path).entries()
+    problems, batch = [], []
+    for sha in shas:
+        checked = _check_objects(store, sha, set())
+        if isinstance(checked, str):
+            problems.append(f"commit {sha[:12]}: damaged: {checked}")
+        elif checked[0] is None:
+            problems.append(f"commit {sha[:12]}: damaged: {CHANGED}")
+        else:
+            batch.append((sha, checked[0]))
+    for (sha, _), state in zip(batch, _signatures([data for _, data in batch], allowed), strict=True):
+        if not state.verified:
+            problems.append(f"commit {sha[:12]}: {state}")
+    return problems

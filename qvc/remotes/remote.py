@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fnmatch
 import os
 import re
 import shutil
@@ -55,6 +56,7 @@ from qvc.errors import (
     QvcError,
     RemoteError,
     RemoteStorageError,
+    SignatureError,
     UnknownRemoteError,
     UnknownThreadError,
 )
@@ -72,6 +74,7 @@ from qvc.remotes.transfer import (
 from qvc.store.git_store import GitCheckpointStore
 from qvc.store.refnames import (
     HEADS,
+    INCOMING,
     NOTES,
     REMOTE_NAME,
     REMOTE_QVC,
@@ -88,7 +91,7 @@ from qvc.store.writes import writes_commit
 
 CHUNK = 500  # refspecs per git run
 _CLONE_PREFIX = ".qvc-clone-"  # a clone's work folder next to its destination
-_NAMESPACES = ("superseded", "writes")  # refs/qvc/<ns>/ fetched into refs/qvc/remotes/<remote>/<ns>/
+_NAMESPACES = ("superseded", "writes", "rewrites")  # refs/qvc/<ns>/ fetched into refs/qvc/remotes/<remote>/<ns>/
 
 
 @dataclass(frozen=True)
@@ -296,8 +299,9 @@ def _resolve(store: GitCheckpointStore, remote: str) -> tuple[str, str, bool]:
 
 def pushable(name: str) -> bool:
     """Whether a push carries ref ``name``: thread heads, notes and qvc's own refs (superseded
-    lines, pending writes), never remote-tracking refs."""
-    return name.startswith((HEADS, NOTES)) or (name.startswith("refs/qvc/") and not name.startswith(REMOTE_QVC))
+    lines, pending writes, rewrite records), never remote-tracking refs nor a fetch's quarantine."""
+    return name.startswith((HEADS, NOTES)) or (name.startswith("refs/qvc/")
+                                                and not name.startswith((REMOTE_QVC, INCOMING)))
 
 
 def _selected_refs(store: GitCheckpointStore, threads: Optional[Iterable[str]]) -> dict[str, str]:
@@ -672,29 +676,40 @@ def fetch(store: GitCheckpointStore, remote: str = "origin", threads: Optional[I
                 raise UnknownThreadError(f"remote {name} has no thread {decode_thread(missing[0]) or missing[0]!r}")
     else:
         refspecs = fetch_refspecs(name)
+    # A repository that requires signatures fetches into a quarantine (refs/qvc/incoming/<remote>/)
+    # and moves its remote-tracking refs only once every new commit verifies (_admit).
+    quarantine = f"{INCOMING}{name}/" if repo.signatures_required else None
+    into = (lambda specs: specs) if quarantine is None else (lambda specs: [_into(s, quarantine) for s in specs])
     try:
         # Outside any transaction (no writer waits for the network): the shared maintenance lock
         # keeps gc out while git adds objects and moves remote-tracking refs, which qvc never stages.
         with repo.writing():
             before = _tracking(store, name)
+            moves: list[tuple[str, str | None, str | None]] = []
             try:
-                run = run_git(store.path, ["fetch", "--prune", "--no-tags", "--progress", "--no-write-fetch-head",
-                                           "--", url, *refspecs],
+                run = run_git(store.path, ["fetch", *(["--prune"] if quarantine is None else []), "--no-tags",
+                                           "--progress", "--no-write-fetch-head", "--", url, *into(refspecs)],
                               interactive=interactive, progress=progress, state=state, timeout=timeout)
                 if components and run.returncode == 0:  # then the pending writes of what arrived
-                    tips = [tip for ref, tip in repo.refs(f"{REMOTES}{name}/") if ref[len(REMOTES) + len(name) + 1:]
-                            in set(components)]
-                    tips += [tip for c in components for _, tip in repo.refs(f"{REMOTE_QVC}{name}/superseded/{c}/")]
+                    arrived = f"{REMOTES}{name}/" if quarantine is None else f"{quarantine}remotes/{name}/"
+                    lines = f"{REMOTE_QVC}{name}/superseded/" if quarantine is None else \
+                        f"{quarantine}qvc/remotes/{name}/superseded/"
+                    tips = [tip for ref, tip in repo.refs(arrived) if ref[len(arrived):] in set(components)]
+                    tips += [tip for c in components for _, tip in repo.refs(f"{lines}{c}/")]
                     writes = _writes_of(store.path, url, tips, interactive=interactive, timeout=timeout)
-                    more = _fetch_chunks(store.path, url, [f"+{w}:{REMOTE_QVC}{name}/writes/{w[len(WRITES):]}"
-                                                           for w in writes], interactive=interactive, timeout=timeout)
+                    more = _fetch_chunks(store.path, url, into([f"+{w}:{REMOTE_QVC}{name}/writes/{w[len(WRITES):]}"
+                                                                for w in writes]), interactive=interactive,
+                                         timeout=timeout)
                     run.objects, run.bytes = run.objects + more[0], run.bytes + more[1]
             finally:  # what git moved (also when it failed part-way)
-                after = _tracking(store, name)
-                moves = [(ref, before.get(ref), after.get(ref)) for ref in sorted(set(before) | set(after))
-                         if before.get(ref) != after.get(ref)]
+                if quarantine is None:
+                    after = _tracking(store, name)
+                    moves = [(ref, before.get(ref), after.get(ref)) for ref in sorted(set(before) | set(after))
+                             if before.get(ref) != after.get(ref)]
             harden(store.path, fsync=repo.fsync)  # git's objects and refs, before the listeners hear of them
-        if moves:  # also when git failed part-way
+        if quarantine is not None:
+            moves = _admit(store, name, quarantine, refspecs if run.returncode == 0 else [])
+        elif moves:  # also when git failed part-way
             with repo.transaction() as tx:  # the store's listeners (caches, replication) follow git's moves
                 tx.record_moves(moves)
         if run.returncode != 0:
@@ -710,6 +725,52 @@ def fetch(store: GitCheckpointStore, remote: str = "origin", threads: Optional[I
         result.updates.append(RefUpdate(ref, None, old, new, status))
     _merge_writes(store, name, result)
     return result
+
+
+def _into(refspec: str, quarantine: str) -> str:
+    """``refspec`` with its destination moved under ``quarantine`` (``refs/X`` -> ``<quarantine>X``)."""
+    force = "+" if refspec.startswith("+") else ""
+    src, _, dst = refspec.removeprefix("+").partition(":")
+    return f"{force}{src}:{quarantine}{dst.removeprefix('refs/')}"
+
+
+def _admit(store: GitCheckpointStore, name: str, quarantine: str,
+           refspecs: list[str]) -> list[tuple[str, str | None, str | None]]:
+    """Move the remote-tracking refs to what a fetch left in ``quarantine`` if every commit it
+    brought verifies against the allowed signers (:func:`qvc.readers.verify.unverified`), pruning
+    the refs ``refspecs``' destinations cover that did not arrive (none when ``refspecs`` is
+    empty: a failed fetch); the quarantine is emptied whatever happens. Returns the moves.
+    Raises :class:`SignatureError` (nothing moved) when a commit does not verify."""
+    from qvc.readers.verify import unverified  # deferred: only a repository requiring signatures needs it
+
+    repo = store.repository
+    incoming = dict(repo.refs(quarantine))
+    try:
+        if not incoming:
+            return []
+        new = run_git(store.path, ["rev-list", *dict.fromkeys(incoming.values()), "--not",
+                                   f"--exclude={quarantine}*", "--all"])
+        if new.returncode != 0:
+            raise RemoteError(f"fetch from {name}: cannot list what arrived: {new.failure()}")
+        problems = unverified(store, new.stdout.split())
+        if problems:
+            raise SignatureError(f"fetch from {name} refused: {len(problems)} commit(s) do not verify against "
+                                 f"{store.path}/qvc/allowed_signers (qvc.requireSignatures), nothing moved; "
+                                 f"{problems[0]}")
+        target = {"refs/" + ref[len(quarantine):]: tip for ref, tip in incoming.items()}
+        current = _tracking(store, name)
+        covered = [spec.removeprefix("+").partition(":")[2] for spec in refspecs]
+        moves = [(ref, current.get(ref), tip) for ref, tip in sorted(target.items()) if current.get(ref) != tip]
+        moves += [(ref, tip, None) for ref, tip in sorted(current.items())
+                  if ref not in target and any(fnmatch.fnmatchcase(ref, pattern) for pattern in covered)]
+        with repo.transaction() as tx:
+            for ref, old, tip in moves:
+                tx.move_ref(ref, old, tip, f"fetch: {name}")
+        return moves
+    finally:
+        with repo.transaction() as tx:
+            for ref, tip in incoming.items():
+                tx.move_ref(ref, tip, None)
 
 
 def _merge_writes(store: GitCheckpointStore, name: str, result: FetchResult) -> None:
@@ -752,8 +813,8 @@ def _unreadable_writes(store: GitCheckpointStore, key: str, tip: str) -> str | N
 
 
 def clone(url: str, path: str | os.PathLike, *, remote: str = "origin", progress: Optional[ProgressCallback] = None,
-          interactive: bool = False, durability: str = "sync", threads: Optional[Iterable[str]] = None
-          ) -> GitCheckpointStore:
+          interactive: bool = False, durability: str = "sync", threads: Optional[Iterable[str]] = None,
+          allowed_signers: str | os.PathLike | None = None) -> GitCheckpointStore:
     """Make a new repository at ``path`` holding everything the remote at ``url`` holds; with
     ``threads`` (patterns: thread ids with at most one ``*``, see
     :func:`~qvc.store.refnames.encode_pattern`), only the matching threads, their superseded
@@ -767,8 +828,12 @@ def clone(url: str, path: str | os.PathLike, *, remote: str = "origin", progress
     absent or complete, whenever the clone stops. A failed or interrupted clone removes its
     work folder; a killed one leaves it (``.qvc-clone-*`` next to ``path``), and the next
     clone into the same folder removes it. Returns
-    the repository opened as a store (close it). Raises :class:`InvalidInputError` if
-    ``path`` exists and is not empty, :class:`RemoteError` if the remote cannot be read.
+    the repository opened as a store (close it). With ``allowed_signers`` (an allowed signers
+    file), the clone requires signatures (docs/signing.md): the file becomes its
+    ``qvc/allowed_signers``, and the clone is kept only if every commit verifies against it
+    (:func:`qvc.readers.verify.verify`), else :class:`SignatureError` and nothing is left. Raises
+    :class:`InvalidInputError` if ``path`` exists and is not empty, :class:`RemoteError` if the
+    remote cannot be read.
     """
     url = _normalize_url(url)
     target = os.path.abspath(os.fspath(path))
@@ -830,6 +895,8 @@ def clone(url: str, path: str | os.PathLike, *, remote: str = "origin", progress
         if head in heads:
             with open(os.path.join(work, "HEAD"), "w") as f:
                 f.write(f"ref: {head}\n")
+        if allowed_signers is not None:
+            _require_signatures(work, allowed_signers, url)
         harden(work)
         if os.path.exists(target):
             os.rmdir(target)
@@ -850,6 +917,29 @@ def clone(url: str, path: str | os.PathLike, *, remote: str = "origin", progress
         return GitCheckpointStore(target, create=False, durability=durability)
     except NotARepositoryError as exc:
         raise RemoteError(f"clone from {url} did not give a qvc repository: {exc}") from None
+
+
+def _require_signatures(work: str, allowed_signers: str | os.PathLike, url: str) -> None:
+    """Make the clone at ``work`` require signatures checked against ``allowed_signers``; raise
+    :class:`SignatureError` unless every commit it holds verifies."""
+    from qvc.readers.verify import verify  # deferred: only a clone that requires signatures needs it
+    from qvc.store.signers import FILE, Signers
+
+    try:
+        with open(allowed_signers, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInputError(f"{allowed_signers}: cannot read the allowed signers: "
+                                f"{getattr(exc, 'strerror', None) or exc}") from None
+    with open(os.path.join(work, FILE), "w", encoding="utf-8") as f:
+        f.write(text)
+    Signers(work).entries()  # a file that does not parse is refused here, naming its line
+    _config(work, "qvc.requireSignatures", "true")
+    with GitCheckpointStore(work, fsync=False, readonly=True) as store:
+        report = verify(store)
+    if not report:
+        raise SignatureError(f"clone from {url} refused: {len(report.problems)} problem(s) against "
+                             f"{allowed_signers}; first: {report.problems[0]}")
 
 
 def _remove(folder: str) -> None:

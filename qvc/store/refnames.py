@@ -29,8 +29,12 @@ WRITES = "refs/qvc/writes/"
 NOTES = "refs/notes/"
 REMOTES = "refs/remotes/"
 REMOTE_QVC = "refs/qvc/remotes/"
-#: the record of history rewrites (:class:`qvc.store.rewrite.RewriteLog`): one commit per rewrite
-REWRITES = "refs/qvc/rewrites"
+#: where a fetch into a repository that requires signatures puts what arrived until it verifies
+INCOMING = "refs/qvc/incoming/"
+#: the records of history rewrites (:class:`qvc.store.rewrite.RewriteLog`): one chain of commits,
+#: one per rewrite, per repository that rewrote (``refs/qvc/rewrites/<its id>``: replicas that push
+#: to one server keep theirs apart)
+REWRITES = "refs/qvc/rewrites/"
 #: What a remote's name may be (``qvc remote add NAME``): it is one component of the refs above.
 REMOTE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from qvc.errors import CorruptionError, QvcError
@@ -32,7 +33,15 @@ from qvc.plumbing.objects import MODE_BLOB, commit_bytes, tree_bytes
 from qvc.plumbing.signing import split_signature
 from qvc.store.format import HEADER, decode_header, encode_header, escape_trailer
 from qvc.store.history import History
-from qvc.store.refnames import HEADS, REWRITES, SUPERSEDED, decode_thread, head_ref, superseded_prefix
+from qvc.store.refnames import (
+    HEADS,
+    REMOTE_QVC,
+    REWRITES,
+    SUPERSEDED,
+    decode_thread,
+    head_ref,
+    superseded_prefix,
+)
 
 if TYPE_CHECKING:
     from qvc.plumbing.repository import Repository, Transaction
@@ -184,12 +193,17 @@ class Rewriter:
 
 #: the file of a rewrite record's tree
 RECORD = "rewrite.json"
+#: the configuration key holding this repository's rewrite log id
+ID_KEY = "qvc.rewriteLog"
+#: the namespace of rewrite logs under ``refs/qvc/`` (and under a remote's tracking refs)
+ROLE = "rewrites"
 
 
 class RewriteLog:
-    """The record of history rewrites: a commit on :data:`~qvc.store.refnames.REWRITES` per
-    transaction that rewrote history (:meth:`~qvc.plumbing.transaction.Transaction.rewrite_history`),
-    written in that transaction, so the rewrite and its record commit together or not at all.
+    """The record of history rewrites: a commit on this repository's chain under
+    :data:`~qvc.store.refnames.REWRITES` per transaction that rewrote history
+    (:meth:`~qvc.plumbing.transaction.Transaction.rewrite_history`), written in that
+    transaction, so the rewrite and its record commit together or not at all.
 
     Its tree holds :data:`RECORD`, JSON: ``{"version": 1, "time", "why", "by" (the reflog
     identity), "signer" (the signing key's fingerprint, or null), "moves": [[ref, old, new]],
@@ -204,11 +218,20 @@ class RewriteLog:
         self._history = history
         repo.commit_listeners.append(self.note)
 
+    def _ref(self) -> str:
+        """This repository's chain: ``refs/qvc/rewrites/<id>``, the id made once and kept in the
+        repository's configuration (``qvc.rewriteLog``; a clone makes its own)."""
+        config = self._repo.git.config
+        if ID_KEY not in config:
+            config[ID_KEY] = uuid.uuid4().hex[:16]
+        return REWRITES + config[ID_KEY]
+
     def note(self, tx: Transaction) -> None:
         """Write the record of ``tx`` if it rewrote history (a commit listener)."""
         if not tx.rewrites:
             return
-        moves = [[name, old, new] for name, old, new in tx.record.refs if name != REWRITES]
+        ref = self._ref()
+        moves = [[name, old, new] for name, old, new in tx.record.refs if not name.startswith(REWRITES)]
         removed, rewritten = self._left(moves)
         record = {"version": 1, "time": int(time.time()), "why": "; ".join(tx.why) or "rewrite",
                   "by": self._repo.staging.who,
@@ -216,26 +239,33 @@ class RewriteLog:
                   "moves": moves, "removed": removed, "rewritten": rewritten}
         blob = tx.write("blob", json.dumps(record, indent=1, sort_keys=True).encode() + b"\n")
         tree = tx.write("tree", tree_bytes({RECORD: (MODE_BLOB, blob)}))
-        tip = tx.ref(REWRITES)
+        tip = tx.ref(ref)
         message = (f"rewrite: {record['why']}\n\n{len(removed)} checkpoint(s) removed, {len(rewritten)} "
                    f"rewritten, {len(moves)} ref(s) moved\n")
         commit = tx.write("commit", commit_bytes(tree.hex(), [tip] if tip else [], message)).hex()
-        tx.move_ref(REWRITES, tip, commit)
+        tx.move_ref(ref, tip, commit)
 
     def records(self) -> Iterator[tuple[str, dict]]:
-        """``(commit SHA, record)`` of every rewrite recorded, newest first. Raises
+        """``(commit SHA, record)`` of every rewrite recorded, this repository's and those of the
+        repositories it fetched from or was cloned from (every chain under ``refs/qvc/rewrites/``
+        and their remote-tracking copies), each chain newest first. Raises
         :class:`~qvc.errors.CorruptionError` for a record that does not read."""
-        sha = self._repo.ref(REWRITES)
-        while sha is not None:
-            info = self._history.commit(sha)
-            entries = dict(self._history.entries(info))
-            if RECORD not in entries:
-                raise CorruptionError(f"rewrite record {sha[:12]} has no {RECORD}")
-            try:
-                yield sha, json.loads(self._history.blob(entries[RECORD][1]))
-            except ValueError as exc:
-                raise CorruptionError(f"rewrite record {sha[:12]}: {exc}") from None
-            sha = info.parent
+        tips = dict.fromkeys(tip for _, tip in self._repo.refs(REWRITES))
+        tips.update(dict.fromkeys(tip for name, tip in self._repo.refs(REMOTE_QVC) if f"/{ROLE}/" in name))
+        seen: set[str] = set()
+        for tip in tips:
+            sha: str | None = tip
+            while sha is not None and sha not in seen:
+                seen.add(sha)
+                info = self._history.commit(sha)
+                entries = dict(self._history.entries(info))
+                if RECORD not in entries:
+                    raise CorruptionError(f"rewrite record {sha[:12]} has no {RECORD}")
+                try:
+                    yield sha, json.loads(self._history.blob(entries[RECORD][1]))
+                except ValueError as exc:
+                    raise CorruptionError(f"rewrite record {sha[:12]}: {exc}") from None
+                sha = info.parent
 
     def _left(self, moves: list) -> tuple[list[dict], list[dict]]:
         """The checkpoints of the moved threads' lines that the old values reach and the new do

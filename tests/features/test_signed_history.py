@@ -262,3 +262,41 @@ def test_signed_history_pushed_and_cloned_verifies(tmp_path, key):
         assert report and report.signed_by.get("alice", 0) >= 3
     assert set(git_states(clone).values()) == {"G"}
     assert qvc("--repo", str(clone), "verify", "t").returncode == 0
+
+
+def test_a_repository_that_requires_signatures_fetches_and_clones_only_what_verifies(tmp_path, key):
+    import qvc as lib
+
+    bare, writer, reader = tmp_path / "remote.git", tmp_path / "writer.qvc", tmp_path / "reader.qvc"
+    run_git(None, "init", "-q", "--bare", str(bare))
+    signers = tmp_path / "allowed_signers"
+    signers.write_text(f"alice {open(key + '.pub').read()}")
+    with GitCheckpointStore(writer, signing_key=key) as store:
+        put(store, "t", "c0", 0)
+        lib.remotes.add_remote(store, "origin", str(bare))
+        lib.push(store, "origin")
+    lib.clone(str(bare), reader, allowed_signers=signers).close()  # every commit verifies: kept
+    assert run_git(reader, "config", "qvc.requireSignatures").stdout.strip() == "true"
+    with GitCheckpointStore(writer, signing_key=key) as store:
+        put(store, "t", "c1", 1)
+        lib.push(store, "origin")
+    with GitCheckpointStore(reader) as store:
+        result = lib.fetch(store, "origin")
+        assert [u.status for u in result.updates if u.ref == "refs/remotes/origin/t"] == ["fast-forward"]
+        tracked = store.repository.ref("refs/remotes/origin/t")
+    # an unsigned checkpoint reaches the server: the fetch moves nothing and leaves no quarantine
+    with GitCheckpointStore(writer) as store:
+        put(store, "t", "c2", 2)
+        lib.push(store, "origin")
+    with GitCheckpointStore(reader) as store:
+        with pytest.raises(SignatureError, match="fetch from origin refused: 1 commit"):
+            lib.fetch(store, "origin")
+        assert store.repository.ref("refs/remotes/origin/t") == tracked
+        assert list(store.repository.refs("refs/qvc/incoming/")) == []
+    proc = qvc("--repo", str(reader), "fetch", check=7)
+    assert proc.stderr.count("\n") == 1 and "unsigned" in proc.stderr
+    # and a clone of it that requires signatures is refused whole
+    refused = tmp_path / "refused.qvc"
+    proc = qvc("clone", "--allowed-signers", str(signers), str(bare), str(refused), check=7)
+    assert "clone from" in proc.stderr and "unsigned" in proc.stderr and not refused.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".qvc-clone-")] == []

@@ -95,7 +95,8 @@ def test_delete_record_is_a_compare_and_swap(tmp_path):
         assert store.head("t") == made["a"]
         store.delete_record("t", expected=b"r2")
         assert store.thread_record("t") is None and store.head("t") is None
-        assert run_git(repo, "for-each-ref", "--format=%(refname)", "refs/qvc/").stdout.split() == [
+        refs = run_git(repo, "for-each-ref", "--format=%(refname)", "refs/qvc/").stdout.split()
+        assert [r.rpartition("/")[0] if r.startswith("refs/qvc/rewrites/") else r for r in refs] == [
             "refs/qvc/rewrites", "refs/qvc/writes/lg/f/%all"]  # the record of the delete, the fork's record
         with pytest.raises(CheckpointConflictError):
             store.delete_record("t", expected=b"r2")
