@@ -79,11 +79,13 @@ class LogCommand(PathsAfterDashes):
 @click.option("--raw", is_flag=True,
               help="Name and diff the stored fields (Changed, -p, --stat, --name-only, -- FIELD), not as their "
                    "viewer shows them.")
+@click.option("--show-signature", is_flag=True,
+              help="Each checkpoint's signature state: verified (by whom), unsigned, bad, unknown key.")
 def log(names: tuple[str, ...], limit: int | None, oneline: bool, graph: bool, all_: bool, first_parent: bool,
         order: str | None, as_json: bool, follow: bool, reverse: bool, since: str | None, until: str | None,
         grep: str | None, pickaxe_string: str | None, pickaxe_regex: str | None, string_is_regex: bool,
         patch: bool, stat: bool, name_only: bool, name_status: bool, decorate: str | None, no_decorate: bool,
-        fmt: str | None, raw: bool) -> None:
+        fmt: str | None, raw: bool, show_signature: bool) -> None:
     """Show checkpoints, newest first (default: the current thread).
 
     A REVISION is a thread or a checkpoint; one is followed back through forks along its line.
@@ -125,6 +127,8 @@ def log(names: tuple[str, ...], limit: int | None, oneline: bool, graph: bool, a
         raise click.UsageError("--pickaxe-regex goes with -S")
     if fmt is not None:
         fmt = check_format(fmt)
+    if show_signature and (graph or follow):
+        raise click.UsageError("--show-signature does not go with --graph or --follow")
     decorate = "no" if no_decorate else decorate or "short"
     if decorate == "auto":  # git's default: names on a terminal only
         decorate = "short" if sys.stdout.isatty() else "no"
@@ -163,12 +167,23 @@ def log(names: tuple[str, ...], limit: int | None, oneline: bool, graph: bool, a
     entries = walk(store, start, limit=limit, all=all_, exclude=exclude, fields=fields, since=after, until=before,
                    grep=grep, reverse=reverse, first_parent=first_parent, order=order, where=where, viewed=not raw)
     entries = number_entries(store, entries)  # a run's checkpoints as RUN@N, as `timeline` and `show` name them
+    signatures = None
+    if show_signature:
+        from qvc.readers.verify import signature_reader  # deferred: start-up speed
+
+        signatures = signature_reader(store)
     if as_json:
-        emit_json([entry_json(store, e, fields, patch or stat, raw=raw) for e in entries])
+        emit_json([entry_json(store, e, fields, patch or stat, raw=raw, signatures=signatures) for e in entries])
         return
     lines = []
     for e in entries:
         block = entry_lines(e, head, oneline, fmt, decorate)
+        if signatures is not None:
+            signed = signature_line(store, e.commit, signatures) or "unsigned"
+            if oneline:
+                block[0] += f" · {signed}"
+            else:
+                block.insert(1 if fmt is not None else len(block) - 1, f"Signed:  {signed}")
         if name_only or name_status:
             names_of = [f"{e.kinds.get(f, 'M')}\t{qname(f)}" if name_status else qname(f) for f in sorted(e.changed)]
             if fmt is not None:
@@ -181,6 +196,21 @@ def log(names: tuple[str, ...], limit: int | None, oneline: bool, graph: bool, a
         if patch or stat:
             lines += entry_diff(store, e, fields, patch, stat, raw=raw)
     page(lines[:-1] if lines and lines[-1] == "" else lines, keep="\t" if name_status else "")
+
+
+def signature_line(store, commit: str, reader=None) -> str | None:
+    """How ``qvc show`` and ``qvc log --show-signature`` say a commit's signature state
+    (``None``: an unsigned commit of a repository without allowed signers)."""
+    if reader is None:
+        from qvc.readers.verify import signature_reader  # deferred: start-up speed
+
+        reader = signature_reader(store)
+    state = reader(commit)
+    if state is None:
+        return None
+    if state["status"] == "verified":
+        return style(f"verified: {state['principal']} ({state['fingerprint']})", fg="green")
+    return style(f"{state['status'].upper()}: {state['reason']}", fg="red")
 
 
 def date(text: str | None, option: str) -> float | None:
@@ -204,9 +234,12 @@ def entry_diffs(store, e, fields, *, plain: bool = False, raw: bool = False) -> 
     return [d for d in diffs if d.field in fields] if fields else diffs
 
 
-def entry_json(store, e, fields, with_diff: bool, *, raw: bool = False) -> dict:
-    """A log entry's ``--json`` form; with -p or --stat, its ``"diff"`` (as ``qvc diff --json``)."""
+def entry_json(store, e, fields, with_diff: bool, *, raw: bool = False, signatures=None) -> dict:
+    """A log entry's ``--json`` form; with -p or --stat, its ``"diff"`` (as ``qvc diff --json``);
+    with ``signatures`` (--show-signature), its ``"signature"`` (as ``qvc show --json``)."""
     data = e.to_json()
+    if signatures is not None:
+        data["signature"] = signatures(e.commit)
     if with_diff:
         from qvc.readers.statediff import to_json  # deferred: start-up speed
 
@@ -329,6 +362,9 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool, r
              + (f"Run: {shown_name(number[1], number[0])}" if number else f"Step: {cp.step}"),
              f"Parent:   {qname(parent.thread_id)}@{parent.checkpoint_id}" if parent else "Parent:   (none)",
              f"Date:     {ago(info.time)} ({cp.created_at or iso(info.time)})"]
+    signed = signature_line(store, rev.commit)
+    if signed is not None:
+        lines.append(f"Signed:   {signed}")
     if tup.metadata:
         lines.append(style("Metadata:", bold=True))
         lines += [f"  {k}: {shorten(v, full, width, key=k)}" for k, v in tup.metadata.items()]

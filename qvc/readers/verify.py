@@ -26,11 +26,11 @@ import hashlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from qvc.errors import CorruptionError, QvcError, UnknownThreadError
 from qvc.plumbing.objects import MODE_TREE, parse_tree
-from qvc.plumbing.signing import SignatureState, SignatureStatus, check_commit
+from qvc.plumbing.signing import SignatureState, SignatureStatus, check_commit, split_signature
 from qvc.store.history import parse_commit
 from qvc.store.refnames import HEADS, REMOTE_QVC, REWRITES, head_ref, superseded_prefix
 from qvc.store.signers import Signers
@@ -286,3 +286,22 @@ def unverified(store: GitCheckpointStore, shas: Iterable[str]) -> list[str]:
         if not state.verified:
             problems.append(f"commit {sha[:12]}: {state}")
     return problems
+
+
+def signature_reader(store: GitCheckpointStore) -> Callable[[str], dict | None]:
+    """A function giving a commit's signature state as data (``qvc show``, ``qvc log
+    --show-signature``, the page): ``{"status": "verified" | "unsigned" | "bad" | "unknown-key",
+    "principal", "fingerprint", "reason"}`` checked against the allowed signers as they are now,
+    at the commit's time; ``None`` for an unsigned commit of a repository without allowed
+    signers (nothing to say). The allowed signers are read once, by this call."""
+    allowed = Signers(store.path).entries()
+
+    def state(sha: str) -> dict | None:
+        data = store.repository.read(bytes.fromhex(sha), "commit")
+        if not allowed and split_signature(data)[1] is None:
+            return None
+        found = check_commit(data, allowed)
+        return {"status": found.status.value, "principal": found.principal, "fingerprint": found.fingerprint,
+                "reason": found.reason or None}
+
+    return state

@@ -46,7 +46,9 @@ def shown_writes(stored: dict, shown: dict, writes: Sequence[Any], *, raw: bool 
 def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] = (), *,
                     raw: bool = False) -> dict[str, Any]:
     """The ``qvc show --json`` form of checkpoint commit ``sha`` (only ``fields`` of the state, if
-    given), its state as its viewer shows it (the stored fields with ``raw``); ``"notes"`` (present
+    given), its state as its viewer shows it (the stored fields with ``raw``); ``"signature"``: its
+    signature state (:func:`qvc.readers.verify.signature_reader`; ``None`` when there is nothing to
+    say); ``"notes"`` (present
     only then): the lines its viewer noted while showing it (its framework not installed: which
     extra shows the values fully).
 
@@ -55,6 +57,8 @@ def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] =
     ``"damaged"`` (present only then); asking for it in ``fields`` raises
     :class:`~qvc.errors.CorruptionError`, asking for healthy fields works.
     """
+    from qvc.readers.verify import signature_reader  # deferred: start-up time (every CLI command loads this module)
+
     damaged: dict[str, str] = {}
     tup = store.read(sha, damaged=damaged)
     info = store.commit_info(sha)
@@ -73,6 +77,7 @@ def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] =
         "id": cp.id, "commit": sha, "thread": cp.thread_id, "step": cp.step,
         "parent": {"thread": parent.thread_id, "id": parent.checkpoint_id} if parent else None,
         "created_at": cp.created_at, "time": iso(info.time), "timestamp": info.time,
+        "signature": signature_reader(store)(sha),
         "metadata": to_jsonable(tup.metadata, "metadata"), "state": to_jsonable(shown, "state"),
         "state_versions": cp.state_versions if raw or damaged else
         {f: v for f, v in cp.state_versions.items() if f in state},

@@ -153,6 +153,13 @@ class PendingWriteView(BaseModel):
     value: Any
 
 
+class SignatureView(BaseModel):
+    status: str = Field(description="verified, unsigned, bad or unknown-key (docs/signing.md)")
+    principal: Optional[str] = Field(None, description="Who signed, when verified")
+    fingerprint: Optional[str] = Field(None, description="The signing key's SHA256 fingerprint, when signed")
+    reason: Optional[str] = Field(None, description="Why it does not verify")
+
+
 class CheckpointView(BaseModel):
     id: str
     commit: str
@@ -162,6 +169,8 @@ class CheckpointView(BaseModel):
     created_at: str
     time: str
     timestamp: int
+    signature: Optional[SignatureView] = Field(None, description="Its signature state; null for an unsigned "
+                                               "checkpoint of a repository without allowed signers")
     metadata: Dict[str, Any]
     state: Dict[str, Any]
     state_versions: Dict[str, Any]

@@ -440,7 +440,8 @@ def test_show_json_is_the_exact_data(tmp_path):
         store.checkout("t")
     data = ok_json("show")
     assert set(data) == {"id", "commit", "thread", "step", "parent", "created_at", "time", "timestamp", "metadata",
-                         "state", "state_versions", "pending_writes"}
+                         "state", "state_versions", "pending_writes", "signature"}
+    assert data["signature"] is None  # unsigned, no allowed signers
     assert data["id"] == "p1" and data["thread"] == "t" and data["step"] == 1
     assert data["parent"] == {"thread": "t", "id": "p0"}
     assert data["commit"] == sha(tmp_path / ".qvc", "t")

@@ -80,7 +80,7 @@ def test_signing_does_not_change_what_readers_see(tmp_path, key):
             states.append([(c.checkpoint.id, c.checkpoint.state_data, c.metadata, c.parent_config)
                            for c in store.list(CheckpointConfig("t"))])
         shown = qvc_json("--repo", str(tmp_path / name), "show", "t")
-        when = ("commit", "time", "parents", "date", "created_at", "timestamp")
+        when = ("commit", "time", "parents", "date", "created_at", "timestamp", "signature")
         states.append({k: v for k, v in shown.items() if k not in when})
     assert states[0] == states[2] and states[1] == states[3]
 
@@ -300,3 +300,35 @@ def test_a_repository_that_requires_signatures_fetches_and_clones_only_what_veri
     proc = qvc("clone", "--allowed-signers", str(signers), str(bare), str(refused), check=7)
     assert "clone from" in proc.stderr and "unsigned" in proc.stderr and not refused.exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".qvc-clone-")] == []
+
+
+def test_show_log_and_the_api_say_each_checkpoints_signature_state(tmp_path, key):
+    repo = tmp_path / "r.qvc"
+    with GitCheckpointStore(repo, signing_key=key) as store:
+        put(store, "t", "c0", 0)
+        put(store, "t", "c1", 1)
+    # before anyone is allowed: a good signature by an unknown key
+    assert "UNKNOWN-KEY: good signature by SHA256:" in qvc("--repo", str(repo), "show", "t").stdout
+    qvc("--repo", str(repo), "signers", "add", "alice", key + ".pub")
+    shown = qvc("--repo", str(repo), "show", "t").stdout.splitlines()
+    assert [line for line in shown if line.startswith("Signed:")] == [
+        f"Signed:   verified: alice ({qvc_json('--repo', str(repo), 'signers', 'list')[0]['fingerprint']})"]
+    assert qvc_json("--repo", str(repo), "show", "t")["signature"]["status"] == "verified"
+    lines = qvc("--repo", str(repo), "log", "--oneline", "--show-signature", "t").stdout.splitlines()
+    assert len(lines) == 2 and all(line.endswith("· verified: alice (" + line.rsplit("(", 1)[1]) for line in lines)
+    block = qvc("--repo", str(repo), "log", "-n", "1", "--show-signature", "t").stdout
+    assert "\nSigned:  verified: alice (SHA256:" in block
+    rows = qvc_json("--repo", str(repo), "log", "--show-signature", "t")
+    assert [(r["id"], r["signature"]["status"], r["signature"]["principal"]) for r in rows] == [
+        ("c1", "verified", "alice"), ("c0", "verified", "alice")]
+    # a commit plain git made on top: unsigned, said so
+    tree = run_git(repo, "rev-parse", "refs/heads/t^{tree}").stdout.strip()
+    made = run_git(repo, "-c", "user.name=m", "-c", "user.email=m@m", "commit-tree", tree, "-p", "refs/heads/t",
+                   "-m", "by git").stdout.strip()
+    run_git(repo, "update-ref", "refs/heads/t", made)
+    assert qvc_json("--repo", str(repo), "show", "t")["signature"]["status"] == "unsigned"
+    # a repository that never signed says nothing
+    with GitCheckpointStore(tmp_path / "plain.qvc") as store:
+        put(store, "t", "c0", 0)
+    assert "Signed:" not in qvc("--repo", str(tmp_path / "plain.qvc"), "show", "t").stdout
+    assert qvc_json("--repo", str(tmp_path / "plain.qvc"), "show", "t")["signature"] is None

@@ -227,6 +227,7 @@ def test_checkpoint_state_metadata_pending_writes(api):
     assert cp["state"] == {"text": "xx", "tags": {"$set": ["a", "b"]}, "n": 1}  # lossless tagged JSON
     assert cp["metadata"]["source"] == "loop" and cp["parent"] == {"thread": "notes", "id": "note-0"}
     assert cp["pending_writes"] == [{"task": "task-1", "channel": "text", "value": "draft"}]
+    assert cp["signature"] is None  # unsigned, and no allowed signers: nothing to say (docs/signing.md)
     assert api("GET", "/api/checkpoints/{name}", name=cp["commit"][:10])[1]["id"] == "note-1"
     assert api("GET", "/api/checkpoints/{name}", name="notes~1")[1]["id"] == "note-0"
     _, only = api("GET", "/api/checkpoints/{name}", name="note-1", query={"field": ["n"]})

@@ -352,6 +352,11 @@ async function selectCheckpoint(commitOrId) {
   const rows = [["id", cp.id], ["commit", cp.commit], ["thread", cp.thread], ["step", cp.step],
                 ["parent", cp.parent ? `${cp.parent.thread} @ ${cp.parent.id}` : "(none)"],
                 ["time", dateEl(cp.created_at || cp.time)]];
+  if (cp.signature) {  // docs/signing.md: verified (by whom), unsigned, bad, unknown key
+    const s = cp.signature;
+    rows.push(["signed", el("span", { class: s.status === "verified" ? "sig-ok" : "sig-bad", title: s.reason || s.fingerprint || "" },
+                             s.status === "verified" ? `verified: ${s.principal}` : s.status.replace("-", " "))]);
+  }
   $("#cp-header").replaceChildren(...rows.flatMap(([k, v]) => [el("dt", {}, k),
     el("dd", { class: "mono" }, typeof v === "object" && v !== null ? v : String(v))]));
   const notes = cp.notes || [];  // what its viewer said: e.g. its framework is not installed here
