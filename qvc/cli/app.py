@@ -132,7 +132,7 @@ def complete_names(ctx: click.Context, param: click.Parameter, incomplete: str) 
 # The order of `qvc --help`: reading history, changing it, runs, following, remotes, the rest.
 ORDER = ("init", "status", "log", "show", "diff", "blame", "bisect", "branch", "checkout", "switch", "commit", "reset",
          "reflog", "rev-parse", "tag", "verify", "signers", "runs", "timeline", "watch", "remote", "push", "fetch",
-         "clone", "serve", "gc", "fsck", "completion")
+         "clone", "serve", "config", "gc", "fsck", "completion")
 
 
 class Interrupted(Exception):
@@ -142,7 +142,7 @@ class Interrupted(Exception):
 #: loaded and no other (start-up speed). A command missing here still runs (every module is
 #: loaded to find it), only slower.
 COMMANDS = {
-    "init": "repository", "status": "repository", "rev-parse": "repository",
+    "init": "repository", "status": "repository", "rev-parse": "repository", "config": "repository",
     "log": "history", "show": "history", "blame": "history",
     "diff": "changes",
     "bisect": "searching",

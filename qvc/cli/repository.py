@@ -1,4 +1,5 @@
-"""``qvc init`` and ``qvc status``: creating a repository and seeing how it is doing."""
+"""``qvc init``, ``qvc status`` and ``qvc config``: creating a repository, seeing how it is doing,
+and its settings."""
 
 from __future__ import annotations
 
@@ -9,8 +10,59 @@ import click
 
 from qvc.cli.app import cli, revision, session
 from qvc.cli.output import emit_json, out, qname, short, style, warn
-from qvc.errors import OBJECTS_REPAIR, InvalidInputError
+from qvc.errors import OBJECTS_REPAIR, InvalidInputError, NotFoundError
 from qvc.readers.dates import ago
+
+
+@cli.command("config")
+@click.argument("name", required=False)
+@click.argument("value", required=False)
+@click.option("-l", "--list", "listing", is_flag=True, help="List every setting of the repository.")
+@click.option("--unset", is_flag=True, help="Remove the setting NAME.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (with --list).")
+def config(name: str | None, value: str | None, listing: bool, unset: bool, as_json: bool) -> None:
+    """Get and set the repository's own settings (its git config file), as git config --local.
+
+    \b
+    qvc config NAME              print NAME's value (exit 1, nothing printed, when unset)
+    qvc config NAME VALUE        set it
+    qvc config --unset NAME      remove it
+    qvc config --list [--json]   every setting, NAME=VALUE
+
+    qvc's own: qvc.signingKey (a key file that signs every commit; relative: to the repository)
+    and qvc.requireSignatures (refuse unsigned writes and fetches); see docs/signing.md.
+
+    \b
+    Example:
+      qvc config qvc.requireSignatures true
+      qvc config qvc.signingKey ~/.ssh/qvc_ed25519
+    """
+    if listing:
+        if name is not None or unset:
+            raise click.UsageError("--list takes no NAME and no --unset")
+        settings = session().store(write=True).config()
+        if as_json:
+            emit_json(settings)
+        else:
+            for key, setting in settings.items():
+                out(f"{key}={setting}")
+        return
+    if name is None:
+        raise click.UsageError("name a setting (or --list)")
+    store = session().store(write=True)
+    if unset:
+        if value is not None:
+            raise click.UsageError("--unset takes NAME only")
+        if name.lower() not in store.config():
+            raise NotFoundError(f"{name} is not set")
+        store.set_config(name, None)
+    elif value is None:
+        found = store.config().get(name.lower()) if "." in name else None
+        if found is None:
+            raise SystemExit(1)  # as git config: unset is exit 1, nothing printed
+        out(found)
+    else:
+        store.set_config(name, value)
 
 
 @cli.command()

@@ -244,13 +244,16 @@ class Repository:
             _publish_before_git()
         #: how objects and refs are read from git's files
         self.backend: Backend = backend
-        #: what signs every commit this repository writes (``None``: unsigned), and whether
-        #: commits must be signed (:meth:`signed`); a read-only repository writes none
-        self.signer: Signer | None = None
+        #: whether commits must be signed (:meth:`signed`); a read-only repository writes none
         self.signatures_required = False
+        self._explicit_key = signing_key
+        self._signing_key: str | None = None  # the key file :attr:`signer` loads
+        self._signer: Signer | None = None
         if not readonly:
             try:
-                self.signer, self.signatures_required = self._signing(signing_key)
+                self._signing_key, self.signatures_required = self._signing(signing_key)
+                if signing_key is not None:
+                    _ = self.signer  # a key the caller gave fails the opening; one configured, the first write
             except BaseException:
                 backend.close()
                 raise
@@ -415,10 +418,21 @@ class Repository:
                 raise  # the write it is part of fails whole (SQLite may have rolled it back)
             return False
 
-    def _signing(self, key: str | os.PathLike | None) -> tuple[Signer | None, bool]:
-        """The signer (``key``, else ``$QVC_SIGNING_KEY``, else :data:`SIGNING_KEY`) and whether
-        :data:`REQUIRE_SIGNATURES` is set. Raises :class:`InvalidInputError` naming a key that
-        does not load (:func:`qvc.plumbing.signing.load_signer`)."""
+    @property
+    def signer(self) -> Signer | None:
+        """What signs every commit this repository writes (``None``: they are unsigned): the key
+        given when it was opened, else ``$QVC_SIGNING_KEY``, else :data:`SIGNING_KEY`, loaded at
+        first use. Raises :class:`InvalidInputError` naming a key file that does not load
+        (:func:`qvc.plumbing.signing.load_signer`): for a configured key, at the first write."""
+        if self._signer is None and self._signing_key is not None:
+            from qvc.plumbing.signing import load_signer  # deferred: only a signing store loads cryptography
+
+            self._signer = load_signer(self._signing_key)
+        return self._signer
+
+    def _signing(self, key: str | os.PathLike | None) -> tuple[str | None, bool]:
+        """The signing key's file (``key``, else ``$QVC_SIGNING_KEY``, else :data:`SIGNING_KEY`)
+        and whether :data:`REQUIRE_SIGNATURES` is set."""
         config = self.backend.git.config
         try:
             required = REQUIRE_SIGNATURES in config and config.get_bool(REQUIRE_SIGNATURES)
@@ -428,25 +442,22 @@ class Repository:
             key = os.environ.get(SIGNING_KEY_ENV) or None
         if key is None and SIGNING_KEY in config:
             key = os.path.join(self.path, os.path.expanduser(config[SIGNING_KEY]))
-        if key is None:
-            return None, required
-        from qvc.plumbing.signing import load_signer  # deferred: only a signing store loads cryptography
-
-        return load_signer(os.path.expanduser(os.fspath(key))), required
+        return (None if key is None else os.path.expanduser(os.fspath(key))), required
 
     def signed(self, commit: bytes) -> bytes:
         """``commit`` (a commit object) as this repository stores it: signed by :attr:`signer`
         in git's SSH signature format (a signature it carries is replaced), or as it is without a
         signer. Raises :class:`SignatureError` when the repository requires signatures
         (:data:`REQUIRE_SIGNATURES`) and has no signer: nothing of the write is stored."""
-        if self.signer is None:
+        signer = self.signer
+        if signer is None:
             if self.signatures_required:
                 raise SignatureError(f"{self.path} requires signed checkpoints ({REQUIRE_SIGNATURES}) and no signing "
                                      f"key is set (${SIGNING_KEY_ENV}, {SIGNING_KEY} or signing_key=); nothing stored")
             return commit
         from qvc.plumbing.signing import sign_commit, split_signature  # deferred: start-up speed
 
-        return sign_commit(split_signature(commit)[0], self.signer)
+        return sign_commit(split_signature(commit)[0], signer)
 
     def logged(self, name: str) -> bool:
         """Whether git keeps a reflog for ``name`` (``core.logAllRefUpdates``, or an existing log)."""
@@ -539,6 +550,36 @@ class Repository:
     def generation(self) -> str | None:
         """The token of the last transaction that rewrote history, ``None`` if none did yet."""
         return self.staging.generation()
+
+    def config(self) -> dict[str, str]:
+        """The repository's own configuration (its ``config`` file, not the user's), as
+        ``{name: value}`` with git's lower-case section and key names; the last value of a key
+        set several times. Raises :class:`InvalidInputError` on a read-only repository."""
+        config = self._own_config()
+        return {entry.name: entry.value for entry in config}
+
+    def set_config(self, name: str, value: str | None) -> None:
+        """Set ``name`` to ``value`` in the repository's ``config`` file (``None``: remove it; no
+        error when it was not set), as ``git config --local`` does, under git's lock on the file.
+        Raises :class:`InvalidInputError` for a name git refuses or a read-only repository."""
+        config = self._own_config()
+        try:
+            if value is None:
+                if name in config:
+                    del config[name]
+            else:
+                config[name] = value
+        except (pygit2.GitError, ValueError) as exc:
+            raise InvalidInputError(f"config {name}: {exc}") from None
+        if name.lower() in (SIGNING_KEY.lower(), REQUIRE_SIGNATURES.lower()):
+            key, self.signatures_required = self._signing(self._explicit_key)
+            if key != self._signing_key:
+                self._signing_key, self._signer = key, None
+
+    def _own_config(self):
+        if self.readonly:
+            raise InvalidInputError(f"{self.path}: the store is read-only")
+        return configured().Config(os.path.join(self.path, "config"))
 
     def locked_refs(self, prefix: str) -> list[str]:
         """The refs under ``prefix`` that have a lock file now (git's own, or another program's)."""

@@ -106,6 +106,7 @@ class PutRequest(NamedTuple):
 
 
 _HEXISH = re.compile(r"^[0-9a-fA-F]{4,40}$")
+_BOOLEANS = ("true", "false", "yes", "no", "on", "off", "1", "0")
 _MOVED = re.compile(r"^checkout: moving from (\S+) to \S+$")  # what git and libgit2 log in HEAD's reflog
 
 
@@ -125,8 +126,9 @@ class GitCheckpointStore(CheckpointStore):
         signing_key: an OpenSSH Ed25519 private key file (or the ``.pub`` of a key ssh-agent
             holds) that signs every commit this store writes, in git's SSH signature format
             (docs/signing.md); default ``$QVC_SIGNING_KEY``, else the repository's
-            ``qvc.signingKey``, else none. A key that does not load raises
-            :class:`~qvc.errors.InvalidInputError` here; a repository with
+            ``qvc.signingKey``, else none. A key given here that does not load raises
+            :class:`~qvc.errors.InvalidInputError` here (one configured: at the first write); a
+            repository with
             ``qvc.requireSignatures`` refuses every write without one
             (:class:`~qvc.errors.SignatureError`).
 
@@ -170,6 +172,29 @@ class GitCheckpointStore(CheckpointStore):
     def signer(self) -> Signer | None:
         """What signs the commits this store writes (see ``signing_key``), ``None`` if nothing does."""
         return self._repo.signer
+
+    def config(self) -> dict[str, str]:
+        """The repository's own configuration (``git config --local --list``): ``{name: value}``,
+        section and key names in lower case. Needs a writable store."""
+        return self._repo.config()
+
+    def set_config(self, name: str, value: str | None) -> None:
+        """Set (``None``: remove) a key of the repository's own configuration, as ``git config
+        --local``: ``qvc.signingKey``, ``qvc.requireSignatures`` (docs/signing.md) and any of
+        git's. Keys qvc keeps itself (``qvc.format``, ``qvc.rewriteLog``) are refused, and so is
+        a value of ``qvc.requireSignatures`` that is no boolean and a ``qvc.signingKey`` that
+        does not load (:class:`InvalidInputError`; nothing changes).
+        Signing settings take effect in this store at once and in others when they open."""
+        key = name.lower()
+        if key in ("qvc.format", "qvc.rewritelog"):
+            raise InvalidInputError(f"{name} is qvc's own setting; it is not changed by hand")
+        if key == "qvc.requiresignatures" and value is not None and value.lower() not in _BOOLEANS:
+            raise InvalidInputError(f"{name} takes true or false, not {value!r}")
+        if key == "qvc.signingkey" and value is not None:
+            from qvc.plumbing.signing import load_signer  # deferred: only a signing key loads cryptography
+
+            load_signer(os.path.join(self.path, os.path.expanduser(value)))  # a key that does not load is refused
+        self._repo.set_config(name, value)
 
     def rewrites(self) -> Iterator[tuple[str, dict]]:
         """``(commit SHA, record)`` of every history rewrite this repository recorded, newest

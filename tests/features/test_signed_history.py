@@ -14,7 +14,7 @@ import zlib
 import pytest
 from helpers import child_env, put, qvc, qvc_json, run_git
 
-from qvc import CheckpointConfig, GitCheckpointStore, SignatureError
+from qvc import CheckpointConfig, GitCheckpointStore, InvalidInputError, SignatureError
 from qvc.readers.verify import verify
 from qvc.store.signers import Signers
 
@@ -238,10 +238,28 @@ def test_a_repository_that_requires_signatures_refuses_unsigned_writes(tmp_path,
 def test_a_bad_key_is_one_line_naming_the_file(tmp_path):
     bad = tmp_path / "nokey"
     bad.write_text("not a key\n")
-    with pytest.raises(Exception, match="nokey"):
+    with pytest.raises(InvalidInputError, match="nokey"):  # given by the caller: the opening fails
         GitCheckpointStore(tmp_path / "r.qvc", signing_key=bad)
-    proc = qvc("--repo", str(tmp_path / "r2.qvc"), "init", check=None, QVC_SIGNING_KEY=str(bad))
-    assert proc.returncode != 0 and "nokey" in proc.stderr and proc.stderr.count("\n") == 1
+    repo = tmp_path / "r2.qvc"
+    with GitCheckpointStore(repo) as store:
+        put(store, "t", "c0", 0)
+    # configured ($QVC_SIGNING_KEY): reading and opening work, the first write fails and stores nothing
+    assert qvc("--repo", str(repo), "log", "--oneline", "t", QVC_SIGNING_KEY=str(bad)).stdout.count("\n") == 1
+    proc = qvc("--repo", str(repo), "branch", "-m", "t", "t2", check=2, QVC_SIGNING_KEY=str(bad))
+    assert proc.stderr.count("\n") == 1 and "nokey" in proc.stderr
+    assert qvc("--repo", str(repo), "branch").stdout.split() == ["t"]
+    # qvc config refuses to name a key that does not load; one that stops loading can be unset
+    proc = qvc("--repo", str(repo), "config", "qvc.signingKey", str(bad), check=2)
+    assert proc.stderr.count("\n") == 1 and "nokey" in proc.stderr
+    assert qvc("--repo", str(repo), "config", "qvc.signingKey", check=1).stdout == ""
+    key = keygen(tmp_path / "good")
+    qvc("--repo", str(repo), "config", "qvc.signingKey", key)
+    assert qvc("--repo", str(repo), "config", "qvc.signingKey").stdout == key + "\n"
+    os.unlink(key)
+    qvc("--repo", str(repo), "branch", "-m", "t", "t2", check=2)  # the key is gone: refused, one line
+    qvc("--repo", str(repo), "config", "--unset", "qvc.signingKey")
+    qvc("--repo", str(repo), "branch", "-m", "t", "t2")
+    assert "qvc.signingkey" not in qvc_json("--repo", str(repo), "config", "--list")
 
 
 def test_signed_history_pushed_and_cloned_verifies(tmp_path, key):
