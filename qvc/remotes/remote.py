@@ -922,18 +922,12 @@ def clone(url: str, path: str | os.PathLike, *, remote: str = "origin", progress
 def _require_signatures(work: str, allowed_signers: str | os.PathLike, url: str) -> None:
     """Make the clone at ``work`` require signatures checked against ``allowed_signers``; raise
     :class:`SignatureError` unless every commit it holds verifies."""
+    from qvc.plumbing.signing import load_allowed_signers
     from qvc.readers.verify import verify  # deferred: only a clone that requires signatures needs it
-    from qvc.store.signers import FILE, Signers
+    from qvc.store.signers import FILE
 
-    try:
-        with open(allowed_signers, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInputError(f"{allowed_signers}: cannot read the allowed signers: "
-                                f"{getattr(exc, 'strerror', None) or exc}") from None
-    with open(os.path.join(work, FILE), "w", encoding="utf-8") as f:
-        f.write(text)
-    Signers(work).entries()  # a file that does not parse is refused here, naming its line
+    load_allowed_signers(allowed_signers)  # one that does not read or parse is refused, naming its line
+    shutil.copyfile(allowed_signers, os.path.join(work, FILE))
     _config(work, "qvc.requireSignatures", "true")
     with GitCheckpointStore(work, fsync=False, readonly=True) as store:
         report = verify(store)

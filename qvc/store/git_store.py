@@ -1508,10 +1508,12 @@ class GitCheckpointStore(CheckpointStore):
         from the staging database's files too. Raises :class:`StorageError` and purges nothing
         while a staged ref cannot be written to git's files (another program's lock). The
         thread summary files (:mod:`qvc.store.summaries`, which copy headers and small field
-        blobs) are removed first; later lists write them again from what the refs reach.
+        blobs) are removed first; later lists write them again from what the refs reach. The
+        purge is recorded first, as a rewrite is (:meth:`rewrites`), signed when the store signs.
         """
         from qvc.plumbing import maintenance  # deferred, as in gc
 
+        self._rewrites.record("purge: the data of deleted checkpoints and every reflog erased")
         try:
             with self._repo.exclusive() as lock_fd:
                 self._summaries.drop()

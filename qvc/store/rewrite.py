@@ -230,17 +230,24 @@ class RewriteLog:
         """Write the record of ``tx`` if it rewrote history (a commit listener)."""
         if not tx.rewrites:
             return
-        ref = self._ref()
         moves = [[name, old, new] for name, old, new in tx.record.refs if not name.startswith(REWRITES)]
-        removed, rewritten = self._left(moves)
-        record = {"version": 1, "time": int(time.time()), "why": "; ".join(tx.why) or "rewrite",
-                  "by": self._repo.staging.who,
+        self._write(tx, "; ".join(tx.why) or "rewrite", moves, *self._left(moves))
+
+    def record(self, why: str) -> None:
+        """Record, in a transaction of its own, an erasure that moves no ref (``qvc gc --prune``:
+        the reflogs and the data of what was deleted)."""
+        with self._repo.transaction() as tx:
+            self._write(tx, why, [], [], [])
+
+    def _write(self, tx: Transaction, why: str, moves: list, removed: list[dict], rewritten: list[dict]) -> None:
+        ref = self._ref()
+        record = {"version": 1, "time": int(time.time()), "why": why, "by": self._repo.staging.who,
                   "signer": self._repo.signer.fingerprint if self._repo.signer is not None else None,
                   "moves": moves, "removed": removed, "rewritten": rewritten}
         blob = tx.write("blob", json.dumps(record, indent=1, sort_keys=True).encode() + b"\n")
         tree = tx.write("tree", tree_bytes({RECORD: (MODE_BLOB, blob)}))
         tip = tx.ref(ref)
-        message = (f"rewrite: {record['why']}\n\n{len(removed)} checkpoint(s) removed, {len(rewritten)} "
+        message = (f"rewrite: {why}\n\n{len(removed)} checkpoint(s) removed, {len(rewritten)} "
                    f"rewritten, {len(moves)} ref(s) moved\n")
         commit = tx.write("commit", commit_bytes(tree.hex(), [tip] if tip else [], message)).hex()
         tx.move_ref(ref, tip, commit)

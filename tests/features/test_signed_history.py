@@ -186,6 +186,16 @@ def test_an_erasure_asked_for_is_on_the_record_and_one_done_behind_qvcs_back_is_
     assert records[1]["signer"] and records[1]["by"]
     with GitCheckpointStore(repo, readonly=True) as store:
         assert verify(store), verify(store).problems
+    with GitCheckpointStore(repo, signing_key=key) as store:
+        store.purge()  # the erasure made real: the removed checkpoints' data leaves the disk
+    removed = records[1]["removed"][0]["sha"]
+    assert run_git(repo, "cat-file", "-e", removed, check=False).returncode != 0
+    with GitCheckpointStore(repo, readonly=True) as store:
+        assert verify(store), verify(store).problems
+        assert next(store.rewrites())[1]["why"].startswith("purge:")
+    with GitCheckpointStore(repo, signing_key=key) as store:  # (a purge empties the reflogs: new movements)
+        for i in range(4, 6):
+            put(store, "edited", f"edited{i}", i)
     # behind qvc's back: a thread rewound by plain git (its newest checkpoints dropped) ...
     old = run_git(repo, "rev-parse", "refs/heads/cut~2").stdout.strip()
     run_git(repo, "update-ref", "refs/heads/cut", old)
