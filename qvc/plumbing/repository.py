@@ -27,6 +27,7 @@ import atexit
 import contextlib
 import os
 import threading
+import uuid
 import weakref
 from typing import TYPE_CHECKING, Callable, Iterator, TypeVar
 
@@ -69,6 +70,8 @@ SIGNING_KEY = "qvc.signingKey"
 REQUIRE_SIGNATURES = "qvc.requireSignatures"
 #: the environment variable naming the signing key (before the repository's configuration)
 SIGNING_KEY_ENV = "QVC_SIGNING_KEY"
+#: this repository's random id, made with it (:attr:`Repository.id`)
+ID_KEY = "qvc.id"
 T = TypeVar("T")
 
 #: names that moved to the modules owning them and stay importable from here
@@ -125,6 +128,7 @@ def _create(path: str, *, fsync: bool = True) -> None:
         repo.config["core.logAllRefUpdates"] = "true"  # reflogs of threads: `qvc reflog`
         repo.config["gc.auto"] = "0"
         repo.config["receive.denyNonFastForwards"] = "false"
+        repo.config[ID_KEY] = uuid.uuid4().hex[:16]
         repo.free()
         mark_blobs(tmp)
         os.makedirs(os.path.join(tmp, QVC_DIR))
@@ -244,6 +248,7 @@ class Repository:
             _publish_before_git()
         #: how objects and refs are read from git's files
         self.backend: Backend = backend
+        self._id: str | None = None
         #: whether commits must be signed (:meth:`signed`); a read-only repository writes none
         self.signatures_required = False
         self._explicit_key = signing_key
@@ -429,6 +434,16 @@ class Repository:
 
             self._signer = load_signer(self._signing_key)
         return self._signer
+
+    @property
+    def id(self) -> str:
+        """This repository's random id, made when it was created (config ``qvc.id``; a clone makes
+        its own): it names the refs each replica writes for itself, so that replicas pushing to
+        one server never write the same ref. ``"local"`` for a repository made before ids were."""
+        if self._id is None:
+            config = self.backend.git.config
+            self._id = config[ID_KEY] if ID_KEY in config else "local"
+        return self._id
 
     def _signing(self, key: str | os.PathLike | None) -> tuple[str | None, bool]:
         """The signing key's file (``key``, else ``$QVC_SIGNING_KEY``, else :data:`SIGNING_KEY`)

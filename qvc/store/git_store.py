@@ -181,12 +181,12 @@ class GitCheckpointStore(CheckpointStore):
     def set_config(self, name: str, value: str | None) -> None:
         """Set (``None``: remove) a key of the repository's own configuration, as ``git config
         --local``: ``qvc.signingKey``, ``qvc.requireSignatures`` (docs/signing.md) and any of
-        git's. Keys qvc keeps itself (``qvc.format``, ``qvc.rewriteLog``) are refused, and so is
+        git's. Keys qvc keeps itself (``qvc.format``, ``qvc.id``) are refused, and so is
         a value of ``qvc.requireSignatures`` that is no boolean and a ``qvc.signingKey`` that
         does not load (:class:`InvalidInputError`; nothing changes).
         Signing settings take effect in this store at once and in others when they open."""
         key = name.lower()
-        if key in ("qvc.format", "qvc.rewritelog"):
+        if key in ("qvc.format", "qvc.id"):
             raise InvalidInputError(f"{name} is qvc's own setting; it is not changed by hand")
         if key == "qvc.requiresignatures" and value is not None and value.lower() not in _BOOLEANS:
             raise InvalidInputError(f"{name} takes true or false, not {value!r}")

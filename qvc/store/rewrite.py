@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from qvc.errors import CorruptionError, QvcError
@@ -193,8 +192,6 @@ class Rewriter:
 
 #: the file of a rewrite record's tree
 RECORD = "rewrite.json"
-#: the configuration key holding this repository's rewrite log id
-ID_KEY = "qvc.rewriteLog"
 #: the namespace of rewrite logs under ``refs/qvc/`` (and under a remote's tracking refs)
 ROLE = "rewrites"
 
@@ -218,14 +215,6 @@ class RewriteLog:
         self._history = history
         repo.commit_listeners.append(self.note)
 
-    def _ref(self) -> str:
-        """This repository's chain: ``refs/qvc/rewrites/<id>``, the id made once and kept in the
-        repository's configuration (``qvc.rewriteLog``; a clone makes its own)."""
-        config = self._repo.git.config
-        if ID_KEY not in config:
-            config[ID_KEY] = uuid.uuid4().hex[:16]
-        return REWRITES + config[ID_KEY]
-
     def note(self, tx: Transaction) -> None:
         """Write the record of ``tx`` if it rewrote history (a commit listener)."""
         if not tx.rewrites:
@@ -240,7 +229,7 @@ class RewriteLog:
             self._write(tx, why, [], [], [])
 
     def _write(self, tx: Transaction, why: str, moves: list, removed: list[dict], rewritten: list[dict]) -> None:
-        ref = self._ref()
+        ref = REWRITES + self._repo.id  # this repository's own chain (replicas never write each other's)
         record = {"version": 1, "time": int(time.time()), "why": why, "by": self._repo.staging.who,
                   "signer": self._repo.signer.fingerprint if self._repo.signer is not None else None,
                   "moves": moves, "removed": removed, "rewritten": rewritten}

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, env, qvc, qvc_json, run_git
+from helpers import ROOT, env, qvc, qvc_json, run_git, slow_enabled
 
 from qvc import GitCheckpointStore
 from qvc.readers.verify import verify
@@ -25,14 +25,17 @@ SAMPLES = ROOT / "samples"
 PRINCIPAL = "alice"
 
 
-def case(sample: str, framework: str | None, *threads: str, args: tuple[str, ...] = ()):
+def case(sample: str, framework: str | None, *threads: str, args: tuple[str, ...] = (), slow: bool = True):
     """A sample, the module its framework needs (``None``: qvc alone), the threads (or their
-    prefixes) its run must leave (so the commits checked are the adapter's), its extra arguments."""
-    return pytest.param(sample, framework, threads, args, id=sample.removesuffix(".py"))
+    prefixes) its run must leave (so the commits checked are the adapter's), its extra arguments.
+    The default run signs the most used framework's and a run recorder's; the rest run with the
+    slow tier (``-m slow``: about 20 s more), so the default run stays within its ten minutes."""
+    return pytest.param(sample, framework, threads, args, id=sample.removesuffix(".py"),
+                        marks=[pytest.mark.slow] if slow else [])
 
 
 CASES = [
-    case("langgraph_agent.py", "langgraph.prebuilt", "cities"),
+    case("langgraph_agent.py", "langgraph.prebuilt", "cities", slow=False),
     # a run, a worker SIGKILLed mid-run, acontinue_run, a fork
     case("agno_agent.py", "agno.agent", "agno/session/agno-demo", "run/agno-demo/first", "run/agno-demo/crashed",
          args=("--delay", "0.4")),
@@ -49,7 +52,7 @@ CASES = [
     # qvc.runs: a worker SIGKILLed mid-run and the run continued in place by another process
     case("crash_recovery.py", None, "run/crash-demo/research-1", args=("--delay", "0.3")),
     # qvc.runs: an ERROR run continued in place
-    case("tool_error.py", None, "run/errors/"),
+    case("tool_error.py", None, "run/errors/", slow=False),
 ]
 
 
@@ -86,7 +89,10 @@ def git_letters(git_dir: Path, allowed: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("sample, framework, threads, args", CASES)
-def test_one_key_in_the_environment_signs_every_commit_of_the_run(sample, framework, threads, args, tmp_path, key):
+def test_one_key_in_the_environment_signs_every_commit_of_the_run(sample, framework, threads, args, tmp_path, key,
+                                                                  request):
+    if request.node.get_closest_marker("slow") and not slow_enabled(request.config):
+        pytest.skip("slow: run with -m slow or QVC_SLOW=1")
     if framework is not None:
         pytest.importorskip(framework)
     repo = tmp_path / "runs.qvc"
