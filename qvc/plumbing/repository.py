@@ -575,7 +575,8 @@ class Repository:
 
     def set_config(self, name: str, value: str | None) -> None:
         """Set ``name`` to ``value`` in the repository's ``config`` file (``None``: remove it; no
-        error when it was not set), as ``git config --local`` does, under git's lock on the file.
+        error when it was not set), as ``git config --local`` does, under git's lock on the file;
+        flushed (file and directory) before it returns.
         Raises :class:`InvalidInputError` for a name git refuses or a read-only repository."""
         config = self._own_config()
         try:
@@ -586,6 +587,8 @@ class Repository:
                 config[name] = value
         except (pygit2.GitError, ValueError) as exc:
             raise InvalidInputError(f"config {name}: {exc}") from None
+        self.dirty.wrote(os.path.join(self.path, "config"))  # a torn config would not open: flushed now
+        self.dirty.flush(fsync=self.fsync)
         if name.lower() in (SIGNING_KEY.lower(), REQUIRE_SIGNATURES.lower()):
             key, self.signatures_required = self._signing(self._explicit_key)
             if key != self._signing_key:
