@@ -169,7 +169,7 @@ def log(names: tuple[str, ...], limit: int | None, oneline: bool, graph: bool, a
     entries = number_entries(store, entries)  # a run's checkpoints as RUN@N, as `timeline` and `show` name them
     signatures = None
     if show_signature:
-        from qvc.readers.verify import signature_reader  # deferred: start-up speed
+        from qvc.readers.signatures import signature_reader  # deferred: start-up speed
 
         signatures = signature_reader(store)
     if as_json:
@@ -202,7 +202,7 @@ def signature_line(store, commit: str, reader=None) -> str | None:
     """How ``qvc show`` and ``qvc log --show-signature`` say a commit's signature state
     (``None``: an unsigned commit of a repository without allowed signers)."""
     if reader is None:
-        from qvc.readers.verify import signature_reader  # deferred: start-up speed
+        from qvc.readers.signatures import signature_reader  # deferred: start-up speed
 
         reader = signature_reader(store)
     state = reader(commit)

@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from qvc.errors import CorruptionError, QvcError, UnknownThreadError
 from qvc.plumbing.objects import MODE_TREE, parse_tree
-from qvc.plumbing.signing import SignatureState, SignatureStatus, check_commit, split_signature
+from qvc.plumbing.signing import SignatureState, SignatureStatus, check_commit
 from qvc.store.history import parse_commit
 from qvc.store.refnames import HEADS, REMOTE_QVC, REWRITES, head_ref, superseded_prefix
 from qvc.store.signers import Signers
@@ -211,6 +210,8 @@ def _signatures(commits: list[bytes], allowed: list) -> list[SignatureState]:
     """:func:`~qvc.plumbing.signing.check_commit` of each commit, in order, in :data:`WORKERS` threads."""
     if WORKERS == 1 or len(commits) < 64:
         return [check_commit(data, allowed) for data in commits]
+    from concurrent.futures import ThreadPoolExecutor  # deferred: it imports logging
+
     size = -(-len(commits) // WORKERS)
     parts = [commits[i:i + size] for i in range(0, len(commits), size)]
     with ThreadPoolExecutor(max_workers=len(parts)) as pool:
@@ -287,21 +288,3 @@ def unverified(store: GitCheckpointStore, shas: Iterable[str]) -> list[str]:
             problems.append(f"commit {sha[:12]}: {state}")
     return problems
 
-
-def signature_reader(store: GitCheckpointStore) -> Callable[[str], dict | None]:
-    """A function giving a commit's signature state as data (``qvc show``, ``qvc log
-    --show-signature``, the page): ``{"status": "verified" | "unsigned" | "bad" | "unknown-key",
-    "principal", "fingerprint", "reason"}`` checked against the allowed signers as they are now,
-    at the commit's time; ``None`` for an unsigned commit of a repository without allowed
-    signers (nothing to say). The allowed signers are read once, by this call."""
-    allowed = Signers(store.path).entries()
-
-    def state(sha: str) -> dict | None:
-        data = store.repository.read(bytes.fromhex(sha), "commit")
-        if not allowed and split_signature(data)[1] is None:
-            return None
-        found = check_commit(data, allowed)
-        return {"status": found.status.value, "principal": found.principal, "fingerprint": found.fingerprint,
-                "reason": found.reason or None}
-
-    return state

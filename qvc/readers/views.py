@@ -47,7 +47,7 @@ def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] =
                     raw: bool = False) -> dict[str, Any]:
     """The ``qvc show --json`` form of checkpoint commit ``sha`` (only ``fields`` of the state, if
     given), its state as its viewer shows it (the stored fields with ``raw``); ``"signature"``: its
-    signature state (:func:`qvc.readers.verify.signature_reader`; ``None`` when there is nothing to
+    signature state (:func:`qvc.readers.signatures.signature_reader`; ``None`` when there is nothing to
     say); ``"notes"`` (present
     only then): the lines its viewer noted while showing it (its framework not installed: which
     extra shows the values fully).
@@ -57,7 +57,7 @@ def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] =
     ``"damaged"`` (present only then); asking for it in ``fields`` raises
     :class:`~qvc.errors.CorruptionError`, asking for healthy fields works.
     """
-    from qvc.readers.verify import signature_reader  # deferred: start-up time (every CLI command loads this module)
+    from qvc.readers.signatures import signature_reader  # deferred: start-up time (every CLI command loads this module)
 
     damaged: dict[str, str] = {}
     tup = store.read(sha, damaged=damaged)

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from qvc.errors import CorruptionError, QvcError
 from qvc.plumbing.objects import MODE_BLOB, commit_bytes, tree_bytes
-from qvc.plumbing.signing import split_signature
 from qvc.store.format import HEADER, decode_header, encode_header, escape_trailer
 from qvc.store.history import History
 from qvc.store.refnames import (
@@ -64,6 +63,8 @@ class Rewriter:
         first parent, and its ``Thread`` trailer). Moves no ref. Raises
         :class:`CorruptionError` if the commit (or, to relabel, its checkpoint header) does not read.
         """
+        from qvc.plumbing.signing import split_signature  # deferred: start-up speed (rewrites are rare)
+
         data = split_signature(self._repo.read(bytes.fromhex(sha), "commit"))[0]  # a copy is signed anew, or not
         head, _, message = data.partition(b"\n\n")
         lines = [ln for ln in head.split(b"\n") if not ln.startswith(b"parent ")]

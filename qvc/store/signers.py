@@ -16,18 +16,13 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING
 
 from qvc.errors import InvalidInputError, NotFoundError, StorageError
 from qvc.plumbing.durability import fsync_dir
-from qvc.plumbing.signing import (
-    AllowedSigner,
-    fingerprint,
-    format_ssh_time,
-    load_allowed_signers,
-    parse_allowed_signers,
-    parse_public_key,
-    ssh_time,
-)
+
+if TYPE_CHECKING:
+    from qvc.plumbing.signing import AllowedSigner
 
 #: the file, relative to the repository
 FILE = os.path.join("qvc", "allowed_signers")
@@ -46,6 +41,10 @@ class Signers:
         :class:`~qvc.errors.InvalidInputError` naming the file and line of a line that does not parse."""
         if not os.path.exists(self.path):
             return []
+        from qvc.plumbing.signing import (
+            load_allowed_signers,  # deferred: a reader that checks no signature never loads it
+        )
+
         return load_allowed_signers(self.path)
 
     def add(self, principal: str, public_key: str, *, valid_after: str | None = None,
@@ -55,6 +54,8 @@ class Signers:
         local time, or suffixed ``Z`` for UTC, as ssh-keygen reads them). Returns the new line.
         Raises :class:`~qvc.errors.InvalidInputError` for a bad key, name or time, or when
         ``principal`` already has that key with the same validity."""
+        from qvc.plumbing.signing import AllowedSigner, parse_allowed_signers, parse_public_key, ssh_time
+
         blob = parse_public_key(public_key)
         comment = " ".join(public_key.split()[2:])
         entry = AllowedSigner.for_key(principal, public_key, valid_after=valid_after, valid_before=valid_before,
@@ -78,6 +79,8 @@ class Signers:
         verified. Returns how many lines changed. Raises :class:`~qvc.errors.NotFoundError` when
         no line names ``principal``, :class:`~qvc.errors.InvalidInputError` when none of them is
         valid at ``when`` (removed already)."""
+        from qvc.plumbing.signing import AllowedSigner, format_ssh_time, parse_allowed_signers
+
         at = int(time.time() if when is None else when)
         stamp = format_ssh_time(at)
         changed = 0
@@ -145,6 +148,8 @@ class Signers:
 def describe(entry: AllowedSigner, when: float | None = None) -> dict:
     """One allowed signer as data (``qvc signers list --json``): principals, key, fingerprint,
     namespaces, validity as written, and whether it is valid ``when`` (default now)."""
+    from qvc.plumbing.signing import fingerprint
+
     at = time.time() if when is None else when
     after, before = entry.valid_after_time(), entry.valid_before_time()
     return {"principals": list(entry.principals), "key": entry.public_key_line, "fingerprint": fingerprint(entry.key),
