@@ -500,3 +500,38 @@ def test_a_langgraph_thread_reads_without_langgraph_and_says_which_extra(tmp_pat
         assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     finally:
         assert server.stop() == 0
+
+
+def test_the_checkpoint_header_says_its_signature_state(tmp_path, browser):
+    """Issue 34: the page shows a checkpoint's signature state beside its header: verified by whom,
+    or what is wrong (here: a head plain git made on top, unsigned)."""
+    import subprocess as sp
+
+    from helpers import run_git
+
+    from qvc import Checkpoint, CheckpointConfig
+    from qvc.store.signers import Signers
+
+    key = tmp_path / "alice"
+    sp.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice", "-f", str(key)], check=True)
+    repo = tmp_path / "signed.qvc"
+    with GitCheckpointStore(repo, signing_key=key) as store:
+        for step in range(2):
+            cp = Checkpoint(id=f"s{step}", thread_id="s", step=step, state_data={"n": step})
+            store.put(CheckpointConfig("s"), cp, {"source": "loop"})
+    Signers(repo).add("alice", (tmp_path / "alice.pub").read_text())
+    server = Server(repo)
+    try:
+        wait = open_on(browser, server, "s")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#cp-header .sig-ok"))
+        assert browser.find_element(By.CSS_SELECTOR, "#cp-header .sig-ok").text == "verified: alice"
+        tree = run_git(repo, "rev-parse", "refs/heads/s^{tree}").stdout.strip()
+        made = run_git(repo, "-c", "user.name=m", "-c", "user.email=m@m", "commit-tree", tree, "-p", "refs/heads/s",
+                       "-m", "by git").stdout.strip()
+        run_git(repo, "update-ref", "refs/heads/s", made)
+        wait = open_on(browser, server, "s")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#cp-header .sig-bad"))
+        assert browser.find_element(By.CSS_SELECTOR, "#cp-header .sig-bad").text == "unsigned"
+        assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    finally:
+        assert server.stop() == 0
