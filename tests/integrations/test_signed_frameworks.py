@@ -47,6 +47,9 @@ CASES = [
     # sessions, user and app state, artifacts, a fork
     case("google_adk_session.py", "google.adk", "adk/session/calc/ada/s1", "adk/session/calc/ada/s1-again",
          "adk/user/calc/ada", "adk/app/calc", "adk/artifact/"),
+    # the Claude Agent SDK's real loop (its program on a scripted model server): tool steps, a subagent, a
+    # resume from qvc alone, rename, tag, a fork
+    case("claude_agent_sdk_session.py", "claude_agent_sdk", "claude/session/"),
     # the store itself: puts, fork_checkpoint, time travel, push and clone
     case("quickstart.py", None, "france", "france/metropolitan"),
     # qvc.runs: a worker SIGKILLed mid-run and the run continued in place by another process
