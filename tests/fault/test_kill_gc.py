@@ -15,7 +15,7 @@ acknowledged on and is on the line or on a superseded line (time travel by eithe
 supersedes); a put whose every attempt was refused is not stored; ``git fsck --strict`` and
 ``qvc fsck`` pass; few loose objects are left (a dead writer's staged objects are published as a pack).
 
-The default run lasts ``QVC_KILL_GC_CI_SECONDS`` (10); the long one (``-m slow``)
+The default run lasts ``QVC_KILL_GC_CI_SECONDS`` (6); the long one (``-m slow``)
 ``QVC_KILL_GC_SECONDS`` (300). ``QVC_KILL_GC_SEED`` fixes the kill schedule's seed.
 """
 
@@ -242,10 +242,10 @@ def children(store: GitCheckpointStore, cid: str) -> list[str]:
 
 
 def test_kill_writers_during_gc(tmp_path):
-    """~10 s of random writer kills under a gc loop: no acknowledged put is lost or moved off its line."""
+    """~6 s of random writer kills under a gc loop: no acknowledged put is lost or moved off its line."""
     seed = int(os.environ.get("QVC_KILL_GC_SEED") or random.randrange(2**31))
     print(f"seed {seed}")
-    stats = kill_loop(tmp_path, float(os.environ.get("QVC_KILL_GC_CI_SECONDS", "10")), seed)
+    stats = kill_loop(tmp_path, float(os.environ.get("QVC_KILL_GC_CI_SECONDS", "6")), seed)
     assert stats["kills"] >= 5 and stats["gc_runs"] >= 2, stats  # the kills and gc runs did happen
 
 
