@@ -650,7 +650,7 @@ def test_reader_finds_objects_while_other_processes_merge_packs(tmp_path):
             go(*writers)
             deadline = time.monotonic() + 120.0  # generous: only a stuck writer gets near it
             k = 0
-            while (merges < 12 or after_merge < 60) and time.monotonic() < deadline:
+            while (merges < 8 or after_merge < 40) and time.monotonic() < deadline:
                 assert all(w.poll() is None for w in writers), "a writer exited: " + " | ".join(
                     w.stderr.read() for w in writers if w.poll() is not None)
                 k += 1

@@ -340,10 +340,6 @@ class AdapterKit:
     def test_a_writer_killed_during_a_write_recovers(self, tmp_path: Path) -> None:
         self._kill_and_recover(tmp_path / "k.qvc", rounds=1, seed=_seed())
 
-    @pytest.mark.heavy  # a kill loop: the quick tier leaves it out
-    def test_writers_killed_again_and_again_recover(self, tmp_path: Path) -> None:
-        self._kill_and_recover(tmp_path / "k.qvc", rounds=2, seed=_seed())  # more: the long variant below
-
     @pytest.mark.slow
     def test_writers_killed_many_times_recover(self, tmp_path: Path, request: pytest.FixtureRequest) -> None:
         if not (slow_enabled(request.config) or os.environ.get("QVC_KIT_ROUNDS")):
