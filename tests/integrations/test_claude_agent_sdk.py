@@ -485,11 +485,13 @@ asyncio.run(main())
 """
 
 
-@pytest.mark.heavy  # a kill of the real loop: the quick tier leaves it out
-def test_a_run_killed_mid_way_loses_nothing_acknowledged_and_resumes_from_qvc(tmp_path):
+@pytest.mark.slow  # a kill of the real loop (about 4 s): the slow tier (the kit kills a writer in every run)
+def test_a_run_killed_mid_way_loses_nothing_acknowledged_and_resumes_from_qvc(tmp_path, request):
     """A process runs turn after turn of the real loop on one session; it is SIGKILLed at a random
     moment (mostly mid-turn). Every turn whose ``query`` had returned is in the repository, and the
     session continues from it (its local files gone) with that history."""
+    if not slow_enabled(request.config):
+        pytest.skip("slow: run with -m slow or QVC_SLOW=1")
     path, work = tmp_path / "k.qvc", tmp_path / "work"
     errors = tmp_path / "runner-stderr"
     with open(errors, "w") as err:
