@@ -275,8 +275,9 @@ def unverified(store: GitCheckpointStore, shas: Iterable[str]) -> list[str]:
     repository that requires signatures checks before it moves a ref."""
     allowed = Signers(store.path).entries()
     problems, batch = [], []
+    objects: set[bytes] = set()  # trees and blobs checked once, however many commits share them
     for sha in shas:
-        checked = _check_objects(store, sha, set())
+        checked = _check_objects(store, sha, objects)
         if isinstance(checked, str):
             problems.append(f"commit {sha[:12]}: damaged: {checked}")
         elif checked[0] is None:

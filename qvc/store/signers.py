@@ -54,18 +54,16 @@ class Signers:
         local time, or suffixed ``Z`` for UTC, as ssh-keygen reads them). Returns the new line.
         Raises :class:`~qvc.errors.InvalidInputError` for a bad key, name or time, or when
         ``principal`` already has that key with the same validity."""
-        from qvc.plumbing.signing import AllowedSigner, parse_allowed_signers, parse_public_key, ssh_time
+        from qvc.plumbing.signing import AllowedSigner, parse_allowed_signers, ssh_time
 
-        blob = parse_public_key(public_key)
-        comment = " ".join(public_key.split()[2:])
         entry = AllowedSigner.for_key(principal, public_key, valid_after=valid_after, valid_before=valid_before,
-                                      comment=comment)
+                                      comment=" ".join(public_key.split()[2:]))
         if valid_after is not None and valid_before is not None and ssh_time(valid_before) <= ssh_time(valid_after):
             raise InvalidInputError(f"valid-before {valid_before} is not after valid-after {valid_after}")
 
         def change(text: str) -> str:
             for old in parse_allowed_signers(text, self.path):
-                if principal in old.principals and old.key == blob and \
+                if principal in old.principals and old.key == entry.key and \
                         (old.valid_after, old.valid_before) == (valid_after, valid_before):
                     raise InvalidInputError(f"{principal} may already sign with {entry.public_key_line[:40]}...")
             return text + ("\n" if text and not text.endswith("\n") else "") + entry.line() + "\n"
