@@ -456,8 +456,12 @@ class Repository:
         if key is None:
             key = os.environ.get(SIGNING_KEY_ENV) or None
         if key is None and SIGNING_KEY in config:
-            key = os.path.join(self.path, os.path.expanduser(config[SIGNING_KEY]))
+            key = self._configured_key(config[SIGNING_KEY])
         return (None if key is None else os.path.expanduser(os.fspath(key))), required
+
+    def _configured_key(self, value: str) -> str:
+        """The key file :data:`SIGNING_KEY` names (``~`` expanded; relative: to the repository)."""
+        return os.path.join(self.path, os.path.expanduser(value))
 
     def signed(self, commit: bytes) -> bytes:
         """``commit`` (a commit object) as this repository stores it: signed by :attr:`signer`
@@ -576,9 +580,14 @@ class Repository:
     def set_config(self, name: str, value: str | None) -> None:
         """Set ``name`` to ``value`` in the repository's ``config`` file (``None``: remove it; no
         error when it was not set), as ``git config --local`` does, under git's lock on the file;
-        flushed (file and directory) before it returns.
+        flushed (file and directory) before it returns. A :data:`SIGNING_KEY` that does not load
+        is refused (:class:`InvalidInputError`) and nothing is written.
         Raises :class:`InvalidInputError` for a name git refuses or a read-only repository."""
         config = self._own_config()
+        if name.lower() == SIGNING_KEY.lower() and value is not None:
+            from qvc.plumbing.signing import load_signer  # deferred: only a signing key loads cryptography
+
+            load_signer(self._configured_key(value))  # a key that does not load is refused: nothing written
         try:
             if value is None:
                 if name in config:

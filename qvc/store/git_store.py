@@ -128,8 +128,7 @@ class GitCheckpointStore(CheckpointStore):
             (docs/signing.md); default ``$QVC_SIGNING_KEY``, else the repository's
             ``qvc.signingKey``, else none. A key given here that does not load raises
             :class:`~qvc.errors.InvalidInputError` here (one configured: at the first write); a
-            repository with
-            ``qvc.requireSignatures`` refuses every write without one
+            repository with ``qvc.requireSignatures`` refuses every write without one
             (:class:`~qvc.errors.SignatureError`).
 
     Opening runs crash recovery; what it repaired is in :attr:`recovery`. The store is a
@@ -190,10 +189,6 @@ class GitCheckpointStore(CheckpointStore):
             raise InvalidInputError(f"{name} is qvc's own setting; it is not changed by hand")
         if key == "qvc.requiresignatures" and value is not None and value.lower() not in _BOOLEANS:
             raise InvalidInputError(f"{name} takes true or false, not {value!r}")
-        if key == "qvc.signingkey" and value is not None:
-            from qvc.plumbing.signing import load_signer  # deferred: only a signing key loads cryptography
-
-            load_signer(os.path.join(self.path, os.path.expanduser(value)))  # a key that does not load is refused
         self._repo.set_config(name, value)
 
     def rewrites(self) -> Iterator[tuple[str, dict]]:
