@@ -296,13 +296,15 @@ def entry_lines(e, head, oneline: bool, fmt: str | None = None, decorate: str = 
     if oneline:
         return [f"{style(e.commit[:7], fg='yellow')} {short(e.checkpoint_id)} "
                 f"{shown_name(e.name, e.n) if e.name else f'step {e.step}'} · "
-                f"{e.source or 'put'} · {changed_count(e)}{status}{style(names, fg='cyan')}"]
+                f"{e.source or 'put'} · {changed_count(e)}{status}{' · earlier removed' if e.cut else ''}"
+                f"{style(names, fg='cyan')}"]
     number = f"Run: {shown_name(e.name, e.n)}" if e.name else f"Step: {e.step}"
     return [style(f"checkpoint {e.checkpoint_id}", fg="yellow") + style(names, fg="cyan"),
             f"Commit:  {e.commit[:12]}   Thread: {qname(e.thread)}   {number}   "
             f"Source: {e.source or 'put'}{'   Status: ' + e.status if e.status else ''}",
             f"Date:    {ago(e.time)} ({datetime.fromtimestamp(e.time).astimezone():%Y-%m-%d %H:%M:%S %z})",
-            f"Changed: {', '.join(e.changed) if e.changed else '(nothing)'}", ""]
+            f"Changed: {', '.join(e.changed) if e.changed else '(nothing)'}",
+            *([f"Cut:     {e.cut}"] if e.cut else []), ""]
 
 
 @cli.command()

@@ -112,6 +112,8 @@ def timeline(run_id: str, as_json: bool) -> None:
     width = max(map(len, names), default=0)
     lines = []
     for e, name in zip(entries, names, strict=True):
+        if e.cut:
+            lines.append(f"  (retention: {e.cut}; the run reads from here)")
         mark = "*" if e.is_latest else (" " if e.current else "~")
         lines.append(f"{mark} {style(short(e.id), fg='yellow')}  {name:<{width}}  {e.status.value:<11} "
                      f"{e.reason:<12} {(e.role or '-'):<9} {e.preview}  ({ago(e.created_at)})")

@@ -230,16 +230,18 @@ _EVERYDAY = ["-c", "gc.auto=0", "-c", "maintenance.auto=false", "-c", "repack.wr
              "-c", "core.logAllRefUpdates=true"]
 
 
-def run_git(repo_path: str, *args: str, lock_fd: int | None = None) -> subprocess.CompletedProcess:
+def run_git(repo_path: str, *args: str, lock_fd: int | None = None, input: str | None = None
+            ) -> subprocess.CompletedProcess:
     """Run ``git args`` on the repository at ``repo_path`` with the system and global configuration
-    ignored (qvc's own commands need none of it) and output captured as text; return the
-    finished process, whatever its exit status.
+    ignored (qvc's own commands need none of it) and output captured as text (``input``: its
+    standard input); return the finished process, whatever its exit status.
 
     ``lock_fd`` (the exclusive maintenance lock, :meth:`qvc.plumbing.locking.LockProtocol.exclusive`)
     is inherited by git, so the lock outlives this process if it is killed while git runs.
     """
+    options: dict[str, Any] = {} if input is None else {"input": input}
     return run(repo_path, [*_EVERYDAY, *args], user_config=False, capture_output=True, text=True,
-               pass_fds=() if lock_fd is None else (lock_fd,))
+               pass_fds=() if lock_fd is None else (lock_fd,), **options)
 
 
 def git(repo_path: str, *args: str, lock_fd: int | None = None) -> str:

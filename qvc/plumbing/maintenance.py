@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import errno
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Collection
 
-from qvc.errors import StorageError
+from qvc.errors import QvcError, StorageError
 from qvc.logs import log
 from qvc.plumbing import refpack
 from qvc.plumbing.durability import harden
-from qvc.plumbing.launcher import git
+from qvc.plumbing.launcher import git, run_git
 from qvc.plumbing.recovery import RecoveryReport, remove_stale_files, repair_packs
 
 if TYPE_CHECKING:
@@ -74,6 +74,37 @@ def due(repo: Repository) -> str | None:
     reasons = [f"{n} {what}" for n, what, limit in ((packs, "packs", 50), (loose, "loose objects", 1000),
                                                      (refs, "loose refs", 2000)) if n > limit]
     return ", ".join(reasons) or None
+
+
+def object_sizes(repo: Repository) -> dict[bytes, int]:
+    """``{raw oid: bytes it takes on disk}`` of every object in git's files (packed: its entry in
+    the pack, a delta where it is one; loose: its file), reachable or not. Publishes first."""
+    repo.publish()
+    out = git(repo.path, "cat-file", "--batch-all-objects", "--batch-check=%(objectname) %(objectsize:disk)")
+    sizes: dict[bytes, int] = {}
+    for line in out.splitlines():
+        oid, _, size = line.partition(" ")
+        sizes[bytes.fromhex(oid)] = int(size)
+    return sizes
+
+
+def reachable(repo: Repository, tips: Collection[str]) -> set[bytes]:
+    """The raw oids of every object reachable from ``tips`` (commits, trees or blobs, hex), as git
+    walks them (``rev-list --objects``). Publishes first."""
+    repo.publish()
+    if not tips:
+        return set()
+    proc = run_git(repo.path, "rev-list", "--objects", "--no-object-names", "--stdin",
+                   input="".join(f"{t}\n" for t in tips))
+    if proc.returncode != 0:
+        raise QvcError(f"git rev-list failed: {(proc.stderr or '').strip().splitlines()[-1:]}")
+    return {bytes.fromhex(line) for line in proc.stdout.split()}
+
+
+def history_usage(path: str) -> int:
+    """Bytes of the files that hold a repository's history: git's objects and its reflogs (qvc's
+    compacted ones included); what a purge shrinks, the staging database aside."""
+    return sum(disk_usage(os.path.join(path, *where)) for where in (("objects",), ("logs",), ("qvc", "reflogs")))
 
 
 def disk_usage(path: str) -> int:

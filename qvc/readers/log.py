@@ -23,7 +23,7 @@ from qvc.errors import OBJECTS_REPAIR, CorruptionError, InvalidInputError, NotFo
 from qvc.logs import log as logger
 from qvc.plumbing.objects import MODE_BLOB
 from qvc.readers.dates import ago
-from qvc.store.format import HEADER
+from qvc.store.format import HEADER, cut_note
 from qvc.store.refnames import HEADS, SUPERSEDED, decode_name, decode_thread, encode_name
 from qvc.store.viewers import view_state, viewer_of
 
@@ -60,6 +60,11 @@ class LogEntry:
     #: that is not ``len(changed)`` (a viewer shows fewer: bookkeeping hidden), else ``None``
     stored: int | None = None
 
+    @property
+    def cut(self) -> str | None:
+        """What retention removed before this checkpoint, if it made it the first of its line."""
+        return cut_note(self.message) if not self.parents else None
+
     def to_json(self) -> dict[str, Any]:
         """The stable ``--json`` form (documented in docs/cli.md)."""
         return {
@@ -68,6 +73,7 @@ class LogEntry:
             "source": self.source, "time": datetime.fromtimestamp(self.time, timezone.utc).isoformat(),
             "timestamp": self.time, "parents": list(self.parents), "changed": self.changed,
             "status": self.status, "heads": self.heads, "tags": self.tags, "superseded": self.superseded,
+            "cut": self.cut,
         }
 
 

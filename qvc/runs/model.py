@@ -331,6 +331,9 @@ class TimelineEntry:
     #: the name ``qvc show`` resolves to this checkpoint: ``RUN@n`` (``n``: the message index), else
     #: ``RUN@<checkpoint id>`` (:func:`qvc.runs.queries.numbers`); set by the timeline
     name: str = ""
+    #: on the first checkpoint of a line that retention cut: what it removed before it
+    #: (:func:`qvc.store.format.cut_note`); set by the timeline
+    cut: Optional[str] = None
 
     @property
     def continue_from(self) -> int:
@@ -342,7 +345,7 @@ class TimelineEntry:
                 "continue_from": self.message_index, "status": self.status.value, "reason": self.reason,
                 "created_at": self.created_at, "time": _iso(self.created_at), "role": self.role,
                 "preview": self.preview, "is_latest": self.is_latest, "current": self.current,
-                "parent_id": self.parent_id}
+                "parent_id": self.parent_id, "cut": self.cut}
 
 
 @dataclass

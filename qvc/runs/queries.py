@@ -18,6 +18,7 @@ from qvc.runs.codec import LoadedRun, decode, timeline_entry
 from qvc.runs.ids import THREAD_PREFIX, check_id
 from qvc.runs.model import HISTORY_SKIP, Message, Run, RunStatus, RunSummary, Snapshot, TimelineEntry, ToolExecution
 from qvc.runs.segments import cut
+from qvc.store.format import cut_note
 from qvc.store.git_store import GitCheckpointStore
 from qvc.store.refnames import superseded_prefix
 from qvc.types import CheckpointConfig, CheckpointTuple
@@ -126,6 +127,9 @@ def timeline(store: GitCheckpointStore, thread: str, *, superseded: bool = True)
     line = run_line(store, thread)
     head = line[-1].checkpoint.id if line else None
     out = [timeline_entry(t, head, True) for t in line]
+    if line and line[0].parent_config is None:  # the run's first checkpoint, or where retention cut its line
+        info = store.commit_info(store.resolve(line[0].checkpoint.id))
+        out[0].cut = cut_note(info.message)
     if superseded:
         seen = {t.checkpoint.id for t in line}
         tips = [tip for _, tip in store.repository.refs(superseded_prefix(thread))]

@@ -59,6 +59,16 @@ def commit_message(step: int, source: str, changed: list[str], checkpoint_id: st
 
 
 _TRAILER = re.compile(r"^(Checkpoint-Id|Thread|Step): (.*)$", re.M)
+#: The trailer of a checkpoint that retention made the first of its line (:mod:`qvc.store.retention`).
+CUT = "Retention-Cut"
+_CUT = re.compile(r"^Retention-Cut: (.*)$", re.M)
+
+
+def cut_note(message: str) -> str | None:
+    """What the :data:`CUT` trailer of a commit message says (how many earlier checkpoints
+    retention removed, when, by which policy), ``None`` if it has none."""
+    found = _CUT.search(message)
+    return found.group(1) if found else None
 
 
 def parse_trailers(message: str) -> dict[str, str]:

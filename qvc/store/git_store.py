@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, NamedTuple, Optional, Protocol, Sequence
 
 from qvc.codec import serde
@@ -75,6 +76,7 @@ from qvc.types import (
 if TYPE_CHECKING:
     from qvc.plumbing.recovery import RecoveryReport
     from qvc.plumbing.signing import Signer
+    from qvc.store.retention import Policy, RetentionReport
 
 
 class Service(Protocol):
@@ -179,16 +181,21 @@ class GitCheckpointStore(CheckpointStore):
 
     def set_config(self, name: str, value: str | None) -> None:
         """Set (``None``: remove) a key of the repository's own configuration, as ``git config
-        --local``: ``qvc.signingKey``, ``qvc.requireSignatures`` (docs/signing.md) and any of
-        git's. Keys qvc keeps itself (``qvc.format``, ``qvc.id``) are refused, and so is
-        a value of ``qvc.requireSignatures`` that is no boolean and a ``qvc.signingKey`` that
-        does not load (:class:`InvalidInputError`; nothing changes).
+        --local``: ``qvc.signingKey``, ``qvc.requireSignatures`` (docs/signing.md), ``retention.*``
+        (:meth:`retain`) and any of git's. Keys qvc keeps itself (``qvc.format``, ``qvc.id``) are
+        refused, and so is a value of ``qvc.requireSignatures`` that is no boolean, a
+        ``qvc.signingKey`` that does not load and a retention setting that does not parse
+        (:class:`InvalidInputError`; nothing changes).
         Signing settings take effect in this store at once and in others when they open."""
         key = name.lower()
         if key in ("qvc.format", "qvc.id"):
             raise InvalidInputError(f"{name} is qvc's own setting; it is not changed by hand")
         if key == "qvc.requiresignatures" and value is not None and value.lower() not in _BOOLEANS:
             raise InvalidInputError(f"{name} takes true or false, not {value!r}")
+        if key.startswith("retention.") and value is not None:
+            from qvc.store.retention import setting  # deferred: start-up speed
+
+            setting(name, value)
         self._repo.set_config(name, value)
 
     def rewrites(self) -> Iterator[tuple[str, dict]]:
@@ -1087,25 +1094,13 @@ class GitCheckpointStore(CheckpointStore):
         threads = [check_thread_id(t) for t in thread_ids]
         with self._repo.transaction() as tx:
             refs: list[tuple[str, str]] = []
-            writes: dict[str, str] = {}  # a head and its superseded lines share commits
+            writes: dict[str, str] = {}
             for thread in threads:
-                # read through the transaction: as acknowledged, this transaction's moves included
-                own = [(head_ref(thread), tx.ref(head_ref(thread)))] + tx.refs(superseded_prefix(thread))
-                own = [(n, t) for n, t in own if t is not None]
+                own, its_writes = self._rewriter.thread_refs(tx, thread)
                 if not own and not missing_ok:
                     raise UnknownThreadError(f"thread {thread!r} has no checkpoints")
                 refs += own
-                for _, tip in own:
-                    try:
-                        for info in self._history.first_parents(tip):
-                            if info.thread_id != thread:
-                                break
-                            wtip = tx.ref(writes_ref(info.hex))
-                            if wtip is not None:
-                                writes[writes_ref(info.hex)] = wtip
-                    except CorruptionError:  # a damaged line: its refs go all the same
-                        continue
-                writes.update(tx.refs(keyed_prefix(thread)))
+                writes.update(its_writes)
             if not refs and not writes:
                 return
             tx.rewrite_history("delete thread(s) " + ", ".join(repr(t) for t in thread_ids))
@@ -1481,6 +1476,46 @@ class GitCheckpointStore(CheckpointStore):
         return found
 
     # -- maintenance ------------------------------------------------------------------------
+
+    def retain(self, policy: Policy | None = None, *, dry_run: bool = False, reclaim: bool = True,
+               now: float | None = None) -> RetentionReport:
+        """Apply the repository's retention policy (docs/retention.md): the ``retention.*`` settings
+        of its configuration, with those ``policy`` sets winning over them for this call. Returns
+        what it did (:class:`~qvc.store.retention.RetentionReport`), or with ``dry_run`` what it
+        would do and the bytes it would free, changing nothing.
+
+        Every thread keeps its head and whatever its policy keeps, with their checkpoint ids,
+        states and pending writes; a thread's removed checkpoints leave its lines in one
+        transaction (a put landing meanwhile is kept: the thread is planned again). Rewrites are
+        recorded (:meth:`rewrites`) and durable on return. With ``reclaim`` the freed bytes then
+        leave the disk (:meth:`purge`: deleted data and every reflog go too; the report has the
+        repository's bytes before and after). Ages count back from ``now`` (Unix seconds; default:
+        the time of the call). Raises :class:`InvalidInputError` for a configured setting that
+        does not parse, and what :meth:`purge` raises.
+        """
+        from qvc.plumbing.maintenance import disk_usage, history_usage  # deferred, as in gc
+        from qvc.store.retention import Policies, Retention, RetentionReport
+
+        t0 = time.monotonic()
+        policies = Policies.from_config(self.config()).with_call(policy)
+        report = RetentionReport(dry_run)
+        if policies:
+            now = time.time() if now is None else now
+            heads = self.thread_heads()
+            report.examined = len(heads)
+            retention = Retention(self._repo, self._history, self._rewriter, self._writes)
+            plans = retention.plan(policies, heads, now, report)
+            if dry_run:
+                report.threads = plans
+                retention.estimate(plans, report)
+            elif plans:
+                report.bytes_before, report.total_before = history_usage(self.path), disk_usage(self.path)
+                retention.apply(plans, policies, now, report)
+                if reclaim and report.threads:
+                    self.purge()
+                report.bytes_after, report.total_after = history_usage(self.path), disk_usage(self.path)
+        report.seconds = time.monotonic() - t0
+        return report
 
     def gc(self) -> None:
         """Pack objects and refs with git (waits for writers in every process). Deleted

@@ -39,7 +39,9 @@ from qvc.store.refnames import (
     decode_thread,
     head_ref,
     superseded_prefix,
+    writes_ref,
 )
+from qvc.store.writes import keyed_prefix
 
 if TYPE_CHECKING:
     from qvc.plumbing.repository import Repository, Transaction
@@ -53,37 +55,41 @@ class Rewriter:
         self._history = history
 
     def commit(self, tx: Transaction, sha: str, parents: Sequence[str], *, thread: str | None = None,
-               header_update: Mapping[str, Any] | None = None) -> str:
+               header_update: Mapping[str, Any] | None = None, note: str | None = None) -> str:
         """Write into ``tx`` a copy of commit ``sha`` with ``parents`` instead of its own; return its SHA.
 
         Everything else (tree, message, author, times) is kept, so an unchanged copy has the
         same SHA, but not a signature: the copy is signed by this store's key, or unsigned. With
         ``thread``, the copy is relabelled as a checkpoint of that thread (its header's
-        ``thread_id``, updated with ``header_update``, its versions record re-based on the new
-        first parent, and its ``Thread`` trailer). Moves no ref. Raises
-        :class:`CorruptionError` if the commit (or, to relabel, its checkpoint header) does not read.
+        ``thread_id``, its versions record re-based on the new first parent, and its ``Thread``
+        trailer). ``header_update`` updates the checkpoint header; ``note`` is a line added to the
+        message's trailers. Moves no ref. Raises :class:`CorruptionError` if the commit (or, to
+        change it, its checkpoint header) does not read.
         """
         from qvc.plumbing.signing import split_signature  # deferred: start-up speed (rewrites are rare)
 
         data = split_signature(self._repo.read(bytes.fromhex(sha), "commit"))[0]  # a copy is signed anew, or not
         head, _, message = data.partition(b"\n\n")
         lines = [ln for ln in head.split(b"\n") if not ln.startswith(b"parent ")]
-        if thread is not None:
+        if thread is not None or header_update:
             info = self._history.commit(sha)
             entries = dict(self._history.entries(info))
             if HEADER not in entries:
                 raise CorruptionError(f"commit {sha[:12]} is not a qvc checkpoint (no {HEADER} entry)")
             header, metadata = decode_header(self._history.blob(entries[HEADER][1]), f"checkpoint {sha[:12]}")
             old = header.get("thread_id")
-            header["thread_id"] = thread
+            if thread is not None:
+                header["thread_id"] = thread
+                if isinstance(header.get("versions"), list) and header["versions"]:
+                    header["versions"] = [parents[0] if parents else None, header["versions"][1]]
             header.update(header_update or {})
-            if isinstance(header.get("versions"), list) and header["versions"]:
-                header["versions"] = [parents[0] if parents else None, header["versions"][1]]
             entries[HEADER] = (MODE_BLOB, tx.write("blob", encode_header(header, metadata)))
             lines[0] = b"tree " + tx.write("tree", tree_bytes(entries)).hex().encode()
-            if isinstance(old, str):
+            if thread is not None and isinstance(old, str):
                 message = message.replace(f"\nThread: {escape_trailer(old)}\n".encode(),
                                           f"\nThread: {escape_trailer(thread)}\n".encode())
+        if note is not None:
+            message = message.rstrip(b"\n") + b"\n" + note.encode() + b"\n"
         lines[1:1] = [b"parent " + p.encode() for p in parents]
         return tx.write("commit", b"\n".join(lines) + b"\n\n" + message).hex()
 
@@ -120,12 +126,17 @@ class Rewriter:
             mapping[info.hex] = self.commit(tx, info.hex, parents, thread=new)
 
     def drop(self, tx: Transaction, tips: Sequence[str], drop: set[str], *,
-             relabel: Callable[[str], tuple[str, Mapping[str, Any]]] | None = None) -> dict[str, list[str]]:
+             relabel: Callable[[str], tuple[str, Mapping[str, Any]]] | None = None,
+             cut: Callable[[str, list[str], list[str]], tuple[Mapping[str, Any], str | None]] | None = None,
+             mapped: dict[str, list[str]] | None = None) -> dict[str, list[str]]:
         """Rewrite the history reachable from ``tips`` (every parent, not only the first) without
         the commits in ``drop``: a dropped commit's children get its parents instead. Returns,
         for each tip, the commits that take its place (``[]``: nothing left; several: a dropped
         tip with several parents). Commits with unchanged parents keep their SHA unless
-        ``relabel`` (``sha -> (thread, header update)``) gives every copy a new thread."""
+        ``relabel`` (``sha -> (thread, header update)``) gives every copy a new thread. A commit
+        whose first parent was dropped gets ``cut(sha, new parents, the commits they copy)``'s
+        ``(header update, note)`` (:meth:`commit`). ``mapped``, if given, receives what every
+        commit walked became."""
         order: list[str] = []  # parents before children
         seen: set[str] = set()
         stack: list[tuple[str, bool]] = [(t, False) for t in reversed(tips)]
@@ -139,7 +150,8 @@ class Rewriter:
             seen.add(hexid)
             stack.append((hexid, True))
             stack.extend((p, False) for p in self._history.commit(hexid).parents if p not in seen)
-        mapped: dict[str, list[str]] = {}
+        mapped = {} if mapped is None else mapped
+        origin: dict[str, str] = {}  # copy -> what it copies
         for hexid in order:
             info = self._history.commit(hexid)
             parents = list(dict.fromkeys(q for p in info.parents for q in mapped[p]))
@@ -150,21 +162,50 @@ class Rewriter:
             elif relabel is not None:
                 thread, update = relabel(hexid)
                 mapped[hexid] = [self.commit(tx, hexid, parents, thread=thread, header_update=update)]
+            elif cut is not None and info.parents and info.parents[0] in drop:
+                update, note = cut(hexid, parents, [origin.get(p, p) for p in parents])
+                mapped[hexid] = [self.commit(tx, hexid, parents, header_update=update, note=note)]
             else:
                 mapped[hexid] = [self.commit(tx, hexid, parents)]
+            if mapped[hexid] != [hexid] and hexid not in drop:
+                origin[mapped[hexid][0]] = hexid
         return {t: mapped[t] for t in tips}
+
+    def thread_refs(self, tx: Transaction, thread: str) -> tuple[list[tuple[str, str]], dict[str, str]]:
+        """What makes up ``thread`` as ``tx`` sees it (this transaction's moves included): its head
+        and superseded lines, ``[(ref, tip)]``, and ``{ref: tip}`` of the pending writes of its own
+        checkpoints on them (by commit, and keyed by the thread). A damaged line's refs are there
+        with the writes of whatever part of it reads."""
+        own = [(head_ref(thread), tx.ref(head_ref(thread)))] + tx.refs(superseded_prefix(thread))
+        own = [(n, t) for n, t in own if t is not None]
+        writes: dict[str, str] = {}  # a head and its superseded lines share commits
+        for _, tip in own:
+            try:
+                for info in self._history.first_parents(tip):
+                    if info.thread_id != thread:
+                        break
+                    wtip = tx.ref(writes_ref(info.hex))
+                    if wtip is not None:
+                        writes[writes_ref(info.hex)] = wtip
+            except CorruptionError:
+                continue
+        writes.update(tx.refs(keyed_prefix(thread)))
+        return own, writes
 
     def settle(self, tx: Transaction, thread: str, head: str, superseded: Sequence[tuple[str, str]],
                drop: set[str], *, keep: str | None = None, target: str | None = None,
-               relabel: Callable[[str], tuple[str, Mapping[str, Any]]] | None = None) -> str | None:
+               relabel: Callable[[str], tuple[str, Mapping[str, Any]]] | None = None,
+               cut: Callable[[str, list[str], list[str]], tuple[Mapping[str, Any], str | None]] | None = None,
+               mapped: dict[str, list[str]] | None = None) -> str | None:
         """Rewrite a thread's lines (``head`` and its ``superseded`` refs, ``(name, tip)`` each) without
         the commits in ``drop`` (see :meth:`drop`) and move its refs: the head becomes what takes the
         old head's place (the one whose checkpoint id is ``keep``, else the newest by id, if several;
         a line of the superseded ones if nothing is left of the head's), every other tip left a
         superseded line. With ``target`` the result becomes that thread's refs instead (a copy: the
-        source's refs stay; ``relabel`` then names the copies' thread). Returns the new head."""
+        source's refs stay; ``relabel`` then names the copies' thread). ``cut`` and ``mapped`` are
+        :meth:`drop`'s. Returns the new head."""
         tips = [head, *(tip for _, tip in superseded)]
-        result = self.drop(tx, tips, drop, relabel=relabel)
+        result = self.drop(tx, tips, drop, relabel=relabel, cut=cut, mapped=mapped)
 
         def cid(sha: str) -> str:
             return self._history.commit(sha).checkpoint_id

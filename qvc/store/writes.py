@@ -187,11 +187,13 @@ class PendingWrites:
             if legacy_tip is not None:  # after the set is on ref: a crash between keeps both
                 tx.move_ref(legacy, legacy_tip, None)
 
-    def drop_keyed(self, tx: Transaction, ref: str, paths: Collection[tuple[str, ...]], message: str) -> None:
+    def drop_keyed(self, tx: Transaction, ref: str, paths: Collection[tuple[str, ...]], message: str, *,
+                   squash: bool = False) -> None:
         """In the rewrite ``tx``, remove the key sets at ``paths`` (:func:`key_path`) from the thread
         writes ref ``ref`` (:func:`thread_writes_ref`) as a new root commit (the dropped writes become
-        unreachable); delete ``ref`` if no set is left. Nothing moves when none of them is there."""
-        self._rewrite(tx, ref, message, lambda root: self._without(tx, root, list(paths), {NO_LEGACY}))
+        unreachable); delete ``ref`` if no set is left. Nothing moves when none of them is there,
+        unless ``squash``: then the ref's history goes too (a root commit of its tree)."""
+        self._rewrite(tx, ref, message, lambda root: self._without(tx, root, list(paths), {NO_LEGACY}), squash)
 
     def keep_keyed(self, tx: Transaction, ref: str, path: tuple[str, ...], message: str) -> None:
         """In the rewrite ``tx``, keep only the key set at ``path`` in the thread writes ref ``ref``,
@@ -204,15 +206,17 @@ class PendingWrites:
 
         self._rewrite(tx, ref, message, only)
 
-    def _rewrite(self, tx: Transaction, ref: str, message: str, edit: Callable[[Entry], Entry | None]) -> None:
+    def _rewrite(self, tx: Transaction, ref: str, message: str, edit: Callable[[Entry], Entry | None],
+                 squash: bool = False) -> None:
         """Move ``ref`` to a root commit of ``edit(its tree)`` (``None``: delete it); no move when
-        the tree stays."""
+        the tree stays (with ``squash``: when it stays and the ref's commit is a root already)."""
         old = tx.ref(ref)
         if old is None:
             return
-        root: Entry = (MODE_TREE, self._history.commit(old).tree)
+        info = self._history.commit(old)
+        root: Entry = (MODE_TREE, info.tree)
         tree = edit(root)
-        if tree == root:
+        if tree == root and not (squash and info.parents):
             return
         new = None if tree is None else tx.write("commit", commit_bytes(tree[1].hex(), [], message)).hex()
         tx.move_ref(ref, old, new)
