@@ -95,6 +95,8 @@ def _print_retention(report) -> None:
     if not report.threads:
         if report.examined or report.skipped:
             out(f"Retention: nothing to remove in {report.examined} thread(s)")
+        elif report.dry_run:
+            out("Retention: no policy (qvc config retention.keepLast N, or --keep-last N): nothing would be removed")
         return
     total = f"{report.removed} checkpoint(s) of {len(report.threads)} thread(s)"
     if report.dry_run:

@@ -35,7 +35,7 @@ from qvc.types import PendingWrite  # noqa: E402
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 LOG_KEYS = {"id", "commit", "thread", "step", "n", "name", "source", "time", "timestamp", "parents", "changed",
-            "status", "heads", "tags", "superseded"}
+            "status", "heads", "tags", "superseded", "cut"}
 STATUS_KEYS = {"path", "thread", "head", "head_id", "head_step", "durability", "threads", "superseded_lines",
                "pending_writes", "recovery", "maintenance_due", "replication", "damaged", "failures",
                "last_failures", "quarantine", "problems"}

@@ -240,8 +240,8 @@ def test_a_policy_killed_midway_leaves_each_thread_before_or_after(tmp_path, rou
             for t, ids in lines.items():
                 assert line_ids(store, t) in (ids[::-1], ids[-2:][::-1]), t
                 cut += len(line_ids(store, t)) == 2
-            mixed += 0 < cut < len(lines)
                 assert store.get_tuple(CheckpointConfig(t)).checkpoint.state_data["step"] == 5
+            mixed += 0 < cut < len(lines)
             store.retain(Policy(keep_last=2))  # the next run finishes the rest
             assert all(line_ids(store, t) == ids[-2:][::-1] for t, ids in lines.items())
         fsck(path)
