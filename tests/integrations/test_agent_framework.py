@@ -94,7 +94,8 @@ def test_a_checkpoint_round_trips_with_every_kind_of_value_and_its_fields_are_re
         state={"user": {"big": 2**70, "f": 0.5, "none": None, "b": b"\x00\xff", "s": {1, 2}, "fs": frozenset("ab"),
                         "when": when, "naive": dt.datetime(2026, 1, 1), "d": dt.date(2026, 1, 1),
                         "td": dt.timedelta(seconds=3), "k": {1: "int key", (1, 2): "tuple key", "": "empty"}},
-               "note": note, "markers": {"__type__": "not an envelope"}, "_executor_state": {"w": {"calls": 2}},
+               "note": note, "markers": {"__type__": "not an envelope"}, "a/b%": 1, "": 2,
+               "_executor_state": {"w": {"calls": 2}},
                "_edge_state": {"fan-in": {"a": [1]}}},
         pending_request_info_events={"r1": request}, iteration_count=7, metadata={"superstep": 7},
         previous_checkpoint_id=None, version="1.0")
@@ -108,14 +109,16 @@ def test_a_checkpoint_round_trips_with_every_kind_of_value_and_its_fields_are_re
         event = loaded.pending_request_info_events["r1"]
         assert type(event) is WorkflowEvent and vars(event) == vars(request)
         fields = s.store.read(s.store.resolve(original.checkpoint_id)).checkpoint.state_data
-        assert set(fields) == {"messages", "state", "executor_states", "edge_state", "pending_requests", "iteration",
-                               "graph_signature", "metadata", "checkpoint"}
-        assert fields["state"]["user"]["when"] == when and fields["iteration"] == 7  # stored as they are
-        assert fields["state"]["note"]["__type__"].endswith(":Note")  # the framework's envelope
+        assert set(fields) == {"messages", "state/user", "state/note", "state/markers", "state/a/b%", "state/",
+                               "executor_states", "edge_state", "pending_requests", "iteration", "graph_signature",
+                               "metadata", "checkpoint"}
+        assert fields["state/user"]["when"] == when and fields["iteration"] == 7  # stored as they are
+        assert fields["state/note"]["__type__"].endswith(":Note")  # the framework's envelope
+        assert fields["state/markers"]["__type__"] == "builtins:dict"  # marker keys: pickled, as the framework does
         assert fields["messages"]["a"][0] == {"message": {"data": {"n": 1, "t": (1, "x")}, "source_id": "a",
                                                           "target_id": "b", "type": "standard", "trace_contexts": None,
                                                           "source_span_ids": None, "original_request_info_event": None}}
-        assert fields["executor_states"] == {"w": {"calls": 2}} and "_executor_state" not in fields["state"]
+        assert fields["executor_states"] == {"w": {"calls": 2}} and "state/_executor_state" not in fields
     fsck(tmp_path / "r.qvc")
 
 
@@ -287,7 +290,7 @@ def test_k_tool_steps_give_k_plus_3_checkpoints_parented_as_the_framework_chains
         # one field per value that changes on its own: a tool step writes the messages, the results,
         # the worker's counter and the bookkeeping, never the graph signature
         assert set(s.store.changed(s.store.resolve(cps[3].checkpoint_id))) == {
-            "messages", "state", "executor_states", "iteration", "checkpoint"}
+            "messages", "state/results", "executor_states", "iteration", "checkpoint"}
     fsck(path)
 
 

@@ -41,6 +41,7 @@ from qvc.integrations.agent_framework.layout import (
     PENDING,
     PICKLED,
     RAW,
+    RAW_STATE,
     SOURCE,
     STATE,
     TYPE,
@@ -239,13 +240,14 @@ def encode_checkpoint(checkpoint: WorkflowCheckpoint, allowed: FrozenSet[str]) -
 
     shared = checkpoint.state
     if type(shared) is dict and all(type(k) is str for k in shared) and PICKLED not in shared and TYPE not in shared:
-        state[STATE] = {k: enc.value(v, f"{what}.state[{k!r}]") for k, v in shared.items()
-                        if k not in (EXECUTOR_STATE_KEY, EDGE_STATE_KEY)}
+        for k, v in shared.items():
+            if k not in (EXECUTOR_STATE_KEY, EDGE_STATE_KEY):
+                state[STATE + k] = enc.value(v, f"{what}.state[{k!r}]")
         for key, field in ((EXECUTOR_STATE_KEY, EXECUTOR_STATES), (EDGE_STATE_KEY, EDGE_STATE)):
             if key in shared:
                 state[field] = enc.value(shared[key], f"{what}.state[{key!r}]")
     else:
-        state[RAW + STATE] = enc.value(shared, f"{what}.state")
+        state[RAW_STATE] = enc.value(shared, f"{what}.state")
 
     pending = checkpoint.pending_request_info_events
     if type(pending) is dict and all(type(k) is str for k in pending):
@@ -295,13 +297,14 @@ def decode_checkpoint(checkpoint_id: str, state: Mapping[str, Any], allowed: Fro
     else:
         messages = decode_value(state.get(RAW + MESSAGES, {}), allowed)
 
-    if STATE in state:
-        shared = decode_value(state[STATE], allowed)
+    if RAW_STATE in state:
+        shared = decode_value(state[RAW_STATE], allowed)
+    else:
+        shared = {name[len(STATE):]: decode_value(value, allowed) for name, value in state.items()
+                  if name.startswith(STATE)}
         for key, field in ((EXECUTOR_STATE_KEY, EXECUTOR_STATES), (EDGE_STATE_KEY, EDGE_STATE)):
             if field in state:
                 shared[key] = decode_value(state[field], allowed)
-    else:
-        shared = decode_value(state.get(RAW + STATE, {}), allowed)
 
     if PENDING in state:
         raw = state[PENDING]

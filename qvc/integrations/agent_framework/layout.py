@@ -12,8 +12,10 @@ first parent the checkpoint the framework names as ``previous_checkpoint_id``. I
   item is ``{"message": {...}}`` for a ``WorkflowMessage`` (its fields: ``data``, ``source_id``,
   ``target_id``, ``type``, ``trace_contexts``, ``source_span_ids``, ``original_request_info_event``)
   and ``{"value": ...}`` for anything else;
-- ``state``: the workflow's shared state (what executors ``set_state``), without the two keys the
-  framework reserves, which are fields of their own: ``executor_states`` (``_executor_state``: each
+- ``state/<key>``: one field per key of the workflow's shared state (what executors ``set_state``, and
+  the framework's own ``_workflow_run_kwargs`` and the like), so a superstep writes only the keys it
+  changed and a list that grows (a step's results) rewrites only its last 64-item chunk; the two
+  keys the framework reserves are fields of their own: ``executor_states`` (``_executor_state``: each
   executor's ``on_checkpoint_save`` snapshot) and ``edge_state`` (``_edge_state``: partly filled
   fan-in buffers), each present only when the checkpoint has it;
 - ``pending_requests``: the request-info events awaiting a response, ``{request id: item}``; an item is
@@ -52,13 +54,14 @@ PREFIX = register_prefix("agent-framework.workflows", "maf/workflow/")
 SOURCE = "agent-framework"
 
 #: Field names (see the module docstring).
-MESSAGES, STATE, EXECUTOR_STATES, EDGE_STATE = "messages", "state", "executor_states", "edge_state"
+MESSAGES, STATE, EXECUTOR_STATES, EDGE_STATE = "messages", "state/", "executor_states", "edge_state"
 PENDING, ITERATION, GRAPH, METADATA, BOOKKEEPING = "pending_requests", "iteration", "graph_signature", "metadata", \
     "checkpoint"
 #: The framework's reserved keys of the shared state, kept as fields of their own.
 EXECUTOR_STATE_KEY, EDGE_STATE_KEY = "_executor_state", "_edge_state"
-#: Where a value whose shape the layout does not expect is kept whole.
+#: Where a value whose shape the layout does not expect is kept whole (``raw_state`` for the state).
 RAW = "raw_"
+RAW_STATE = "raw_state"
 
 #: The envelope of a value only pickle keeps (the framework's own two marker keys).
 PICKLED, TYPE = "__pickled__", "__type__"

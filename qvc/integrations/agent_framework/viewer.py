@@ -37,6 +37,7 @@ from qvc.integrations.agent_framework.layout import (
     PENDING,
     PICKLED,
     RAW,
+    RAW_STATE,
     STATE,
     TYPE,
     is_envelope,
@@ -57,9 +58,9 @@ def view(store: GitCheckpointStore, sha: str, state: Dict[str, Any], *, plain: b
                            "time": shown(book.get("timestamp"))}
     if MESSAGES in state:
         out["messages"] = messages(state[MESSAGES])
-    shared = state.get(STATE)
-    if isinstance(shared, Mapping):
-        out["state"] = {k: shown(v) for k, v in shared.items() if not (k.startswith("_") and v in ({}, [], None))}
+    if RAW_STATE not in state:
+        out["state"] = {name[len(STATE):]: shown(v) for name, v in state.items()
+                        if name.startswith(STATE) and not (name[len(STATE):].startswith("_") and v in ({}, [], None))}
     if EXECUTOR_STATES in state:
         out["executors"] = shown(state[EXECUTOR_STATES])
     if EDGE_STATE in state:
