@@ -583,7 +583,10 @@ def test_a_workflow_killed_mid_run_resumes_from_the_last_acknowledged_superstep(
 # -- the sample ----------------------------------------------------------------------------------------
 
 
-def test_the_sample_runs(tmp_path):
+@pytest.mark.slow  # about 3 seconds: the slow tier (the tests above run the same workflows)
+def test_the_sample_runs(tmp_path, request):
+    if not slow_enabled(request.config):
+        pytest.skip("slow: run with -m slow or QVC_SLOW=1")
     proc = subprocess.run([sys.executable, str(ROOT / "samples" / "agent_framework_workflow.py"),
                            "--repo", str(tmp_path / "s.qvc")], env=child_env(), capture_output=True, text=True,
                           timeout=300, stdin=subprocess.DEVNULL)
