@@ -51,6 +51,9 @@ CASES = [
     # the Claude Agent SDK's real loop (its program on a scripted model server): tool steps, a subagent, a
     # resume from qvc alone, rename, tag, a fork
     case("claude_agent_sdk_session.py", "claude_agent_sdk", "claude/session/"),
+    # Microsoft Agent Framework's workflow loop: supersteps, a resume from an older checkpoint and a review
+    # answered by new processes, a fork into another workflow name
+    case("agent_framework_workflow.py", "agent_framework", "maf/workflow/lookups", "maf/workflow/lookups-retry"),
     # the store itself: puts, fork_checkpoint, time travel, push and clone
     case("quickstart.py", None, "france", "france/metropolitan"),
     # qvc.runs: a worker SIGKILLed mid-run and the run continued in place by another process

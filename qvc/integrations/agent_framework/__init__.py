@@ -1,0 +1,32 @@
+"""Microsoft Agent Framework: ``QvcCheckpointStorage``, the workflow ``CheckpointStorage`` on a qvc repository.
+
+``WorkflowBuilder(..., checkpoint_storage=QvcCheckpointStorage("workflows.qvc"))`` keeps every
+checkpoint the framework takes at a superstep boundary in the repository: a workflow (by the name
+the framework keys checkpoints with) is the thread ``maf/workflow/<name>``, each checkpoint one
+commit whose parent is the checkpoint it names as previous (docs/agent-framework.md). Modules:
+:mod:`.layout` (thread names and fields), :mod:`.codec` (a checkpoint as fields and back),
+:mod:`.storage` (``QvcCheckpointStorage``), :mod:`.viewer` (how qvc's readers show a checkpoint),
+:mod:`.scripted` (a small workflow of plain executors that runs offline, for the sample, tests and
+benchmark). Needs the ``agent-framework`` extra (``pip install "qvc[agent-framework]"``).
+``QvcCheckpointStorage`` is imported on first use, so the viewer (``qvc show``) reads a repository
+without loading the framework.
+"""
+
+from typing import Any
+
+from qvc.integrations.agent_framework.layout import PREFIX, workflow_of, workflow_thread
+
+_STORAGE = ("QvcCheckpointStorage", "CheckpointNotFoundError", "CheckpointEncodingError", "CheckpointDecodingError",
+            "InvalidCheckpointError")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _STORAGE:
+        from qvc.integrations.agent_framework import storage
+
+        return getattr(storage, name)
+    raise AttributeError(f"module 'qvc.integrations.agent_framework' has no attribute {name!r}")
+
+
+__all__ = ["PREFIX", "QvcCheckpointStorage", "CheckpointNotFoundError", "CheckpointEncodingError",
+           "CheckpointDecodingError", "InvalidCheckpointError", "workflow_of", "workflow_thread"]
