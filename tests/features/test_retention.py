@@ -192,7 +192,7 @@ def test_puts_that_land_while_a_policy_runs_are_kept(tmp_path):
     started = time.time()
     script = tmp_path / "writer.py"
     script.write_text(WRITER.format(tests=os.path.dirname(os.path.dirname(__file__))))
-    writer = subprocess.Popen([sys.executable, str(script), str(path), "3"], stdout=subprocess.PIPE, text=True,
+    writer = subprocess.Popen([sys.executable, str(script), str(path), "2"], stdout=subprocess.PIPE, text=True,
                               env=child_env())
     with GitCheckpointStore(path) as store:
         time.sleep(0.5)
