@@ -238,25 +238,39 @@ def test_keys_and_threads_read_back_both_ways():
 
 
 WRITER = """
-import asyncio, sys
-from qvc.integrations.strands import QvcStorage
+import asyncio, os, sys, time
+from strands.types.session import SessionMessage
+from qvc.integrations.strands import QvcSessionRepository, QvcStorage
 key = "session/shared/scopes/agent/a/snapshots/snapshot_latest.json"
+who, first = sys.argv[2], int(sys.argv[2] == "b")
 async def main():
-    with QvcStorage(sys.argv[1]) as s:
+    with QvcStorage(sys.argv[1]) as s, QvcSessionRepository(sys.argv[1]) as repo:
+        print("ready", flush=True)
+        while not os.path.exists(sys.argv[3]):
+            time.sleep(0.005)
         for i in range(15):
-            await s.write(key, f'"{sys.argv[2]}-{i}"'.encode())
-            await s.write(f"notes/{sys.argv[2]}", f'"{i}"'.encode())
+            await s.write(key, f'"{who}-{i}"'.encode())
+            await s.write(f"notes/{who}", f'"{i}"'.encode())
+            repo.create_message("r1", "a1", SessionMessage({"role": "user", "content": [{"text": who}]}, 2 * i + first))
 asyncio.run(main())
 """
 
 
 def test_two_processes_writing_at_once_lose_nothing(tmp_path):
-    """Each write is a checkpoint: two processes writing one agent's latest snapshot at once leave
-    every write on its line, in each process's order."""
+    """Each storage write is a checkpoint: two processes writing one agent's latest snapshot at
+    once leave every write on its line, in each process's order; their SessionRepository messages
+    to one agent all land (each call reads and writes in one transaction)."""
     path = tmp_path / "r.qvc"
-    QvcStorage(path).close()
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), who], env=child_env(),
-                              stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for who in ("a", "b")]
+    with QvcSessionRepository(path) as repo:
+        repo.create_session(Session("r1", SessionType.AGENT))
+        repo.create_agent("r1", SessionAgent("a1", {}, {}))
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), who, str(go)], env=child_env(),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for who in ("a", "b")]
+    for p in procs:
+        assert p.stdout.readline() == "ready\n", p.stderr.read()
+    go.touch()  # both at once: their writes interleave
     for p in procs:
         assert p.wait(timeout=120) == 0, p.stderr.read()
     fsck(path)
@@ -268,6 +282,11 @@ def test_two_processes_writing_at_once_lose_nothing(tmp_path):
             assert [w for w in written if w.startswith(who)] == [f"{who}-{i}" for i in range(15)]
         assert json.loads(run(s.read(latest_key("shared", "a")))) == written[-1]
         assert run(s.read("notes/a")) == b'"14"' and len(line(s.store, "strands/storage/notes/b")) == 15
+    with QvcSessionRepository(path) as repo:
+        messages = repo.list_messages("r1", "a1")
+        assert [m.message_id for m in messages] == list(range(30))
+        assert [m.message["content"][0]["text"] for m in messages] == ["a", "b"] * 15
+        assert len(line(repo.store, repository_thread("r1", "agent", "a1"))) == 31
 
 
 # -- Strands' own Agent loop ---------------------------------------------------------------------------

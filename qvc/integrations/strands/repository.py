@@ -13,9 +13,11 @@ session that exists; ``create_agent`` writes the agent (its messages stay); ``up
 ``update_message`` refuse what does not exist and keep its ``created_at``; ``create_message``
 writes the message under its ``message_id`` (replacing one of the same id); ``list_messages``
 returns them in ``message_id`` order. ``delete_session`` deletes the session's threads (qvc's
-delete: the commits stay until ``qvc gc --prune``). Writes are compare-and-swaps on the thread's
-head, tried again on the new head when another writer moved it. Errors are qvc's typed errors that
-are also Strands' ``SessionException`` (:mod:`.errors`).
+delete: the commits stay until ``qvc gc --prune``). A call that writes reads the thread's head and
+writes its checkpoint in one transaction of the store, so two processes writing one session lose
+nothing; messages are stored one blob each (:mod:`.entries`), so appending one writes that
+message, not those before it. Errors are qvc's typed errors that are also Strands'
+``SessionException`` (:mod:`.errors`).
 
 Imports Strands (``strands.session``, ``strands.types``), :mod:`qvc.store`, :mod:`qvc.types`,
 :mod:`qvc.errors` and :mod:`.layout`.
@@ -24,9 +26,7 @@ Imports Strands (``strands.session``, ``strands.types``), :mod:`qvc.store`, :mod
 from __future__ import annotations
 
 import json
-import random
 import threading
-import time
 import uuid
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
@@ -43,15 +43,14 @@ from qvc.errors import (
     StoreClosedError,
     UnknownThreadError,
 )
+from qvc.integrations.strands.entries import field_entries, header, next_step
 from qvc.integrations.strands.errors import SessionException, as_strands
 from qvc.integrations.strands.layout import SOURCE, repository_thread
 from qvc.store.git_store import GitCheckpointStore
-from qvc.types import Checkpoint, CheckpointConfig, DurabilityMode
+from qvc.types import CheckpointConfig, DurabilityMode
 
 _T = TypeVar("_T")
 State = Dict[str, Any]
-#: How often a write is tried again when another writer moved the thread's head meanwhile.
-_RETRIES = 50
 #: The keys of ``SessionAgent.to_dict()`` kept as fields of their own (the rest go in ``agent``),
 #: and the field each goes to.
 _AGENT_FIELDS = {"state": "state", "conversation_manager_state": "conversation_manager_state",
@@ -322,33 +321,39 @@ class QvcSessionRepository(SessionRepository):
             raise CorruptionError(f"checkpoint {found[0][:12]}: field {name!r} is not a {kind.__name__}")
         return json.loads(json.dumps(value))  # the caller's copy
 
+    def _fields_at(self, thread: str, sha: str) -> State:
+        """The fields of the thread's checkpoint commit ``sha`` (shared: never changed)."""
+        cached = self._cache.get(thread)
+        if cached is not None and cached[0] == sha:
+            return cached[1]
+        found = self.store.get_tuple(CheckpointConfig(thread, sha))
+        if found is None:
+            raise CorruptionError(f"thread {thread!r}: commit {sha[:12]} does not read")
+        return found.checkpoint.state_data
+
     def _write(self, thread: str, update: Callable[[Optional[State]], State], metadata: Dict[str, Any], *,
                new: bool = False) -> str:
-        """One checkpoint on ``thread`` holding ``update(fields at the head)`` (``None``: none), as a
-        compare-and-swap on the head, tried again on the new head when another writer moved it
-        (``new``: not tried again, the thread must have no checkpoint)."""
+        """One checkpoint on ``thread`` holding ``update(fields at the head)`` (``None``: no head;
+        ``new``: there must be none, else :class:`~qvc.errors.CheckpointConflictError`), read and
+        written in one transaction of the store (``put_entries``), so no other process writes
+        between; messages one blob each (:mod:`.entries`)."""
         self._check_open()
         metadata = {"source": SOURCE, **metadata}
+        cid = uuid.uuid4().hex
+        made: Dict[str, Any] = {}
+
+        def entries_of(parent: Optional[str], write: Callable[[str, bytes], Any]) -> Dict[str, Any]:
+            head = parent or self.store.head(thread)  # read inside the transaction: no writer moves it now
+            if new and head is not None:
+                raise CheckpointConflictError(f"thread {thread!r} exists")
+            made["fields"] = fields = update(self._fields_at(thread, head) if head else None)
+            return field_entries(self.store, fields, head, write)
+
         with self._lock:
-            for attempt in range(_RETRIES):
-                found = self._state(thread)
-                fields = update(found[1] if found else None)
-                head = found[0] if found else None
-                step = (self.store.commit_info(head).step or 0) + 1 if head else 0
-                checkpoint = Checkpoint(id=uuid.uuid4().hex, thread_id=thread, step=step, state_data=fields)
-                try:
-                    self.store.put(CheckpointConfig(thread), checkpoint, metadata, expected_head=head)
-                except CheckpointConflictError:
-                    self._cache.pop(thread, None)
-                    if new:
-                        raise
-                    time.sleep(random.uniform(0, 0.001 * 2 ** min(attempt, 6)))
-                    continue
-                sha = self.store.head(thread)
-                if sha is not None and self.store.commit_info(sha).checkpoint_id == checkpoint.id:
-                    self._cache[thread] = (sha, fields)
-                return checkpoint.id
-        raise CheckpointConflictError(f"thread {thread!r}: other writers kept moving its head")
+            sha = self.store.put_entries(thread, header(cid, next_step(self.store, thread)), metadata, entries_of,
+                                         source=SOURCE)
+            self._cache[thread] = (sha, made["fields"])
+        return cid
 
     # -- the rest --------------------------------------------------------------------------------------
 

@@ -7,9 +7,10 @@ whose fields are the agent's messages, state, conversation manager state and the
 snapshot (:mod:`.layout`). Any other key a Strands subsystem stores (the context manager's stash,
 memory) is a thread of its own, each write a checkpoint.
 
-- ``write`` is one checkpoint, durable on return in SYNC mode; a compare-and-swap on the thread's
-  head, tried again on the new head when another writer moved it (two processes lose nothing).
-  The bytes read back are the bytes written.
+- ``write`` is one checkpoint, durable on return in SYNC mode, added to the thread's head in one
+  transaction (two processes writing at once lose nothing: both saves are on the line, and the
+  last one is the latest). The bytes read back are the bytes written. A snapshot's messages are
+  stored one blob each (:mod:`.entries`): a save writes the messages it adds.
 - ``delete`` is qvc's: a key that is a whole thread deletes the thread (``delete_threads``); an
   immutable entry, or ``snapshot_latest.json`` while immutable entries remain, drops the checkpoints
   that wrote it from the line (``drop_checkpoints``: their children re-parented). Deletes started
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import copy
 import random
 import threading
 import time
@@ -43,6 +45,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 from strands.storage.search.keyword import KeywordSearchStrategy
 from strands.storage.storage import StorageSearchResult
+from strands.types.exceptions import StorageError
 
 from qvc.errors import (
     CheckpointConflictError,
@@ -53,6 +56,7 @@ from qvc.errors import (
     StoreClosedError,
     UnknownCheckpointError,
 )
+from qvc.integrations.strands.entries import field_entries, header, next_step
 from qvc.integrations.strands.errors import as_strands
 from qvc.integrations.strands.layout import (
     DEFAULT_NAMESPACE,
@@ -71,7 +75,7 @@ from qvc.integrations.strands.layout import (
 )
 from qvc.store.fork import fork_checkpoint
 from qvc.store.git_store import GitCheckpointStore
-from qvc.types import Checkpoint, CheckpointConfig, DurabilityMode
+from qvc.types import CheckpointConfig, DurabilityMode
 
 _T = TypeVar("_T")
 #: How often a write is tried again when another writer moved the thread's head meanwhile.
@@ -118,9 +122,22 @@ class QvcStorage:
         self._indexes: Dict[str, _Index] = {}
         self._values: OrderedDict[str, bytes] = OrderedDict()
         self._batches: Dict[asyncio.AbstractEventLoop, List[Tuple[str, asyncio.Future]]] = {}
+        self._prefix = ""
+        self._flushing: set = set()
 
     def __repr__(self) -> str:
-        return f"QvcStorage({self.path!r})"
+        return f"QvcStorage({self.path!r}" + (f", namespace {self._prefix[:-1]!r})" if self._prefix else ")")
+
+    def namespace(self, prefix: str) -> QvcStorage:
+        """A view of this storage whose keys are under ``prefix`` (``"team"``: ``team/<key>``), as
+        Strands' own backends give one (``Agent(storage=storage.namespace("team"))``): it shares
+        the repository, and ``list`` and ``search`` see and name only its keys, without the prefix.
+        Views compose; closing one does nothing (close the storage it came from)."""
+        scoped = self._checked(normalize_prefix, prefix).rstrip("/")
+        view = copy.copy(self)
+        view._own = False
+        view._prefix = f"{self._prefix}{scoped}/" if scoped else self._prefix
+        return view
 
     # -- the Storage protocol ------------------------------------------------------------------------
 
@@ -131,9 +148,9 @@ class QvcStorage:
         await self._call(self.write_sync, key, data)
         if self._search_strategy is not None:
             try:
-                await self._search_strategy.index(self, normalize_key(key), bytes(data))
+                await self._search_strategy.index(self, self._key(key)[len(self._prefix):], bytes(data))
             except Exception as exc:
-                raise as_strands(CorruptionError(f"wrote {key!r} but its search index failed: {exc}")) from exc
+                raise StorageError(f"wrote {key!r} but indexing it failed") from exc
 
     async def read(self, key: str) -> Optional[bytes]:
         """The bytes last written under ``key``, or ``None`` if none (or deleted)."""
@@ -142,21 +159,26 @@ class QvcStorage:
     async def delete(self, key: str) -> None:
         """Delete ``key`` (a no-op for a key that does not exist); see the module docstring. Deletes
         awaited together on one event loop are done together."""
-        self._checked(normalize_key, key)
+        full = self._key(key)
         loop = asyncio.get_running_loop()
         done: asyncio.Future = loop.create_future()
         with self._lock:
             batch = self._batches.get(loop)
-            first = batch is None
-            if first:
+            if batch is None:
+                # Flushed from a callback of the loop's own, after the tasks ready now (the other
+                # deletes of a gather) joined: a cancelled caller cannot leave the others waiting.
                 batch = self._batches[loop] = []
-            batch.append((key, done))
-        if first:
-            await asyncio.sleep(0)  # the other deletes of a gather join this batch
-            with self._lock:
-                taken = self._batches.pop(loop)
+                loop.call_soon(self._flush, loop)
+            batch.append((full, done))  # full keys: views of one storage share the batch
+        await done
+
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            taken = self._batches.pop(loop)
+
+        async def delete() -> None:
             try:
-                await self._call(self.delete_sync, [k for k, _ in taken])
+                await self._call(self._delete_full, [k for k, _ in taken])
             except BaseException as exc:
                 for _, fut in taken:
                     if not fut.done():
@@ -165,7 +187,10 @@ class QvcStorage:
                 for _, fut in taken:
                     if not fut.done():
                         fut.set_result(None)
-        await done
+
+        task = loop.create_task(delete())
+        self._flushing.add(task)  # held until done: the loop keeps only a weak reference
+        task.add_done_callback(self._flushing.discard)
 
     async def list(self, query: str = "") -> builtins.list[str]:
         """Every key starting with ``query`` (a prefix; empty: every key), sorted."""
@@ -182,7 +207,7 @@ class QvcStorage:
 
     def write_sync(self, key: str, data: bytes) -> str:
         """:meth:`write` without the event loop; returns the id of the checkpoint written."""
-        k = self._checked(normalize_key, key)
+        k = self._key(key)
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise as_strands(InvalidInputError(f"storage value of {k!r} must be bytes, not {type(data).__name__}"))
         self._check_open()
@@ -190,23 +215,25 @@ class QvcStorage:
 
     def read_sync(self, key: str) -> Optional[bytes]:
         """:meth:`read` without the event loop."""
-        k = self._checked(normalize_key, key)
+        k = self._key(key)
         return self._guard(self._read, k)
 
     def delete_sync(self, keys: Sequence[str]) -> None:
         """Delete ``keys`` together (see the module docstring); keys that do not exist are skipped."""
-        checked = [self._checked(normalize_key, k) for k in keys]
+        self._delete_full([self._key(k) for k in keys])
+
+    def _delete_full(self, keys: List[str]) -> None:
         self._check_open()
-        self._guard(self._delete, checked)
+        self._guard(self._delete, keys)
 
     def list_sync(self, query: str = "") -> builtins.list[str]:
         """:meth:`list` without the event loop."""
-        prefix = self._checked(normalize_prefix, query)
-        return self._guard(self._list, prefix)
+        prefix = self._prefix + self._checked(normalize_prefix, query)
+        return [k[len(self._prefix):] for k in self._guard(self._list, prefix)]
 
     def thread(self, key: str) -> str:
         """The qvc thread that holds ``key``."""
-        return place_of(self._checked(normalize_key, key)).thread
+        return place_of(self._key(key)).thread
 
     def fork_session(self, session_id: str, new_session_id: str, *, snapshot_id: Optional[str] = None,
                      namespace: str = DEFAULT_NAMESPACE) -> builtins.list[str]:
@@ -232,25 +259,22 @@ class QvcStorage:
             if place.snapshot_id is not None:
                 metadata["snapshot_id"] = place.snapshot_id
         thread = place.thread
-        with self._lock:
-            for attempt in range(_RETRIES):
-                head = self.store.head(thread)
-                step = (self.store.commit_info(head).step or 0) + 1 if head else 0
-                checkpoint = Checkpoint(id=uuid.uuid4().hex, thread_id=thread, step=step, state_data=fields)
-                try:
-                    self.store.put(CheckpointConfig(thread), checkpoint, metadata, expected_head=head)
-                except SerializationError:
-                    as_text = text_fields(data)
-                    if fields == as_text:
-                        raise
-                    fields = as_text  # JSON the store cannot hold as values (a lone surrogate): as text
-                    continue
-                except CheckpointConflictError:
-                    # A random pause, growing: two writers that keep meeting stop meeting in step.
-                    time.sleep(random.uniform(0, 0.001 * 2 ** min(attempt, 6)))
-                    continue
-                return checkpoint.id
-        raise CheckpointConflictError(f"storage key {key!r}: other writers kept moving thread {thread!r}")
+        cid = uuid.uuid4().hex
+        for _ in range(2):
+            # One transaction: the new checkpoint goes on the thread's head as it is then (another
+            # writer's save before it stays on the line, before this one).
+            try:
+                self.store.put_entries(thread, header(cid, next_step(self.store, thread)), metadata,
+                                       lambda parent, write, fields=fields: field_entries(
+                                           self.store, fields, parent or self.store.head(thread), write),
+                                       source=SOURCE)
+                return cid
+            except SerializationError:
+                as_text = text_fields(data)
+                if fields == as_text:
+                    raise
+                fields = as_text  # JSON the store cannot hold as values (a lone surrogate): as text
+        raise AssertionError("unreachable")
 
     # -- reading ---------------------------------------------------------------------------------------
 
@@ -291,6 +315,18 @@ class QvcStorage:
     def _sha_of(self, place: Place) -> Optional[str]:
         if not place.snapshot:
             return self.store.head(place.thread)
+        head = self.store.head(place.thread)
+        index = self._indexes.get(place.thread)
+        if head is not None and (index is None or index.head != head):
+            # The newest write of the key, walking back from the head: one step for the latest
+            # snapshot (its save is usually the head), not the whole line an index reads.
+            for info in self.store.first_parents(head):
+                if info.thread_id != place.thread:
+                    break
+                if snapshot_id_of(_key_of(self.store.header(info.hex)[1]) or "") == place.snapshot_id:
+                    return info.hex
+                if index is not None and info.hex == index.head:
+                    break  # older than this, the index knows
         index = self._index(place.thread)
         if index is None:
             return None
@@ -418,6 +454,10 @@ class QvcStorage:
 
     async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
         return await asyncio.to_thread(fn, *args)
+
+    def _key(self, key: Any) -> str:
+        """``key`` normalized, under this view's namespace."""
+        return self._prefix + self._checked(normalize_key, key)
 
     @staticmethod
     def _checked(check: Callable[[Any], str], value: Any) -> str:
