@@ -15,6 +15,8 @@ under ``--dir`` (default ``benchmarks/out/``, git-ignored):
 
 - **snapshots**: ``SnapshotSessionManager(save_latest_on="message")`` (every message saved as it is
   added: 2K + 2 saves, then the turn's end) on Strands' ``LocalFileStorage`` and on ``QvcStorage``;
+- **invocation**: the same with ``save_latest_on="invocation"`` (Strands' default: one save when
+  the turn ends);
 - **repository**: ``RepositorySessionManager`` (each message appended, the agent synced) as
   Strands' ``FileSessionManager`` and as ``QvcSessionManager``.
 
@@ -49,7 +51,7 @@ if ROOT not in sys.path:
 KS = (1, 16, 64)
 RESULT_BYTES = 2000
 KINDS = ("files", "qvc", "qvc-async")
-LINES = {"snapshots": KINDS, "repository": KINDS}
+LINES = {"snapshots": KINDS, "invocation": KINDS, "repository": KINDS}
 
 
 def make_tool(k: int, tag: str):
@@ -79,9 +81,10 @@ def manager_for(line: str, kind: str, where: str):
     from qvc.integrations.strands import QvcSessionManager, QvcStorage
 
     durability = "async" if kind == "qvc-async" else "sync"
-    if line == "snapshots":
+    if line in ("snapshots", "invocation"):
         storage = LocalFileStorage(where) if kind == "files" else QvcStorage(where, durability=durability)
-        return SnapshotSessionManager("bench", storage=storage, save_latest_on="message"), storage
+        save = "message" if line == "snapshots" else "invocation"
+        return SnapshotSessionManager("bench", storage=storage, save_latest_on=save), storage
     if kind == "files":
         manager = FileSessionManager("bench", storage_dir=where)
     else:
@@ -159,8 +162,8 @@ def main_run(args: argparse.Namespace) -> dict:
 
     rows = []
     for line in LINES:
-        base_name = "LocalFileStorage" if line == "snapshots" else "FileSessionManager"
-        qvc_name = "QvcStorage" if line == "snapshots" else "QvcSessionManager"
+        base_name = "FileSessionManager" if line == "repository" else "LocalFileStorage"
+        qvc_name = "QvcSessionManager" if line == "repository" else "QvcStorage"
         print(f"\n{line}: {base_name} (files) against {qvc_name} (qvc)")
         print(f"{'K':>3} | {'wall/step files':>15} {'qvc':>9} {'ratio':>6} {'async':>9} {'ratio':>6} | "
               f"{'write() files':>13} {'qvc':>9} {'ratio':>6} | {'disk files':>10} {'qvc':>9} | "

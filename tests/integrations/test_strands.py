@@ -28,7 +28,7 @@ import pytest
 pytest.importorskip("strands")
 
 from adapter_kit import AdapterDriver, AdapterKit, Operation  # noqa: E402
-from helpers import child_env, fsck, invoke, run_git, slow_enabled  # noqa: E402
+from helpers import QVC, child_env, fsck, invoke, run_git, slow_enabled, without  # noqa: E402
 from strands import Agent  # noqa: E402
 from strands.agent.conversation_manager import NullConversationManager  # noqa: E402
 from strands.multiagent import GraphBuilder  # noqa: E402
@@ -386,6 +386,18 @@ def test_a_graph_and_an_agent_level_storage(tmp_path):
         a("Plan a trip.")
         assert s.store.head(snapshot_thread("s2", "agent", "solo")) is not None
 
+        team = s.namespace("team")  # a scoped view, as Strands' own backends give one
+        b = Agent(model=model, tools=[lookup], agent_id="solo", callback_handler=None, storage=team,
+                  session_manager=SnapshotSessionManager("s2"))
+        assert b.messages == []  # not the unscoped session's
+        b("Plan a trip.")
+        assert run(team.list("")) == [latest_key("s2", "solo")]
+        assert run(s.list("team/")) == ["team/" + latest_key("s2", "solo")]
+        assert s.thread("team/" + latest_key("s2", "solo")) == "strands/snapshots/team%2Fsession/s2/agent/solo"
+        assert [r.key for r in run(team.search("trip"))] == [latest_key("s2", "solo")]
+        run(team.namespace("session").delete(latest_key("s2", "solo")[len("session/"):]))
+        assert run(team.list("")) == [] and run(s.read(latest_key("s2", "solo"))) is not None
+
 
 RESUME = """
 import sys
@@ -530,6 +542,11 @@ def test_the_command_line_shows_a_session_as_a_conversation(tmp_path):
     raw = json.loads(invoke(*repo, "show", "--raw", "--json", A1).output)["state"]
     assert raw["snapshot"]["data"] == ["messages", "state", "conversation_manager_state", "interrupt_state",
                                        "system_prompt", "model_state"]
+    bare = subprocess.run([*QVC, *repo, "show", A1], env=without(tmp_path, "strands"), capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL)  # where Strands is not installed
+    assert bare.returncode == 0 and "hint:" not in bare.stderr, bare.stderr  # nothing to show less fully
+    messages = [x for x in shown.split("\n") if x.startswith("     ")]  # one line a message
+    assert len(messages) == 6 and messages == [x for x in bare.stdout.split("\n") if x.startswith("     ")], bare
 
 
 # -- the adapter kit ---------------------------------------------------------------------------------
