@@ -22,7 +22,8 @@ A value's fields: a snapshot (the JSON Strands writes: ``json.dumps(..., ensure_
 a field of its own (``messages``, ``state``, ``conversation_manager_state``, ``interrupt_state``,
 ``system_prompt``, ``model_state``, ...) and the rest in ``snapshot`` (``data`` there lists the
 data keys in order), so that the bytes read back are the bytes written. Other JSON written that
-way is one field, ``value``; other UTF-8 text, ``text``; anything else, ``bytes``.
+way is one field, ``value``; other UTF-8 text, ``text``; anything else, ``bytes``. A list of
+messages is stored in chunks of one message each (:mod:`.entries`).
 
 **The ``SessionRepository``** (:class:`~qvc.integrations.strands.QvcSessionManager`, Strands'
 ``FileSessionManager`` / ``S3SessionManager`` line): ``strands/repository/<session_id>`` holds

@@ -26,8 +26,8 @@ Errors are qvc's typed errors that are also Strands' ``StorageError`` (:mod:`.er
 Store calls run in a worker thread (``asyncio.to_thread``); a write runs to its end even when the
 awaiting task is cancelled.
 
-Imports Strands (``strands.storage``), :mod:`qvc.store`, :mod:`qvc.types`, :mod:`qvc.errors` and
-:mod:`.layout`.
+Imports Strands (``strands.storage``, its exceptions), :mod:`qvc.store`, :mod:`qvc.types`,
+:mod:`qvc.errors`, :mod:`.layout`, :mod:`.entries` and :mod:`.errors`.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ from qvc.store.git_store import GitCheckpointStore
 from qvc.types import CheckpointConfig, DurabilityMode
 
 _T = TypeVar("_T")
-#: How often a write is tried again when another writer moved the thread's head meanwhile.
+#: How often a delete is tried again when another writer rewrote one of its threads meanwhile.
 _RETRIES = 50
 #: How many values read back are kept decoded (by commit: commits never change).
 _KEPT = 64
