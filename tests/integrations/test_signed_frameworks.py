@@ -1,10 +1,11 @@
 """A user sets one key and every framework's runs are signed: each integration's sample (LangGraph's
 ``QvcSaver``, agno's ``QvcDb``, the OpenAI Agents SDK's ``QvcSession``, pydantic-ai's
-``QvcConversationStore``, Google ADK's ``QvcSessionService``) and the samples of the store and of
-``qvc.runs`` run offline as a user runs them, in their own process (and the worker processes they
-start and kill), with nothing but ``QVC_SIGNING_KEY`` set; once the key is an allowed signer,
-``qvc verify`` and plain git find every commit of the repository signed by it. Real
-``ssh-keygen``, ``git``, frameworks and ``qvc`` command; no mocks."""
+``QvcConversationStore``, Google ADK's ``QvcSessionService``, Strands' ``QvcStorage`` and
+``QvcSessionManager``) and the samples of the store and of ``qvc.runs`` run offline as a user runs
+them, in their own process (and the worker processes they start and kill), with nothing but
+``QVC_SIGNING_KEY`` set; once the key is an allowed signer, ``qvc verify`` and plain git find every
+commit of the repository signed by it. Real ``ssh-keygen``, ``git``, frameworks and ``qvc`` command;
+no mocks."""
 
 from __future__ import annotations
 
@@ -54,6 +55,10 @@ CASES = [
     # Microsoft Agent Framework's workflow loop: supersteps, a resume from an older checkpoint and a review
     # answered by new processes, a fork into another workflow name
     case("agent_framework_workflow.py", "agent_framework", "maf/workflow/lookups", "maf/workflow/lookups-retry"),
+    # Strands' Agent loop through SnapshotSessionManager and QvcSessionManager: tool steps, a resume,
+    # time travel to an immutable snapshot, a fork
+    case("strands_session.py", "strands", "strands/session/trip/agent/assistant",
+         "strands/session/trip-b/agent/assistant", "strands/repository/notes"),
     # the store itself: puts, fork_checkpoint, time travel, push and clone
     case("quickstart.py", None, "france", "france/metropolitan"),
     # qvc.runs: a worker SIGKILLed mid-run and the run continued in place by another process
