@@ -44,6 +44,7 @@ from git_servers import GitDaemon
 from helpers import child_env, fsck, run_git, slow_enabled
 
 from qvc import GitCheckpointStore
+from qvc.store.retention import Policy
 
 #: The kill comes after this many acknowledged writes (a random number in the range, inclusive)
 #: and then a random delay, so mostly in the middle of the next write.
@@ -336,6 +337,39 @@ class AdapterKit:
                 self.driver.check_acknowledged(handle, acknowledged)
             finally:
                 self.driver.close(handle)
+
+    def test_a_retention_policy_keeps_what_the_framework_resumes_from(self, tmp_path: Path) -> None:
+        """``qvc gc --keep-last 2`` on what the script wrote: each thread keeps its head and the
+        newest of its line as the framework sees it, the readers read it, and a writer then
+        continues through the adapter (what it acknowledged reads back)."""
+        path = tmp_path / "r.qvc"
+        handle = self.driver.open(path)
+        try:
+            for op in self.driver.script():
+                op.run(handle)
+            before = self.driver.lines(handle)
+        finally:
+            self.driver.close(handle)
+        with GitCheckpointStore(path) as store:
+            report = store.retain(Policy(keep_last=2))
+        assert report.removed, f"{self.driver.name}: the script should leave a thread with more than 2 checkpoints"
+        handle = self.driver.open(path)
+        try:
+            after = self.driver.lines(handle)
+            assert set(after) == set(before), f"{self.driver.name}: keep-last removed a thread"
+            for thread, ids in before.items():
+                kept = after[thread]
+                assert kept and kept == ids[:len(kept)], f"{self.driver.name}: {thread} after retention: {kept}"
+            check_readable(self.driver, handle, path, "after retention")
+        finally:
+            self.driver.close(handle)
+        tokens = kill_a_writer(self.driver, path, random.Random(_seed()))
+        handle = self.driver.open(path)
+        try:
+            check_readable(self.driver, handle, path, "a writer after retention")
+            self.driver.check_acknowledged(handle, tokens)
+        finally:
+            self.driver.close(handle)
 
     def test_a_writer_killed_during_a_write_recovers(self, tmp_path: Path) -> None:
         self._kill_and_recover(tmp_path / "k.qvc", rounds=1, seed=_seed())
