@@ -3,7 +3,8 @@ refuses a directory holding a user's file and a file path with one line and exit
 leaves them as they were. The runs on fresh paths are in tests/features/test_runs.py
 (crash_recovery, tool_error, time_travel), tests/integrations/test_agno.py (agno_agent),
 tests/integrations/test_google_adk.py (google_adk_session), tests/integrations/test_openai_agents.py
-(openai_agents_session) and tests/integrations/test_claude_agent_sdk.py (claude_agent_sdk_session);
+(openai_agents_session), tests/integrations/test_claude_agent_sdk.py (claude_agent_sdk_session) and
+tests/integrations/test_crewai.py (crewai_flow);
 quickstart's and langgraph_agent's are here."""
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def sample(name: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_every_sample_is_covered():
-    assert set(RUNNABLE) == {"agno_agent.py", "claude_agent_sdk_session.py", "crash_recovery.py",
+    assert set(RUNNABLE) == {"agno_agent.py", "claude_agent_sdk_session.py", "crash_recovery.py", "crewai_flow.py",
                              "google_adk_session.py", "langgraph_agent.py", "openai_agents_session.py",
                              "pydantic_ai_conversation.py", "quickstart.py", "time_travel.py", "tool_error.py"}
 
@@ -39,7 +40,7 @@ def test_every_sample_is_covered():
 #: need Python 3.11)
 FRAMEWORK = {"agno_agent.py": "agno", "google_adk_session.py": "google.adk", "langgraph_agent.py": "langgraph.prebuilt",
              "openai_agents_session.py": "agents", "pydantic_ai_conversation.py": "pydantic_ai",
-             "claude_agent_sdk_session.py": "claude_agent_sdk"}
+             "claude_agent_sdk_session.py": "claude_agent_sdk", "crewai_flow.py": "crewai"}
 
 
 def needs_framework(name: str) -> None:

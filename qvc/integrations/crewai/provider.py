@@ -204,8 +204,8 @@ class QvcCheckpointProvider(JsonProvider):
 
     def prune(self, location: str, max_keep: int, *, branch: str = "main") -> int:
         """Keep the newest ``max_keep`` checkpoints of ``branch``'s line (its head always), drop the
-        line's older ones (see the module docstring); returns how many were dropped. :class:`~qvc.errors.InvalidInputError` for a
-        negative ``max_keep``."""
+        line's older ones (see the module docstring); returns how many were dropped.
+        :class:`~qvc.errors.InvalidInputError` for a negative ``max_keep``."""
         self._check_location(location)
         if not isinstance(max_keep, int) or isinstance(max_keep, bool) or max_keep < 0:
             raise InvalidInputError(f"max_keep must be a non-negative integer, not {max_keep!r}")
