@@ -103,6 +103,7 @@ def test_states_are_stored_as_crewais_sqlite_store_reads_them_and_bad_input_is_r
         assert p.load_state("s")["id"] == "s"
 
 
+@pytest.mark.slow
 def test_a_flow_resumes_from_qvc_alone_in_a_new_process(tmp_path):
     path = tmp_path / "f.qvc"
     with QvcFlowPersistence(path) as p:
@@ -363,6 +364,7 @@ class TestCrewAIAdapter(AdapterKit):
 # -- the sample ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_sample_runs(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "samples" / "crewai_flow.py"), "--repo", str(tmp_path / "s.qvc")],
                          env=child_env(), capture_output=True, text=True, timeout=300, cwd=tmp_path)
