@@ -4,8 +4,8 @@ leaves them as they were. The runs on fresh paths are in tests/features/test_run
 (crash_recovery, tool_error, time_travel), tests/integrations/test_agno.py (agno_agent),
 tests/integrations/test_google_adk.py (google_adk_session), tests/integrations/test_openai_agents.py
 (openai_agents_session), tests/integrations/test_claude_agent_sdk.py (claude_agent_sdk_session),
-tests/integrations/test_agent_framework.py (agent_framework_workflow) and
-tests/integrations/test_strands.py (strands_session); quickstart's and langgraph_agent's are here."""
+tests/integrations/test_agent_framework.py (agent_framework_workflow), tests/integrations/test_strands.py
+(strands_session) and tests/integrations/test_crewai.py (crewai_flow); quickstart's and langgraph_agent's are here."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def sample(name: str, *args: str) -> subprocess.CompletedProcess:
 
 def test_every_sample_is_covered():
     assert set(RUNNABLE) == {"agent_framework_workflow.py", "agno_agent.py", "claude_agent_sdk_session.py",
-                             "crash_recovery.py", "google_adk_session.py", "langgraph_agent.py",
+                             "crash_recovery.py", "crewai_flow.py", "google_adk_session.py", "langgraph_agent.py",
                              "openai_agents_session.py", "pydantic_ai_conversation.py", "quickstart.py",
                              "strands_session.py", "time_travel.py", "tool_error.py"}
 
@@ -42,7 +42,7 @@ def test_every_sample_is_covered():
 FRAMEWORK = {"agno_agent.py": "agno", "google_adk_session.py": "google.adk", "langgraph_agent.py": "langgraph.prebuilt",
              "openai_agents_session.py": "agents", "pydantic_ai_conversation.py": "pydantic_ai",
              "claude_agent_sdk_session.py": "claude_agent_sdk", "agent_framework_workflow.py": "agent_framework",
-             "strands_session.py": "strands"}
+             "strands_session.py": "strands", "crewai_flow.py": "crewai"}
 
 
 def needs_framework(name: str) -> None:

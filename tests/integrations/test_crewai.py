@@ -1,0 +1,372 @@
+"""QvcFlowPersistence and QvcCheckpointProvider (qvc.integrations.crewai): CrewAI's flow persistence
+and runtime-checkpoint provider on a qvc repository.
+
+CrewAI's real flows (no model needed), offline: states saved by ``@persist``, a resume from the
+repository alone in a new process, pending human feedback, runtime checkpoints with a resume, a
+fork and a prune that never loses the head; the command line showing them; CrewAI's own flow
+persistence tests run against QvcFlowPersistence (crewai_upstream/); and the adapter kit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+# CrewAI checks PyPI for a newer release and sends telemetry: neither may touch the network here.
+for _name, _value in (("CREWAI_DISABLE_VERSION_CHECK", "true"), ("OTEL_SDK_DISABLED", "true"),
+                      ("CREWAI_TRACING_ENABLED", "false"), ("CREWAI_DISABLE_TELEMETRY", "true"),
+                      ("CREWAI_TESTING", "true")):
+    os.environ.setdefault(_name, _value)
+
+pytest.importorskip("crewai")
+
+from adapter_kit import AdapterDriver, AdapterKit, Operation  # noqa: E402
+from crewai.flow.async_feedback.types import PendingFeedbackContext  # noqa: E402
+from crewai_flows import Steps, persisted  # noqa: E402
+from helpers import child_env, fsck, qvc, run_git  # noqa: E402
+
+from qvc import CheckpointConfig, GitCheckpointStore  # noqa: E402
+from qvc.errors import InvalidInputError, SerializationError, UnknownCheckpointError  # noqa: E402
+from qvc.integrations.crewai import (  # noqa: E402
+    QvcCheckpointProvider,
+    QvcFlowPersistence,
+    branch_of,
+    flow_of,
+    flow_thread,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def line(store: GitCheckpointStore, thread: str) -> list:
+    """The thread's checkpoints on its line, oldest first."""
+    return list(reversed(list(store.list(CheckpointConfig(thread)))))
+
+
+# -- import ----------------------------------------------------------------------------------------
+
+
+def test_import_qvc_does_not_import_crewai():
+    """Nor does the viewer: ``qvc show`` reads CrewAI's checkpoints without loading it."""
+    code = ("import sys, qvc, qvc.store.viewers, qvc.integrations.crewai, qvc.integrations.crewai.viewer\n"
+            "assert not any(m.split('.')[0] in ('crewai', 'pydantic') for m in sys.modules), 'crewai was imported'")
+    subprocess.run([sys.executable, "-c", code], env=child_env(), check=True, timeout=60)
+
+
+# -- flow persistence ------------------------------------------------------------------------------
+
+
+def test_a_persisted_flow_saves_one_readable_checkpoint_per_step(tmp_path):
+    with QvcFlowPersistence(tmp_path / "f.qvc") as p:
+        flow = persisted(p)()
+        flow.kickoff()
+        fid = flow.state["id"]
+        assert p.load_state(fid) == {"id": fid, "items": ["a", "b", "c"]}
+        assert p.flows() == [fid] and flow_of(p.thread(fid)) == fid
+        cps = line(p.store, flow_thread(fid))
+        assert [t.metadata["method"] for t in cps] == ["first", "second", "third"]
+        assert [t.checkpoint.state_data["items"] for t in cps] == [["a"], ["a", "b"], ["a", "b", "c"]]
+        assert all(t.metadata["source"] == "crewai-flow" and t.metadata["op"] == "save" for t in cps)
+        assert [t.checkpoint.step for t in cps] == [0, 1, 2]
+        assert p.load_state("never") is None
+    fsck(tmp_path / "f.qvc")
+
+
+def test_states_are_stored_as_crewais_sqlite_store_reads_them_and_bad_input_is_refused(tmp_path):
+    from datetime import datetime
+
+    from crewai.flow.persistence.sqlite import SQLiteFlowPersistence
+    from pydantic import BaseModel
+
+    class Inner(BaseModel):
+        x: int = 1
+
+    state = {"id": "s", "when": datetime(2026, 1, 2, 3, 4, 5), "tags": {"b"}, "pair": (1, 2), "m": Inner(),
+             "nested": {"deep": [1, {"k": None}]}}
+    with QvcFlowPersistence(tmp_path / "f.qvc") as p:
+        sq = SQLiteFlowPersistence(str(tmp_path / "f.db"))
+        p.save_state("s", "m", state)
+        sq.save_state("s", "m", state)
+        assert p.load_state("s") == sq.load_state("s")
+        with pytest.raises(InvalidInputError):
+            p.save_state("", "m", {})
+        with pytest.raises(InvalidInputError):
+            p.save_state("s", "m", ["not", "a", "state"])
+        assert isinstance(SerializationError("x"), Exception)
+        got = p.load_state("s")
+        got["id"] = "changed"  # a new dict each time
+        assert p.load_state("s")["id"] == "s"
+
+
+@pytest.mark.slow
+def test_a_flow_resumes_from_qvc_alone_in_a_new_process(tmp_path):
+    path = tmp_path / "f.qvc"
+    with QvcFlowPersistence(path) as p:
+        flow = persisted(p)()
+        flow.kickoff(inputs={"id": "resumable"})
+    code = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from crewai_flows import Steps, persisted
+from qvc.integrations.crewai import QvcFlowPersistence
+p = QvcFlowPersistence(sys.argv[1])
+flow = persisted(p)()
+flow.kickoff(inputs={{"id": "resumable"}})
+print("STATE", flow.state["items"])
+p.close()
+"""
+    out = subprocess.run([sys.executable, "-c", code, str(path)], env=child_env(), capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "STATE ['a', 'b', 'c', 'a', 'b', 'c']" in out.stdout  # the restored state, run once more
+    with QvcFlowPersistence(path) as p:
+        assert len(line(p.store, flow_thread("resumable"))) == 6
+
+
+def test_pending_feedback_is_stored_with_its_state_until_cleared(tmp_path):
+    ctx = PendingFeedbackContext(flow_id="fb", flow_class="x.Review", method_name="review",
+                                 method_output={"draft": "text"}, message="Approve?", emit=["approved", "rejected"])
+    with QvcFlowPersistence(tmp_path / "f.qvc") as p:
+        p.save_state("fb", "draft", {"id": "fb", "draft": "text"})
+        assert p.load_pending_feedback("fb") is None
+        p.save_pending_feedback("fb", ctx, {"id": "fb", "draft": "text", "waiting": True})
+        state, back = p.load_pending_feedback("fb")
+        assert state == {"id": "fb", "draft": "text", "waiting": True}
+        assert back.to_dict() == ctx.to_dict()
+        p.save_state("fb", "other", {"id": "fb", "draft": "text 2"})  # still pending until cleared
+        assert p.load_pending_feedback("fb")[1].method_name == "review"
+        p.clear_pending_feedback("fb")
+        p.clear_pending_feedback("fb")
+        assert p.load_pending_feedback("fb") is None
+        ops = [t.metadata["op"] for t in line(p.store, flow_thread("fb"))]
+        assert ops == ["save", "pending_feedback", "save"]
+        p.delete_flow("fb")
+        assert p.load_state("fb") is None and p.flows() == []
+    fsck(tmp_path / "f.qvc")
+
+
+def test_a_persistence_serialized_into_a_checkpoint_is_rebuilt_by_crewai(tmp_path):
+    """CrewAI keeps a flow's persistence in its checkpoints as a dict and rebuilds it by class name."""
+    from crewai.flow.runtime import _resolve_persistence  # CrewAI's own rebuilding, as a restore runs it
+
+    p = QvcFlowPersistence(tmp_path / "f.qvc")
+    try:
+        dumped = p.model_dump(mode="json")
+        assert dumped == {"persistence_type": "QvcFlowPersistence", "path": str(tmp_path / "f.qvc"),
+                          "durability": "sync"}
+        back = _resolve_persistence(dumped)
+        assert isinstance(back, QvcFlowPersistence) and back.path == p.path
+        back.close()
+    finally:
+        p.close()
+
+
+# -- runtime checkpoints ---------------------------------------------------------------------------
+
+
+def test_runtime_checkpoints_resume_fork_and_prune_on_qvc(tmp_path):
+    path = tmp_path / "c.qvc"
+    with QvcCheckpointProvider(path) as prov:
+        flow = Steps(checkpoint=prov.config(on_events=["method_execution_finished"]))
+        flow.kickoff()
+        main = line(prov.store, prov.thread("main"))
+        assert len(main) == 3 and prov.branches() == ["main"]
+        ids = [t.checkpoint.id for t in main]
+        assert all(len(i) == 24 and i[8] == "T" and i[15] == "_" for i in ids)  # CrewAI's own ids, kept
+        # CrewAI serializes the state when its checkpoint handler runs (on its thread pool): the last is whole
+        assert main[-1].checkpoint.state_data["entities"][0]["checkpoint_state"]["items"] == ["a", "b", "c"]
+        # resume the first checkpoint: CrewAI continues its lineage, qvc time travel on the branch
+        resumed = Steps()
+        resumed.kickoff(from_checkpoint=prov.config(restore_from=ids[0], on_events=["method_execution_finished"]))
+        after = line(prov.store, prov.thread("main"))
+        assert after[0].checkpoint.id == ids[0] and len(after) >= 2
+        assert after[1].metadata["parent_id"] == ids[0]
+        assert {t.checkpoint.id for t in prov.store.list(CheckpointConfig(prov.thread("main")), superseded=True)} \
+            >= set(ids)
+        # fork the head onto a branch of its own: the branch's first commit descends from it
+        head = after[-1].checkpoint.id
+        forked = prov.restore(Steps, head, branch="experiment", on_events=["method_execution_finished"])
+        forked.kickoff()
+        exp = line(prov.store, prov.thread("experiment"))
+        exp_ids = [t.checkpoint.id for t in exp]
+        own = [t for t in exp if t.checkpoint.thread_id == prov.thread("experiment")]
+        assert exp_ids[exp_ids.index(own[0].checkpoint.id) - 1] == head and own[-1].metadata["branch"] == "experiment"
+        assert prov.branches() == ["experiment", "main"]
+        exp_head = prov.store.head(prov.thread("experiment"))
+        run_git(path, "merge-base", "--is-ancestor", prov.store.resolve(head), exp_head)
+        # the raw state reads back as CrewAI wrote it
+        raw = json.loads(prov.from_checkpoint(f"{path}#{head}"))
+        assert raw["branch"] == "main" and raw["parent_id"] == after[-2].checkpoint.id
+        # prune keeps the newest of the branch and always its head; the fork stays readable
+        newest = prov.store.commit_info(prov.store.head(prov.thread("main"))).checkpoint_id
+        total = len(line(prov.store, prov.thread("main")))
+        assert prov.prune(str(path), 2, branch="main") == total - 2
+        kept = [t.checkpoint.id for t in prov.store.list(CheckpointConfig(prov.thread("main")))]
+        assert kept[0] == newest and len(kept) == 2
+        assert prov.prune(str(path), 0, branch="main") == 1
+        assert [t.checkpoint.id for t in line(prov.store, prov.thread("main"))] == [newest]
+        assert json.loads(prov.from_checkpoint(head))["branch"] == "main"  # the fork point reads from the fork
+        assert json.loads(prov.from_checkpoint("experiment"))["branch"] == "experiment"
+        with pytest.raises(InvalidInputError):
+            prov.prune(str(path), -1)
+        with pytest.raises(InvalidInputError):
+            prov.checkpoint("{}", str(tmp_path / "elsewhere"))
+        with pytest.raises(SerializationError):
+            prov.checkpoint("not json", str(path))
+        with pytest.raises(UnknownCheckpointError):
+            prov.from_checkpoint("20990101T000000_deadbeef")
+    fsck(path)
+
+
+def test_a_checkpointed_flow_resumes_from_qvc_alone_in_a_new_process(tmp_path):
+    path = tmp_path / "c.qvc"
+    with QvcCheckpointProvider(path) as prov:
+        Steps(checkpoint=prov.config(on_events=["method_execution_finished"])).kickoff()
+        first = line(prov.store, prov.thread("main"))[0].checkpoint.id
+    code = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from crewai_flows import Steps
+from qvc.integrations.crewai import QvcCheckpointProvider
+with QvcCheckpointProvider(sys.argv[1]) as prov:
+    flow = prov.restore(Steps, sys.argv[2], on_events=["method_execution_finished"])
+    flow.kickoff()
+    print("STATE", flow.state["items"])
+"""
+    out = subprocess.run([sys.executable, "-c", code, str(path), first], env=child_env(), capture_output=True,
+                         text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    # what `first` had saved, then the methods it had not completed (CrewAI serializes a state when
+    # its checkpoint handler runs, on its own thread pool: a later method's item may be in it already)
+    assert "STATE ['a', 'b', 'c'" in out.stdout
+    with QvcCheckpointProvider(path) as prov:
+        every = list(prov.store.list(CheckpointConfig(prov.thread("main")), superseded=True))
+        assert len(every) >= 4 and first in [t.metadata["parent_id"] for t in every]
+
+
+def test_the_command_line_shows_flows_and_checkpoints(tmp_path):
+    path = tmp_path / "r.qvc"
+    with QvcFlowPersistence(path) as p:
+        persisted(p)().kickoff(inputs={"id": "shown"})
+    with QvcCheckpointProvider(path) as prov:
+        Steps(checkpoint=prov.config(on_events=["method_execution_finished"])).kickoff()
+    shown = qvc("--repo", str(path), "show", "crewai/flow/shown").stdout
+    assert 'method: "third"' in shown and '"items": ["a", "b", "c"]' in shown
+    shown = qvc("--repo", str(path), "show", "crewai/checkpoint/main").stdout
+    assert "entities" in shown and "events:" in shown and "event_record" not in shown
+    data = json.loads(qvc("--repo", str(path), "show", "--json", "crewai/checkpoint/main").stdout)
+    assert "third" in json.dumps(data)
+    log = qvc("--repo", str(path), "log", "-p", "crewai/flow/shown").stdout
+    assert log.count("checkpoint ") >= 3 and '"b"' in log
+
+
+# -- the adapter kit -------------------------------------------------------------------------------
+
+
+class Handle:
+    def __init__(self, path: Path) -> None:
+        self.persistence = QvcFlowPersistence(path)
+        self.provider = QvcCheckpointProvider(store=self.persistence.store)
+
+    def close(self) -> None:
+        self.provider.close()
+        self.persistence.close()
+
+
+def _flow(fid: str):
+    def op(h: Handle) -> None:
+        persisted(h.persistence)().kickoff(inputs={"id": fid})
+    return op
+
+
+def _checkpointed(h: Handle) -> None:
+    Steps(checkpoint=h.provider.config(on_events=["method_execution_finished"])).kickoff()
+
+
+def _fork(h: Handle) -> None:
+    h.provider.restore(Steps, "main", branch="kit-fork", on_events=["method_execution_finished"]).kickoff()
+
+
+class CrewAIDriver(AdapterDriver):
+    name = "crewai"
+
+    def open(self, path: Path) -> Handle:
+        return Handle(path)
+
+    def close(self, handle: Handle) -> None:
+        handle.close()
+
+    def script(self) -> List[Operation]:
+        return [
+            Operation("flow f1: three persisted steps", _flow("f1")),
+            Operation("flow f2: three persisted steps", _flow("f2")),
+            Operation("checkpointed run on main", _checkpointed),
+            Operation("fork main -> kit-fork, run on it", _fork),
+            Operation("flow f2: delete", lambda h: h.persistence.delete_flow("f2")),
+            Operation("another run on main, then prune main to 2",
+                      lambda h: (_checkpointed(h), h.provider.prune(h.provider.path, 2, branch="main"))),
+            Operation("flow f1: resumed, three more steps", _flow("f1")),
+        ]
+
+    def lines(self, handle: Handle) -> Dict[str, List[str]]:
+        s = handle.persistence.store
+        return {t: [x.checkpoint.id for x in s.list(CheckpointConfig(t))] for t in s.threads()
+                if flow_of(t) is not None or branch_of(t) is not None}
+
+    def checkpoints(self, handle: Handle) -> Dict[str, set]:
+        s = handle.persistence.store
+        return {t: {x.checkpoint.id for x in s.list(CheckpointConfig(t), superseded=True)} for t in self.lines(handle)}
+
+    def snapshot(self, handle: Handle) -> Any:
+        s = handle.persistence.store
+        out: Dict[str, Any] = {}
+        for t in self.lines(handle):
+            out[t] = [(x.checkpoint.id, x.metadata, x.checkpoint.state_data)
+                      for x in s.list(CheckpointConfig(t), superseded=True)]
+        out["flows"] = {f: handle.persistence.load_state(f) for f in handle.persistence.flows()}
+        out["branches"] = {b: handle.provider.from_checkpoint(b) for b in handle.provider.branches()}
+        return out
+
+    def writer(self, path: Path) -> List[str]:
+        return [sys.executable, "-c", WRITER, str(path)]
+
+    def check_acknowledged(self, handle: Handle, tokens: List[str]) -> None:
+        states = [x.checkpoint.state_data for x in handle.persistence.store.list(
+            CheckpointConfig(flow_thread("killed")))]
+        done = {s.get("token") for s in states}
+        for token in tokens:
+            assert token in done, f"acknowledged state {token} is not on the flow's thread"
+
+
+# A child that saves a flow's states as @persist does, one per step; it prints an ack once saved.
+WRITER = """
+import sys, uuid
+from qvc.integrations.crewai import QvcFlowPersistence
+p = QvcFlowPersistence(sys.argv[1])
+tag, i = uuid.uuid4().hex[:8], 0
+while True:
+    t = f"{tag}-{i}"
+    p.save_state("killed", f"step_{i}", {"id": "killed", "token": t, "items": list(range(i % 50))})
+    print(f"ack {t}")
+    i += 1
+"""
+
+
+class TestCrewAIAdapter(AdapterKit):
+    driver = CrewAIDriver()
+
+
+# -- the sample ------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_sample_runs(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "samples" / "crewai_flow.py"), "--repo", str(tmp_path / "s.qvc")],
+                         env=child_env(), capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "resumed" in out.stdout
