@@ -269,7 +269,11 @@ class RetentionReport:
 
 
 class _Moved(Exception):
-    """A planned thread's refs are not as planned any more (a writer moved them): plan again."""
+    """Planned threads whose refs are not as planned any more (a writer moved them): plan them again."""
+
+    def __init__(self, threads: set[str]):
+        super().__init__(", ".join(sorted(threads)))
+        self.threads = threads
 
 
 def _own(history: History, thread: str, tips: Iterable[str]) -> set[str]:
@@ -379,36 +383,40 @@ class Retention:
 
     def apply(self, plans: list[ThreadPlan], policies: Policies, now: float, report: RetentionReport) -> None:
         """Apply ``plans`` in batches, each one transaction that first checks its threads did not
-        move; a batch that finds one moved is planned again (three times at most, then the threads
-        still moving are left as they are, in ``report.skipped``)."""
+        move; the threads a batch finds moved are planned again and the batch retried (three
+        times at most; then the threads still moving are left as they are, in ``report.skipped``,
+        and the rest go ahead)."""
         pending = list(plans)
         while pending:
             batch, copies = [], 0
             while pending and len(batch) < BATCH_THREADS and (not batch or copies < BATCH_COPIES):
                 batch.append(pending.pop(0))
                 copies += batch[-1].kept
-            for attempt in range(4):
+            attempt = 0
+            while batch:
                 try:
                     self._apply_batch(batch, now)
                     report.threads += batch
                     break
-                except (_Moved, CheckpointConflictError):
-                    if attempt == 3:
+                except (_Moved, CheckpointConflictError) as exc:
+                    moved = exc.threads if isinstance(exc, _Moved) else {p.thread for p in batch}
+                    stale = [p for p in batch if p.thread in moved]
+                    batch = [p for p in batch if p.thread not in moved]
+                    attempt += 1
+                    if attempt > 3:  # a thread that keeps moving: the others go ahead without it
                         report.skipped += [(p.thread, "moved by a writer while retention ran; left as it is")
-                                           for p in batch]
-                        break
-                    heads = [(p.thread, h) for p in batch if (h := self._repo.ref(head_ref(p.thread))) is not None]
-                    batch = self.plan(policies, heads, now, report)
-                    if not batch:
-                        break
+                                           for p in stale]
+                        continue
+                    heads = [(p.thread, h) for p in stale if (h := self._repo.ref(head_ref(p.thread))) is not None]
+                    batch += self.plan(policies, heads, now, report)
 
     def _apply_batch(self, batch: list[ThreadPlan], now: float) -> None:
         policies = sorted({p.policy.describe() for p in batch})
         with self._repo.transaction() as tx:
-            for plan in batch:
-                if (tx.ref(head_ref(plan.thread)) != plan.head
-                        or sorted(tx.refs(superseded_prefix(plan.thread))) != plan.superseded):
-                    raise _Moved(plan.thread)
+            moved = {plan.thread for plan in batch if tx.ref(head_ref(plan.thread)) != plan.head
+                     or sorted(tx.refs(superseded_prefix(plan.thread))) != plan.superseded}
+            if moved:
+                raise _Moved(moved)
             tx.rewrite_history(f"retention ({'; '.join(policies)}): {len(batch)} thread(s)")
             for plan in batch:
                 if plan.delete:
