@@ -22,9 +22,9 @@ open TOGETHER: each adapter opens a store of its own on the path, all in this on
 frameworks' writes interleave (a first round of every framework, then a second). Each framework is
 imported with ``pytest.importorskip``: the test runs those that are installed (at least two).
 
-Two strict xfails at the end record bugs of LangGraph's ``QvcSaver`` in a repository it shares with
-another framework (a ``list`` with a filter raises; a LangGraph thread id such as ``openai`` reaches
-the other framework's threads).
+Two tests at the end hold LangGraph's ``QvcSaver`` to the sharing: a ``list`` with a filter skips
+the other frameworks' checkpoints, and a LangGraph thread id such as ``openai`` never reaches the
+other framework's threads (this test found both).
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ from git_servers import GitDaemon
 from helpers import fsck, run_git
 
 from qvc import CheckpointConfig
-from qvc.errors import CorruptionError
 
 
 def run(coro: Any) -> Any:
@@ -534,10 +533,6 @@ def langgraph_and_another() -> tuple:
     pytest.skip("no framework besides LangGraph is installed")
 
 
-@pytest.mark.xfail(strict=True, raises=CorruptionError, reason=(
-    "adapter bug: QvcSaver.list(None, filter=...) (and alist) raises CorruptionError ('was not written by QvcSaver') "
-    "on the first checkpoint of another adapter in the repository, where list(None) without a filter skips it "
-    "(qvc/integrations/langgraph/saver.py, _iter_list: `if filter or ...: raise`)"))
 def test_langgraph_lists_its_checkpoints_with_a_filter_in_a_shared_repository(tmp_path):
     lg, other = langgraph_and_another()
     path = tmp_path / "shared.qvc"
@@ -555,12 +550,6 @@ def test_langgraph_lists_its_checkpoints_with_a_filter_in_a_shared_repository(tm
         other.close()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "adapter bug: QvcSaver takes every qvc thread named '<thread_id>/...' for a namespace of LangGraph thread "
-    "<thread_id> (_names: split_thread_name, no check of qvc.store.prefixes.owner_of), so delete_thread, "
-    "prune(strategy='delete' or 'keep_latest') and copy_thread of a LangGraph thread id such as 'openai', "
-    "'strands', 'maf', 'claude', 'agno' or 'run' act on another adapter's threads: delete_thread('openai') "
-    "deletes every OpenAI Agents session of the repository"))
 def test_a_langgraph_thread_id_never_reaches_another_frameworks_threads(tmp_path):
     lg, other = langgraph_and_another()
     path = tmp_path / "shared.qvc"

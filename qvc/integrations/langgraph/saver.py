@@ -97,6 +97,7 @@ from qvc.errors import CorruptionError, InvalidInputError, InvalidThreadIdError,
 from qvc.integrations.langgraph.values import ChannelValues
 from qvc.store.format import HEADER, FieldEntry, escape_trailer
 from qvc.store.git_store import GitCheckpointStore
+from qvc.store.prefixes import owner_of
 from qvc.store.refnames import decode_name, encode_name
 from qvc.store.writes import KEYED, Item, entry_key
 from qvc.types import DurabilityMode
@@ -276,9 +277,26 @@ class QvcSaver(BaseCheckpointSaver[str]):
         return None if hexid is None else self._tuple(name, hexid)
 
     def _names(self, thread_id: str | None = None) -> list[str]:
-        """The qvc threads of a LangGraph thread (every namespace), or of every thread."""
-        return [name for name, _ in self._store.thread_heads()
-                if name is not None and (thread_id is None or split_thread_name(name)[0] == thread_id)]
+        """The qvc threads of a LangGraph thread (every namespace), or every thread of the repository
+        (the caller skips those QvcSaver did not write). A namespace's thread must be QvcSaver's:
+        in a repository shared with other adapters, ``openai/session/x`` is no namespace of a
+        LangGraph thread ``openai``."""
+        if thread_id is None:
+            return [name for name, _ in self._store.thread_heads() if name is not None]
+        root = thread_name(thread_id)
+        return [name for name, head in self._store.thread_heads()
+                if name is not None and split_thread_name(name)[0] == thread_id
+                and (name == root or self._ours(name, head))]
+
+    def _ours(self, name: str, head: str) -> bool:
+        """Whether the namespace thread ``name`` (at ``head``) is QvcSaver's: no other adapter's
+        prefix, and a head written by QvcSaver (or one that does not read: a damaged thread of ours)."""
+        if owner_of(name) is not None:
+            return False
+        try:
+            return "langgraph" in self._store.header(head)[0]
+        except CorruptionError:
+            return True
 
     def list(self, config: Optional[RunnableConfig], *, filter: Optional[Dict[str, Any]] = None,
              before: Optional[RunnableConfig] = None, limit: Optional[int] = None) -> Iterator[CheckpointTuple]:
@@ -320,9 +338,9 @@ class QvcSaver(BaseCheckpointSaver[str]):
             try:
                 parts = self._header(hexid)
             except CorruptionError:
-                if filter or "langgraph" in self._store.header(hexid)[0]:
+                if "langgraph" in self._store.header(hexid)[0]:
                     raise
-                continue  # a plain qvc thread in the same repository: not a LangGraph checkpoint
+                continue  # another adapter's or a plain qvc thread in the same repository: not LangGraph's
             if any(parts[2].get(k) != v for k, v in filter.items()):
                 continue
             count += 1
