@@ -12,7 +12,7 @@ import textwrap
 import time
 
 import pytest
-from helpers import child_env, fsck, put, qvc, qvc_json, run_git
+from helpers import child_env, fsck, put, qvc, qvc_json, run_git, slow_enabled
 
 from qvc import CheckpointConfig, GitCheckpointStore, InvalidInputError
 from qvc.store.retention import Policies, Policy, parse_age
@@ -222,7 +222,9 @@ KILLED = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("rounds", [pytest.param(2, id="default"), pytest.param(12, marks=pytest.mark.slow)])
-def test_a_policy_killed_midway_leaves_each_thread_before_or_after(tmp_path, rounds):
+def test_a_policy_killed_midway_leaves_each_thread_before_or_after(tmp_path, rounds, request):
+    if rounds > 2 and not slow_enabled(request.config):
+        pytest.skip("long variant: run with -m slow (or QVC_SLOW=1)")
     rng = random.Random(7)
     mixed = 0  # rounds killed between two batches or inside one (some threads cut, others not)
     for r in range(rounds):
