@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -126,6 +127,94 @@ p.close()
     assert "STATE ['a', 'b', 'c', 'a', 'b', 'c']" in out.stdout  # the restored state, run once more
     with QvcFlowPersistence(path) as p:
         assert len(line(p.store, flow_thread("resumable"))) == 6
+
+
+# A flow of STEPS tool steps persisted by QvcFlowPersistence; each save that returned is written to
+# stderr in one write (the flow id, the method, the results the saved state holds) before the flow goes
+# on. Its stdout has CrewAI's panels, printed from CrewAI's threads too.
+KILLED_FLOW = """
+import os, sys
+sys.path.insert(0, sys.argv[3])
+from crewai_flows import tool_loop
+from qvc.integrations.crewai import QvcFlowPersistence
+
+class Acknowledging(QvcFlowPersistence):
+    def save_state(self, flow_uuid, method_name, state_data):
+        n = len(state_data["results"])
+        super().save_state(flow_uuid, method_name, state_data)
+        os.write(2, f"saved {flow_uuid} {method_name} {n}\\n".encode())
+
+tool_loop(Acknowledging(sys.argv[1]), int(sys.argv[2]), delay=0.002)().kickoff()
+"""
+
+RESUMED_FLOW = """
+import sys
+sys.path.insert(0, sys.argv[4])
+from crewai_flows import tool_loop
+from qvc.integrations.crewai import QvcFlowPersistence
+with QvcFlowPersistence(sys.argv[1]) as p:
+    flow = tool_loop(p, int(sys.argv[2]))()
+    flow.kickoff(inputs={"id": sys.argv[3]})
+    print("RESULTS", len(flow.state["results"]), flow.state["answer"])
+"""
+
+
+@pytest.mark.slow
+def test_a_flow_killed_mid_run_resumes_from_qvc_alone_with_every_acknowledged_step(tmp_path):
+    """SIGKILL a real flow right after one of its saves returned; a new process resumes it by its
+    flow id from the repository alone and finishes; every acknowledged save is on the flow's line."""
+    import signal
+    import threading
+
+    from crewai_flows import item
+
+    path, steps, kill_at = tmp_path / "f.qvc", 120, 61  # the 61st save: the 31st tool step's
+    here = str(Path(__file__).parent)
+    panels = open(tmp_path / "child.out", "w")  # a file: a pipe nobody reads could stall the child
+    child = subprocess.Popen([sys.executable, "-c", KILLED_FLOW, str(path), str(steps), here], env=child_env(),
+                             stdout=panels, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    watchdog = threading.Timer(120, child.kill)
+    watchdog.start()
+    acks: list = []
+    err = ""
+    try:
+        for out in child.stderr:
+            err += out
+            ack = re.fullmatch(r"saved (\S+) (\w+) (\d+)\n", out)
+            if ack:
+                acks.append((ack[1], ack[2], int(ack[3])))
+                if len(acks) == kill_at:
+                    child.send_signal(signal.SIGKILL)
+                    break
+        child.wait(timeout=60)
+    finally:
+        watchdog.cancel()
+        child.kill()
+        child.wait()
+        child.stderr.close()
+        panels.close()
+    assert child.returncode == -signal.SIGKILL and len(acks) == kill_at, (child.returncode, len(acks), err[-3000:])
+    fid = acks[0][0]
+    assert {a[0] for a in acks} == {fid} and acks[-1][2] < steps  # one flow, killed mid-run
+
+    out = subprocess.run([sys.executable, "-c", RESUMED_FLOW, str(path), str(steps), fid, here], env=child_env(),
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"RESULTS {steps} {steps} results" in out.stdout
+    expected = [item(n) for n in range(steps)]
+    with QvcFlowPersistence(path) as p:
+        assert p.flows() == [fid]
+        cps = line(p.store, flow_thread(fid))
+        # every acknowledged save, in order, with the state it saved: the first kill_at of the line
+        assert len(cps) >= kill_at
+        for (_, method, n), t in zip(acks, cps[:kill_at], strict=True):
+            assert (t.metadata["method"], t.checkpoint.state_data["results"]) == (method, expected[:n])
+        # then the resumed run went on from the newest saved state to the end, losing and repeating nothing
+        counts = [len(t.checkpoint.state_data["results"]) for t in cps]
+        assert counts == sorted(counts) and set(counts) >= set(range(1, steps + 1))
+        assert p.load_state(fid) == {"id": fid, "results": expected, "answer": f"{steps} results"}
+        assert cps[-1].metadata["method"] == "answer"
+    fsck(path)
 
 
 def test_pending_feedback_is_stored_with_its_state_until_cleared(tmp_path):
