@@ -5,11 +5,43 @@ from __future__ import annotations
 
 import json
 from datetime import date, datetime
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 from pydantic import BaseModel
 
-from qvc.errors import InvalidInputError, SerializationError
+from qvc.errors import InvalidInputError, SerializationError, StoreClosedError
+from qvc.store.git_store import GitCheckpointStore
+from qvc.types import DurabilityMode
+
+
+class RepositoryOwner:
+    """The repository a CrewAI store of qvc's works on, for a pydantic model that declares
+    ``path``, ``durability`` and the private ``_store``, ``_own`` and ``_lock``: built from a
+    repository path (``Cls("agent.qvc")``) or an open store (``store=``, which it does not close)."""
+
+    def __init__(self, path: Any = None, /, *, store: Optional[GitCheckpointStore] = None, **kwargs: Any) -> None:
+        if store is not None:
+            kwargs["path"] = store.path
+        elif path is not None:
+            kwargs["path"] = str(path)
+        if isinstance(kwargs.get("durability"), DurabilityMode):
+            kwargs["durability"] = kwargs["durability"].value
+        super().__init__(**kwargs)
+        if store is not None:
+            self._store, self._own = store, False
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.path!r})"
+
+    @property
+    def store(self) -> GitCheckpointStore:
+        """The repository (opened on first use)."""
+        with self._lock:
+            if self._store is None:
+                self._store = GitCheckpointStore(self.path, durability=self.durability)
+            elif self._store.closed:
+                raise StoreClosedError(f"{self!r} is closed")
+            return self._store
 
 
 def json_default(obj: Any) -> Any:

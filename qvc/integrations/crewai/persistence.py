@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 from crewai.flow.persistence.base import FlowPersistence
 from pydantic import BaseModel, Field, PrivateAttr
 
-from qvc.errors import CheckpointConflictError, CorruptionError, InvalidInputError, StoreClosedError
-from qvc.integrations.crewai._common import json_default, state_fields
+from qvc.errors import CheckpointConflictError, CorruptionError, InvalidInputError
+from qvc.integrations.crewai._common import RepositoryOwner, json_default, state_fields
 from qvc.integrations.crewai.layout import FLOW_SOURCE, flow_of, flow_thread
 from qvc.store.git_store import GitCheckpointStore
 from qvc.types import Checkpoint, CheckpointConfig, DurabilityMode
@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 _RETRIES = 20
 
 
-class QvcFlowPersistence(FlowPersistence):
+class QvcFlowPersistence(RepositoryOwner, FlowPersistence):
     """CrewAI's ``FlowPersistence`` on a qvc repository, the pending-feedback methods included (see
     the module docstring).
 
@@ -66,29 +66,6 @@ class QvcFlowPersistence(FlowPersistence):
     _lock: Any = PrivateAttr(default_factory=threading.RLock)
     _cache: Dict[str, Tuple[str, Dict[str, Any]]] = PrivateAttr(default_factory=dict)
 
-    def __init__(self, path: Any = None, /, *, store: Optional[GitCheckpointStore] = None, **kwargs: Any) -> None:
-        if store is not None:
-            kwargs["path"] = store.path
-        elif path is not None:
-            kwargs["path"] = str(path)
-        if isinstance(kwargs.get("durability"), DurabilityMode):
-            kwargs["durability"] = kwargs["durability"].value
-        super().__init__(**kwargs)
-        if store is not None:
-            self._store, self._own = store, False
-
-    def __repr__(self) -> str:
-        return f"QvcFlowPersistence({self.path!r})"
-
-    @property
-    def store(self) -> GitCheckpointStore:
-        """The repository (opened on first use)."""
-        with self._lock:
-            if self._store is None:
-                self._store = GitCheckpointStore(self.path, durability=self.durability)
-            elif self._store.closed:
-                raise StoreClosedError(f"{self!r} is closed")
-            return self._store
 
     # -- FlowPersistence -------------------------------------------------------------------------
 

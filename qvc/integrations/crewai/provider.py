@@ -52,9 +52,9 @@ from qvc.errors import (
     CheckpointConflictError,
     InvalidInputError,
     SerializationError,
-    StoreClosedError,
     UnknownCheckpointError,
 )
+from qvc.integrations.crewai._common import RepositoryOwner
 from qvc.integrations.crewai.layout import CHECKPOINT_SOURCE, branch_of, branch_thread
 from qvc.store.git_store import GitCheckpointStore
 from qvc.types import Checkpoint, CheckpointConfig, DurabilityMode
@@ -68,7 +68,7 @@ def _new_id() -> str:
     return f"{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}_{uuid.uuid4().hex[:8]}"
 
 
-class QvcCheckpointProvider(JsonProvider):
+class QvcCheckpointProvider(RepositoryOwner, JsonProvider):
     """CrewAI's checkpoint provider on the qvc repository at ``path`` (see the module docstring).
 
     ``QvcCheckpointProvider(path)`` opens (or creates) the repository on first use and closes it in
@@ -87,29 +87,6 @@ class QvcCheckpointProvider(JsonProvider):
     _lock: Any = PrivateAttr(default_factory=threading.RLock)
     _restore_dir: Optional[str] = PrivateAttr(default=None)
 
-    def __init__(self, path: Any = None, /, *, store: Optional[GitCheckpointStore] = None, **kwargs: Any) -> None:
-        if store is not None:
-            kwargs["path"] = store.path
-        elif path is not None:
-            kwargs["path"] = str(path)
-        if isinstance(kwargs.get("durability"), DurabilityMode):
-            kwargs["durability"] = kwargs["durability"].value
-        super().__init__(**kwargs)
-        if store is not None:
-            self._store, self._own = store, False
-
-    def __repr__(self) -> str:
-        return f"QvcCheckpointProvider({self.path!r})"
-
-    @property
-    def store(self) -> GitCheckpointStore:
-        """The repository (opened on first use)."""
-        with self._lock:
-            if self._store is None:
-                self._store = GitCheckpointStore(self.path, durability=self.durability)
-            elif self._store.closed:
-                raise StoreClosedError(f"{self!r} is closed")
-            return self._store
 
     # -- configuring CrewAI ----------------------------------------------------------------------
 
