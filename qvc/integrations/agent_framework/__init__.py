@@ -10,10 +10,16 @@ commit whose parent is the checkpoint it names as previous (docs/agent-framework
 benchmark). Needs the ``agent-framework`` extra (``pip install "qvc[agent-framework]"``).
 ``QvcCheckpointStorage`` is imported on first use, so the viewer (``qvc show``) reads a repository
 without loading the framework.
+
+Agent-side: ``Agent(client, context_providers=[QvcHistoryProvider("agent.qvc")])`` keeps each
+``AgentSession``'s conversation as the thread ``maf/chat/<session id>``, one commit per save of
+messages (:mod:`.history_layout`, :mod:`.history`, :mod:`.history_viewer`).
 """
 
 from typing import Any
 
+from qvc.integrations.agent_framework.history_layout import PREFIX as CHAT_PREFIX
+from qvc.integrations.agent_framework.history_layout import chat_session_of, chat_thread
 from qvc.integrations.agent_framework.layout import PREFIX, workflow_of, workflow_thread
 
 _STORAGE = ("QvcCheckpointStorage", "CheckpointNotFoundError", "CheckpointEncodingError", "CheckpointDecodingError",
@@ -25,8 +31,13 @@ def __getattr__(name: str) -> Any:
         from qvc.integrations.agent_framework import storage
 
         return getattr(storage, name)
+    if name == "QvcHistoryProvider":
+        from qvc.integrations.agent_framework import history
+
+        return history.QvcHistoryProvider
     raise AttributeError(f"module 'qvc.integrations.agent_framework' has no attribute {name!r}")
 
 
-__all__ = ["PREFIX", "QvcCheckpointStorage", "CheckpointNotFoundError", "CheckpointEncodingError",
+__all__ = ["CHAT_PREFIX", "PREFIX", "QvcCheckpointStorage", "QvcHistoryProvider", "chat_session_of", "chat_thread",
+           "CheckpointNotFoundError", "CheckpointEncodingError",
            "CheckpointDecodingError", "InvalidCheckpointError", "workflow_of", "workflow_thread"]
