@@ -312,6 +312,10 @@ def test_runtime_checkpoints_resume_fork_and_prune_on_qvc(tmp_path):
     fsck(path)
 
 
+#: CrewAI's own race between its checkpoint listener and a running flow (see its use below)
+CREWAI_RACE = "dictionary changed size during iteration"
+
+
 def test_a_checkpointed_flow_resumes_from_qvc_alone_in_a_new_process(tmp_path):
     path = tmp_path / "c.qvc"
     with QvcCheckpointProvider(path) as prov:
@@ -327,8 +331,14 @@ with QvcCheckpointProvider(sys.argv[1]) as prov:
     flow.kickoff()
     print("STATE", flow.state["items"])
 """
-    out = subprocess.run([sys.executable, "-c", code, str(path), first], env=child_env(), capture_output=True,
-                         text=True, timeout=120, cwd=tmp_path)
+    for _ in range(3):
+        out = subprocess.run([sys.executable, "-c", code, str(path), first], env=child_env(), capture_output=True,
+                             text=True, timeout=120, cwd=tmp_path)
+        # CrewAI's checkpoint listener dumps the state on its own thread pool while the flow goes on
+        # changing it, and now and then dies of that ("dictionary changed size during iteration", in
+        # pydantic's serializer) whatever the provider: run the resume again, as a user would
+        if out.returncode == 0 or CREWAI_RACE not in out.stderr:
+            break
     assert out.returncode == 0, out.stderr[-3000:]
     # what `first` had saved, then the methods it had not completed (CrewAI serializes a state when
     # its checkpoint handler runs, on its own thread pool: a later method's item may be in it already)
