@@ -34,7 +34,7 @@ import pytest
 from helpers import child_env, fsck, git_env
 
 from qvc import Checkpoint, CheckpointConfig, CheckpointConflictError, GitCheckpointStore
-from qvc.plumbing import leases
+from qvc.plumbing import leases, repository
 
 #: a writer that acknowledges three puts on thread t (and, with --writes, pending writes: a new
 #: ref) and then idles; its background publisher waits argv[3] seconds after a write
@@ -117,6 +117,9 @@ def test_a_store_open_all_along_sees_and_builds_on_a_dead_writers_unpublished_pu
         _put(mine, "t", "base", 0)
         mine.flush()
         base = mine.head("t")
+        # this store's own publisher runs a cycle PUBLISH_LAG after its write, and a cycle publishes
+        # whatever is staged: let it pass before the other writer stages its puts
+        time.sleep(3 * repository.PUBLISH_LAG)
         proc, acked = _holder(path)  # builds on "base", keeps its three puts out of git's files
         proc.kill()
         proc.wait()

@@ -3,6 +3,7 @@ resumes, dry runs, disk given back, writers beside it, a policy killed midway.""
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import signal
@@ -198,8 +199,10 @@ def test_puts_that_land_while_a_policy_runs_are_kept(tmp_path):
         time.sleep(0.5)
         rounds = 0
         while writer.poll() is None:
-            # what is older than the writer's first put goes: the writer's puts never do
-            store.retain(Policy(max_age=time.time() - started + 0.6), reclaim=False)
+            # what is older than the writer's first put goes, the writer's puts never do (commit times
+            # are whole seconds: the cut-off is the second the writer started in, the old ones are older)
+            now = time.time()
+            store.retain(Policy(max_age=now - math.floor(started) + 0.01), reclaim=False, now=now)
             rounds += 1
         acknowledged = writer.stdout.read().split()
         assert writer.returncode == 0 and rounds >= 2 and acknowledged
