@@ -8,6 +8,7 @@ persistence tests run against QvcFlowPersistence (crewai_upstream/); and the ada
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -317,10 +318,16 @@ CREWAI_RACE = "dictionary changed size during iteration"
 
 
 def test_a_checkpointed_flow_resumes_from_qvc_alone_in_a_new_process(tmp_path):
-    path = tmp_path / "c.qvc"
-    with QvcCheckpointProvider(path) as prov:
-        Steps(checkpoint=prov.config(on_events=["method_execution_finished"])).kickoff()
-        first = line(prov.store, prov.thread("main"))[0].checkpoint.id
+    for attempt in range(3):  # CrewAI's own listener race (below) may kill this run too: a fresh repository then
+        path = tmp_path / f"c{attempt}.qvc"
+        try:
+            with QvcCheckpointProvider(path) as prov:
+                Steps(checkpoint=prov.config(on_events=["method_execution_finished"])).kickoff()
+                first = line(prov.store, prov.thread("main"))[0].checkpoint.id
+            break
+        except BaseException as exc:  # pyo3's PanicException is no Exception
+            if CREWAI_RACE not in str(exc) or attempt == 2:
+                raise
     code = f"""
 import sys
 sys.path.insert(0, {str(Path(__file__).parent)!r})
@@ -342,10 +349,15 @@ with QvcCheckpointProvider(sys.argv[1]) as prov:
     assert out.returncode == 0, out.stderr[-3000:]
     # what `first` had saved, then the methods it had not completed (CrewAI serializes a state when
     # its checkpoint handler runs, on its own thread pool: a later method's item may be in it already)
-    assert "STATE ['a', 'b', 'c'" in out.stdout
+    # (CrewAI records a method complete when its checkpoint handler runs, so a method whose item is
+    # in `first`'s state may run again: ['a', 'b', 'b', 'c'])
+    items = ast.literal_eval(out.stdout.split("STATE ", 1)[1].strip())
+    assert items[0] == "a" and items[-1] == "c" and items.count("c") == 1 and "b" in items and len(items) <= 4
     with QvcCheckpointProvider(path) as prov:
         every = list(prov.store.list(CheckpointConfig(prov.thread("main")), superseded=True))
-        assert len(every) >= 4 and first in [t.metadata["parent_id"] for t in every]
+        # the resume's checkpoints continue from `first` (how many CrewAI's listener writes, on its own
+        # thread pool, varies from run to run)
+        assert first in [t.metadata["parent_id"] for t in every]
 
 
 def test_the_command_line_shows_flows_and_checkpoints(tmp_path):
