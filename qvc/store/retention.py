@@ -418,15 +418,16 @@ class Retention:
             if moved:
                 raise _Moved(moved)
             tx.rewrite_history(f"retention ({'; '.join(policies)}): {len(batch)} thread(s)")
+            tags = tx.refs(TAGS)  # read once a batch: the tags that name a copied checkpoint follow it
             for plan in batch:
                 if plan.delete:
                     own, writes = self._rewriter.thread_refs(tx, plan.thread)
                     for name, tip in own + list(writes.items()):
                         tx.move_ref(name, tip, None)
                 else:
-                    self._cut(tx, plan, now)
+                    self._cut(tx, plan, now, tags)
 
-    def _cut(self, tx: Transaction, plan: ThreadPlan, now: float) -> None:
+    def _cut(self, tx: Transaction, plan: ThreadPlan, now: float, tags: list[tuple[str, str]]) -> None:
         thread = plan.thread
         for name, tip in plan.lines:
             tx.move_ref(name, tip, None)
@@ -453,7 +454,7 @@ class Retention:
             if wtip is not None:
                 tx.move_ref(writes_ref(new), None, wtip)
                 tx.move_ref(writes_ref(old), wtip, None)
-        for name, tip in tx.refs(TAGS):
+        for name, tip in tags:
             if tip in copies:
                 tx.move_ref(name, tip, copies[tip], "retention: the checkpoint's copy")
         for sha in plan.gone:
