@@ -29,7 +29,7 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(_ERRORS, "qvc.errors"),
     **dict.fromkeys(_TYPES, "qvc.types"),
     **dict.fromkeys(_RUNS, "qvc.runs"),
-    "RecoveryReport": "qvc.plumbing.recovery",
+    "RecoveryReport": "qvc.plumbing.leftovers",
     "fork_checkpoint": "qvc.qitos.fork", "list_fork_history": "qvc.qitos.fork",
     "DurabilityManager": "qvc.qitos.managers", "PendingWriteManager": "qvc.qitos.managers",
     "StateVersionTracker": "qvc.qitos.versioning",
@@ -64,7 +64,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
         UnknownRunError,
         UnknownThreadError,
     )
-    from qvc.plumbing.recovery import RecoveryReport
+    from qvc.plumbing.leftovers import RecoveryReport
     from qvc.qitos.fork import fork_checkpoint, list_fork_history
     from qvc.qitos.managers import DurabilityManager, PendingWriteManager
     from qvc.qitos.versioning import StateVersionTracker

@@ -8,6 +8,7 @@ Command modules (:mod:`qvc.cli.history`, ...) add their commands to :data:`cli` 
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import sys
@@ -182,6 +183,11 @@ class LazyGroup(Group):
     asked for, so ``qvc log`` never loads what ``qvc push`` needs. Listing the commands (``--help``,
     completion) loads them all."""
 
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        found = super().resolve_command(ctx, args)
+        started()
+        return found
+
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in self.commands:
             load(*([COMMANDS[name]] if name in COMMANDS else MODULES))
@@ -278,11 +284,35 @@ def silence_stdout() -> None:
         pass
 
 
+_starting = False  # run() began and the command is not resolved yet: cyclic collection is off
+
+
+def started() -> None:
+    """The command is resolved (its module loaded): freeze what start-up loaded, so that no
+    collection walks it again, and collect cyclic garbage as usual from here on."""
+    global _starting
+    if _starting:
+        _starting = False
+        gc.freeze()
+        gc.enable()
+
+
 def run() -> None:
-    """The console script."""
+    """The console script.
+
+    A command is a short process whose start-up (importing click, qvc's modules) makes most of
+    its objects, none of them garbage: collection is off until the command is resolved
+    (:func:`started`), and what is alive is frozen again before exit, so that the interpreter's
+    last collection does not walk it. Together about a fifth of a reading command's CPU.
+    """
+    global _starting
+    _starting = True
+    gc.disable()
     code = main()
+    started()  # (a usage error ends before any command is resolved)
     try:
         sys.stdout.flush()
     except BrokenPipeError:
         silence_stdout()
+    gc.freeze()
     sys.exit(code)

@@ -3,7 +3,6 @@ the terminal's size, and the short forms of times and checkpoint ids people read
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -67,6 +66,8 @@ def warn_damaged(store, shown: str | None = None) -> None:
 
 def emit_json(data: Any) -> None:
     """Print ``data`` as indented JSON (the stable ``--json`` forms)."""
+    import json  # deferred: start-up speed (only --json needs it)
+
     click.echo(json.dumps(data, ensure_ascii=False, indent=2, allow_nan=False))
 
 

@@ -14,8 +14,7 @@ from qvc.errors import QvcError, StorageError
 from qvc.logs import log
 from qvc.plumbing import refpack
 from qvc.plumbing.durability import harden
-from qvc.plumbing.launcher import git, run_git
-from qvc.plumbing.recovery import RecoveryReport, remove_stale_files, repair_packs
+from qvc.plumbing.leftovers import RecoveryReport
 
 if TYPE_CHECKING:
     from qvc.plumbing.repository import Repository
@@ -27,6 +26,8 @@ def _prepare(repo: Repository) -> None:
     ref) and rebuild damaged pack indexes (moving what cannot be repaired aside, see
     :func:`~qvc.plumbing.recovery.repair_packs`). Under the exclusive lock no qvc writer is
     mid-write, so every lock is stale."""
+    from qvc.plumbing.recovery import remove_stale_files, repair_packs  # deferred: `qvc status` asks due() only
+
     repo.harden()
     report = RecoveryReport()
     remove_stale_files(repo, 0.0, report)
@@ -39,6 +40,8 @@ def _prepare(repo: Repository) -> None:
 def purge(repo: Repository, lock_fd: int) -> None:
     """Drop every unreachable object, packed or loose. Call under ``repo.exclusive()``, passing
     the lock's descriptor so git keeps the lock even if this process is killed meanwhile."""
+    from qvc.plumbing.launcher import git  # deferred: `qvc status` asks due() only
+
     _prepare(repo)
     blocked = repo.staging.staged_refs("")
     if blocked:  # their commits may be reachable from nothing git's files name: never prune them
@@ -59,6 +62,8 @@ def purge(repo: Repository, lock_fd: int) -> None:
 def gc(repo: Repository, lock_fd: int) -> None:
     """Pack refs and objects (git's own maintenance; libgit2 has none). Keeps unreachable objects:
     deleted checkpoints stay recoverable until :func:`purge`. Call under ``repo.exclusive()``."""
+    from qvc.plumbing.launcher import git  # deferred: `qvc status` asks due() only
+
     _prepare(repo)
     git(repo.path, "pack-refs", "--all", "--prune", lock_fd=lock_fd)
     git(repo.path, "repack", "-a", "-d", "-q", "--keep-unreachable", lock_fd=lock_fd)
@@ -79,6 +84,8 @@ def due(repo: Repository) -> str | None:
 def object_sizes(repo: Repository) -> dict[bytes, int]:
     """``{raw oid: bytes it takes on disk}`` of every object in git's files (packed: its entry in
     the pack, a delta where it is one; loose: its file), reachable or not. Publishes first."""
+    from qvc.plumbing.launcher import git  # deferred: `qvc status` asks due() only
+
     repo.publish()
     out = git(repo.path, "cat-file", "--batch-all-objects", "--batch-check=%(objectname) %(objectsize:disk)")
     sizes: dict[bytes, int] = {}
@@ -91,6 +98,8 @@ def object_sizes(repo: Repository) -> dict[bytes, int]:
 def reachable(repo: Repository, tips: Collection[str]) -> set[bytes]:
     """The raw oids of every object reachable from ``tips`` (commits, trees or blobs, hex), as git
     walks them (``rev-list --objects``). Publishes first."""
+    from qvc.plumbing.launcher import run_git  # deferred: `qvc status` asks due() only
+
     repo.publish()
     if not tips:
         return set()

@@ -42,7 +42,7 @@ from qvc.errors import (
     errno_in,
 )
 from qvc.logs import log
-from qvc.plumbing import pack, refpack
+from qvc.plumbing import leftovers, pack, refpack
 from qvc.plumbing.backend import MISS_RETRIES, QVC_DIR, Backend, GitBackend, ReadOnlyBackend
 from qvc.plumbing.durability import DirtyPaths, DurabilityMode, Worker, dirty, fsync_dir
 from qvc.plumbing.libgit2 import configured, pygit2
@@ -290,15 +290,15 @@ class Repository:
         # Opening: a repository written by the journal-and-leases release is migrated (its
         # journals replayed, its leases rolled forward) and damaged pack indexes are rebuilt,
         # under the exclusive lock; then what is staged is published.
-        from qvc.plumbing import recovery  # deferred: start-up speed (a clean read loads none of it)
+        self.recovery = leftovers.RecoveryReport()
+        if leftovers.needed(self):
+            from qvc.plumbing import recovery  # deferred: start-up speed (a clean open loads none of it)
 
-        self.recovery = recovery.RecoveryReport()
-        if recovery.needed(self):
             with self.exclusive():
                 self.recovery = recovery.recover(self)
                 self.recovered(self.recovery.moved)
-        if self.recovery:
-            log.warning("qvc: recovered %s: %s", self.path, self.recovery.summary())
+            if self.recovery:
+                log.warning("qvc: recovered %s: %s", self.path, self.recovery.summary())
         # A publication flushes the log first (write-ahead): in EXIT mode, whose writes are durable
         # at flush or close, the background publisher runs seldom, so that a run pays that flush
         # about once a second rather than once a write.
@@ -332,8 +332,15 @@ class Repository:
     def read(self, raw: bytes, kind: str | None = None) -> bytes:
         """An object's data; :class:`CorruptionError` if it is missing, unreadable or not ``kind``."""
         self._ensure_usable()
-        staged = self.staging.object(raw)
-        if staged is not None:
+        if self.readonly:
+            # A reader mostly reads what is published: git's files first, the staging database
+            # on a miss, then git's again (published, and its row deleted, in between).
+            try:
+                otype, data = self.backend.read(raw)
+            except CorruptionError:
+                staged = self.staging.object(raw)
+                otype, data = (TYPES[staged[0]], staged[1]) if staged is not None else self.backend.read(raw)
+        elif (staged := self.staging.object(raw)) is not None:
             otype, data = TYPES[staged[0]], staged[1]
         else:
             otype, data = self.backend.read(raw)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from qvc.errors import QvcError
-from qvc.plumbing.recovery import quarantine_folders
+from qvc.plumbing.leftovers import quarantine_folders
 from qvc.store.refnames import HEADS, SUPERSEDED, WRITES, decode_thread
 
 if TYPE_CHECKING:

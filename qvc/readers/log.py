@@ -101,8 +101,6 @@ class ViewedNames:
         order it shows them (removed ones last); ``None`` when it has no viewer (its stored field
         names are the ones people see) or does not read (the caller names the stored fields, and
         ``qvc fsck`` the damage)."""
-        from qvc.readers.statediff import diff_states  # deferred: only a viewer's checkpoints need it
-
         try:
             if viewer_of(self._store, commit) is None:
                 return None
@@ -112,6 +110,8 @@ class ViewedNames:
             return None
         if new is None or old is None:
             return None
+        from qvc.readers.statediff import diff_states  # deferred: only a viewer's checkpoints need it
+
         try:
             found = {d.field: d.status for d in diff_states(old, new)}
         except QvcError:  # a value the diff cannot compare: the stored names

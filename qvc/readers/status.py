@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from qvc.errors import OBJECTS_REPAIR, CorruptionError, DamagedRefError
 from qvc.plumbing import leases, pack
+from qvc.plumbing.leftovers import quarantine_folders
 from qvc.plumbing.maintenance import due
-from qvc.plumbing.recovery import quarantine_folders
 from qvc.remotes.replication import replication_status
 from qvc.runs.failures import recorded_failures
 from qvc.store.refnames import HEADS, SUPERSEDED, WRITES

@@ -30,13 +30,15 @@ import os
 import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qvc.errors import PushRejectedError, QvcError
 from qvc.plumbing.transaction import Record
-from qvc.remotes.remote import Remote, push, pushable, remotes
 from qvc.store.git_store import GitCheckpointStore
 from qvc.store.refnames import HEADS
+
+if TYPE_CHECKING:
+    from qvc.remotes.remote import Remote
 
 MIN_BACKOFF = 0.5
 MAX_BACKOFF = 60.0
@@ -80,6 +82,8 @@ def replicated_remotes(store: GitCheckpointStore) -> list[Remote]:
     """The remotes writes replicate to, read from the repository's config (cheap: no subprocess)."""
     if not _configured(store.path):
         return []
+    from qvc.remotes.remote import Remote  # deferred: `qvc status` loads no transfer machinery
+
     config = store.repository.git.config
     out = []
     for entry in config:
@@ -100,6 +104,10 @@ class Replicator:
         self.remote = remote
         from filelock import FileLock  # deferred: `qvc status` reads replication_status without it
 
+        from qvc.remotes.remote import push, pushable  # deferred, as FileLock
+
+        self._push, self._pushable = push, pushable
+
         qvc_dir = store.repository.qvc_dir
         self._qvc_dir = qvc_dir
         self._lock = FileLock(os.path.join(qvc_dir, f"replicate-{remote.name}.lock"))
@@ -114,7 +122,7 @@ class Replicator:
 
     def notify(self, record: Record) -> None:
         """Called after each committed write: wake the pusher if a pushable ref moved."""
-        if any(pushable(name) for name, _, _ in record.refs):
+        if any(self._pushable(name) for name, _, _ in record.refs):
             self._dirty = True
             self._wake.set()
 
@@ -147,14 +155,14 @@ class Replicator:
                     state = read_state(self._qvc_dir, self.remote.name)  # another process may have pushed
                     known = state.get("pushed") if isinstance(state.get("pushed"), dict) else None
                     try:
-                        result = push(self.store, self.remote.url, timeout=timeout, remote_refs=known)
+                        result = self._push(self.store, self.remote.url, timeout=timeout, remote_refs=known)
                     except PushRejectedError as exc:
                         stale = known is not None and any(
                             "stale" in (u.reason or "") or "never seen" in (u.reason or "")
                             for u in exc.result.rejected)
                         if not stale:
                             raise
-                        result = push(self.store, self.remote.url, timeout=timeout)  # our record was old
+                        result = self._push(self.store, self.remote.url, timeout=timeout)  # our record was old
                     pushed = dict(known or {})
                     pushed.update({u.ref: u.new for u in result.updates if u.status != "rejected" and u.new})
                     state.update(remote=self.remote.name, url=self.remote.url, pushed=pushed, last_success=time.time(),
@@ -209,6 +217,8 @@ def replication_status(store: GitCheckpointStore) -> list[ReplicationStatus]:
     """The lag of every replicated remote, from the replicators' records (works read-only)."""
     if not _configured(store.path):  # most repositories replicate nowhere: say so without running git
         return []
+    from qvc.remotes.remote import remotes  # deferred, as in replicated_remotes
+
     out = []
     now = time.time()
     local = dict(store.repository.refs(HEADS))

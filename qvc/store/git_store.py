@@ -27,6 +27,7 @@ from qvc.errors import (
     UnknownThreadError,
 )
 from qvc.logs import log
+from qvc.plumbing.leftovers import RecoveryReport
 from qvc.plumbing.libgit2 import pygit2
 from qvc.plumbing.objects import MODE_BLOB, MODE_TREE, Entry, commit_bytes, tree_bytes
 from qvc.plumbing.reflog import ReflogEntry
@@ -74,7 +75,6 @@ from qvc.types import (
 )
 
 if TYPE_CHECKING:
-    from qvc.plumbing.recovery import RecoveryReport
     from qvc.plumbing.signing import Signer
     from qvc.store.retention import Policy, RetentionReport
 
@@ -289,8 +289,6 @@ class GitCheckpointStore(CheckpointStore):
         (:func:`~qvc.plumbing.recovery.move_aside`, nothing is deleted) and set the ref back to
         the newest value its reflog names whose commit is whole; a ref without one stays
         deleted. Returns what was done (falsy: nothing to repair)."""
-        from qvc.plumbing.recovery import RecoveryReport  # deferred: start-up speed (repairs are rare)
-
         report = RecoveryReport()
         for name, _ in self._repo.damaged_refs("refs/"):
             try:
@@ -977,8 +975,6 @@ class GitCheckpointStore(CheckpointStore):
             try:
                 head = tx.ref(ref)
             except DamagedRefError:  # its file holds no ref: set aside, then the reset puts the ref back
-                from qvc.plumbing.recovery import RecoveryReport  # deferred, as in repair_refs
-
                 aside = RecoveryReport()
                 self._set_aside(ref, aside)
                 log.warning("qvc: warning: thread %r was damaged: %s", thread, aside.summary())

@@ -63,6 +63,7 @@ def test_a_reading_command_loads_its_own_command_module_only(tmp_path):
         assert module in commands, (argv, commands)
         assert not [m for m in commands if m not in (module, "qvc.cli.runs")], (argv, commands)
         assert "pygit2" not in loaded, argv  # reading commands open the repository read-only, without libgit2
+        assert "qvc.plumbing.recovery" not in loaded, argv  # a clean repository needs no repair
         assert "filelock" not in loaded, argv  # only a replicator (a writable store's service) locks with it
 
 
@@ -74,3 +75,24 @@ def test_the_command_table_names_each_commands_module():
     load(*MODULES)
     where = {name: command.callback.__module__ for name, command in cli.commands.items()}
     assert where == {name: f"qvc.cli.{module}" for name, module in COMMANDS.items()}
+
+
+def test_the_console_script_collects_garbage_again_once_the_command_runs(tmp_path):
+    """:func:`qvc.cli.app.run` turns cyclic collection off while the command starts up (its
+    module loads), and on again (start-up's objects frozen) once the command is resolved: a
+    long command (``serve``, ``watch``) collects as any program does."""
+    repo = tmp_path / "r.qvc"
+    with GitCheckpointStore(repo) as store:
+        put(store, "t", "c0")
+    script = ("import gc, sys, click\nfrom qvc.cli import app\n"
+              "seen = []\ninvoke, load = click.Command.invoke, app.load\n"
+              "app.load = lambda *names: (seen.append(('load', gc.isenabled())), load(*names))[1]\n"
+              "click.Command.invoke = lambda self, ctx: (seen.append((ctx.info_name, gc.isenabled())),\n"
+              "                                          invoke(self, ctx))[1]\n"
+              "sys.argv = ['qvc', '--repo', sys.argv[1], 'log', '-n', '1', 't']\n"
+              "try:\n    app.run()\nexcept SystemExit as exc:\n    code = exc.code\n"
+              "print(code, seen, gc.get_freeze_count() > 0, file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", script, str(repo)], env=child_env(), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.stderr.strip().splitlines()[-1] == "0 [('load', False), ('qvc', True), ('log', True)] True", proc.stderr
+    assert "checkpoint c0" in proc.stdout
