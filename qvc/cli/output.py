@@ -4,16 +4,16 @@ the terminal's size, and the short forms of times and checkpoint ids people read
 from __future__ import annotations
 
 import os
-import re
 import sys
 from typing import Any
 
 import click
 
 from qvc.cli.app import Session, session
+from qvc.lazy import Pattern
 
 _NAMED = {"\a": "\\a", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\v": "\\v", "\f": "\\f", "\r": "\\r"}
-_CONTROL = re.compile(r"\x1b\[[0-9;]*m|[\x00-\x1f\x7f-\x9f]")  # colours (ours, kept), then controls
+_CONTROL = Pattern(r"\x1b\[[0-9;]*m|[\x00-\x1f\x7f-\x9f]")  # colours (ours, kept), then controls
 
 
 def _escape(char: str) -> str:

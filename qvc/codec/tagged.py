@@ -41,6 +41,7 @@ import struct
 from typing import Any, Callable
 
 from qvc.errors import InvalidInputError, SerializationError
+from qvc.lazy import Pattern
 
 _CANONICAL_NAN_BITS = struct.unpack(">Q", struct.pack(">d", math.nan))[0]
 _TAG_EXTRA_KEYS = {
@@ -49,7 +50,7 @@ _TAG_EXTRA_KEYS = {
 }
 _INT_DIGITS_BITS = 13_000  # below this many bits str(int) never hits Python's int/str digit limit
 #: A JSON string (skipped whole) or an object's brace: enough to pair braces in valid JSON text.
-_BRACE_OR_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[{}]', re.S)
+_BRACE_OR_STRING = Pattern(r'"[^"\\]*(?:\\.[^"\\]*)*"|[{}]', re.S)
 
 
 # -- encoding ------------------------------------------------------------------------------------

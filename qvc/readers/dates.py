@@ -30,6 +30,7 @@ import time
 from datetime import datetime
 
 from qvc.errors import InvalidInputError
+from qvc.lazy import Pattern
 
 _MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
            "november", "december")
@@ -37,8 +38,8 @@ _WEEKDAYS = ("sunday", "monday", "tuesday", "wednesday", "thursday", "friday", "
 _NUMBERS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 _UNITS = (("seconds", 1), ("minutes", 60), ("hours", 3600), ("days", 86400), ("weeks", 7 * 86400))
 _SKIPPED = frozenset({"ago", "at", "and"})  # words git passes over
-_OFFSET = re.compile(r"([+-])(\d\d)(\d\d)$")
-_TOKEN = re.compile(r"\d+|[a-z]+|[^\da-z]")
+_OFFSET = Pattern(r"([+-])(\d\d)(\d\d)$")
+_TOKEN = Pattern(r"\d+|[a-z]+|[^\da-z]")
 
 
 def parse_date(text: str, now: float | None = None) -> float:

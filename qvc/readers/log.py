@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from qvc.codec import serde
 from qvc.errors import OBJECTS_REPAIR, CorruptionError, InvalidInputError, NotFoundError, QvcError
+from qvc.lazy import Pattern
 from qvc.logs import log as logger
 from qvc.plumbing.objects import MODE_BLOB
 from qvc.readers.dates import ago
@@ -567,7 +568,7 @@ def _formatted(store: GitCheckpointStore, text: str, write: Callable[[LogEntry],
     return "\n".join(out)
 
 
-_MARKED = re.compile("\x02([0-9a-f]{40})\x02")
+_MARKED = Pattern("\x02([0-9a-f]{40})\x02")
 
 
 def _superseded_only(store: GitCheckpointStore) -> set[str]:
@@ -580,7 +581,7 @@ def _superseded_only(store: GitCheckpointStore) -> set[str]:
     return set(proc.stdout.split()) if proc.returncode == 0 else set()
 
 
-_DECORATION = re.compile("\x01([^\x01]*)\x01")
+_DECORATION = Pattern("\x01([^\x01]*)\x01")
 
 
 def _decorate(refs: str, color: bool) -> str:
@@ -637,7 +638,7 @@ PLACEHOLDERS: dict[str, str] = {
     "%(nchanged)": "how many fields changed", "%(superseded)": "`superseded` when only on a superseded line",
 }
 
-_PLACEHOLDER = re.compile(r"%(?:\((\w+)\)|x([0-9a-fA-F]{2})|([ac][tiIdr])|([HhPpsbBdDn%]))")
+_PLACEHOLDER = Pattern(r"%(?:\((\w+)\)|x([0-9a-fA-F]{2})|([ac][tiIdr])|([HhPpsbBdDn%]))")
 
 
 def check_format(fmt: str) -> str:

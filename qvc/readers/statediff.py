@@ -41,21 +41,21 @@ import difflib
 import json
 import math
 import os
-import re
 from collections.abc import Mapping
 from typing import Any, Dict, Hashable, Iterable, List, Optional
 
 from qvc.codec import serde
 from qvc.codec.tagged import to_jsonable
 from qvc.errors import InvalidInputError, SerializationError
+from qvc.lazy import Pattern
 
 #: Strings longer than this are shown as head…tail by :func:`shorten` (unless ``full``).
 STR_LIMIT = 80
 #: Collections with more items than this are summarized by :func:`shorten` (unless ``full``).
 ITEMS_LIMIT = 10
 
-_IDENT_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_PLAIN_FIELD = re.compile(r"[A-Za-z0-9_\-]+\Z")
+_IDENT_KEY = Pattern(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_PLAIN_FIELD = Pattern(r"[A-Za-z0-9_\-]+\Z")
 _COLORS = {"+": "\x1b[32m", "-": "\x1b[31m", "~": "\x1b[33m", "header": "\x1b[1m"}
 _RESET = "\x1b[0m"
 _OP_SIGN = {"add": "+", "remove": "-", "change": "~"}
@@ -362,10 +362,10 @@ def _sort_key(value: Any) -> tuple:
 
 #: Keys whose numbers are times (Unix seconds): ``time``, ``timestamp``, ``created_at``,
 #: ``update_time``, ... shown to people as dates by :func:`for_people`.
-EPOCH_KEYS = re.compile(r"(?:^|_)(?:time|timestamp|at)\Z")
+EPOCH_KEYS = Pattern(r"(?:^|_)(?:time|timestamp|at)\Z")
 #: Keys whose numbers are durations in seconds: ``duration``, ``elapsed``, ``latency``,
 #: ``time_to_first_token``, ... shown to people rounded by :func:`for_people`.
-DURATION_KEYS = re.compile(r"(?:^|_)(?:duration|elapsed|latency)\Z|\Atime_to_")
+DURATION_KEYS = Pattern(r"(?:^|_)(?:duration|elapsed|latency)\Z|\Atime_to_")
 _EPOCHS = (1e9, 4e9)  # 2001 to 2096: a number outside is not taken for a time
 
 

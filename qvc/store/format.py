@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 
 from qvc.codec import serde
 from qvc.errors import CorruptionError, SerializationError
+from qvc.lazy import Pattern
 from qvc.plumbing.objects import MODE_BLOB, MODE_TREE, Entry, tree_bytes
 from qvc.plumbing.pack import object_id
 from qvc.store.refnames import decode_name, encode_name
@@ -31,7 +32,7 @@ from qvc.store.refnames import decode_name, encode_name
 FORMAT = 1
 HEADER = ".qvc"
 CHUNK = 64
-_NEEDS_ESCAPE = re.compile(r"[%\x00-\x1f\x7f]|^\s|\s$")
+_NEEDS_ESCAPE = Pattern(r"[%\x00-\x1f\x7f]|^\s|\s$")
 
 
 def escape_trailer(value: str) -> str:
@@ -58,10 +59,10 @@ def commit_message(step: int, source: str, changed: list[str], checkpoint_id: st
     return f"{subject}\n\n{body}{trailers}"
 
 
-_TRAILER = re.compile(r"^(Checkpoint-Id|Thread|Step): (.*)$", re.M)
+_TRAILER = Pattern(r"^(Checkpoint-Id|Thread|Step): (.*)$", re.M)
 #: The trailer of a checkpoint that retention made the first of its line (:mod:`qvc.store.retention`).
 CUT = "Retention-Cut"
-_CUT = re.compile(r"^Retention-Cut: (.*)$", re.M)
+_CUT = Pattern(r"^Retention-Cut: (.*)$", re.M)
 
 
 def cut_note(message: str) -> str | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, NamedTuple, Optional, Protocol, Sequence
 
@@ -26,6 +25,7 @@ from qvc.errors import (
     UnknownCheckpointError,
     UnknownThreadError,
 )
+from qvc.lazy import Pattern
 from qvc.logs import log
 from qvc.plumbing.leftovers import RecoveryReport
 from qvc.plumbing.libgit2 import pygit2
@@ -107,9 +107,9 @@ class PutRequest(NamedTuple):
     header: Optional[Mapping[str, Any]] = None
 
 
-_HEXISH = re.compile(r"^[0-9a-fA-F]{4,40}$")
+_HEXISH = Pattern(r"^[0-9a-fA-F]{4,40}$")
 _BOOLEANS = ("true", "false", "yes", "no", "on", "off", "1", "0")
-_MOVED = re.compile(r"^checkout: moving from (\S+) to \S+$")  # what git and libgit2 log in HEAD's reflog
+_MOVED = Pattern(r"^checkout: moving from (\S+) to \S+$")  # what git and libgit2 log in HEAD's reflog
 
 
 class GitCheckpointStore(CheckpointStore):

@@ -12,7 +12,6 @@ rewrite empties it), and each answer is checked against the commit itself.
 from __future__ import annotations
 
 import os
-import re
 import threading
 from bisect import bisect_left
 from collections import OrderedDict
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Iterator
 
 from qvc.errors import CorruptionError
+from qvc.lazy import Pattern
 from qvc.plumbing.objects import parse_tree
 from qvc.plumbing.transaction import GENERATION
 from qvc.store.format import HEADER, decode_header, parse_trailers
@@ -49,7 +49,7 @@ class CommitInfo:
         return self.parents[0] if self.parents else None
 
 
-_INTEGER = re.compile(r"-?[0-9]+")  # str.isdigit() also admits digits int() refuses, such as '²'
+_INTEGER = Pattern(r"-?[0-9]+")  # str.isdigit() also admits digits int() refuses, such as '²'
 
 
 def parse_commit(hexid: str, data: bytes) -> CommitInfo:

@@ -18,9 +18,8 @@ and a hash of the whole id; the full id is then read from the head commit.
 
 from __future__ import annotations
 
-import re
-
 from qvc.errors import InvalidInputError, InvalidThreadIdError
+from qvc.lazy import Pattern
 
 HEADS = "refs/heads/"
 TAGS = "refs/tags/"
@@ -36,10 +35,10 @@ INCOMING = "refs/qvc/incoming/"
 #: to one server keep theirs apart)
 REWRITES = "refs/qvc/rewrites/"
 #: What a remote's name may be (``qvc remote add NAME``): it is one component of the refs above.
-REMOTE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
+REMOTE_NAME = Pattern(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
-_ESCAPE_RUN = re.compile(r"(?:%[0-9A-F]{2})+")
+_ESCAPE_RUN = Pattern(r"(?:%[0-9A-F]{2})+")
 MAX_ENCODED = 200
 _LONG_MARK = "%%"
 
@@ -158,7 +157,7 @@ def writes_ref(commit_hex: str) -> str:
     return WRITES + commit_hex
 
 
-_PLAIN_NAME = re.compile(r"[^%/\\\x00-\x1f\x7f.][^%/\\\x00-\x1f\x7f]*")
+_PLAIN_NAME = Pattern(r"[^%/\\\x00-\x1f\x7f.][^%/\\\x00-\x1f\x7f]*")
 
 
 def encode_name(name: str) -> str:

@@ -18,17 +18,17 @@ shows: B's line without what A reaches.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Optional
 
 from qvc.errors import DamagedRefError, InvalidInputError, NotFoundError, UnknownCheckpointError, UnknownThreadError
+from qvc.lazy import Pattern
 from qvc.store.refnames import check_thread_id, tracking_ref
 
 if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore
 
-_SUFFIX = re.compile(r"(~\d*|\^|@\{\d+\})$")
+_SUFFIX = Pattern(r"(~\d*|\^|@\{\d+\})$")
 
 
 @dataclass(frozen=True)

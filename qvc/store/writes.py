@@ -41,12 +41,12 @@ instead, so that the dropped writes are unreachable (and ``qvc purge`` erases th
 from __future__ import annotations
 
 import functools
-import re
 import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Collection, Optional, Sequence
 
 from qvc.codec import serde
+from qvc.lazy import Pattern
 from qvc.plumbing.objects import MODE_BLOB, MODE_TREE, Entry, commit_bytes, tree_bytes
 from qvc.plumbing.pack import object_id
 from qvc.store.refnames import WRITES, encode_thread
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from qvc.plumbing.repository import Repository, Transaction
     from qvc.store.history import History
 
-_SHA = re.compile(r"[0-9a-f]{40}")
+_SHA = Pattern(r"[0-9a-f]{40}")
 ORDER = ".order"
 #: Writes keyed by thread and caller's key: ``<KEYED><encoded thread>/<ALL>``.
 KEYED = WRITES + "lg/"
