@@ -31,10 +31,8 @@ or a value of the wrong shape, is an error naming the file and line.
 
 from __future__ import annotations
 
-import base64
 import binascii
 import datetime as _dt
-import json
 import math
 import re
 import struct
@@ -81,6 +79,8 @@ def _tz_key(tz: _dt.tzinfo | None, path: str) -> str | None:
 
 
 def _sort_text(item: Any) -> str:
+    import json  # (json and base64 load on first use: a command that shows no value needs neither)
+
     return json.dumps(item, sort_keys=True, ensure_ascii=False)
 
 
@@ -105,6 +105,8 @@ def _enc(v: Any, path: str) -> Any:
             return {"$float": "-0.0"}
         return v
     if t is bytes or t is bytearray or t is memoryview:
+        import base64
+
         return {"$bytes": base64.b64encode(bytes(v)).decode("ascii")}
     if t is list:
         return [_enc(x, f"{path}[{i}]") for i, x in enumerate(v)]
@@ -138,6 +140,8 @@ def dumps_tagged(value: Any, path: str = "value") -> str:
 
     The text always encodes to UTF-8: strings holding lone surrogates raise :class:`SerializationError`.
     """
+    import json
+
     data = to_jsonable(value, path)
     try:
         text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
@@ -188,6 +192,8 @@ def _decode_tag(tag: str, obj: dict, bad: Callable[[str], InvalidInputError]) ->
     if tag == "$bytes":
         if not isinstance(body, str):
             raise bad("expected a base64 string")
+        import base64
+
         try:
             return base64.b64decode(body.encode("ascii"), validate=True)
         except (binascii.Error, UnicodeEncodeError):
@@ -321,6 +327,8 @@ def loads_tagged(text: str, where: str = "value") -> Any:
     object: its opening brace) for invalid JSON or a malformed tag. ``NaN``/``Infinity``
     literals are accepted as floats.
     """
+    import json
+
     closed = 0
 
     def decode_object(pairs: list) -> Any:  # tags decode bottom-up, as each object closes
@@ -347,4 +355,6 @@ def loads_tagged(text: str, where: str = "value") -> Any:
 
 def from_jsonable(data: Any, where: str = "value") -> Any:
     """Inverse of :func:`to_jsonable` for data already parsed as plain JSON values."""
+    import json
+
     return loads_tagged(json.dumps(data, allow_nan=True), where)

@@ -23,7 +23,6 @@ is written leaves an index that is rebuilt, never one naming a deleted checkpoin
 
 from __future__ import annotations
 
-import json
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
@@ -275,6 +274,8 @@ class RewriteLog:
         record = {"version": 1, "time": int(time.time()), "why": why, "by": self._repo.staging.who,
                   "signer": self._repo.signer.fingerprint if self._repo.signer is not None else None,
                   "moves": moves, "removed": removed, "rewritten": rewritten}
+        import json  # (loaded on first use, as in records(): a read that follows no rewrite needs none)
+
         blob = tx.write("blob", json.dumps(record, indent=1, sort_keys=True).encode() + b"\n")
         tree = tx.write("tree", tree_bytes({RECORD: (MODE_BLOB, blob)}))
         tip = tx.ref(ref)
@@ -288,6 +289,8 @@ class RewriteLog:
         repositories it fetched from or was cloned from (every chain under ``refs/qvc/rewrites/``
         and their remote-tracking copies), each chain newest first. Raises
         :class:`~qvc.errors.CorruptionError` for a record that does not read."""
+        import json
+
         tips = dict.fromkeys(tip for _, tip in self._repo.refs(REWRITES))
         tips.update(dict.fromkeys(tip for name, tip in self._repo.refs(REMOTE_QVC) if f"/{ROLE}/" in name))
         seen: set[str] = set()
