@@ -91,6 +91,8 @@ DISPLACED = "refs/qvc/displaced/"
 MODES = ("sync", "async", "exit")
 #: how long a publisher waits for another program's lock on a ref (git waits 0.1 s for a ref, 1 s for packed-refs)
 REF_LOCK_WAIT = 1.0
+#: how long a writer waits for SQLite's locks (its busy timeout; opening, see Staging._open_writer)
+OPEN_WAIT = 60.0
 #: SQLite's default limit on one value (SQLITE_MAX_LENGTH); a larger object cannot be staged
 MAX_OBJECT = 1_000_000_000
 
@@ -289,16 +291,33 @@ class Staging:
         with self._guard("open"):
             new = not os.path.exists(self.log_path) and not os.path.exists(self._db_path)
             with self._queue() if new else contextlib.nullcontext():  # its first writers take turns
-                db = sqlite3.connect(self._db_path, isolation_level=None, check_same_thread=False, timeout=60)
+                db = self._open_writer()
+        with self._conns_lock:
+            self._conns.append(db)
+        return db
+
+    def _open_writer(self) -> sqlite3.Connection:
+        """Connect and set the connection up. SQLite answers "database is locked" at once,
+        without its busy handler, where another connection holds the database exclusively for
+        a moment (the last one to close checkpoints the log and deletes it): that is waited
+        out here, as the busy handler waits out a writer (up to :data:`OPEN_WAIT` seconds)."""
+        deadline, pause = time.monotonic() + OPEN_WAIT, 0.001
+        while True:
+            db = sqlite3.connect(self._db_path, isolation_level=None, check_same_thread=False, timeout=OPEN_WAIT)
+            try:
                 db.execute("PRAGMA journal_mode=WAL")
                 sync = "FULL" if self.mode == "sync" and self.fsync else "NORMAL" if self.fsync else "OFF"
                 db.execute(f"PRAGMA synchronous={sync}")
                 if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
                     with self._queue():  # (reentrant) creating the tables: one writer at a time
                         db.executescript(_SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION};")
-        with self._conns_lock:
-            self._conns.append(db)
-        return db
+                return db
+            except sqlite3.OperationalError as exc:
+                db.close()
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
     def _rows(self, sql: str, args: Sequence = ()) -> list[tuple]:
         """The rows of a read outside any transaction (``[]`` when there is no database yet).

@@ -3,6 +3,7 @@ Real SQLite databases and real git repositories; plain git checks what is publis
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 
 import pygit2
@@ -495,3 +496,24 @@ def test_async_flushes_the_log_within_max_lag_and_exit_at_flush(repo, monkeypatc
             assert [t for p, t in flushed if p == wal] == ["MainThread"]
     finally:
         staging.close()
+
+
+def test_a_first_write_waits_while_another_process_makes_the_database(repo):
+    """Writers of processes started together: one creates the database, and a second one's
+    switch to WAL meets it holding its first write lock. SQLite then answers "database is
+    locked" at once, without its busy handler (waiting could deadlock it); the writer waits
+    and tries again, as for any lock, instead of failing the put (seen 1 in 90 first puts)."""
+    db_path = repo / DB
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    other = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)  # not yet in WAL mode ...
+    other.execute("CREATE TABLE made_first (x)")
+    other.execute("BEGIN IMMEDIATE")  # ... whose maker holds the write lock for a moment
+    other.execute("INSERT INTO made_first VALUES (1)")
+    threading.Timer(0.3, other.commit).start()
+    staging = Staging(repo)
+    try:
+        first = stage(staging, "refs/heads/t", "one")
+        assert staging.ref("refs/heads/t") == first
+    finally:
+        staging.close()
+        other.close()
