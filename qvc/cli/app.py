@@ -303,7 +303,7 @@ def run() -> None:
     A command is a short process whose start-up (importing click, qvc's modules) makes most of
     its objects, none of them garbage: collection is off until the command is resolved
     (:func:`started`), and what is alive is frozen again before exit, so that the interpreter's
-    last collection does not walk it. Together about a fifth of a reading command's CPU.
+    last collection does not walk it: about 12 ms of the 85 ms of CPU a reading command took.
     """
     global _starting
     _starting = True
