@@ -14,9 +14,10 @@ from qvc import GitCheckpointStore
 
 
 def loaded_after(code: str) -> list[str]:
-    """The modules of qvc (and of pygit2 and filelock) a fresh interpreter holds after running ``code``."""
+    """The modules of qvc (and of pygit2, filelock and subprocess) a fresh interpreter holds after running ``code``."""
     script = (f"import sys\n{code}\nimport json\n"
-              "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('qvc', 'pygit2', 'filelock'))))")
+              "print(json.dumps(sorted(m for m in sys.modules\n"
+              "                        if m.split('.')[0] in ('qvc', 'pygit2', 'filelock', 'subprocess'))))")
     proc = subprocess.run([sys.executable, "-c", script], env=child_env(), capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -64,6 +65,7 @@ def test_a_reading_command_loads_its_own_command_module_only(tmp_path):
         assert not [m for m in commands if m not in (module, "qvc.cli.runs")], (argv, commands)
         assert "pygit2" not in loaded, argv  # reading commands open the repository read-only, without libgit2
         assert "qvc.plumbing.recovery" not in loaded, argv  # a clean repository needs no repair
+        assert "subprocess" not in loaded, argv  # nor runs a program (git, a push for replication's status)
         assert "filelock" not in loaded, argv  # only a replicator (a writable store's service) locks with it
 
 
