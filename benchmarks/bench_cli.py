@@ -6,6 +6,7 @@ Run by hand from the repository root::
     .venv/bin/python benchmarks/bench_cli.py            # small: 4 threads + one 40-checkpoint thread
     .venv/bin/python benchmarks/bench_cli.py --large    # 1,000 threads + one 5,000-checkpoint thread
     .venv/bin/python benchmarks/bench_cli.py --quick    # 200 threads + 1,000 checkpoints
+    .venv/bin/python benchmarks/bench_cli.py --baseline ../qvc-before   # before and after, alternating
 
 The small repository measures what every command pays whatever the repository (start-up): the
 everyday reading commands (``log -n 20``, ``status``, ``show``) have a target of 60 ms each
@@ -84,6 +85,9 @@ def main() -> int:
                     help="run qvc and the floors with this interpreter, e.g. that of a venv where qvc is installed "
                          "as users install it (`pip install .`: an editable install adds an import hook to every "
                          "start of Python)")
+    ap.add_argument("--baseline", metavar="CHECKOUT",
+                    help="another checkout of qvc (say, before a change): its commands run too, as 'before: ...', "
+                         "alternating with this checkout's in every round, so load hits both alike")
     args = ap.parse_args()
     size = args.size or "small"
     threads, long_thread, rounds = SIZES[size]
@@ -116,22 +120,29 @@ def main() -> int:
             "qvc branch": [*qvc, "--repo", repo, "branch"],
             "qvc status": [*qvc, "--repo", repo, "status"],
         }
+        envs = {name: env for name in commands}
+        if args.baseline:  # the baseline's package first on the path; its .pyc compiled as this one's
+            before = dict(env, PYTHONPATH=os.path.abspath(args.baseline) + os.pathsep + env.get("PYTHONPATH", ""))
+            compileall.compile_dir(os.path.join(args.baseline, "qvc"), quiet=1)
+            for name in [n for n in commands if n.startswith("qvc ")]:
+                commands[f"before: {name}"] = commands[name]
+                envs[f"before: {name}"] = before
         results: dict[str, dict[str, list[float]]] = {}
         for phase in ("loose refs", "after qvc gc"):
             if phase == "after qvc gc":
                 subprocess.run([*qvc, "--repo", repo, "gc"], env=env, check=True, capture_output=True, cwd=work)
             times: dict[str, list[float]] = {name: [] for name in commands}
             cpu: dict[str, list[float]] = {name: [] for name in commands}
-            for cmd in commands.values():  # warm-up: page cache, pyc
-                subprocess.run(cmd, env=env, check=True, capture_output=True, cwd=work)
+            for name, cmd in commands.items():  # warm-up: page cache, pyc
+                subprocess.run(cmd, env=envs[name], check=True, capture_output=True, cwd=work)
             for r in range(rounds):
                 order = list(commands.items())
                 order = order[r % len(order):] + order[: r % len(order)]
                 for name, cmd in order:
                     before = resource.getrusage(resource.RUSAGE_CHILDREN)
                     t0 = time.perf_counter()
-                    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                   cwd=work)
+                    subprocess.run(cmd, env=envs[name], check=True, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, cwd=work)
                     times[name].append((time.perf_counter() - t0) * 1000)
                     after = resource.getrusage(resource.RUSAGE_CHILDREN)
                     cpu[name].append((after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1000)
@@ -140,9 +151,9 @@ def main() -> int:
             med = {name: statistics.median(v) for name, v in times.items()}
             floor, deps, git = med["python -c pass"], med["import click"], med["git log -n 20 big"]
             print(f"\n== {phase} (median of {rounds} runs, ms) ==")
-            print(f"{'command':32} {'median':>8} {'min':>8} {'cpu':>8} {'x python':>9} {'x click':>7} {'x git':>7}")
+            print(f"{'command':40} {'median':>8} {'min':>8} {'cpu':>8} {'x python':>9} {'x click':>7} {'x git':>7}")
             for name, v in times.items():
-                print(f"{name:32} {med[name]:8.1f} {min(v):8.1f} {statistics.median(cpu[name]):8.1f} "
+                print(f"{name:40} {med[name]:8.1f} {min(v):8.1f} {statistics.median(cpu[name]):8.1f} "
                       f"{med[name] / floor:9.1f} "
                       f"{med[name] / deps:7.2f} {med[name] / git:7.1f}")
             for name, target in TARGETS[size].items():
