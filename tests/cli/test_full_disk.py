@@ -212,8 +212,10 @@ def test_threads_sharing_commits_on_a_full_disk(small_fs):
     store = GitCheckpointStore(path)
     try:
         ballast = small_fs / "ballast"
-        with open(ballast, "wb") as f:  # room for a few dozen checkpoints
-            f.write(b"\0" * (os.statvfs(small_fs).f_bavail * os.statvfs(small_fs).f_frsize - 300_000))
+        # room for a few dozen checkpoints: each takes about 20 KB of the log and the pack, and a
+        # publication under load writes the log again as it deletes what it published
+        with open(ballast, "wb") as f:
+            f.write(b"\0" * (os.statvfs(small_fs).f_bavail * os.statvfs(small_fs).f_frsize - 900_000))
 
         def writer(thread: str) -> None:
             for i in range(10_000):

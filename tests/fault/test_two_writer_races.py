@@ -177,11 +177,13 @@ def test_an_open_while_another_process_publishes_a_dead_writers_puts_sees_and_ke
     GitCheckpointStore(path).close()
     publisher = subprocess.Popen([sys.executable, "-c", PUBLISHER, os.fspath(path)], env=child_env(), text=True,
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, os.fspath(path)], env=child_env(), text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    holder = None
     try:
         said = _lines(publisher)
         assert said.get(timeout=60) == "OPEN", publisher.stderr.read()[-3000:]
+        # the holder writes only now: a store that opens publishes what is staged (here, nothing)
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER, os.fspath(path)], env=child_env(), text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         assert holder.stdout.readline().strip() == "IDLE", holder.stderr.read()[-3000:]
         holder.kill()
         holder.wait()
@@ -202,7 +204,7 @@ def test_an_open_while_another_process_publishes_a_dead_writers_puts_sees_and_ke
         assert publisher.wait(timeout=60) == 0, publisher.stderr.read()[-3000:]
     finally:
         for proc in (holder, publisher):
-            if proc.poll() is None:
+            if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
     fsck(path)

@@ -317,8 +317,10 @@ def test_short_ids_are_the_command_lines_unique_prefixes(page, server, browser, 
     page("weather")  # (the console check at the end)
     rows = [line.split() for line in qvc("--repo", str(repo), "log", "--format=%H %(shortid)", "weather").stdout
             .splitlines()]
+    # The longest: usually more than 12 characters (LangGraph's ids share their first 12 when made
+    # within 6.5 ms of each other, which a loaded machine may not do; tests/cli/test_short_ids.py
+    # makes such ids on purpose). Whatever its length, the page shows the same.
     commit, printed = max(rows, key=lambda r: len(r[1]))
-    assert len(printed) > 12  # its first 12 characters name another checkpoint too
     browser.get(base_url(server) + f"#t=weather&c={commit}")
     WebDriverWait(browser, 20).until(text_in("cp-id", printed))
     assert browser.find_element(By.ID, "cp-id").get_attribute("textContent") == printed
