@@ -34,7 +34,7 @@ import random
 import threading
 import time
 import uuid
-from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, ClassVar, Dict, List, Optional, Sequence, Tuple
 
 from agent_framework import HistoryProvider, Message
 
@@ -54,32 +54,16 @@ from qvc.integrations.agent_framework.history_layout import (
     chat_thread,
     session_id_of,
 )
+from qvc.integrations.blocking import finish
 from qvc.store.git_store import GitCheckpointStore
 from qvc.types import Checkpoint, CheckpointConfig, DurabilityMode
 
-_T = TypeVar("_T")
 #: How often a save is tried again when another writer moved the session's head meanwhile.
 _RETRIES = 50
 
 __all__ = ["QvcHistoryProvider"]
 
 Plain = Dict[str, Any]
-
-
-async def _finish(fn: Callable[..., _T], *args: Any) -> _T:
-    """Run ``fn(*args)`` in a worker thread and wait for its outcome even if the caller is
-    cancelled meanwhile (the cancellation is raised after it), so a write is never half-known."""
-    task = asyncio.ensure_future(asyncio.to_thread(fn, *args))
-    cancelled: Optional[asyncio.CancelledError] = None
-    while not task.done():
-        try:
-            await asyncio.wait({task})
-        except asyncio.CancelledError as exc:
-            cancelled = cancelled or exc
-    if cancelled is not None:
-        task.exception()
-        raise cancelled
-    return task.result()
 
 
 def _plain(messages: Sequence[Any], what: str) -> List[Plain]:
@@ -160,7 +144,7 @@ class QvcHistoryProvider(HistoryProvider):
         def change(existing: List[Plain]):
             added = _new(existing, plain)
             return (existing + added, {"added": len(added)}) if added else None
-        await _finish(self._change, sid, "save", change)
+        await finish(self._change, sid, "save", change)
 
     # -- beyond the protocol -------------------------------------------------------------------
 
@@ -170,13 +154,13 @@ class QvcHistoryProvider(HistoryProvider):
         self._check_open()
         sid = session_id_of(session_id)
         plain = _plain(messages, f"session {sid!r}")
-        await _finish(self._change, sid, "replace",
-                      lambda existing: None if existing == plain else (plain, {"replaced": len(existing)}))
+        await finish(self._change, sid, "replace",
+                     lambda existing: None if existing == plain else (plain, {"replaced": len(existing)}))
 
     async def clear(self, session_id: Optional[str]) -> None:
         """Forget the session's history: a qvc delete of its thread (nothing for an unknown one)."""
         self._check_open()
-        await _finish(self._clear, session_id_of(session_id))
+        await finish(self._clear, session_id_of(session_id))
 
     def _clear(self, sid: str) -> None:
         with self._lock:

@@ -31,7 +31,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Dict, List, Optional, TypeVar
+from typing import Any, Awaitable, Callable, Dict, List, Optional
 
 from agents import RunState, SessionSettings
 from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
@@ -43,11 +43,11 @@ from qvc.errors import (
     StoreClosedError,
     UnknownThreadError,
 )
+from qvc.integrations.blocking import finish
 from qvc.integrations.openai_agents.layout import RUN_STATE, SESSION, SOURCE, Item, Log, session_thread
 from qvc.store.git_store import GitCheckpointStore
 from qvc.types import Checkpoint, CheckpointConfig, DurabilityMode
 
-_T = TypeVar("_T")
 #: The Session protocol's methods (a subclass overriding one gets no compaction hook).
 _PROTOCOL = ("get_items", "add_items", "pop_item", "clear_session")
 #: How often a write is tried again when another writer moved the session's head meanwhile.
@@ -79,22 +79,6 @@ class CompactionSnapshot:
     items: List[Item]
     complete: bool
     replace_suffix: Callable[[int, List[Item]], Awaitable[bool]]
-
-
-async def _finish(fn: Callable[..., _T], *args: Any) -> _T:
-    """Run ``fn(*args)`` in a worker thread and wait for its outcome even if the caller is
-    cancelled meanwhile (the cancellation is raised after it), so a write is never half-known."""
-    task = asyncio.ensure_future(asyncio.to_thread(fn, *args))
-    cancelled: Optional[asyncio.CancelledError] = None
-    while not task.done():
-        try:
-            await asyncio.wait({task})
-        except asyncio.CancelledError as exc:
-            cancelled = cancelled or exc
-    if cancelled is not None:
-        task.exception()  # retrieved: the cancellation is what the caller sees
-        raise cancelled
-    return task.result()
 
 
 def _plain(items: List[Any], what: str) -> List[Item]:
@@ -165,7 +149,7 @@ class QvcSession:
             return
         plain = _plain(items, f"session {self.session_id!r}")
         extra = {"usage": u} if (u := _usage(wrapper)) else {}
-        await _finish(self._change, "add", lambda line: (_log(line).add(plain), _state(line), extra, None))
+        await finish(self._change, "add", lambda line: (_log(line).add(plain), _state(line), extra, None))
 
     async def pop_item(self, *, wrapper: Any = None) -> Optional[Item]:
         """Remove and return the newest item (``None`` when there is none): a checkpoint without it;
@@ -177,7 +161,7 @@ class QvcSession:
             if not items:
                 return None
             return line.log.cut(len(items) - 1), line.run_state, {"popped": _kind(items[-1])}, items[-1]
-        return copy.deepcopy(await _finish(self._change, "pop", change))
+        return copy.deepcopy(await finish(self._change, "pop", change))
 
     async def clear_session(self, *, wrapper: Any = None) -> None:
         """Remove every item (and a saved paused run): a checkpoint of an empty session, the
@@ -188,7 +172,7 @@ class QvcSession:
             if line is None or (not len(line.log) and line.run_state is None):
                 return None
             return Log(), None, {"cleared": len(line.log)}, None
-        await _finish(self._change, "clear", change)
+        await finish(self._change, "clear", change)
 
     # -- the compaction hook -------------------------------------------------------------------
 
@@ -229,7 +213,7 @@ class QvcSession:
                 return log.add(plain) if plain else log, now.run_state, {"replaced": len(now.log) - keep}, True
 
             try:
-                return await _finish(self._change, "compact", change, False)
+                return await finish(self._change, "compact", change, False)
             except _Stale:
                 return False
 
@@ -251,7 +235,7 @@ class QvcSession:
         else:
             raise InvalidInputError(f"save_state: not a RunState, nor its JSON: {type(state).__name__}")
         data = json.loads(json.dumps(data))
-        await _finish(self._change, "save-state", lambda line: (_log(line), data, {}, None))
+        await finish(self._change, "save-state", lambda line: (_log(line), data, {}, None))
 
     async def load_state(self, agent: Any, **from_json: Any) -> Optional[RunState]:
         """The saved paused run as a ``RunState`` for ``agent`` (the run's starting agent), or
@@ -268,7 +252,7 @@ class QvcSession:
             if line is None or line.run_state is None:
                 return None
             return line.log, None, {}, None
-        await _finish(self._change, "discard-state", change)
+        await finish(self._change, "discard-state", change)
 
     # -- branching -----------------------------------------------------------------------------
 
@@ -280,7 +264,7 @@ class QvcSession:
         none did), so both share that history. Returns the new session, on the same store.
         Raises :class:`~qvc.errors.CheckpointConflictError` if the new session exists and
         :class:`~qvc.errors.InvalidInputError` for a point outside the history."""
-        await _finish(self._fork, new_session_id, at, turn)
+        await finish(self._fork, new_session_id, at, turn)
         return QvcSession(new_session_id, store=self.store, session_settings=self.session_settings)
 
     def _fork(self, new_session_id: str, at: Optional[int], turn: Optional[int]) -> None:
