@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import threading
 import time
 import uuid
@@ -55,6 +54,7 @@ from qvc.integrations.agent_framework.history_layout import (
     session_id_of,
 )
 from qvc.integrations.blocking import finish
+from qvc.integrations.contention import pause
 from qvc.store.git_store import GitCheckpointStore
 from qvc.types import Checkpoint, CheckpointConfig, DurabilityMode
 
@@ -224,7 +224,7 @@ class QvcHistoryProvider(HistoryProvider):
                     self.store.put(CheckpointConfig(thread), checkpoint, metadata, expected_head=sha)
                 except CheckpointConflictError:
                     self._cache.pop(sid, None)
-                    time.sleep(random.uniform(0, 0.001 * 2 ** min(attempt, 6)))
+                    pause(attempt)
                     continue
                 return
             raise CheckpointConflictError(f"session {sid!r}: other writers kept moving its head")

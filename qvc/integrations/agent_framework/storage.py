@@ -38,9 +38,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import random
 import threading
-import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, List, Optional, Sequence, Tuple, TypeVar
 
@@ -66,6 +64,7 @@ from qvc.integrations.agent_framework.codec import (
     is_workflow_checkpoint,
 )
 from qvc.integrations.agent_framework.layout import check_name, workflow_thread
+from qvc.integrations.contention import pause
 from qvc.runs.failures import record_failure
 from qvc.store.git_store import GitCheckpointStore
 from qvc.types import Checkpoint, CheckpointConfig, CheckpointTuple, DurabilityMode
@@ -259,8 +258,7 @@ class QvcCheckpointStorage:
                     except CheckpointConflictError:
                         if self._find(cid) is not None:
                             raise  # the id is stored with other content: trying again changes nothing
-                        # A random pause, growing: two writers that keep meeting stop meeting in step.
-                        time.sleep(random.uniform(0, 0.001 * 2 ** min(attempt, 6)))
+                        pause(attempt)
                 raise CheckpointConflictError(f"workflow {name!r}: other writers kept moving its thread's head")
         except QvcError as exc:
             self._failed(checkpoint, exc)

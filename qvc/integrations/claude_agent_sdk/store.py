@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import threading
 import time
 import uuid
@@ -59,6 +58,7 @@ from qvc.integrations.claude_agent_sdk.layout import (
     project_prefix,
     thread_of,
 )
+from qvc.integrations.contention import pause
 from qvc.runs.failures import record_failure
 from qvc.store.git_store import GitCheckpointStore
 from qvc.types import Checkpoint, CheckpointConfig, DurabilityMode
@@ -289,8 +289,7 @@ class QvcSessionStore(SessionStore):
                                    expected_head=line.sha if line else None)
                 except CheckpointConflictError:
                     self._cache.pop(thread, None)
-                    # A random pause, growing: two writers that keep meeting stop meeting in step.
-                    time.sleep(random.uniform(0, 0.001 * 2 ** min(attempt, 6)))
+                    pause(attempt)
                     continue
                 sha = self.store.head(thread)
                 if sha is not None and self.store.commit_info(sha).checkpoint_id == checkpoint.id:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import random
 import threading
 import time
 import uuid
@@ -44,6 +43,7 @@ from qvc.errors import (
     UnknownThreadError,
 )
 from qvc.integrations.blocking import finish
+from qvc.integrations.contention import pause
 from qvc.integrations.openai_agents.layout import RUN_STATE, SESSION, SOURCE, Item, Log, session_thread
 from qvc.store.git_store import GitCheckpointStore
 from qvc.types import Checkpoint, CheckpointConfig, DurabilityMode
@@ -361,9 +361,7 @@ class QvcSession:
                 except CheckpointConflictError:
                     self._cache = None
                     if retry:
-                        # A random pause, growing: two writers that keep meeting stop meeting in
-                        # step (the one that waits behind the other's commit would lose every time).
-                        time.sleep(random.uniform(0, 0.001 * 2 ** min(attempt, 6)))
+                        pause(attempt)
                         continue
                     raise _Stale from None
                 sha = self.store.head(self.thread)

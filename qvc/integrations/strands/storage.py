@@ -35,9 +35,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import copy
-import random
 import threading
-import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -56,6 +54,7 @@ from qvc.errors import (
     StoreClosedError,
     UnknownCheckpointError,
 )
+from qvc.integrations.contention import pause
 from qvc.integrations.strands.entries import field_entries, header, next_step
 from qvc.integrations.strands.errors import as_strands
 from qvc.integrations.strands.layout import (
@@ -410,7 +409,7 @@ class QvcStorage:
                     if whole:
                         self.store.delete_threads(whole, missing_ok=True)
                 except CheckpointConflictError:
-                    time.sleep(random.uniform(0, 0.001 * 2 ** min(attempt, 6)))
+                    pause(attempt)
                     continue
                 for thread in by_thread:
                     self._indexes.pop(thread, None)
