@@ -271,8 +271,11 @@ def test_ctrl_c_exits_130_and_leaves_nothing(tmp_path, setup, command):
         qvc("--repo", str(repo), "remote", "add", "origin", server.url)
         args = ["--repo", str(repo), command]
     before = run_git(repo, "for-each-ref").stdout
+    # SIGINT as a terminal delivers it: a suite started in the background of a shell script
+    # (`pytest &`) runs with SIGINT ignored, which its children would inherit.
     proc = subprocess.Popen([*QVC, *args], cwd=tmp_path, env=env(), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert server.connected.wait(30)
         os.kill(proc.pid, signal.SIGINT)  # qvc alone: git must be stopped by qvc
