@@ -91,10 +91,38 @@ def test_the_console_script_collects_garbage_again_once_the_command_runs(tmp_pat
               "app.load = lambda *names: (seen.append(('load', gc.isenabled())), load(*names))[1]\n"
               "click.Command.invoke = lambda self, ctx: (seen.append((ctx.info_name, gc.isenabled())),\n"
               "                                          invoke(self, ctx))[1]\n"
+              "main = app.main\n"
+              "def watched():\n    code = main()\n"
+              "    print(code, seen, gc.get_freeze_count() > 0, file=sys.stderr)\n    return code\n"
+              "app.main = watched\n"
               "sys.argv = ['qvc', '--repo', sys.argv[1], 'log', '-n', '1', 't']\n"
-              "try:\n    app.run()\nexcept SystemExit as exc:\n    code = exc.code\n"
-              "print(code, seen, gc.get_freeze_count() > 0, file=sys.stderr)\n")
+              "app.run()\n")
     proc = subprocess.run([sys.executable, "-c", script, str(repo)], env=child_env(), capture_output=True, text=True,
                           timeout=120)
     assert proc.stderr.strip().splitlines()[-1] == "0 [('load', False), ('qvc', True), ('log', True)] True", proc.stderr
-    assert "checkpoint c0" in proc.stdout
+    assert proc.returncode == 0 and "checkpoint c0" in proc.stdout
+
+
+def test_a_command_that_wrote_nothing_leaves_without_the_interpreters_teardown(tmp_path):
+    """:func:`qvc.cli.app.run` ends a command that opened nothing for writing at once (its output
+    flushed whole, its exit status kept); one that wrote runs the interpreter's exit as usual
+    (its ``atexit`` work: EXIT mode's flush is one)."""
+    repo = tmp_path / "r.qvc"
+    with GitCheckpointStore(repo) as store:
+        for i in range(300):
+            put(store, "t", f"c{i}")
+    script = ("import atexit, sys\nfrom qvc.cli import app\n"
+              "atexit.register(lambda: print('interpreter exit', file=sys.stderr))\n"
+              "sys.argv = ['qvc', '--repo', *sys.argv[1:]]\napp.run()\n")
+
+    def console(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", script, str(repo), *argv], env=child_env(), capture_output=True,
+                              text=True, timeout=120)
+
+    read = console("log", "--oneline", "t")
+    assert read.returncode == 0 and read.stderr == "", read.stderr
+    assert len(read.stdout.splitlines()) == 300  # all of it, written before the quick exit
+    missing = console("show", "no-such-checkpoint")
+    assert missing.returncode == 3 and missing.stderr.startswith("qvc: unknown revision"), missing.stderr
+    wrote = console("branch", "fork", "t~3")
+    assert wrote.returncode == 0 and wrote.stderr.strip().splitlines()[-1] == "interpreter exit", wrote.stderr
