@@ -256,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
         return result if isinstance(result, int) else 0
     except click.exceptions.Exit as exc:
         return exc.exit_code
+    except NO_ARGS_IS_HELP as exc:  # `qvc`, `qvc bisect` alone: the help, as git shows its usage
+        click.echo(exc.ctx.get_help(), err=True)
+        return EXIT_USAGE
     except click.UsageError as exc:
         hint = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
         return fail(exc.format_message() + hint, EXIT_USAGE)
@@ -275,6 +278,10 @@ def main(argv: list[str] | None = None) -> int:
         return fail("interrupted", EXIT_INTERRUPTED)
     except OSError as exc:
         return fail(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}", EXIT_ERROR)
+
+
+#: a group called with nothing to do (click 8.2 on; click 8.1 prints the help itself)
+NO_ARGS_IS_HELP: type[Exception] | tuple = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 def silence_stdout() -> None:

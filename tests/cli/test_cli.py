@@ -1105,6 +1105,16 @@ def test_usage_errors_are_one_line(capsys):
     assert "`qvc show --help`" in fails(capsys, 2, "show", "a", "b")
 
 
+def test_a_group_alone_shows_its_help(capsys):
+    """`qvc` or `qvc bisect` with nothing more: the usage and the commands, as git shows its
+    usage (not a usage line cut from it), on stderr with the usage errors' status."""
+    for args, listed in (((), ("log", "status", "push")), (("bisect",), ("run",))):
+        assert qvc.cli.main(list(args)) == qvc.cli.EXIT_USAGE
+        err = capsys.readouterr().err
+        assert err.startswith(f"Usage: qvc {' '.join(args)}".rstrip() + " [OPTIONS] COMMAND"), err
+        assert "Commands:" in err and all(f"  {name} " in err for name in listed), err
+
+
 def test_exit_codes_are_distinct():
     codes = [qvc.cli.EXIT_ERROR, qvc.cli.EXIT_USAGE, qvc.cli.EXIT_NOT_FOUND, qvc.cli.EXIT_CONFLICT,
              qvc.cli.EXIT_CORRUPT, qvc.cli.EXIT_DURABILITY, qvc.cli.EXIT_NOT_A_REPO]
