@@ -326,8 +326,8 @@ def run() -> None:
         silence_stdout()
     if "pygit2" not in sys.modules and threading.active_count() == 1:
         # Nothing was opened for writing (a writable store loads libgit2; a reading one never
-        # does) and nothing else runs: the interpreter's teardown of every module (about 4 ms
-        # of a reading command's 65) has nothing to finish. Output is flushed; the store closed.
+        # does) and nothing else runs: the interpreter's teardown of every module (about 3 ms
+        # of a reading command's 67) has nothing to finish. Output is flushed; the store closed.
         with contextlib.suppress(OSError, ValueError):
             sys.stderr.flush()
         os._exit(code)
