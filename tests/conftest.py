@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import faulthandler
 import gc
+import os
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,15 @@ def pytest_configure(config) -> None:
     run (no ``-m``) keeps the full budgets."""
     if _quick_tier(config):
         use_quick_profile()
+
+
+def pytest_xdist_auto_num_workers(config) -> int | None:
+    """``-n auto`` (pyproject.toml's addopts): one worker per core, at most eight, since each
+    worker imports every framework the suites drive (0.7 GB). ``PYTEST_XDIST_AUTO_NUM_WORKERS``
+    in the environment still decides (pytest-xdist's own hook reads it)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return min(8, len(os.sched_getaffinity(0)))
 
 
 def pytest_collection_modifyitems(config, items) -> None:
