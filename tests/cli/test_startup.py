@@ -103,6 +103,20 @@ def test_the_console_script_collects_garbage_again_once_the_command_runs(tmp_pat
     assert proc.returncode == 0 and "checkpoint c0" in proc.stdout
 
 
+def test_the_console_script_loads_click_with_collection_off():
+    """``qvc.cli.run`` (the console script) turns cyclic collection off before click and the
+    command line load: ``import qvc.cli`` loads neither."""
+    script = ("import gc, sys\n"
+              "sys.addaudithook(lambda event, args: print('click loads with collection',\n"
+              "                 'on' if gc.isenabled() else 'off', file=sys.stderr)\n"
+              "                 if event == 'import' and args[0] == 'click' else None)\n"
+              "import qvc.cli\nassert 'click' not in sys.modules and 'qvc.cli.app' not in sys.modules\n"
+              "sys.argv = ['qvc', '--version']\nqvc.cli.run()\n")
+    proc = subprocess.run([sys.executable, "-c", script], env=child_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith("qvc, version"), proc.stderr
+    assert proc.stderr == "click loads with collection off\n", proc.stderr
+
+
 def test_a_command_that_wrote_nothing_leaves_without_the_interpreters_teardown(tmp_path):
     """:func:`qvc.cli.app.run` ends a command that opened nothing for writing at once (its output
     flushed whole, its exit status kept); one that wrote runs the interpreter's exit as usual
