@@ -26,7 +26,7 @@ __all__ = ["EXIT_CODES", "EXIT_CONFLICT", "EXIT_CORRUPT", "EXIT_DURABILITY", "EX
 def run() -> None:
     """The console script (:func:`qvc.cli.app.run`), with cyclic collection off from before
     click and the command line load: their imports make thousands of objects and no garbage, and
-    collections walking them cost 6 to 8 ms of a command's start-up."""
+    collections walking them cost 1.5 to 2.5 ms of a reading command (docs/benchmarks.md)."""
     gc.disable()
     from qvc.cli.app import run as run_app  # deferred: loaded with collection off
 

@@ -245,6 +245,10 @@ def exit_code(exc: BaseException) -> int:
     return next(code for kind, code in EXIT_CODES if isinstance(exc, kind))
 
 
+#: a group called with nothing to do (click 8.2 on; click 8.1 prints the help itself)
+NO_ARGS_IS_HELP: type[Exception] | tuple = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; return its exit status. Errors are one line on stderr, never a traceback."""
     def fail(message: str, code: int) -> int:
@@ -278,10 +282,6 @@ def main(argv: list[str] | None = None) -> int:
         return fail("interrupted", EXIT_INTERRUPTED)
     except OSError as exc:
         return fail(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}", EXIT_ERROR)
-
-
-#: a group called with nothing to do (click 8.2 on; click 8.1 prints the help itself)
-NO_ARGS_IS_HELP: type[Exception] | tuple = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 def silence_stdout() -> None:
