@@ -232,26 +232,61 @@ def test_clone_head_names_a_thread(tmp_path, setup):
 class SilentServer:
     """A TCP server on 127.0.0.1 that accepts connections and never answers: a git:// remote
     that hangs, so a clone, fetch or push is caught in the middle. ``connected`` is set when git
-    has connected; ``closed`` when git let go of the connection (it was stopped)."""
+    has connected and asked for this server's repository (a path no other test uses: a client
+    of another test that reaches a recycled port is turned away); ``closed`` when git let go of
+    the connection (it was stopped)."""
 
     def __init__(self):
+        import secrets
         import socket
         import threading
 
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen()
-        self.url = f"git://127.0.0.1:{self.sock.getsockname()[1]}/hub.git"
+        self.path = f"/hub-{secrets.token_hex(6)}.git"
+        self.url = f"git://127.0.0.1:{self.sock.getsockname()[1]}{self.path}"
         self.connected, self.closed = threading.Event(), threading.Event()
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
-        conn, _ = self.sock.accept()
-        self.connected.set()
-        with conn:
-            while conn.recv(4096):
-                pass
-        self.closed.set()
+        while True:
+            conn, _ = self.sock.accept()
+            with conn:
+                if self.path.encode() not in self._first_line(conn):
+                    continue
+                self.connected.set()
+                while conn.recv(4096):
+                    pass
+            self.closed.set()
+            return
+
+    @staticmethod
+    def _first_line(conn) -> bytes:
+        """The client's first pkt-line (git's "004agit-upload-pack /hub-....git\\0host=..."), in as
+        many reads as it takes: git may send its length apart."""
+        data = b""
+        while chunk := conn.recv(4096):
+            data += chunk
+            try:
+                if len(data) >= 4 and len(data) >= int(data[:4], 16):
+                    break
+            except ValueError:  # not a pkt-line: a client of another test
+                break
+        return data
+
+    def holders(self) -> list[str]:
+        """The command lines of the processes still running with this server's URL in them."""
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if self.url in cmdline:
+                found.append(f"{pid}: {cmdline}")
+        return found
 
 
 @pytest.mark.parametrize("command", ["clone", "fetch", "push"])
@@ -284,7 +319,7 @@ def test_ctrl_c_exits_130_and_leaves_nothing(tmp_path, setup, command):
         proc.kill()
     assert proc.returncode == 130, err
     assert err == "qvc: interrupted\n"
-    assert server.closed.wait(10)  # git went down with qvc
+    assert server.closed.wait(10), server.holders()  # git went down with qvc
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".qvc-clone-") or n == "copy.qvc"]
     assert run_git(repo, "for-each-ref").stdout == before
 
