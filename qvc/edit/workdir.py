@@ -54,7 +54,7 @@ def commit_directory(store: GitCheckpointStore, directory: str | os.PathLike, me
     (:func:`qvc.readers.statefiles.record_state`), so the next commit from it builds on this one.
 
     A directory written through an adapter's editor (the manifest's ``editor``) is stored as that
-    editor's :meth:`~qvc.store.viewers.Editor.from_files` says: the adapter's encoding, header keys
+    editor's :meth:`~qvc.store.editing.Editor.from_files` says: the adapter's encoding, header keys
     and checkpoint id, its metadata keys beside the ones above; values left as checked out are
     stored exactly as the checkpoint they came from stores them.
 

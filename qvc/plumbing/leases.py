@@ -15,7 +15,6 @@ them (:func:`publish`) as that release did.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 
 from qvc.plumbing.durability import dirty
 from qvc.plumbing.reflog import ZERO, reflog_line
@@ -23,15 +22,19 @@ from qvc.plumbing.reflog import ZERO, reflog_line
 TAG = b"qvc lease "
 
 
-@dataclass
 class Lease:
-    """A ref this process holds locked: the value to publish, and the moves that led to it."""
+    """A ref this process holds locked: the value to publish, and the moves that led to it. (A
+    plain class, as :class:`qvc.plumbing.staging.Published` is: every command loads this module.)"""
 
-    fd: int  # the open ``<ref>.lock``
-    value: str | None  # the newest value moved to (what publication writes)
-    identity: list | None  # ``[inode, mtime ns]`` of the ref's file when the lease was taken
-    moves: list[tuple[str | None, str | None, str, float]] = field(default_factory=list)  # old, new, why, when
-    serial: int | None = None  # the lease's number in its holder's journal (see the module docstring)
+    __slots__ = ("fd", "value", "identity", "moves", "serial")
+
+    def __init__(self, fd: int, value: str | None, identity: list | None,
+                 moves: list[tuple[str | None, str | None, str, float]] | None = None, serial: int | None = None):
+        self.fd = fd  # the open ``<ref>.lock``
+        self.value = value  # the newest value moved to (what publication writes)
+        self.identity = identity  # ``[inode, mtime ns]`` of the ref's file when the lease was taken
+        self.moves = [] if moves is None else moves  # (old, new, why, when)
+        self.serial = serial  # the lease's number in its holder's journal (see the module docstring)
 
 
 def lock_path(repo_path: str, name: str) -> str:

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field, fields
 from typing import Protocol
 
-from qvc.plumbing import leases, pack
+from qvc.plumbing import pack
 from qvc.plumbing.backend import QVC_DIR
 from qvc.plumbing.locking import flocked, try_flock
 
@@ -152,6 +152,8 @@ def needed(repo: Opened) -> bool:
             finally:
                 os.close(fd)
     old_release = os.path.isdir(journal_dir)  # leases and their publication: only that release's
+    if old_release:
+        from qvc.plumbing import leases  # deferred: start-up speed (other repositories never need it)
     for top in ("refs", "objects"):
         for dirpath, _, files in os.walk(os.path.join(repo.path, top)):
             for n in files:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import time
 import zlib
-from dataclasses import dataclass
+from typing import NamedTuple
 
 PACKED = "qvc/reflogs"  # compacted reflogs (see the module docstring)
 
@@ -36,8 +36,7 @@ def reflog_line(old: str | None, new: str | None, who: str, when: float, message
     return f"{old or ZERO} {new or ZERO} {who} {int(when)} {tz}\t{text}\n".encode("utf-8", "surrogateescape")
 
 
-@dataclass(frozen=True)
-class ReflogEntry:
+class ReflogEntry(NamedTuple):
     """One movement of a ref: from ``old`` to ``new`` (``None`` = absent) at ``time``, and why."""
 
     old: str | None

@@ -41,6 +41,7 @@ from qvc.errors import (
     StoreClosedError,
     errno_in,
 )
+from qvc.lazy import exports
 from qvc.logs import log
 from qvc.plumbing import leftovers, pack, refpack
 from qvc.plumbing.backend import MISS_RETRIES, QVC_DIR, Backend, GitBackend, ReadOnlyBackend
@@ -51,10 +52,10 @@ from qvc.plumbing.objects import TYPE_NAMES, TYPES, parse_tree
 from qvc.plumbing.packset import CONSOLIDATE_AT, MERGE_PACKS_AT, SMALL_PACK, PackSet
 from qvc.plumbing.reflog import ReflogEntry, read_reflog
 from qvc.plumbing.staging import Staging
-from qvc.plumbing.transaction import GENERATION, Record, Transaction, TransactionHost
 
 if TYPE_CHECKING:
     from qvc.plumbing.signing import Signer
+    from qvc.plumbing.transaction import Record, Transaction
 
 FORMAT_KEY = "qvc.format"
 LOGGED = ("refs/heads/", "refs/remotes/", "refs/notes/")  # what core.logAllRefUpdates keeps reflogs of
@@ -76,10 +77,11 @@ T = TypeVar("T")
 
 #: names that moved to the modules owning them and stay importable from here
 __all__ = [
-    "CLOSE_WAIT", "CONSOLIDATE_AT", "FORMAT_KEY", "GENERATION",
-    "MERGE_PACKS_AT", "MISS_RETRIES", "PACK_LOCK", "PUBLISH_LAG", "QVC_DIR", "SMALL_PACK", "Repository",
-    "Transaction", "TransactionHost", "publish_open",
+    "CLOSE_WAIT", "CONSOLIDATE_AT", "FORMAT_KEY", "MERGE_PACKS_AT", "MISS_RETRIES", "PACK_LOCK", "PUBLISH_LAG",
+    "QVC_DIR", "SMALL_PACK", "Repository", "Transaction", "publish_open",
 ]
+# Transaction loads with the first write (a reader never needs it)
+__getattr__, __dir__ = exports(__name__, {"Transaction": "qvc.plumbing.transaction"})
 
 _open_repos: weakref.WeakSet[Repository] = weakref.WeakSet()
 
@@ -690,6 +692,8 @@ class Repository:
         :class:`~qvc.errors.StoreClosedError` once closed, and :class:`~qvc.errors.DurabilityError`
         after an earlier failed flush.
         """
+        from qvc.plumbing.transaction import Transaction  # deferred: start-up speed (readers never write)
+
         with self.writing():
             if self._who is None:
                 self.staging.who = self._identity()

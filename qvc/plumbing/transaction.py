@@ -47,6 +47,11 @@ class Record:
     stored: int = field(default=0, compare=False)  # how many of ``objects`` are in the object store
     oids: list[bytes] = field(default_factory=list, compare=False)  # ids of ``objects``, when known
 
+    @property
+    def rewrote(self) -> bool:
+        """Whether the transaction rewrote history (it wrote a new generation token)."""
+        return GENERATION in self.seen
+
 
 class TransactionHost(Protocol):
     """What a :class:`Transaction` needs of its repository (:class:`qvc.plumbing.repository.Repository`

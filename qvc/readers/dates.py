@@ -24,7 +24,6 @@ this raises :class:`InvalidInputError`. Imports only :mod:`qvc.errors`.
 
 from __future__ import annotations
 
-import calendar
 import re
 import time
 from datetime import datetime
@@ -182,6 +181,8 @@ class _Approx:
         else:
             return False
         if refuse_future:  # a date more than ten days ahead is not what was meant
+            import calendar  # deferred: start-up speed (only parsing needs it)
+
             try:
                 specified = calendar.timegm((tm_year + 1900, month, day, self.hour, self.min, self.sec))
             except (OverflowError, ValueError):

@@ -33,11 +33,11 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from qvc.errors import PushRejectedError, QvcError
-from qvc.plumbing.transaction import Record
 from qvc.store.git_store import GitCheckpointStore
 from qvc.store.refnames import HEADS
 
 if TYPE_CHECKING:
+    from qvc.plumbing.transaction import Record
     from qvc.remotes.remote import Remote
 
 MIN_BACKOFF = 0.5

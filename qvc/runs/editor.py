@@ -30,7 +30,7 @@ from qvc.runs.ids import new_id
 from qvc.runs.model import Message, parse_status
 from qvc.runs.segments import Segment, cut, layout
 from qvc.runs.viewer import view
-from qvc.store.viewers import Editable, Stored
+from qvc.store.editing import Editable, Stored
 
 if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore

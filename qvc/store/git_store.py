@@ -31,7 +31,7 @@ from qvc.plumbing.leftovers import RecoveryReport
 from qvc.plumbing.libgit2 import pygit2
 from qvc.plumbing.objects import MODE_BLOB, MODE_TREE, Entry, commit_bytes, tree_bytes
 from qvc.plumbing.reflog import ReflogEntry
-from qvc.plumbing.repository import Repository, Transaction
+from qvc.plumbing.repository import Repository
 from qvc.store.base import CheckpointStore
 from qvc.store.format import HEADER, TreeBuilder, commit_message, decode_header, encode_header, object_id
 from qvc.store.history import CommitInfo, History, ThreadIndex
@@ -75,6 +75,7 @@ from qvc.types import (
 )
 
 if TYPE_CHECKING:
+    from qvc.plumbing.repository import Transaction
     from qvc.plumbing.signing import Signer
     from qvc.store.retention import Policy, RetentionReport
 

@@ -15,13 +15,11 @@ import os
 import threading
 from bisect import bisect_left
 from collections import OrderedDict
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterator, NamedTuple
 
 from qvc.errors import CorruptionError
 from qvc.lazy import Pattern
 from qvc.plumbing.objects import parse_tree
-from qvc.plumbing.transaction import GENERATION
 from qvc.store.format import HEADER, decode_header, parse_trailers
 from qvc.store.refnames import WRITES, decode_name
 
@@ -31,8 +29,7 @@ if TYPE_CHECKING:
 
 
 
-@dataclass(frozen=True)
-class CommitInfo:
+class CommitInfo(NamedTuple):
     """What a commit says about its checkpoint, parsed without reading its tree."""
 
     hex: str
@@ -112,16 +109,19 @@ class LRU(OrderedDict):
             self._weight = 0
 
 
-@dataclass
 class ThreadIndex:
     """The checkpoints of one thread: every checkpoint commit of that thread reachable from its
     tips (its head and its superseded lines), by checkpoint id. Built by
-    :meth:`History.thread_index`; callers must not mutate it."""
+    :meth:`History.thread_index`; callers must not mutate it. (A plain class, as
+    :class:`qvc.plumbing.staging.Published` is, for start-up.)"""
 
-    tips: tuple[str, ...]
-    ids: dict[str, str] = field(default_factory=dict)  # checkpoint id -> commit hex
-    known: set[str] = field(default_factory=set)  # every commit walked
-    latest: str | None = None  # the largest checkpoint id
+    __slots__ = ("tips", "ids", "known", "latest")
+
+    def __init__(self, tips: tuple[str, ...]) -> None:
+        self.tips = tips
+        self.ids: dict[str, str] = {}  # checkpoint id -> commit hex
+        self.known: set[str] = set()  # every commit walked
+        self.latest: str | None = None  # the largest checkpoint id
 
 
 class History:
@@ -183,7 +183,7 @@ class History:
         Reading them back through libgit2 would first have to discover the fresh pack (a
         rescan of the pack directory on every put).
         """
-        if GENERATION in record.seen:  # a rewrite: what was derived from the old history goes
+        if record.rewrote:  # what was derived from the old history goes
             self._drop_derived()
         for (kind, data), oid in zip(record.objects, record.oids, strict=True):
             if kind == "blob":

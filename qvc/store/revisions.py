@@ -18,8 +18,7 @@ shows: B's line without what A reaches.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable, NamedTuple, Optional
 
 from qvc.errors import DamagedRefError, InvalidInputError, NotFoundError, UnknownCheckpointError, UnknownThreadError
 from qvc.lazy import Pattern
@@ -31,8 +30,7 @@ if TYPE_CHECKING:
 _SUFFIX = Pattern(r"(~\d*|\^|@\{\d+\})$")
 
 
-@dataclass(frozen=True)
-class Revision:
+class Revision(NamedTuple):
     """A resolved name: the checkpoint's commit, and the thread the name went through (if any)."""
 
     commit: str

@@ -42,8 +42,7 @@ from __future__ import annotations
 
 import functools
 import zlib
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Collection, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Collection, NamedTuple, Optional, Sequence
 
 from qvc.codec import serde
 from qvc.lazy import Pattern
@@ -125,8 +124,7 @@ def entry_key(*parts: str) -> str:
     return ".".join(encode_thread(p) if p else "%" for p in parts)
 
 
-@dataclass(frozen=True)
-class Item:
+class Item(NamedTuple):
     """One pending write to upsert: its tree entry name, its stored bytes, and whether an
     existing entry of the same key wins (``keep_first``) or is replaced."""
 

@@ -67,6 +67,8 @@ def test_a_reading_command_loads_its_own_command_module_only(tmp_path):
         assert "qvc.plumbing.recovery" not in loaded, argv  # a clean repository needs no repair
         assert "subprocess" not in loaded, argv  # nor runs a program (git, a push for replication's status)
         assert "filelock" not in loaded, argv  # only a replicator (a writable store's service) locks with it
+        # nor the write side: the transaction and its record, and the editors' types (`checkout --to`, `commit`)
+        assert not {"qvc.plumbing.transaction", "qvc.store.editing"} & set(loaded), argv
 
 
 def test_the_command_table_names_each_commands_module():

@@ -45,10 +45,10 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from qvc.codec import serde as qserde
 from qvc.errors import CorruptionError, InvalidInputError
 from qvc.integrations.langgraph.saver import split_thread_name
+from qvc.store.editing import Editable, Stored
 from qvc.store.format import CHUNK, is_chunked
 from qvc.store.git_store import GitCheckpointStore
 from qvc.store.refnames import decode_name
-from qvc.store.viewers import Editable, Stored
 
 #: The header key of LangGraph checkpoints, under which this editor is declared.
 HEADER_KEY = "langgraph"
