@@ -35,7 +35,7 @@ edits as JSON files; ``from_files`` turns the edited values back into what the a
 plus the header keys the adapter keeps, so the commit reads back through the adapter as its
 framework's objects. Without an editor a directory holds the stored values (qvc's tagged JSON).
 
-Imports only :mod:`qvc.errors` (the store only for type hints).
+Imports only :mod:`qvc.errors` and :mod:`qvc.lazy` (the store only for type hints).
 """
 
 from __future__ import annotations
