@@ -253,8 +253,13 @@ class SilentServer:
         while True:
             conn, _ = self.sock.accept()
             with conn:
-                if self.path.encode() not in self._first_line(conn):
+                conn.settimeout(5)  # a client that connects and says nothing is not git either
+                try:
+                    if self.path.encode() not in self._first_line(conn):
+                        continue
+                except TimeoutError:
                     continue
+                conn.settimeout(None)
                 self.connected.set()
                 while conn.recv(4096):
                     pass
