@@ -161,7 +161,8 @@ def needed(repo: Opened) -> bool:
                 os.close(fd)
     old_release = os.path.isdir(journal_dir)  # leases and their publication: only that release's
     if old_release:
-        from qvc.plumbing import leases  # deferred: start-up speed (other repositories never need it)
+        # deferred: start-up speed (other repositories never need it; the loop reads it only then)
+        from qvc.plumbing import leases
     for top in ("refs", "objects"):
         for dirpath, _, files in os.walk(os.path.join(repo.path, top)):
             for n in files:
