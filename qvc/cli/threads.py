@@ -8,7 +8,7 @@ import click
 from qvc.cli.app import cli, complete_names, revision, session
 from qvc.cli.output import emit_json, out, page, qname, short, style, warn, warn_damaged
 from qvc.cli.runs import fork_run, run_named
-from qvc.cli.workdir import checkout_to
+from qvc.cli.workdir import checkout_to, kept_note
 from qvc.errors import (
     OBJECTS_REPAIR,
     CorruptionError,
@@ -309,7 +309,8 @@ def holds(store, tip: str, commit: str) -> bool:
 @click.option("-b", "new", metavar="NEW", help="Fork a new thread NEW at the checkpoint and switch to it.")
 @click.option("--to", "to", metavar="DIR", type=click.Path(file_okay=False),
               help="Write the checkpoint's state to DIR as JSON files (HEAD does not move).")
-@click.option("-f", "--force", is_flag=True, help="With --to: overwrite field files edited in DIR.")
+@click.option("-f", "--force", is_flag=True,
+              help="With --to: overwrite field files edited in DIR (files qvc did not write are never removed).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def checkout(name: str | None, new: str | None, to: str | None, force: bool, as_json: bool) -> None:
     """Switch threads, detach at a checkpoint, fork-and-switch, or export a state to files.
@@ -476,7 +477,8 @@ def reset(name: str | None, mode: str | None, to: str | None, as_json: bool) -> 
         wrote = checkout_to_directory(store, info.hex, to, force=True)
     if as_json:
         emit_json({"thread": head.thread, "id": done.checkpoint_id, "commit": info.hex, "step": info.step}
-                  | ({"directory": wrote.directory, "files": wrote.files} if wrote is not None else {}))
+                  | ({"directory": wrote.directory, "files": wrote.files, "kept": wrote.kept}
+                     if wrote is not None else {}))
         return
     out(f"HEAD is now at {short(info.checkpoint_id)} (step {info.step}) on {qname(head.thread)}"
         + ("; the previous line is kept (`qvc log --all`)" if kept else "")
@@ -484,6 +486,7 @@ def reset(name: str | None, mode: str | None, to: str | None, as_json: bool) -> 
            if broken and head.commit != info.hex else ""))
     if wrote is not None:
         out(f"Wrote {len(wrote.files)} field(s) to {to}, discarding the edits made there")
+        kept_note(wrote.kept, to)
     elif mode == "hard":
         out("note: qvc has no working tree: --hard moved the head only (add --to DIR to reset a checkout "
             "directory too)")

@@ -23,10 +23,18 @@ def checkout_to(store, name: str | None, to: str, as_json: bool, force: bool = F
         warn(note)
     if as_json:
         emit_json({"directory": done.directory, "id": done.id, "thread": done.thread, "files": done.files,
-                   "notes": done.notes})
+                   "notes": done.notes, "kept": done.kept})
     else:
         out(f"Wrote {len(done.files)} field(s) of checkpoint {short(done.id)} (thread {qname(done.thread)}, "
             f"step {done.step}) to {to}; edit them, then `qvc commit {to}`")
+        kept_note(done.kept, to)
+
+
+def kept_note(kept: list[str], to: str) -> None:
+    """One line naming the ``*.json`` files a checkout left in ``to`` because qvc did not write them."""
+    if kept:
+        out(f"note: kept {len(kept)} file(s) qvc did not write in {to}: {', '.join(kept)} "
+            f"(`qvc commit {to}` stores them as fields)")
 
 
 @cli.command()

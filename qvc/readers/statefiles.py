@@ -271,33 +271,47 @@ def local_changes(directory: str | os.PathLike) -> List[str]:
 
     The manifest records a SHA-256 digest of every field file as :func:`write_state` wrote it
     (and as :func:`record_state` found it after a commit). Listed, sorted: files changed,
-    deleted (a field dropped) or added (``*.json`` files not in the manifest), and files of a
-    manifest written before digests were kept (qvc cannot tell whether they were edited). An
-    empty list for a directory that is missing, empty or holds no manifest (nothing of qvc's to
-    overwrite there: :func:`write_state` refuses such a directory on its own). Raises
+    deleted (a field dropped) or added (``*.json`` files not in the manifest: :func:`untracked_files`),
+    and files of a manifest written before digests were kept (qvc cannot tell whether they were
+    edited). An empty list for a directory that is missing, empty or holds no manifest (nothing
+    of qvc's to overwrite there: :func:`write_state` refuses such a directory on its own). Raises
     :class:`InvalidInputError` for a manifest that does not parse.
     """
+    edited, added = _changes(directory)
+    return sorted(edited | added)
+
+
+def untracked_files(directory: str | os.PathLike) -> List[str]:
+    """The ``*.json`` files of a state directory that qvc did not write (its manifest does not
+    list them), sorted: fields a person added, or files of their own. :func:`write_state` keeps
+    them, as git keeps untracked files; :func:`read_state` reads them as added fields. Empty
+    where :func:`local_changes` is."""
+    return sorted(_changes(directory)[1])
+
+
+def _changes(directory: str | os.PathLike) -> Tuple[set, set]:
+    """``(listed files edited or deleted, files not listed)`` of a state directory (see :func:`local_changes`)."""
     path = os.fspath(directory)
     if not os.path.isdir(path):
-        return []
+        return set(), set()
     dfd = _open_dir(path)
     try:
         entries = set(os.listdir(dfd))
         if MANIFEST not in entries:
-            return []
+            return set(), set()
         fields, _, digests = _load_manifest_digests(dfd, path)
         listed = {fname for _, fname in fields}
-        changed = set()
+        edited = set()
         for fname in listed:
             if fname not in entries:
-                changed.add(fname)
+                edited.add(fname)
                 continue
             data = _read_bytes(dfd, fname)
             if data is None or not isinstance(digests.get(fname), str) or _digest(data) != digests[fname]:
-                changed.add(fname)
-        changed.update(e for e in entries if _is_field_file(e) and e not in listed
-                       and not stat.S_ISDIR(os.stat(e, dir_fd=dfd, follow_symlinks=False).st_mode))
-        return sorted(changed)
+                edited.add(fname)
+        added = {e for e in entries if _is_field_file(e) and e not in listed
+                 and not stat.S_ISDIR(os.stat(e, dir_fd=dfd, follow_symlinks=False).st_mode)}
+        return edited, added
     finally:
         os.close(dfd)
 
@@ -332,8 +346,10 @@ def write_state(state: Mapping[str, Any], directory: str | os.PathLike, *,
 
     ``directory`` is created if missing. If it exists it must be empty or hold a manifest
     (written here before); otherwise :class:`InvalidInputError`, so user files are never
-    clobbered. When rewriting, ``*.json`` field files that are no longer part of the state are
-    removed (a managed directory's ``*.json`` files *are* the state); other files are kept.
+    clobbered. When rewriting, the field files the manifest listed (qvc wrote them) that are no
+    longer part of the state are removed; every other file is kept, ``*.json`` files qvc did not
+    write included (:func:`untracked_files`: as git keeps untracked files, unless the state has a
+    file of the same name, which replaces it).
     Every value is encoded before anything is written, so a :class:`SerializationError` leaves
     the directory untouched; so does a full disk or another I/O error (every file is written
     aside before any is replaced; a directory created for the write is removed again), raised
@@ -370,11 +386,12 @@ def write_state(state: Mapping[str, Any], directory: str | os.PathLike, *,
     done = False
     try:
         entries = os.listdir(dfd)
+        listed: set = set()  # the field files qvc wrote there before
         if entries and not created:
             if MANIFEST not in entries:
                 raise InvalidInputError(f"{path}: directory is not empty and was not written by qvc; "
                                         "choose an empty or new directory")
-            _load_manifest(dfd, path)  # it must really be ours
+            listed = {fname for _, fname in _load_manifest(dfd, path)[0]}  # it must really be ours
         try:
             # Every file is written aside first: a full disk fails here, before anything changed.
             for fname, data in [*texts, (MANIFEST, manifest_text)]:
@@ -383,7 +400,7 @@ def write_state(state: Mapping[str, Any], directory: str | os.PathLike, *,
                 os.replace(tmp, fname, src_dir_fd=dfd, dst_dir_fd=dfd)  # replaces a symlink itself, never its target
             wanted = set(files.values())
             for entry in entries:
-                if _is_field_file(entry) and entry not in wanted:
+                if entry in listed and entry not in wanted:
                     if stat.S_ISDIR(os.stat(entry, dir_fd=dfd, follow_symlinks=False).st_mode):
                         continue
                     os.unlink(entry, dir_fd=dfd)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from qvc.errors import LocalChangesError
-from qvc.readers.statefiles import local_changes, write_state
+from qvc.readers.statefiles import field_filename, local_changes, untracked_files, write_state
 from qvc.store.viewers import editor_of
 
 if TYPE_CHECKING:
@@ -37,6 +37,7 @@ class CheckedOutDirectory:
     damaged: dict[str, str] = field(default_factory=dict)  # fields not written: their blob does not read (why)
     editor: str | None = None  # the header key of the editor that wrote the files (None: the stored values)
     notes: list[str] = field(default_factory=list)  # one line each: values kept in their stored encoding
+    kept: list[str] = field(default_factory=list)  # *.json files qvc did not write, left there (added fields)
 
 
 def checkout_to_directory(store: GitCheckpointStore, commit: str, directory: str | os.PathLike, *,
@@ -50,9 +51,11 @@ def checkout_to_directory(store: GitCheckpointStore, commit: str, directory: str
     Nothing in the repository changes (HEAD does not move); ``store`` may be read-only. Each
     file is replaced atomically and fsynced, and the directory is fsynced, before this returns.
     ``directory`` is created if missing; an existing one must be empty or written by qvc before.
-    Field files edited, deleted or added there since qvc wrote (or committed) them are local
-    changes (:func:`qvc.readers.statefiles.local_changes`): unless ``force``, they raise
-    :class:`~qvc.errors.LocalChangesError` listing them, and nothing is written.
+    Field files edited or deleted there since qvc wrote (or committed) them, and files qvc did not
+    write that a field's file would replace, are local changes the write would lose: unless
+    ``force``, they raise :class:`~qvc.errors.LocalChangesError` listing them, and nothing is
+    written. Files qvc did not write are never removed (as git keeps untracked files): those
+    named ``*.json`` stay as fields added to a ``qvc commit``, listed in ``kept``.
     Raises :class:`~qvc.errors.InvalidInputError` for a directory that holds other files or
     cannot be written, :class:`~qvc.errors.SerializationError` for state that JSON files cannot
     hold (nothing is written then), :class:`~qvc.errors.CorruptionError` if ``commit`` is missing
@@ -67,13 +70,6 @@ def checkout_to_directory(store: GitCheckpointStore, commit: str, directory: str
     """
     damaged: dict[str, str] = {}
     cp = store.read(commit, damaged=damaged).checkpoint
-    if not force:
-        changed = local_changes(directory)
-        if changed:
-            raise LocalChangesError(
-                f"your local changes to {len(changed)} file(s) in {os.fspath(directory)} would be overwritten: "
-                f"{', '.join(changed)} (commit them with `qvc commit {os.fspath(directory)}`, or use --force)",
-                changed)
     head = store.head(cp.thread_id) if cp.thread_id else None  # `qvc commit` tells a stale DIR by it
     meta = {"id": cp.id, "thread": cp.thread_id, "step": cp.step, "commit": commit, "head": head}
     state, notes, key = cp.state_data, [], None
@@ -86,6 +82,15 @@ def checkout_to_directory(store: GitCheckpointStore, commit: str, directory: str
         editable = editor.to_files(store, commit, state)
         state, notes = editable.state, list(editable.notes)
         meta["editor"] = key
+    names = {field_filename(name) for name in state}
+    untracked = set(untracked_files(directory))
+    if not force:
+        changed = [f for f in local_changes(directory) if f not in untracked or f in names]
+        if changed:
+            raise LocalChangesError(
+                f"your local changes to {len(changed)} file(s) in {os.fspath(directory)} would be overwritten: "
+                f"{', '.join(changed)} (commit them with `qvc commit {os.fspath(directory)}`, or use --force)",
+                changed)
     files = write_state(state, directory, meta=meta)
     return CheckedOutDirectory(os.path.abspath(directory), cp.id, cp.thread_id, cp.step, commit, files, damaged,
-                               key, notes)
+                               key, notes, sorted(untracked - names))

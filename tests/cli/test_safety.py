@@ -98,15 +98,42 @@ def test_checkout_to_refuses_to_overwrite_edits_and_force_overrides(work):
     (state / "readme.txt").write_text("not a field file")
     proc = qvc("checkout", "main", "--to", "st", cwd=work, check=1)
     assert proc.stderr.count("\n") == 1 and "would be overwritten" in proc.stderr
-    assert "extra.json, n.json, plan.json" in proc.stderr and "--force" in proc.stderr
+    assert "2 file(s)" in proc.stderr and "n.json, plan.json" in proc.stderr and "--force" in proc.stderr
+    assert "extra.json" not in proc.stderr  # a file of the user's that no field replaces: not in the way
     assert (state / "n.json").read_text() == "41\n" and (state / "extra.json").read_text() == '"mine"\n'
     assert not (state / "plan.json").exists()
     assert qvc("checkout", "main", "--to", "st", "--json", cwd=work, check=1).stdout == ""
     done = json.loads(qvc("checkout", "main", "--to", "st", "--force", "--json", cwd=work).stdout)
-    assert sorted(done["files"]) == ["n.json", "plan.json"]
-    assert json.loads((state / "n.json").read_text()) == 2 and not (state / "extra.json").exists()
+    assert sorted(done["files"]) == ["n.json", "plan.json"] and done["kept"] == ["extra.json"]
+    assert json.loads((state / "n.json").read_text()) == 2
+    assert (state / "extra.json").read_text() == '"mine"\n'  # qvc did not write it: never removed
     assert (state / "readme.txt").read_text() == "not a field file"  # never a field: kept
     assert qvc("checkout", "main", "--force", cwd=work, check=2).stderr.startswith("qvc: --force goes with --to")
+
+
+def test_checkout_to_never_removes_a_file_it_did_not_write(work):
+    """git keeps untracked files through `checkout -f` and `reset --hard`: so does `--to DIR`. A
+    `*.json` file of the user's is in the way only where the new state has a field file of its name."""
+    qvc("checkout", "main", "--to", "st", cwd=work)
+    state = work / "st"
+    (state / "my-settings.json").write_text('{"budget": 10}\n')
+    proc = qvc("checkout", "other", "--to", "st", cwd=work)  # other has no `plan`: plan.json (qvc's) goes
+    assert "note: kept 1 file(s) qvc did not write in st: my-settings.json" in proc.stdout
+    assert sorted(p.name for p in state.iterdir()) == [".qvc-state.json", "my-settings.json", "n.json"]
+    proc = qvc("checkout", "main", "--to", "st", "--force", cwd=work)
+    assert (state / "my-settings.json").read_text() == '{"budget": 10}\n' and "my-settings.json" in proc.stdout
+    proc = qvc("reset", "--hard", "--to", "st", "main~1", cwd=work)
+    assert "discarding the edits made there" in proc.stdout and "kept 1 file(s)" in proc.stdout
+    assert (state / "my-settings.json").read_text() == '{"budget": 10}\n'
+    assert json.loads(qvc("commit", "st", "-m", "settings", "--json", cwd=work).stdout)["changed"] == ["my-settings"]
+    # a file of the user's that a field's file would replace is in the way (--force replaces it)
+    qvc("checkout", "other", "--to", "other-st", cwd=work)
+    (work / "other-st" / "plan.json").write_text('"my plan"\n')
+    proc = qvc("checkout", "main", "--to", "other-st", cwd=work, check=1)
+    assert "would be overwritten: plan.json" in proc.stderr
+    assert (work / "other-st" / "plan.json").read_text() == '"my plan"\n'
+    qvc("checkout", "main", "--to", "other-st", "--force", cwd=work)
+    assert json.loads((work / "other-st" / "plan.json").read_text()) == ["p0", "p1"]
 
 
 def test_checkout_to_after_a_commit_is_not_refused(work):

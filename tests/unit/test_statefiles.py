@@ -331,9 +331,9 @@ def test_rewrite_replaces_the_state_and_keeps_other_files(tmp_path):
     write_state({"a": 1, "b": 2}, target, meta={"step": 1})
     (target / "notes.txt").write_text("keep me")
     (target / "extra.json").write_text("3")  # a field the user added
-    write_state({"b": 20, "c": 30}, target, meta={"step": 2})
-    assert sorted(os.listdir(target)) == sorted(["b.json", "c.json", MANIFEST, "notes.txt"])
-    assert read_state(target) == ({"b": 20, "c": 30}, {"step": 2})
+    write_state({"b": 20, "c": 30}, target, meta={"step": 2})  # a.json was qvc's: it goes
+    assert sorted(os.listdir(target)) == sorted(["b.json", "c.json", MANIFEST, "notes.txt", "extra.json"])
+    assert read_state(target) == ({"b": 20, "c": 30, "extra": 3}, {"step": 2})  # the user's field stays
     assert (target / "notes.txt").read_text() == "keep me"
 
 
@@ -508,8 +508,10 @@ def test_symlinked_field_file_is_not_followed(tmp_path):
     write_state({"a": 2}, target)  # replaces the link itself, never writes through it
     assert (tmp_path / "outside.json").read_text() == '"SECRET"'
     assert not (target / "a.json").is_symlink()
-    assert not os.path.lexists(target / "added.json")
-    assert read_state(target)[0] == {"a": 2}
+    assert os.path.islink(target / "added.json")  # not qvc's: left as it is
+    write_state({"a": 3, "added": 4}, target)  # a field's file replaces the link, not its target
+    assert (tmp_path / "outside.json").read_text() == '"SECRET"'
+    assert read_state(target)[0] == {"a": 3, "added": 4}
 
 
 def test_symlinked_manifest_is_not_followed(tmp_path):
@@ -583,7 +585,7 @@ def test_random_values_round_trip_through_json_text(value):
 
 
 def test_local_changes_lists_edited_deleted_and_added_field_files(tmp_path):
-    from qvc.readers.statefiles import local_changes
+    from qvc.readers.statefiles import local_changes, untracked_files
 
     target = tmp_path / "s"
     assert local_changes(target) == []  # missing: nothing of ours to overwrite
@@ -594,8 +596,12 @@ def test_local_changes_lists_edited_deleted_and_added_field_files(tmp_path):
     (target / "new.json").write_text("true\n")
     (target / "notes.txt").write_text("not a field file")
     assert local_changes(target) == ["a.json", "b.json", "new.json"]
+    assert untracked_files(target) == ["new.json"]
     write_state({"a": 1}, target)  # write_state itself still overwrites: the refusal is the caller's
-    assert local_changes(target) == []
+    assert local_changes(target) == ["new.json"]  # never removed: qvc did not write it
+    assert read_state(target)[0] == {"a": 1, "new": True}
+    write_state({"a": 1, "new": False}, target)  # a field's file of that name replaces it
+    assert local_changes(target) == [] and untracked_files(target) == []
 
 
 def test_record_state_makes_what_was_read_the_new_base(tmp_path):
