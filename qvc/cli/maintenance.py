@@ -55,7 +55,7 @@ def gc(prune: bool, keep_last: int | None, max_age: str | None, thread_ttl: str 
         policy = Policy(keep_last=keep_last, keep_first=keep_first, **ages)
     elif keep_last is not None or keep_first or any((max_age, thread_ttl, abandoned_after)):
         raise click.UsageError("--no-retention takes no retention option")
-    store = session().store(write=True)
+    store = session().store(write=not dry_run)  # a dry run changes nothing: it reads, as `log` does
     t0 = time.monotonic()
     report = None if no_retention else store.retain(policy, dry_run=dry_run)
     if as_json:

@@ -40,7 +40,7 @@ def config(name: str | None, value: str | None, listing: bool, unset: bool, as_j
     if listing:
         if name is not None or unset:
             raise click.UsageError("--list takes no NAME and no --unset")
-        settings = session().store(write=True).config()
+        settings = session().store().config()  # a read: no lock, as git config reads
         if as_json:
             emit_json(settings)
         else:
@@ -49,7 +49,7 @@ def config(name: str | None, value: str | None, listing: bool, unset: bool, as_j
         return
     if name is None:
         raise click.UsageError("name a setting (or --list)")
-    store = session().store(write=True)
+    store = session().store(write=unset or value is not None)  # reading one takes no lock
     if unset:
         if value is not None:
             raise click.UsageError("--unset takes NAME only")

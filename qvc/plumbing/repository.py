@@ -582,8 +582,8 @@ class Repository:
     def config(self) -> dict[str, str]:
         """The repository's own configuration (its ``config`` file, not the user's), as
         ``{name: value}`` with git's lower-case section and key names; the last value of a key
-        set several times. Raises :class:`InvalidInputError` on a read-only repository."""
-        config = self._own_config()
+        set several times. A read-only store reads it too (as ``git config`` reads without a lock)."""
+        config = configured().Config(os.path.join(self.path, "config"))
         return {entry.name: entry.value for entry in config}
 
     def set_config(self, name: str, value: str | None) -> None:

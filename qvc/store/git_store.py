@@ -177,7 +177,7 @@ class GitCheckpointStore(CheckpointStore):
 
     def config(self) -> dict[str, str]:
         """The repository's own configuration (``git config --local --list``): ``{name: value}``,
-        section and key names in lower case. Needs a writable store."""
+        section and key names in lower case. A read-only store reads it too."""
         return self._repo.config()
 
     def set_config(self, name: str, value: str | None) -> None:
