@@ -7,7 +7,7 @@ import click
 
 from qvc.cli.app import cli, revision, session
 from qvc.cli.output import emit_json, out, qname, short, warn
-from qvc.errors import CheckpointConflictError, CorruptionError, QvcError
+from qvc.errors import CheckpointConflictError, CorruptionError, InvalidInputError, QvcError
 
 
 def checkout_to(store, name: str | None, to: str, as_json: bool, force: bool = False) -> None:
@@ -42,7 +42,7 @@ def kept_note(kept: list[str], to: str) -> None:
 @click.option("-m", "--message", default="", help="Why the state was edited (kept in the metadata).")
 @click.option("-f", "--force", is_flag=True,
               help="Commit even if the thread moved on since DIR was checked out (its newer checkpoints are "
-                   "kept as a superseded line).")
+                   "kept as a superseded line), or its writer keeps its head in the thread's record.")
 @click.option("--allow-empty", is_flag=True, help="Commit even when DIR holds the state it builds on, unchanged.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def commit(directory: str, message: str, force: bool, allow_empty: bool, as_json: bool) -> None:
@@ -84,13 +84,19 @@ def commit(directory: str, message: str, force: bool, allow_empty: bool, as_json
 
 def check_directory(store, head, directory: str, force: bool, allow_empty: bool) -> bool:
     """Refuse ``qvc commit DIR`` before anything is written, as git would: a commit that would rewind
-    checkpoints the thread gained after DIR was checked out (unless ``force``), and one that stores the
-    state it builds on unchanged (unless ``allow_empty``). ``head``: HEAD as the caller read it (the
-    commit then swaps only that head). Returns whether the thread moved on since."""
+    checkpoints the thread gained after DIR was checked out, and one on a thread whose writer keeps
+    its head in the thread's record (unless ``force``, both), and one that stores the state it
+    builds on unchanged (unless ``allow_empty``). ``head``: HEAD as the caller read it (the commit
+    then swaps only that head). Returns whether the thread moved on since."""
     from qvc.readers.statefiles import local_changes, read_state  # deferred: start-up speed
 
     if head.thread is None or head.commit is None:
         return False  # detached (commit_directory says so) or a first checkpoint: nothing to rewind
+    if not force and store.thread_record(head.thread) is not None:
+        raise InvalidInputError(
+            f"thread {head.thread!r} keeps its head in the record its writer stores beside it: its framework "
+            f"reads the record, would not see this commit and would leave it behind at its next save; nothing "
+            f"was stored (`qvc commit --force {directory}` stores it anyway)")
     state, meta = read_state(directory)
     base = meta.get("commit") if isinstance(meta.get("commit"), str) else None
     try:

@@ -82,6 +82,10 @@ def checkout_to_directory(store: GitCheckpointStore, commit: str, directory: str
         editable = editor.to_files(store, commit, state)
         state, notes = editable.state, list(editable.notes)
         meta["editor"] = key
+    if found is None and cp.thread_id and store.thread_record(cp.thread_id) is not None:
+        notes.append(f"thread {cp.thread_id!r} keeps its head in the record its writer stores beside it: these are "
+                     "the checkpoint's stored values, and `qvc commit` refuses an edit of them (its framework reads "
+                     "the record, not a commit)")
     names = {field_filename(name) for name in state}
     untracked = set(untracked_files(directory))
     if not force:

@@ -136,6 +136,26 @@ def test_checkout_to_never_removes_a_file_it_did_not_write(work):
     assert json.loads((work / "other-st" / "plan.json").read_text()) == ["p0", "p1"]
 
 
+def test_commit_refuses_a_thread_whose_writer_keeps_its_head_in_a_record(tmp_path):
+    """pydantic-ai's conversations (and CrewAI's flows) keep their head in the thread's record: a
+    hand edit committed on the thread would be a checkpoint their framework never reads."""
+    repo = tmp_path / ".qvc"
+    with GitCheckpointStore(repo) as store:
+        store.put_record("chat", b"record", expected=None, head="e1", checkpoints=[
+            (Checkpoint(id="e1", thread_id="chat", step=0, state_data={"message": "hi"}), {"source": "mine"})])
+        store.checkout("chat")
+    proc = qvc("checkout", "--to", "st", cwd=tmp_path)
+    assert "keeps its head in the record" in proc.stderr and "`qvc commit` refuses" in proc.stderr
+    (tmp_path / "st" / "message.json").write_text('"hello"\n')
+    proc = qvc("commit", "st", cwd=tmp_path, check=2)
+    assert proc.stderr.count("\n") == 1 and "nothing was stored" in proc.stderr and "--force" in proc.stderr
+    assert qvc("log", "--oneline", cwd=tmp_path).stdout.count("\n") == 1
+    qvc("commit", "st", "--force", cwd=tmp_path)
+    with GitCheckpointStore(repo, readonly=True) as store:
+        assert store.get_tuple(CheckpointConfig("chat")).checkpoint.state_data == {"message": "hello"}
+        assert store.thread_record("chat") == b"record"
+
+
 def test_checkout_to_after_a_commit_is_not_refused(work):
     qvc("checkout", "--to", "st", cwd=work)
     (work / "st" / "n.json").write_text("7\n")
