@@ -269,11 +269,17 @@ def decorations(entry, head, decorate: str = "short") -> str:
 
     if decorate == "no":
         return ""
-    # names as every view shows them (qname): an escape sequence or a bidi override in a name
-    # is shown escaped, not obeyed by the terminal (nor dropped with the colours)
-    entry = replace(entry, heads=[qname(t) for t in entry.heads], tags=[qname(t) for t in entry.tags])
-    found = names(entry, None if head.thread is None else qname(head.thread), head.commit, full=decorate == "full")
+    found = names(quoted_names(entry), None if head.thread is None else qname(head.thread), head.commit,
+                  full=decorate == "full")
     return f" ({', '.join(found)})" if found else ""
+
+
+def quoted_names(entry):
+    """``entry`` with its thread, heads and tags as every view shows names (:func:`qname`): an
+    escape sequence or a bidi override in a name is shown escaped, not obeyed by the terminal
+    (nor dropped with the colours), and a newline in one does not split its row."""
+    return replace(entry, thread=None if entry.thread is None else qname(entry.thread),
+                   heads=[qname(t) for t in entry.heads], tags=[qname(t) for t in entry.tags])
 
 
 def changed_count(e) -> str:
@@ -289,8 +295,8 @@ def entry_lines(e, head, oneline: bool, fmt: str | None = None, decorate: str = 
     if fmt is not None:
         from qvc.readers.log import format_entry  # deferred: start-up speed
 
-        return format_entry(e, fmt, head_thread=head.thread, head_commit=head.commit,
-                            store=session().opened).split("\n")
+        return format_entry(quoted_names(e), fmt, head_thread=None if head.thread is None else qname(head.thread),
+                            head_commit=head.commit, store=session().opened).split("\n")
     status = f" [{e.status}]" if e.status else ""
     names = decorations(e, head, decorate)
     if oneline:

@@ -29,12 +29,14 @@ def quoted(text: str, keep: str = "") -> str:
 
 def qname(name: str | None) -> str:
     """A thread name (or another name people typed or a program chose) for a line of output: as
-    it is when it is printable, else in double quotes with control characters, characters that
-    do not print (a bidi override, a zero-width space), ``\\`` and ``"`` escaped (git's quoting
-    of unusual paths), so one name is always one row and reads as the name it is."""
+    it is when it is printable and holds no ``"`` or ``\\``, else in double quotes with control
+    characters, characters that do not print (a bidi override, a zero-width space), ``\\`` and
+    ``"`` escaped (git's quoting of unusual paths), so one name is always one row, reads as the
+    name it is, and no two names look alike (``a<newline>b`` is ``"a\\nb"``, the name ``"a\\nb"``
+    is ``"\\"a\\\\nb\\""``)."""
     if name is None:
         return ""
-    if not _CONTROL.search(name) and name.isprintable():
+    if not _CONTROL.search(name) and name.isprintable() and '"' not in name and "\\" not in name:
         return name
     inner = name.replace("\\", "\\\\").replace('"', '\\"')
     return '"' + "".join(c if c.isprintable() else _escape(c) for c in inner) + '"'

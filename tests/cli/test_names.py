@@ -33,7 +33,7 @@ GIT_REFUSES = ["a\nb", "\x01", "tab\there", "a b", "HEAD", "france~1", "x^", "a:
                "a\x7f", ""]
 GIT_TAKES = ["ok", "a/b", "run-7", "run/s1/r2", "é", "a@b", "a.b", "HEAD2", "head", "x.lock2", "a/-b", "ünï-cødé",
              "t" * 300]
-ODD = ["a\nb", "\x01x\x1b[2J", "tab\there", "t" * 300, 'quote"back\\slash', "plain"]
+ODD = ["a\nb", "\x01x\x1b[2J", "tab\there", "t" * 300, 'quote"back\\slash', "plain", '"a\\nb"']
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")  # anything but \t and \n, which end cells and rows
 
 
@@ -99,9 +99,14 @@ def test_one_thread_is_one_row(odd):
     listed = rows(qvc("branch", cwd=odd).stdout)
     assert len(listed) == len(ODD)
     assert '* "a\\nb"' in listed and '  "\\001x\\033[2J"' in listed and '  "tab\\there"' in listed
-    assert '  quote"back\\slash' in listed and "  plain" in listed  # printable: as it is
+    assert "  plain" in listed  # printable: as it is
+    # a name holding `"` or `\\` is quoted too, as git quotes such paths: no two names look alike
+    assert '  "quote\\"back\\\\slash"' in listed and '  "\\"a\\\\nb\\""' in listed
     assert len(rows(qvc("branch", "-v", cwd=odd).stdout)) == len(ODD)
     assert len(rows(qvc("log", "--all", "--oneline", cwd=odd).stdout)) == 2 * len(ODD)
+    formatted = rows(qvc("log", "--all", "--format=%(thread)|%d", cwd=odd).stdout)
+    assert len(formatted) == 2 * len(ODD)  # --format's names are shown as every view's: one row each
+    assert '"a\\nb"| (HEAD -> "a\\nb")' in formatted and '"\\"a\\\\nb\\""| ("\\"a\\\\nb\\"")' in formatted
     assert len(rows(qvc("log", "--all", cwd=odd).stdout)) == 2 * len(ODD) * 5 - 1
     status = rows(qvc("status", cwd=odd).stdout)
     assert status[1] == 'On thread "a\\nb", head id0b (step 1)'
