@@ -387,8 +387,7 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool, r
             lines += [f"    {i:>3} {message_line(m, full=full, width=max(40, width - 8))}" for i, m in enumerate(v)]
         else:
             lines.append(f"{label}: {shorten(v, full, width, key=f)}")
-    writes = shown_writes(cp.state_data, state, tup.pending_writes or [], raw=raw) if not damaged \
-        else tup.pending_writes or []
+    writes = shown_writes(store, rev.commit, cp.state_data, state, raw=raw)
     lines.append(style(f"Pending writes ({len(writes)}):", bold=True) if writes else "Pending writes: none")
     lines += [f"  {w.task_id} {w.channel}: {shorten(w.value, full, width)}" for w in writes]
     page(lines)

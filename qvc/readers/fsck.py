@@ -52,7 +52,9 @@ def fsck(store: GitCheckpointStore, *, objects: bool = True) -> FsckReport:
 
     Each problem names where it is: the thread (and ref) of a ref pointing at a missing or
     unreadable commit; the thread, checkpoint id and commit, and the field, of a damaged
-    checkpoint. ``checkpoints`` counts every checkpoint commit reached, damaged ones too. A
+    checkpoint; the checkpoint (commit, or thread and id) and ref of pending writes that do not
+    decode, in either layout (:meth:`~qvc.store.git_store.GitCheckpointStore.write_sets`;
+    ``pending_writes`` counts the sets). ``checkpoints`` counts every checkpoint commit reached, damaged ones too. A
     reflog entry naming a missing commit is one of ``warnings`` (naming ``qvc gc --prune``, which
     drops it) when nothing else is wrong, else one of the ``problems``.
     """
@@ -97,16 +99,18 @@ def _check_refs(store: GitCheckpointStore, report: FsckReport) -> None:
                                "(repair: `qvc fsck --repair`)")
     for name, tip in refs:
         report.refs += 1
-        if name.startswith(WRITES):
-            key = name[len(WRITES):]
+        if name.startswith(WRITES):  # every set of writes it holds, in every layout, decodes
             try:
-                if len(key) == 40 and all(c in "0123456789abcdef" for c in key):
-                    store.pending_writes_at(key)
-                else:  # another layout's writes (e.g. LangGraph's, keyed by checkpoint id)
-                    store.tree_entries(tip)
-                report.pending_writes += 1
+                sets = store.write_sets(name, tip)
             except QvcError as exc:
                 report.problems.append(f"{name}: {exc}")
+                continue
+            for found in sets:
+                try:
+                    store.write_set(found)
+                    report.pending_writes += 1
+                except QvcError as exc:
+                    report.problems.append(f"{found.where}: {exc}")
             continue
         if not name.startswith((HEADS, SUPERSEDED)):
             continue

@@ -6,7 +6,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from qvc.errors import OBJECTS_REPAIR, CorruptionError, DamagedRefError
+from qvc.errors import OBJECTS_REPAIR, CorruptionError, DamagedRefError, QvcError
 from qvc.plumbing import leases, pack
 from qvc.plumbing.leftovers import quarantine_folders
 from qvc.plumbing.maintenance import due
@@ -62,16 +62,19 @@ def status(store: GitCheckpointStore) -> RepoStatus:
         head_damaged = None
     damaged = head_damaged or (store.damage(head.commit) if head.commit else None)  # a broken head
     info = store.commit_info(head.commit) if head.commit and damaged is None else None
-    counts = {HEADS: 0, SUPERSEDED: 0, WRITES: 0}
-    for name, _ in store.repository.refs("refs/"):
+    counts = {HEADS: 0, SUPERSEDED: 0}
+    writes_refs = []
+    for name, tip in store.repository.refs("refs/"):
         for prefix in counts:
             if name.startswith(prefix):
                 counts[prefix] += 1
+        if name.startswith(WRITES):
+            writes_refs.append((name, tip))
     failures = recorded_failures(store.path)
     return RepoStatus(
         path=store.path, thread=head.thread, head=head.commit, head_id=info.checkpoint_id if info else None,
         head_step=info.step if info else None, durability=store.durability.value, threads=counts[HEADS],
-        superseded_lines=counts[SUPERSEDED], pending_writes=counts[WRITES],
+        superseded_lines=counts[SUPERSEDED], pending_writes=pending_checkpoints(store, writes_refs),
         recovery=store.recovery.summary() if store.recovery else None, maintenance_due=due(store.repository),
         replication=[r.to_json() for r in replication_status(store)], damaged=damaged,
         failures=len(failures), last_failures=failures[-5:], quarantine=quarantine_folders(store.path),
@@ -79,6 +82,37 @@ def status(store: GitCheckpointStore) -> RepoStatus:
                   if thread != head.thread or head_damaged is None]
         + damaged_packs(store.path) + foreign_locks(store.path),
     )
+
+
+def pending_checkpoints(store: GitCheckpointStore, refs: list[tuple[str, str]]) -> int:
+    """How many checkpoints have pending writes, in every layout, among the writes refs ``refs``
+    (``(name, tip)``): each set of writes is one checkpoint's
+    (:meth:`~qvc.store.git_store.GitCheckpointStore.write_sets`; a thread's record is none), a
+    checkpoint with sets in both layouts counts once. A ref that does not read counts for
+    nothing (``qvc fsck`` reports it). Reads no write itself."""
+    commits, keyed = [], set()
+    for name, tip in refs:
+        try:
+            sets = store.write_sets(name, tip)
+        except QvcError:
+            continue
+        for found in sets:
+            if found.commit is not None:
+                commits.append(found.commit)
+            else:
+                keyed.add((found.thread, found.key) if found.thread is not None and found.key is not None
+                          else (found.ref, found.path))
+    count = len(keyed)
+    for sha in commits:
+        if keyed:  # the same checkpoint's writes in both layouts count once
+            try:
+                info = store.commit_info(sha)
+            except QvcError:
+                info = None
+            if info is not None and (info.thread_id, info.checkpoint_id) in keyed:
+                continue
+        count += 1
+    return count
 
 
 def foreign_locks(path: str) -> list[str]:

@@ -17,10 +17,11 @@ from qvc.codec.tagged import to_jsonable
 from qvc.errors import CorruptionError, NotFoundError, UnknownThreadError
 from qvc.readers.log import entry, log, short_id
 from qvc.store.refnames import superseded_prefix
-from qvc.store.viewers import collecting_notes, view_state
+from qvc.store.viewers import collecting_notes, view_state, view_writes
 
 if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore
+    from qvc.types import PendingWrite
 
 
 def iso(ts: int | float) -> str:
@@ -36,11 +37,19 @@ def state_of(store: GitCheckpointStore, sha: str, state: dict, *, plain: bool = 
     return state if raw else view_state(store, sha, state, plain=plain)
 
 
-def shown_writes(stored: dict, shown: dict, writes: Sequence[Any], *, raw: bool = False) -> list:
-    """The pending writes to show beside a viewed state: those to fields the viewer hides (stored
-    fields not ``shown``: a run's owner heartbeats) are bookkeeping, left out unless ``raw``."""
-    hidden = set() if raw else set(stored) - set(shown)
-    return [w for w in writes if w.channel not in hidden]
+def shown_writes(store: GitCheckpointStore, sha: str, stored: dict, shown: dict, *, plain: bool = False,
+                 raw: bool = False) -> list[PendingWrite]:
+    """The pending writes of checkpoint commit ``sha`` to show beside its viewed state, whatever
+    layout holds them (:meth:`~qvc.store.git_store.GitCheckpointStore.checkpoint_pending_writes`):
+    as its viewer shows them (:func:`qvc.store.viewers.view_writes`: LangGraph's values decoded,
+    its internal channels left out; ``plain``: as plain data), and without those to fields the
+    viewer hides (``stored`` fields not ``shown``: a run's owner heartbeats), which are
+    bookkeeping; ``raw``: every write as stored. Raises :class:`~qvc.errors.CorruptionError`."""
+    writes = store.checkpoint_pending_writes(sha)
+    if raw:
+        return writes
+    hidden = set(stored) - set(shown)
+    return [w for w in view_writes(store, sha, writes, plain=plain) if w.channel not in hidden]
 
 
 def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] = (), *,
@@ -65,6 +74,7 @@ def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] =
     cp = tup.checkpoint
     with collecting_notes() as said:
         state = state_of(store, sha, cp.state_data, plain=True, raw=raw) if not damaged else cp.state_data
+        writes = shown_writes(store, sha, cp.state_data, state, plain=True, raw=raw)
     for f in fields:
         if f in damaged:
             raise CorruptionError(damaged[f])
@@ -82,7 +92,7 @@ def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] =
         "state_versions": cp.state_versions if raw or damaged else
         {f: v for f, v in cp.state_versions.items() if f in state},
         "pending_writes": [{"task": w.task_id, "channel": w.channel, "value": to_jsonable(w.value, "write")}
-                           for w in shown_writes(cp.state_data, state, tup.pending_writes or [], raw=raw)],
+                           for w in writes],
     }
     if damaged:
         out["damaged"] = damaged

@@ -34,7 +34,7 @@ class Repository(BaseModel):
     durability: str
     threads: int
     superseded_lines: int
-    pending_writes: int
+    pending_writes: int = Field(description="Checkpoints with pending writes, in every layout (qvc status)")
     recovery: Optional[str]
     maintenance_due: Optional[str]
     damaged: Optional[str] = Field(None, description="Why HEAD or the current thread's head does not read "

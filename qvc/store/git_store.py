@@ -57,11 +57,14 @@ from qvc.store.writes import (
     KEYED,
     Item,
     PendingWrites,
+    WriteSet,
     entry_key,
+    key_of,
     key_path,
     keyed_prefix,
     keyed_ref,
     thread_writes_ref,
+    writes_commit,
 )
 from qvc.types import (
     Checkpoint,
@@ -1003,6 +1006,69 @@ class GitCheckpointStore(CheckpointStore):
             out.append(PendingWrite(task, channel, value))
         return out
 
+    def checkpoint_pending_writes(self, sha: str) -> list[PendingWrite]:
+        """Every pending write of the checkpoint in commit ``sha``, whatever layout holds it: the
+        store's own (:meth:`put_writes`, ``refs/qvc/writes/<sha>``), then those keyed by its thread
+        and checkpoint id (:meth:`put_checkpoint_writes`, LangGraph's), each in the order first
+        written. Values are as stored: a keyed writer's values in its own encoding, which its
+        viewer decodes (:func:`qvc.store.viewers.view_writes`). Raises :class:`CorruptionError`
+        if they do not decode."""
+        out = list(self.pending_writes_at(sha) or [])
+        info = self.commit_info(sha)
+        if info.thread_id is not None:
+            try:
+                thread = check_thread_id(info.thread_id)
+            except InvalidInputError:  # no thread id of ours (a foreign commit): no keyed writes
+                return out
+            out += self._decoded(self.checkpoint_writes(thread, info.checkpoint_id), f"of {info.checkpoint_id}")
+        return out
+
+    def write_sets(self, name: str, tip: str) -> list[WriteSet]:
+        """The sets of pending writes the writes ref ``name`` (at commit ``tip``) holds, in every
+        layout (:mod:`qvc.store.writes`): the one set of a per-commit ref; every checkpoint's set of
+        a thread's keyed writes ref (its record is none); the set of a per-key ref written before,
+        unless the thread's writes ref holds that key's set (which is read instead); ``[]`` for
+        another layout's ref. Raises :class:`CorruptionError` if the ref's commit or trees do
+        not read (the sets' writes are read by :meth:`write_set`)."""
+        key = name[len(WRITES):] if name.startswith(WRITES) else ""
+        commit = writes_commit(key)
+        if commit is not None:
+            self._history.commit(tip)
+            return [WriteSet(name, tip, (), commit, None, None)]
+        if name.startswith(KEYED):
+            component, _, last = name[len(KEYED):].rpartition("/")
+            thread = decode_thread(component) if component and "/" not in component else None
+            if last == ALL:
+                return [WriteSet(name, tip, path, None, thread, key_of(path[-1]))
+                        for path in self._writes.key_sets(tip)]
+            if last and component and "/" not in component:
+                self._history.commit(tip)
+                key_id = key_of(last)
+                all_tip = self._repo.ref(KEYED + component + "/" + ALL)
+                if all_tip is not None and key_id is not None and self._writes.read_at(all_tip, key_path(key_id)):
+                    return []  # shadowed: the thread's writes ref holds this key's set
+                return [WriteSet(name, tip, (), None, thread, key_id)]
+        self.tree_entries(tip)  # another layout's: its commit and tree read
+        return []
+
+    def write_set(self, found: WriteSet) -> list[PendingWrite]:
+        """The writes of the set ``found`` (:meth:`write_sets`), as :meth:`checkpoint_pending_writes`
+        gives them. Raises :class:`CorruptionError` if they do not decode."""
+        return self._decoded(self._writes.read_at(found.tip, found.path))
+
+    @staticmethod
+    def _decoded(items: Sequence[tuple[str, bytes]], where: str = "") -> list[PendingWrite]:
+        """Stored writes (msgpack ``[task, channel, index, value]``, every layout's) as :class:`PendingWrite`."""
+        out = []
+        for key, data in items:
+            what = f"write {key}{' ' + where if where else ''}"
+            found = serde.loads(data, what)
+            if not (isinstance(found, list) and len(found) == 4 and isinstance(found[0], str)
+                    and isinstance(found[1], str)):
+                raise CorruptionError(f"{what} is no [task, channel, index, value]")
+            out.append(PendingWrite(found[0], found[1], found[3]))
+        return out
+
     def put_writes(self, config: CheckpointConfig, writes: Sequence[PendingWrite], task_id: str) -> None:
         """Attach ``writes`` to the addressed checkpoint, durably, without rewriting its commit.
 
@@ -1281,7 +1347,12 @@ class GitCheckpointStore(CheckpointStore):
         stored yet: writes may come first) into the thread's one writes ref,
         ``refs/qvc/writes/lg/<thread>/%all`` (:mod:`qvc.store.writes`; writes a repository
         kept under the checkpoint's own ref before move into it); see
-        :meth:`qvc.store.writes.PendingWrites.upsert` for the rules. Durable on return in SYNC mode."""
+        :meth:`qvc.store.writes.PendingWrites.upsert` for the rules. Durable on return in SYNC mode.
+
+        Each item's data is a msgpack ``[task id, channel, index, value]``, as :meth:`put_writes`
+        stores its own (the value in the caller's encoding), so that readers list them as the
+        checkpoint's pending writes (:meth:`checkpoint_pending_writes`) and ``qvc fsck`` checks
+        them (:meth:`write_sets`); the caller's viewer decodes the values."""
         thread = check_thread_id(thread_id)
         self._writes.upsert(thread_writes_ref(thread), items, message, path=key_path(checkpoint_id),
                             legacy=keyed_ref(thread, checkpoint_id))

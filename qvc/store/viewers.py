@@ -27,6 +27,12 @@ stored values are shown as they are. A viewer that shows values less fully than 
 framework is not installed, so it reads them from their serialized form) says so with
 :func:`note`; readers print the :func:`notes` once, beside what they show.
 
+**Pending writes** are shown through the same viewer: one that carries a ``writes`` attribute
+(:data:`WritesViewer`) decodes the values of its checkpoints' pending writes, whichever layout the
+store keeps them in (:meth:`~qvc.store.git_store.GitCheckpointStore.checkpoint_pending_writes`),
+and leaves out those that are bookkeeping; readers call :func:`view_writes`. Without one the
+writes are shown as stored.
+
 **Editors** are a viewer's inverse, for ``qvc checkout --to DIR`` and ``qvc commit DIR``: an
 object with ``to_files`` and ``from_files`` (:class:`Editor`), declared under the same header key
 in the ``qvc.editors`` entry-point group (value: ``module:object``) or registered with
@@ -35,14 +41,14 @@ edits as JSON files; ``from_files`` turns the edited values back into what the a
 plus the header keys the adapter keeps, so the commit reads back through the adapter as its
 framework's objects. Without an editor a directory holds the stored values (qvc's tagged JSON).
 
-Imports only :mod:`qvc.errors` and :mod:`qvc.lazy` (the store only for type hints).
+Imports only :mod:`qvc.errors` and :mod:`qvc.lazy` (the store and :mod:`qvc.types` only for type hints).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 from qvc.errors import CorruptionError
 from qvc.lazy import exports
@@ -50,6 +56,7 @@ from qvc.lazy import exports
 if TYPE_CHECKING:
     from qvc.store.editing import Editor
     from qvc.store.git_store import GitCheckpointStore
+    from qvc.types import PendingWrite
 
 #: The entry-point group viewers are declared in (``[project.entry-points."qvc.viewers"]``).
 GROUP = "qvc.viewers"
@@ -62,6 +69,13 @@ EDITORS = "qvc.editors"
 #: ``plain=True`` (the JSON forms: ``--json``, ``qvc serve``) the values are plain data a JSON
 #: form holds (dicts, lists, strings, numbers, ...), not the framework's objects.
 Viewer = Callable[..., "dict[str, Any]"]
+#: ``viewer.writes(store, sha, writes, plain=False) -> writes to show``: a viewer may carry this
+#: attribute to show its checkpoints' pending writes too (:func:`view_writes`). ``writes`` are the
+#: checkpoint's :class:`~qvc.types.PendingWrite` as stored (in every layout: LangGraph keeps its
+#: own encoding of values in the store's keyed writes); it returns those people should see, values
+#: decoded as the viewer shows state (plain data with ``plain``), writes that are only bookkeeping
+#: left out, or raises :class:`~qvc.errors.CorruptionError`. Without it the writes are shown as stored.
+WritesViewer = Callable[..., "Sequence[PendingWrite]"]
 
 #: Header keys :class:`~qvc.store.git_store.GitCheckpointStore` writes itself: no viewer is looked
 #: up for them (a checkpoint with only these never reads the entry points).
@@ -234,6 +248,27 @@ def view_state(store: GitCheckpointStore, sha: str, state: dict[str, Any], *, pl
         return viewer(store, sha, state, plain=plain)
     except CorruptionError:  # an edit the writer's viewer does not read: the values as stored
         return state
+
+
+def view_writes(store: GitCheckpointStore, sha: str, writes: Sequence[PendingWrite], *,
+                plain: bool = False) -> list[PendingWrite]:
+    """The pending writes of checkpoint commit ``sha`` (``writes``, as
+    :meth:`~qvc.store.git_store.GitCheckpointStore.checkpoint_pending_writes` read them) to show
+    people: as its viewer's :data:`WritesViewer` (its ``writes`` attribute) shows them (values
+    decoded, bookkeeping left out), else as stored. Raises what that raises
+    (:class:`~qvc.errors.CorruptionError` for values that do not decode), except for a copy shown
+    by the viewer of the checkpoint it was made from (:data:`COPY_SOURCES`), whose writes are then
+    shown as stored."""
+    found = _viewer_of(store, sha) if writes else None
+    show = getattr(found[0], "writes", None) if found is not None else None
+    if show is None:
+        return list(writes)
+    if not found[1]:
+        return list(show(store, sha, writes, plain=plain))
+    try:
+        return list(show(store, sha, writes, plain=plain))
+    except CorruptionError:  # writes the writer's viewer does not read: as stored
+        return list(writes)
 
 
 def viewer_of(store: GitCheckpointStore, sha: str) -> Optional[Viewer]:

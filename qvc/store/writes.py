@@ -28,7 +28,10 @@ never writes one again).
 Readers tell the kinds apart by the key after ``refs/qvc/writes/`` (:func:`writes_commit`): a commit
 SHA is the store's; any other key is an *opaque* writes ref, which readers carry like any ref
 (push, fetch and clone take it in when its commit and tree read) and otherwise leave alone
-(``qvc watch`` reports no event for it), without knowing whose layout it is.
+(``qvc watch`` reports no event for it), without knowing whose layout it is. What a reader
+shows, counts or checks as pending writes it reads through the store, in both layouts
+(:meth:`~qvc.store.git_store.GitCheckpointStore.checkpoint_pending_writes`, ``write_sets``,
+``write_set``: :class:`WriteSet`); a keyed ref's thread record (:data:`RECORD`) is none.
 
 Every upsert goes through :meth:`PendingWrites.upsert`, one compare-and-swap loop: read the
 ref's tip, merge the new items into its set (an item marked ``keep_first`` does not replace an
@@ -48,7 +51,7 @@ from qvc.codec import serde
 from qvc.lazy import Pattern
 from qvc.plumbing.objects import MODE_BLOB, MODE_TREE, Entry, commit_bytes, tree_bytes
 from qvc.plumbing.pack import object_id
-from qvc.store.refnames import WRITES, encode_thread
+from qvc.store.refnames import WRITES, decode_thread, encode_thread
 
 if TYPE_CHECKING:
     from qvc.plumbing.repository import Repository, Transaction
@@ -117,6 +120,34 @@ def _key_path(key: str) -> tuple[str, ...]:
     crc = zlib.crc32(name.encode()) & 0xFF
     mask = (1 << BITS) - 1
     return (*(f"{crc >> (BITS * (LEVELS - 1 - i)) & mask:x}" for i in range(LEVELS)), name)
+
+
+def key_of(name: str) -> str | None:
+    """The caller's key a set's name in a thread writes tree (the last of its :func:`key_path`)
+    stands for, ``None`` when the name does not say (a hashed long key)."""
+    return "" if name == "%" else decode_thread(name)
+
+
+class WriteSet(NamedTuple):
+    """Where one set of pending writes is, in either layout (see the module docstring):
+    :meth:`~qvc.store.git_store.GitCheckpointStore.write_sets` finds them,
+    :meth:`~qvc.store.git_store.GitCheckpointStore.write_set` reads one."""
+
+    ref: str  #: the writes ref holding it
+    tip: str  #: the ref's commit as it was found
+    path: tuple[str, ...]  #: where in the commit's tree (``()``: the tree is the set)
+    commit: str | None  #: the checkpoint commit, for the store's per-commit writes
+    thread: str | None  #: for keyed writes: the thread (``None`` if the ref name does not say)
+    key: str | None  #: for keyed writes: the caller's key, a checkpoint id (``None`` likewise)
+
+    @property
+    def where(self) -> str:
+        """The set as people name it: its checkpoint (commit, or thread and id) and its ref."""
+        if self.commit is not None:
+            return f"pending writes of commit {self.commit[:12]} ({self.ref})"
+        at = f" at {'/'.join(self.path)}" if self.path else ""
+        return (f"pending writes of thread {self.thread!r} checkpoint {self.key if self.key is not None else '?'} "
+                f"({self.ref}{at})")
 
 
 def entry_key(*parts: str) -> str:
@@ -258,6 +289,31 @@ class PendingWrites:
             if NO_LEGACY in root:
                 return None
         return self.at(legacy)
+
+    def key_sets(self, tip: str) -> list[tuple[str, ...]]:
+        """The :func:`key_path` of every set of writes in the thread writes commit ``tip``, sorted
+        (the thread's record and other root blobs are no sets). Raises
+        :class:`~qvc.errors.CorruptionError` if its trees do not read."""
+        found: list[tuple[str, ...]] = []
+
+        def walk(tree: Tree, path: tuple[str, ...]) -> None:
+            for name in sorted(tree):
+                mode, raw = tree[name]
+                if mode != MODE_TREE:
+                    continue
+                if len(path) < LEVELS:
+                    walk(self._history.tree(raw), (*path, name))
+                else:
+                    found.append((*path, name))
+
+        walk(self._history.entries(self._history.commit(tip)), ())
+        return found
+
+    def read_at(self, tip: str, path: Sequence[str]) -> list[tuple[str, bytes]]:
+        """What :meth:`read` gives for the set at ``path`` in the commit ``tip``'s tree (``()``:
+        the tree itself), ``[]`` if there is none. Raises :class:`~qvc.errors.CorruptionError`."""
+        found = self._subtree(self._history.entries(self._history.commit(tip)), path)
+        return [] if found is None else self._read_set(found, f"{tip[:12]}:{'/'.join(path)}" if path else tip[:12])
 
     def _read_set(self, entries: Tree, where: str) -> list[tuple[str, bytes]]:
         order = serde.loads(self._history.blob(entries[ORDER][1]), f"writes {where}") if ORDER in entries else []

@@ -18,6 +18,8 @@ LangGraph's own channels, which drive the graph rather than hold its state (``__
 every other ``__``-prefixed name such as ``__pregel_tasks``, ``branch:to:NODE`` and the other
 ``branch:`` channels, ``join:`` channels), are left out (:func:`internal`), and so are pending
 writes to them; ``--raw`` shows them, and ``qvc checkout --to`` writes them (through the editor).
+A checkpoint's pending writes (the saver's, in the store's keyed writes) are shown by
+:func:`view_writes`, the ``writes`` of :func:`view`, their values decoded the same way.
 While the viewer decodes, LangGraph's serializer's warnings about the types it meets
 ("Deserializing unregistered type ...") are not logged: the viewer only reads values to show
 them, the user's graph is where such types are registered.
@@ -39,12 +41,14 @@ import re
 import threading
 import uuid
 from decimal import Decimal
-from typing import Any
+from typing import Any, Sequence
 
+from qvc.errors import CorruptionError
 from qvc.integrations.langgraph.serialized import SERIALIZED, shaped
 from qvc.integrations.langgraph.values import channel_values
 from qvc.store.git_store import GitCheckpointStore
 from qvc.store.viewers import note
+from qvc.types import PendingWrite
 
 try:
     from langchain_core.messages import BaseMessage
@@ -115,6 +119,43 @@ def view(store: GitCheckpointStore, sha: str, state: dict[str, Any], *, plain: b
     with _quiet():
         values = channel_values(store, sha)
         return {name: plain_value(value) for name, value in values.items() if not internal(name)}
+
+
+def view_writes(store: GitCheckpointStore, sha: str, writes: Sequence[PendingWrite], *,
+                plain: bool = False) -> list[PendingWrite]:
+    """The pending writes of the LangGraph checkpoint in commit ``sha`` as people read them
+    (:data:`qvc.store.viewers.WritesViewer`): each value QvcSaver stored (``{"type", "value",
+    "task_path"}``, the serializer's typed pair) decoded and made plain data as :func:`view` shows
+    channels (from the serialized form without LangGraph, saying so once), in LangGraph's order
+    (task path, then task id; a task's writes as written); writes to LangGraph's internal channels
+    (:func:`internal`) left out; a value of another shape (the store's own ``put_writes``) as it is.
+    Raises :class:`~qvc.errors.CorruptionError` when a value does not decode."""
+    if BaseMessage is None:
+        note(NOT_INSTALLED)
+        serde: Any = SERIALIZED
+    else:
+        from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+        serde = JsonPlusSerializer()
+    shown = []
+    with _quiet():
+        for w in writes:
+            if internal(w.channel):
+                continue
+            value, path = w.value, ""
+            if isinstance(value, dict) and isinstance(value.get("type"), str) and isinstance(value.get("value"), bytes):
+                path = value.get("task_path") or ""
+                try:
+                    value = serde.loads_typed((value["type"], value["value"]))
+                except (TypeError, ValueError, IndexError, KeyError) as exc:
+                    raise CorruptionError(f"checkpoint {sha[:12]}: a pending write of task {w.task_id} to "
+                                          f"{w.channel!r} does not decode: {exc}") from None
+            shown.append(((str(path), w.task_id), PendingWrite(w.task_id, w.channel, plain_value(value))))
+    shown.sort(key=lambda item: item[0])
+    return [w for _, w in shown]
+
+
+view.writes = view_writes  # type: ignore[attr-defined]  # how readers find it (qvc.store.viewers.view_writes)
 
 
 def message_dict(message: BaseMessage) -> dict[str, Any]:
