@@ -21,7 +21,7 @@ import pytest
 
 pytest.importorskip("langgraph.checkpoint.base")
 
-from helpers import fsck, run_git  # noqa: E402
+from helpers import fsck, qvc_json, run_git  # noqa: E402
 from langgraph.checkpoint.base.id import uuid6  # noqa: E402
 
 from qvc.integrations.langgraph import QvcSaver  # noqa: E402
@@ -85,6 +85,18 @@ def _old_writes(repo, thread: str = "t") -> list[str]:
         names.append(name)
     run_git(repo, "update-ref", "-d", one, tip)
     return names
+
+
+def _readers_see(repo, expected: list) -> None:
+    """``qvc show --json`` lists each checkpoint's pending writes (``expected``: ``(config, writes)``),
+    ``qvc status`` counts the checkpoints that have some and ``qvc fsck`` decodes each set, in
+    either layout (real ``qvc`` processes)."""
+    for config, writes in expected:
+        shown = qvc_json("--repo", str(repo), "show", config["configurable"]["checkpoint_id"])["pending_writes"]
+        assert [(w["task"], w["channel"], w["value"]) for w in shown] == writes
+    assert qvc_json("--repo", str(repo), "status")["pending_writes"] == sum(1 for _, w in expected if w)
+    report = qvc_json("--repo", str(repo), "fsck")
+    assert report["ok"] and report["pending_writes"] == sum(1 for _, w in expected if w), report
 
 
 def _writes_refs(repo) -> list[str]:
@@ -152,6 +164,7 @@ def test_per_checkpoint_writes_refs_read_move_and_rewrite_with_the_new_layout(tm
     old = _old_writes(repo)
     assert sorted(old) == sorted(f"refs/qvc/writes/lg/t/{c['configurable']['checkpoint_id']}" for c in (c1, c2))
     fsck(repo)
+    _readers_see(repo, [(c1, [("task-a", "n", 10), ("task-a", "m", 11)]), (c2, [("task-a", "n", 20)]), (c3, [])])
 
     with QvcSaver(repo, create=False) as saver:
         assert saver.get_tuple(c1).pending_writes == [("task-a", "n", 10), ("task-a", "m", 11)]
@@ -161,6 +174,9 @@ def test_per_checkpoint_writes_refs_read_move_and_rewrite_with_the_new_layout(tm
         saver.put_writes(c3, [("n", 30)], "task-c")
         assert saver.get_tuple(c2).pending_writes == [("task-a", "n", 20), ("task-b", "m", 22)]
         assert saver.get_tuple(c3).pending_writes == [("task-c", "n", 30)]
+        # c1's set in its own ref, c2's and c3's in the thread's: the readers see all three
+        _readers_see(repo, [(c1, [("task-a", "n", 10), ("task-a", "m", 11)]),
+                            (c2, [("task-a", "n", 20), ("task-b", "m", 22)]), (c3, [("task-c", "n", 30)])])
         assert _writes_refs(repo) == sorted([old[0] if c1["configurable"]["checkpoint_id"] in old[0] else old[1],
                                              "refs/qvc/writes/lg/t/%all"])
         before = _seen(saver, "t")

@@ -130,6 +130,20 @@ def test_k_tool_steps_give_their_checkpoints(tmp_path: Path, steps: int) -> None
     fsck(path)
 
 
+def test_records_are_no_pending_writes_to_status_and_fsck(tmp_path: Path) -> None:
+    """A conversation's record lives in the thread's writes ref but is no pending write: ``qvc
+    status`` counted each such ref as a checkpoint with pending writes, ``qvc fsck`` as a set."""
+    path = tmp_path / "r.qvc"
+    with QvcConversationStore(path) as store:
+        run(turn(store, "a", "go", 1))
+        run(turn(store, "b", "go", 2))
+    assert len(run_git(path, "for-each-ref", "refs/qvc/writes/").stdout.splitlines()) == 2
+    assert qvc_json("status", cwd=path)["pending_writes"] == 0
+    assert "0 checkpoint(s) with pending writes" in qvc("status", cwd=path).stdout
+    report = qvc_json("fsck", cwd=path)
+    assert report["ok"] and report["pending_writes"] == 0, report
+
+
 def test_same_records_and_entries_as_pydantic_ais_in_memory_store(tmp_path: Path) -> None:
     memory = InMemoryConversationStore()
     run(script(memory))

@@ -237,6 +237,36 @@ def test_checkpoint_state_metadata_pending_writes(api):
     assert api("GET", "/api/checkpoints/{name}", name="zzzz-unknown")[0] == 404
 
 
+def test_langgraph_pending_writes_are_listed_and_counted(tmp_path):
+    """A LangGraph checkpoint's pending writes (the saver keeps them in the store's keyed layout)
+    are in its API form, decoded as the viewer shows them, and ``/api/repository`` counts the
+    checkpoints that have some: what LangGraph itself sees (the API once listed none)."""
+    pytest.importorskip("langgraph.prebuilt", reason="LangGraph is in the test extra")
+    from helpers import langgraph_weather
+
+    from qvc.integrations.langgraph import QvcSaver
+    from qvc.integrations.langgraph.viewer import internal
+
+    repo = langgraph_weather(tmp_path / "lg.qvc")
+    with QvcSaver(repo, create=False) as saver:
+        seen = {t.config["configurable"]["checkpoint_id"]: list(t.pending_writes)
+                for t in saver.list({"configurable": {"thread_id": "weather"}})}
+    assert sum(1 for w in seen.values() if w) >= 2
+    s = Server(repo)
+    try:
+        api = API(s.url, headers=s.auth)
+        _, info = api("GET", "/api/repository")
+        assert info["pending_writes"] == sum(1 for w in seen.values() if w)
+        for cid, writes in seen.items():
+            _, cp = api("GET", "/api/checkpoints/{name}", name=cid)
+            visible = [(t, c, v) for t, c, v in writes if not internal(c)]
+            assert [(w["task"], w["channel"]) for w in cp["pending_writes"]] == [(t, c) for t, c, _ in visible]
+            for w, (_, _, value) in zip(cp["pending_writes"], visible, strict=True):
+                assert [m["content"] for m in w["value"]] == [m.content for m in value]
+    finally:
+        assert s.stop() == 0
+
+
 def test_diff_against_parent_and_between_two(api):
     _, d = api("GET", "/api/diff", query={"b": "note-1"})
     assert d["b"] and d["a"] == api("GET", "/api/checkpoints/{name}", name="note-0")[1]["commit"]
