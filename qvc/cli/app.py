@@ -101,7 +101,7 @@ def revision(store, name: str | None):
     """Resolve a revision (default HEAD) for a command; ``RUN@N`` too (:func:`qvc.runs.run_revision`)."""
     from qvc.store.revisions import parse_revision  # deferred: start-up speed
 
-    return parse_revision(store, name or "HEAD", names=lambda text: run_names(store, text))
+    return parse_revision(store, "HEAD" if name is None else name, names=lambda text: run_names(store, text))
 
 
 def run_names(store, text: str):

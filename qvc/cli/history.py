@@ -338,7 +338,7 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool, r
 
     store = session().store()
     try:  # RUN@N is the run as it was (show_run), not only its checkpoint
-        rev = parse_revision(store, name or "HEAD")
+        rev = parse_revision(store, "HEAD" if name is None else name)
     except NotFoundError:
         if name is not None and show_run(store, name, full, as_json):
             return

@@ -40,11 +40,25 @@ REMOTE_NAME = Pattern(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
 _ESCAPE_RUN = Pattern(r"(?:%[0-9A-F]{2})+")
 MAX_ENCODED = 200
+#: the longest file name (in bytes) file systems take: a tag name's parts are file names
+MAX_COMPONENT = 255
 _LONG_MARK = "%%"
 
 
 def _encode(text: str) -> str:
     return "".join(c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogatepass")) for c in text)
+
+
+#: the longest name a message shows whole; a longer one is cut, its length said
+SHOWN = 60
+
+
+def shown(name: str) -> str:
+    """``name`` quoted for a message (``repr``), its start only when it is longer than :data:`SHOWN`
+    characters (a name typed on a command line may be thousands long)."""
+    if len(name) <= SHOWN:
+        return repr(name)
+    return f"{name[:SHOWN - 20]!r}... ({len(name)} characters)"
 
 
 def check_thread_id(thread_id: object) -> str:
@@ -65,10 +79,15 @@ def branch_name_problem(name: str) -> str | None:
     What the command line holds thread names typed by people to (the library takes any thread
     id: LangGraph and agno ids are arbitrary strings, and refs encode them): no control
     character, space, ``~ ^ : ? * [ \\``, ``..``, ``@{``, ``//``; not ``@`` or ``HEAD``; no leading
-    ``-`` or ``/``, no trailing ``/`` or ``.``; no component starting with ``.`` or ending with ``.lock``.
+    ``-`` or ``/``, no trailing ``/`` or ``.``; no component starting with ``.`` or ending with ``.lock``;
+    valid UTF-8 (no lone surrogates, which is how Python reads bytes of another encoding).
     """
     if not name:
         return "it is empty"
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # bytes of another encoding on the command line (a Latin-1 terminal's)
+        return "it is not valid UTF-8"
     bad = sorted({c for c in name if c in _BAD_CHARS})
     if bad:
         shown = ", ".join(repr(c) if c.isprintable() and c != " " else
@@ -142,10 +161,13 @@ def head_ref(thread_id: str) -> str:
 def tag_ref(name: str) -> str:
     """``refs/tags/<name>`` for a tag name git would take (:func:`branch_name_problem`'s rules);
     else :class:`~qvc.errors.InvalidInputError` saying why. Tag names are not encoded: plain git
-    reads them as its own tags."""
+    reads them as its own tags; none has a part longer than :data:`MAX_COMPONENT` bytes, as a
+    ref's parts are file names."""
     problem = branch_name_problem(name) if isinstance(name, str) else "it is not a string"
+    if problem is None and any(len(part.encode("utf-8")) > MAX_COMPONENT for part in name.split("/")):
+        problem = f"a part of it is longer than {MAX_COMPONENT} bytes (a file name's limit)"
     if problem is not None:
-        raise InvalidInputError(f"{name!r} is not a valid tag name: {problem} (git's ref name rules)")
+        raise InvalidInputError(f"{shown(name)} is not a valid tag name: {problem} (git's ref name rules)")
     return TAGS + name
 
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Callable, NamedTuple, Optional
 
 from qvc.errors import DamagedRefError, InvalidInputError, NotFoundError, UnknownCheckpointError, UnknownThreadError
 from qvc.lazy import Pattern
-from qvc.store.refnames import check_thread_id, tracking_ref
+from qvc.store.refnames import check_thread_id, shown, tracking_ref
 
 if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore
@@ -49,6 +49,8 @@ def thread_named(store: GitCheckpointStore, name: str, *, damaged: bool = False)
             check_thread_id(name)
         except InvalidInputError:
             return None
+        if not encodable(name):  # no thread id holds one (a put refuses it)
+            return None
         return name if store.head(name) is not None else None
     except DamagedRefError as exc:
         if not damaged:
@@ -67,39 +69,69 @@ def parse_revision(store: GitCheckpointStore, text: str, *, names: Names | None 
     revision), so ``RUN@3~1`` works when it knows ``RUN@3``.
 
     Raises :class:`UnknownCheckpointError` for a name that matches nothing (or a ``~N`` past the
-    first checkpoint, an ``@{N}`` past the reflog), :class:`UnknownThreadError` for ``HEAD`` on
-    a thread with no checkpoints, :class:`AmbiguousNameError` for an ambiguous prefix and
+    first checkpoint, an ``@{N}`` past the reflog; a text that is not valid UTF-8, such as a
+    command-line argument holding bytes of another encoding, names nothing: no thread id or
+    checkpoint id can hold one), :class:`UnknownThreadError` for ``HEAD`` on a thread with no
+    checkpoints, :class:`AmbiguousNameError` for an ambiguous prefix and
     :class:`InvalidInputError` for an empty name.
     """
     if not isinstance(text, str) or not text:
-        raise InvalidInputError("empty revision")
-    base = _base(store, text)
-    if base is not None:
-        return base
-    m = _SUFFIX.search(text)
-    if m is None or m.start() == 0:
-        return _by_checkpoint(store, text, names)
-    inner, suffix = text[: m.start()], m.group(0)
-    if suffix.startswith("@{"):
-        n = int(suffix[2:-1])
-        thread = thread_named(store, inner, damaged=True)
-        if thread is None:
-            if inner == "HEAD":
-                raise UnknownThreadError("HEAD: the current thread has no checkpoints, so no reflog")
-            raise UnknownCheckpointError(f"{text!r}: {inner!r} is not a thread (@{{N}} needs one)")
-        log = store.reflog(thread)
-        if n >= len(log) or log[n].new is None:
-            raise UnknownCheckpointError(f"{text!r}: thread {thread!r} has {len(log)} reflog entries")
-        return Revision(log[n].new, thread)
-    steps = 1 if suffix in ("~", "^") else int(suffix[1:])
-    rev = parse_revision(store, inner, names=names)
-    commit = rev.commit
-    for i in range(steps):
-        parent = store.commit_info(commit).parent
-        if parent is None:
-            raise UnknownCheckpointError(f"{text!r}: only {i} checkpoint(s) before {inner!r}")
-        commit = parent
-    return Revision(commit, rev.thread)
+        raise InvalidInputError("ambiguous argument '': an empty revision names nothing")
+    if not encodable(text):
+        raise UnknownCheckpointError(f"unknown revision {shown(text)}: not a thread, checkpoint id or commit")
+    # Suffixes are peeled off one at a time (a loop, not recursion: `a~~~...~` may be long), each
+    # time after the whole remaining text failed as a name (thread ids may contain `~` and `@{`).
+    walks: list[tuple[str, str, int]] = []  # (text, inner, steps) of each ~N peeled, outermost first
+    inner = text
+    while True:
+        base = _base(store, inner)
+        if base is not None:
+            break
+        m = _SUFFIX.search(inner)
+        if m is None or m.start() == 0:
+            base = _by_checkpoint(store, inner, names)
+            break
+        outer, inner, suffix = inner, inner[: m.start()], m.group(0)
+        if suffix.startswith("@{"):
+            base = _reflog_entry(store, outer, inner, int(suffix[2:-1]))
+            break
+        walks.append((outer, inner, 1 if suffix in ("~", "^") else int(suffix[1:])))
+    commit = base.commit
+    for outer, inner, steps in reversed(walks):
+        for i in range(steps):
+            parent = store.commit_info(commit).parent
+            if parent is None:
+                raise UnknownCheckpointError(f"{shown(outer)}: only {i} checkpoint(s) before {shown(inner)}")
+            commit = parent
+    return Revision(commit, base.thread)
+
+
+def _reflog_entry(store: GitCheckpointStore, text: str, inner: str, n: int) -> Revision:
+    """``INNER@{N}``: thread ``inner``'s head ``n`` movements ago."""
+    thread = thread_named(store, inner, damaged=True)
+    if thread is None:
+        if inner == "HEAD":
+            head = store.current()
+            if head.thread is None:
+                raise UnknownCheckpointError(f"{shown(text)}: HEAD is detached, so it has no thread's reflog "
+                                             f"(name the thread: THREAD@{{N}})")
+            raise UnknownThreadError(f"{shown(text)}: the current thread {head.thread!r} has no checkpoints, "
+                                     f"so no reflog")
+        raise UnknownCheckpointError(f"{shown(text)}: {shown(inner)} is not a thread (@{{N}} needs one)")
+    log = store.reflog(thread)
+    if n >= len(log) or log[n].new is None:
+        raise UnknownCheckpointError(f"{shown(text)}: thread {shown(thread)} has {len(log)} reflog entries")
+    return Revision(log[n].new, thread)
+
+
+def encodable(text: str) -> bool:
+    """Whether ``text`` is valid Unicode that UTF-8 encodes: not so when it holds lone surrogates,
+    which is how Python reads command-line bytes that are not UTF-8 (a Latin-1 terminal's)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _base(store: GitCheckpointStore, text: str) -> Revision | None:
@@ -132,7 +164,7 @@ def _by_checkpoint(store: GitCheckpointStore, text: str, names: Names | None = N
         found = names(text) if names is not None else None
         if found is not None:
             return found
-        raise UnknownCheckpointError(f"unknown revision {text!r}: not a thread, checkpoint id or commit") from None
+        raise UnknownCheckpointError(f"unknown revision {shown(text)}: not a thread, checkpoint id or commit") from None
 
 
 def parse_range(store: GitCheckpointStore, text: str, *,

@@ -1,0 +1,83 @@
+"""Arguments a user trial threw at the command line, through the real ``qvc`` process: bytes that
+are not UTF-8 (a Latin-1 terminal's), names longer than a file name, a thousand ``~``, and an empty
+revision. Each ends in one line on stderr and a
+documented status (docs/cli.md), never a traceback.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from helpers import put, qvc  # noqa: E402
+
+from qvc import GitCheckpointStore  # noqa: E402
+
+LATIN1 = "\udcff"  # how Python reads the byte 0xff of a command-line argument (not UTF-8)
+
+
+@pytest.fixture
+def work(tmp_path) -> Path:
+    with GitCheckpointStore(tmp_path / "work" / ".qvc") as store:
+        for i in range(3):
+            put(store, "main", f"m{i}", i, {"n": i})
+        store.checkout("main")
+    return tmp_path / "work"
+
+
+def one_line(proc: subprocess.CompletedProcess) -> str:
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("qvc: "), proc.stderr
+    return lines[0]
+
+
+@pytest.mark.parametrize("args", [["show", "\udcff\udcfe"], ["log", LATIN1], ["rev-parse", LATIN1],
+                                  ["checkout", LATIN1], ["diff", LATIN1], ["diff", "main", LATIN1],
+                                  ["log", f"main..{LATIN1}"], ["reset", LATIN1], ["blame", "n", LATIN1],
+                                  ["show", f"main:{LATIN1}"], ["show", f"{LATIN1}~1"]])
+def test_bytes_that_are_not_utf8_name_no_revision(work, args):
+    line = one_line(qvc(*args, cwd=work, check=3))
+    assert "\\udcff" in line or "no field" in line
+
+
+@pytest.mark.parametrize("args", [["tag", LATIN1], ["tag", LATIN1, "main"], ["branch", LATIN1],
+                                  ["checkout", "-b", LATIN1], ["switch", "-c", LATIN1]])
+def test_bytes_that_are_not_utf8_are_no_valid_name(work, args):
+    assert "not valid UTF-8" in one_line(qvc(*args, cwd=work, check=2))
+    assert qvc("tag", cwd=work).stdout == ""
+
+
+def test_a_thousand_tildes_are_one_line(work):
+    one_line(qvc("log", "main" + "~" * 1000, cwd=work, check=3))
+    one_line(qvc("rev-parse", "main" + "~1" * 1000, cwd=work, check=3))
+    # the iterative parse walks as the recursive one did
+    sha = qvc("rev-parse", "main~2", cwd=work).stdout
+    assert qvc("rev-parse", "main~~", cwd=work).stdout == qvc("rev-parse", "main^~1", cwd=work).stdout == sha
+
+
+def test_a_revision_longer_than_a_file_name_is_unknown(work):
+    line = one_line(qvc("show", "a" * 300, cwd=work, check=3))
+    assert "unknown revision" in line and "300 characters" in line and len(line) < 200
+    line = one_line(qvc("log", "b" * 5000, cwd=work, check=3))
+    assert "5000 characters" in line and len(line) < 200
+    line = one_line(qvc("tag", "c" * 300, cwd=work, check=2))
+    assert "longer than 255 bytes" in line and len(line) < 250
+
+
+@pytest.mark.parametrize("command", ["rev-parse", "diff", "show", "log", "checkout"])
+def test_an_empty_revision_is_refused_as_git_refuses_it(work, command):
+    assert "ambiguous argument ''" in one_line(qvc(command, "", cwd=work, check=2))
+
+
+def test_head_reflog_when_detached_says_why(work):
+    qvc("checkout", "main~1", cwd=work)
+    line = one_line(qvc("rev-parse", "HEAD@{1}", cwd=work, check=3))
+    assert "detached" in line and "no checkpoints" not in line
