@@ -141,6 +141,11 @@ ORDER = ("init", "status", "log", "show", "diff", "blame", "bisect", "branch", "
 class Interrupted(Exception):
     """Ctrl-C while a command ran (click would print a blank line for a KeyboardInterrupt)."""
 
+
+class ReaderLeft(Exception):
+    """A write failed with EPIPE while a command ran (`qvc status | head -1`): click would turn
+    it into exit 1 itself, before :func:`main` could tell whether it was stdout's reader that left."""
+
 #: The module of :mod:`qvc.cli` that defines each command: a command runs with its own module
 #: loaded and no other (start-up speed). A command missing here still runs (every module is
 #: loaded to find it), only slower.
@@ -178,6 +183,8 @@ class Group(click.Group):
             return super().invoke(ctx)
         except KeyboardInterrupt:
             raise Interrupted() from None
+        except BrokenPipeError as exc:
+            raise ReaderLeft() from exc
 
 
 class LazyGroup(Group):
@@ -275,13 +282,29 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else EXIT_ERROR
     except QvcError as exc:
         return fail(str(exc), exit_code(exc))
-    except BrokenPipeError:  # `qvc log | head`: the reader left; not an error
+    except (BrokenPipeError, ReaderLeft) as exc:  # `qvc log | head`: the reader left; not an error
+        if not stdout_gone():  # a pipe to another program (git's) broke: that is an error
+            cause = exc.__cause__ if isinstance(exc, ReaderLeft) else exc
+            return fail(f"{cause.filename + ': ' if cause.filename else ''}{cause.strerror or cause}", EXIT_ERROR)
         silence_stdout()
         return 0
     except (KeyboardInterrupt, Interrupted):
         return fail("interrupted", EXIT_INTERRUPTED)
     except OSError as exc:
         return fail(f"{exc.filename + ': ' if exc.filename else ''}{exc.strerror or exc}", EXIT_ERROR)
+
+
+def stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader left (its write end polls as an error), so a
+    broken pipe was the reader of the command's output going away, not another program."""
+    import select  # deferred: only a broken pipe gets here
+
+    try:
+        poller = select.poll()
+        poller.register(sys.__stdout__.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll() (Windows), or no stdout: as before, quiet
+        return True
 
 
 def silence_stdout() -> None:

@@ -39,7 +39,7 @@ def stream(watcher, show, first=()) -> None:
                     out(line)
     except KeyboardInterrupt:
         pass
-    except BrokenPipeError:  # `qvc watch | head -3` (click would turn it into exit 1)
+    except BrokenPipeError:  # `qvc watch | head -3`: a quiet end, as every command's (app.main)
         silence_stdout()
     finally:
         for sig, handler in previous.items():

@@ -1,11 +1,12 @@
 """Arguments a user trial threw at the command line, through the real ``qvc`` process: bytes that
-are not UTF-8 (a Latin-1 terminal's), names longer than a file name, a thousand ``~``, and an empty
-revision. Each ends in one line on stderr and a
+are not UTF-8 (a Latin-1 terminal's), names longer than a file name, a thousand ``~``, an empty
+revision, and the reader of a pipe leaving early. Each ends in one line on stderr and a
 documented status (docs/cli.md), never a traceback.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ ROOT = HERE.parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from helpers import put, qvc  # noqa: E402
+from helpers import QVC, env, put, qvc  # noqa: E402
 
 from qvc import GitCheckpointStore  # noqa: E402
 
@@ -81,3 +82,20 @@ def test_head_reflog_when_detached_says_why(work):
     qvc("checkout", "main~1", cwd=work)
     line = one_line(qvc("rev-parse", "HEAD@{1}", cwd=work, check=3))
     assert "detached" in line and "no checkpoints" not in line
+
+
+@pytest.mark.parametrize("command", [["status"], ["status", "--json"], ["branch"], ["branch", "-v"], ["show"],
+                                     ["reflog"], ["tag", "-l"], ["rev-parse", "HEAD"], ["log"], ["diff", "main"],
+                                     ["show", "--json"], ["runs"]])
+def test_the_reader_of_a_pipe_leaving_is_a_quiet_exit_0_for_every_command(work, command):
+    """Each command's output goes into a pipe whose reader is already gone (`qvc status | head -1`
+    with the reader quicker than the writer): no message, status 0, whatever the command."""
+    qvc("tag", "t", cwd=work)
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([*QVC, *command], cwd=work, env=env(), stdout=write, stderr=subprocess.PIPE,
+                              stdin=subprocess.DEVNULL, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (0, "")
