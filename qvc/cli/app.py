@@ -45,6 +45,10 @@ EXIT_CODES: list[tuple[type[BaseException], int]] = [
     (SignatureError, EXIT_SIGNATURE), (QvcError, EXIT_ERROR),
 ]
 
+#: git's end of the options: every argument after it is an operand, even one starting with `-`
+#: (`qvc log --end-of-options -dash -- messages`: `--` still puts field names apart)
+END_OF_OPTIONS = "--end-of-options"
+
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -193,9 +197,13 @@ class LazyGroup(Group):
     completion) loads them all."""
 
     def resolve_command(self, ctx: click.Context, args: list[str]):
-        found = super().resolve_command(ctx, args)
+        name, command, rest = super().resolve_command(ctx, args)
         started()
-        return found
+        if END_OF_OPTIONS in rest and not getattr(command, "own_end_of_options", False):
+            i = rest.index(END_OF_OPTIONS)  # git's --end-of-options: click's `--`, unless one came first
+            if "--" not in rest[:i]:
+                rest = [*rest[:i], "--", *rest[i + 1:]]
+        return name, command, rest
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in self.commands:

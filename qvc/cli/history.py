@@ -9,7 +9,7 @@ from datetime import datetime
 
 import click
 
-from qvc.cli.app import cli, complete_names, revision, run_names, session
+from qvc.cli.app import END_OF_OPTIONS, cli, complete_names, revision, run_names, session
 from qvc.cli.output import emit_json, page, qname, short, style, value_width, warn_damaged
 from qvc.cli.runs import number_entries, run_number, show_run, shown_name
 from qvc.errors import CorruptionError, InvalidInputError, NotFoundError
@@ -27,9 +27,17 @@ class PathsAfterDashes(click.Command):
     def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
         return [*super().collect_usage_pieces(ctx), f"[-- {self.after_dashes_metavar}]"]
 
+    #: this command reads ``--end-of-options`` itself (the root group turns it into ``--`` for others)
+    own_end_of_options = True
+
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        ctx.meta["after_dashes"] = args[args.index("--") + 1:] if "--" in args else []
-        return super().parse_args(ctx, args[:args.index("--")] if "--" in args else args)
+        dashes = args.index("--") if "--" in args else len(args)
+        ctx.meta["after_dashes"] = args[dashes + 1:]
+        before = args[:dashes]
+        if END_OF_OPTIONS in before:  # git's: what follows is a revision, even `-dash`; fields still after --
+            i = before.index(END_OF_OPTIONS)
+            before = [*before[:i], "--", *before[i + 1:]]
+        return super().parse_args(ctx, before)
 
 
 class LogCommand(PathsAfterDashes):
@@ -37,7 +45,7 @@ class LogCommand(PathsAfterDashes):
     ``--decorate=short``, and field names come after ``--``."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        end = args.index("--") if "--" in args else len(args)
+        end = min(args.index(mark) if mark in args else len(args) for mark in ("--", END_OF_OPTIONS))
         valued = {name for p in self.params if isinstance(p, click.Option) and not p.is_flag for name in p.opts}
         options: list[str] = []
         for arg in args[:end]:

@@ -4,7 +4,8 @@ A revision is a base name, optionally followed by suffixes:
 
 * base: ``HEAD`` (the current thread's head, or the detached checkpoint), a thread id (its
   head), a tag (``refs/tags/<name>``; a thread of the same name wins),
-  ``REMOTE/THREAD`` (a remote's thread as last fetched, see :mod:`qvc.remotes.remote`), a
+  ``REMOTE/THREAD`` (a remote's thread as last fetched, see :mod:`qvc.remotes.remote`), any of
+  these spelled in full (``refs/heads/THREAD``, ``refs/tags/TAG``, ``refs/remotes/REMOTE/THREAD``), a
   checkpoint id or unique id prefix, a commit SHA or unique SHA prefix (4+ digits);
 * ``~N`` (``~`` alone is ``~1``; ``^`` is ``~1``): N first parents back (across forks);
 * ``@{N}``: the thread's head N movements ago, read from its reflog (``@{0}`` is the head).
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Callable, NamedTuple, Optional
 
 from qvc.errors import DamagedRefError, InvalidInputError, NotFoundError, UnknownCheckpointError, UnknownThreadError
 from qvc.lazy import Pattern
-from qvc.store.refnames import check_thread_id, shown, tracking_ref
+from qvc.store.refnames import HEADS, REMOTES, TAGS, check_thread_id, shown, tracking_ref
 
 if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore
@@ -154,6 +155,24 @@ def _base(store: GitCheckpointStore, text: str) -> Revision | None:
     tracked = store.repository.ref(ref) if ref else None
     if tracked is not None:
         return Revision(tracked, None)
+    return _full_ref(store, text)
+
+
+def _full_ref(store: GitCheckpointStore, text: str) -> Revision | None:
+    """``refs/heads/THREAD``, ``refs/tags/TAG``, ``refs/remotes/REMOTE/THREAD``: a name spelled in
+    full, as ``log --decorate=full`` prints it (the thread id as it is, not its ref encoding), so a
+    thread whose id starts with ``-`` has a name no option parser takes for an option."""
+    if text.startswith(HEADS):
+        thread = thread_named(store, text[len(HEADS):])
+        return Revision(store.head(thread), thread) if thread is not None else None
+    if text.startswith(TAGS):
+        tagged = store.tag(text[len(TAGS):])
+        return Revision(tagged, None) if tagged is not None else None
+    if text.startswith(REMOTES):
+        remote, sep, rest = text[len(REMOTES):].partition("/")
+        ref = tracking_ref(remote, rest) if sep and rest else None
+        tracked = store.repository.ref(ref) if ref else None
+        return Revision(tracked, None) if tracked is not None else None
     return None
 
 

@@ -99,3 +99,41 @@ def test_the_reader_of_a_pipe_leaving_is_a_quiet_exit_0_for_every_command(work, 
     finally:
         os.close(write)
     assert (proc.returncode, proc.stderr) == (0, "")
+
+
+@pytest.fixture
+def dashed(tmp_path) -> Path:
+    """A repository whose one thread's id starts with `-` (the library takes any id)."""
+    with GitCheckpointStore(tmp_path / "dashed" / ".qvc") as store:
+        put(store, "-dash", "d0", 0, {"v": 1})
+        put(store, "-dash", "d1", 1, {"v": 2, "w": 0})
+    return tmp_path / "dashed"
+
+
+def test_a_thread_starting_with_a_dash_is_named_after_end_of_options(dashed):
+    head = qvc("rev-parse", "--end-of-options", "-dash", cwd=dashed).stdout.strip()
+    assert len(head) == 40
+    assert qvc("rev-parse", "--end-of-options", "-dash~1", cwd=dashed).stdout.strip() != head
+    log = qvc("log", "--oneline", "--end-of-options", "-dash", cwd=dashed).stdout.splitlines()
+    assert len(log) == 2 and log[0].startswith(head[:7])
+    # `--` still puts field names apart after it: only the checkpoint that changed `w`
+    assert len(qvc("log", "--oneline", "--end-of-options", "-dash", "--", "w", cwd=dashed).stdout.splitlines()) == 1
+    assert "v: 1 → 2" in qvc("diff", "--end-of-options", "-dash", cwd=dashed).stdout
+    stat = qvc("diff", "--stat", "--end-of-options", "-dash~1", "-dash", "--", "w", cwd=dashed).stdout
+    assert "w |" in stat and "v |" not in stat
+    assert "Thread:   -dash" in qvc("show", "--end-of-options", "-dash", cwd=dashed).stdout
+    assert "'-dash'" in qvc("checkout", "--end-of-options", "-dash", cwd=dashed).stdout
+    # -3 after --end-of-options is a revision, not git's -n 3
+    assert "'-3'" in one_line(qvc("log", "--end-of-options", "-3", cwd=dashed, check=3))
+
+
+def test_full_ref_names_name_threads_and_tags(dashed):
+    head = qvc("rev-parse", "--end-of-options", "-dash", cwd=dashed).stdout
+    assert qvc("rev-parse", "refs/heads/-dash", cwd=dashed).stdout == head
+    assert len(qvc("log", "--oneline", "refs/heads/-dash", cwd=dashed).stdout.splitlines()) == 2
+    assert "v: 1 → 2" in qvc("diff", "refs/heads/-dash", cwd=dashed).stdout
+    qvc("tag", "good", "refs/heads/-dash~1", cwd=dashed)
+    assert qvc("rev-parse", "refs/tags/good", cwd=dashed).stdout == qvc("rev-parse", "good", cwd=dashed).stdout
+    one_line(qvc("rev-parse", "refs/heads/nothing", cwd=dashed, check=3))
+    # as git's `checkout refs/heads/X`, a thread spelled in full detaches at its head
+    assert "detached" in qvc("checkout", "refs/heads/-dash", cwd=dashed).stdout
