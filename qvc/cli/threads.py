@@ -11,10 +11,12 @@ from qvc.cli.runs import fork_run, run_named
 from qvc.cli.workdir import checkout_to, kept_note
 from qvc.errors import (
     OBJECTS_REPAIR,
+    CheckpointConflictError,
     CorruptionError,
     DamagedRefError,
     InvalidInputError,
     InvalidThreadIdError,
+    UnknownCheckpointError,
     UnknownThreadError,
 )
 from qvc.readers.dates import ago
@@ -31,6 +33,28 @@ def new_thread_name(name: str) -> str:
     if problem is not None:
         raise InvalidThreadIdError(f"{name!r} is not a valid thread name: {problem} (git's branch name rules)")
     return name
+
+
+def new_name_problem(name: str) -> str | None:
+    """Why ``name`` could not be a new thread's name (git's branch name rules), or ``None``."""
+    from qvc.store.refnames import branch_name_problem  # deferred: start-up speed
+
+    return branch_name_problem(name)
+
+
+def shown(name: str) -> str:
+    """``name`` quoted for a message, cut when long (:func:`qvc.store.refnames.shown`)."""
+    from qvc.store.refnames import shown as cut  # deferred: start-up speed
+
+    return cut(name)
+
+
+def unborn(store, name: str) -> Head:
+    """Point HEAD at the new thread ``name`` (typed: checked), which has no checkpoint yet; its
+    first checkpoint creates it. A thread of that name is refused (exit 4), as git refuses it."""
+    if store.head(new_thread_name(name)) is not None:
+        raise CheckpointConflictError(f"thread {name!r} already exists (`qvc checkout {name}` switches to it)")
+    return store.checkout(name)
 
 
 def current_head(store) -> Head | None:
@@ -307,12 +331,15 @@ def holds(store, tip: str, commit: str) -> bool:
 @cli.command()
 @click.argument("name", required=False, shell_complete=complete_names)
 @click.option("-b", "new", metavar="NEW", help="Fork a new thread NEW at the checkpoint and switch to it.")
+@click.option("--orphan", metavar="NEW",
+              help="Make HEAD the new thread NEW, unborn: its first checkpoint creates it (git's --orphan).")
 @click.option("--to", "to", metavar="DIR", type=click.Path(file_okay=False),
               help="Write the checkpoint's state to DIR as JSON files (HEAD does not move).")
 @click.option("-f", "--force", is_flag=True,
               help="With --to: overwrite field files edited in DIR (files qvc did not write are never removed).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def checkout(name: str | None, new: str | None, to: str | None, force: bool, as_json: bool) -> None:
+def checkout(name: str | None, new: str | None, to: str | None, force: bool, as_json: bool,
+             orphan: str | None = None) -> None:
     """Switch threads, detach at a checkpoint, fork-and-switch, or export a state to files.
 
     \b
@@ -321,7 +348,10 @@ def checkout(name: str | None, new: str | None, to: str | None, force: bool, as_
     qvc checkout -                    back to the thread (or checkpoint) HEAD was on
                                       before the last checkout
     qvc checkout CHECKPOINT           detach HEAD at a checkpoint
-    qvc checkout -b NEW [CHECKPOINT]  fork NEW from it (default HEAD) and switch
+    qvc checkout -b NEW [CHECKPOINT]  fork NEW from it (default HEAD) and switch; on an
+                                      unborn HEAD (no checkpoint yet), as --orphan
+    qvc checkout --orphan NEW         make HEAD the new thread NEW, unborn: its first
+                                      checkpoint creates it
     qvc checkout [CHECKPOINT] --to DIR
                                       one JSON file per field, to edit and `qvc commit DIR`;
                                       refuses to overwrite edits made there (--force does)
@@ -333,6 +363,8 @@ def checkout(name: str | None, new: str | None, to: str | None, force: bool, as_
     """
     from qvc.store.revisions import thread_named  # deferred: start-up speed
 
+    if orphan is not None and (new is not None or to is not None or name is not None):
+        raise click.UsageError("--orphan NEW takes no CHECKPOINT, -b or --to")
     store = session().store(write=to is None)
     if to is not None:
         if new is not None:
@@ -358,12 +390,20 @@ def checkout(name: str | None, new: str | None, to: str | None, force: bool, as_
         else:
             head = store.checkout(commit=previous.commit)
             message = f"HEAD is now at {short(store.commit_info(previous.commit).checkpoint_id)} (detached)"
+    elif orphan is not None or new is not None and name is None and before is not None \
+            and before.thread is not None and before.commit is None:
+        # --orphan, or -b on an unborn HEAD (a new repository), as git's: HEAD names a thread yet to be
+        head = unborn(store, orphan if orphan is not None else new)
+        message = f"Switched to a new thread {head.thread!r} (unborn: its first checkpoint creates it)"
     elif new is not None:
-        made = fork(store, revision(store, name), new)
+        rev = revision(store, name)
+        made = fork(store, rev, new)
         head = store.checkout(new)
-        message = f"Switched to a new thread {new!r} (forked at {short(made.checkpoint_id)})"
+        source = store.commit_info(rev.commit).checkpoint_id  # the checkpoint forked from, as `qvc branch` says
+        message = (f"Switched to a new thread {new!r} (forked from {short(source)}, "
+                   f"new checkpoint {short(made.checkpoint_id)})")
     elif name is None:
-        raise click.UsageError("name a thread or checkpoint (or use -b NEW, --to DIR)")
+        raise click.UsageError("name a thread or checkpoint (or use -b NEW, --orphan NEW, --to DIR)")
     elif name == "HEAD" and before is not None and before.thread is not None:
         head = before
         message = f"Already on {head.thread!r}"
@@ -371,7 +411,14 @@ def checkout(name: str | None, new: str | None, to: str | None, force: bool, as_
         head = store.checkout(name)
         message = f"Switched to thread {name!r}"
     else:
-        rev = revision(store, name)
+        try:
+            rev = revision(store, name)
+        except UnknownCheckpointError:  # as git's "pathspec 'x' did not match": no thread is made by a typo
+            if new_name_problem(name) is not None:
+                raise
+            raise UnknownCheckpointError(f"no thread or checkpoint {shown(name)} (a new thread: "
+                                         f"`qvc checkout -b {name}` forks HEAD, `qvc checkout --orphan {name}` "
+                                         f"starts it with no checkpoint)") from None
         head = store.checkout(commit=rev.commit)
         message = f"HEAD is now at {short(store.commit_info(rev.commit).checkpoint_id)} (detached)"
     if as_json:
@@ -385,10 +432,11 @@ def checkout(name: str | None, new: str | None, to: str | None, force: bool, as_
 @click.argument("start", required=False, shell_complete=complete_names)
 @click.option("-c", "--create", "create", is_flag=True, help="Fork a new thread NAME at START (default HEAD).")
 @click.option("-d", "--detach", is_flag=True, help="Detach HEAD at the checkpoint NAME.")
+@click.option("--orphan", is_flag=True, help="Make HEAD the new thread NAME, unborn: its first checkpoint creates it.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def switch(ctx: click.Context, name: str | None, start: str | None, create: bool, detach: bool,
-           as_json: bool) -> None:
+           orphan: bool, as_json: bool) -> None:
     """Switch to a thread, as `git switch` does (`qvc checkout` does more).
 
     \b
@@ -398,6 +446,8 @@ def switch(ctx: click.Context, name: str | None, start: str | None, create: bool
     qvc switch -c NEW [START]  fork NEW from START (default HEAD) and switch to it
     qvc switch --detach CHECKPOINT
                                detach HEAD at a checkpoint
+    qvc switch --orphan NEW    make HEAD the new thread NEW, unborn (its first
+                               checkpoint creates it)
 
     \b
     Example:
@@ -407,8 +457,12 @@ def switch(ctx: click.Context, name: str | None, start: str | None, create: bool
 
     if name is None:
         raise click.UsageError("name a thread (or -c NEW, --detach CHECKPOINT)")
-    if create and detach:
-        raise click.UsageError("-c and --detach do not go together")
+    if sum((create, detach, orphan)) > 1:
+        raise click.UsageError("choose one of -c, --detach and --orphan")
+    if orphan:
+        if start is not None:
+            raise click.UsageError("usage: qvc switch --orphan NEW")
+        return ctx.invoke(checkout, orphan=name, as_json=as_json)
     if start is not None and not create and not detach:
         raise click.UsageError("START goes with -c (`qvc switch -c NEW START`)")
     if create:

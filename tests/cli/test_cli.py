@@ -657,7 +657,7 @@ def test_checkout_checkpoint_detaches(repo):
 
 def test_checkout_b_forks_and_switches(repo):
     out = ok("checkout", "-b", "fix", "c1")
-    assert out.startswith("Switched to a new thread 'fix' (forked at ")
+    assert out.startswith("Switched to a new thread 'fix' (forked from c1, new checkpoint ")
     st = ok_json("status")
     assert st["thread"] == "fix" and st["head_step"] == 1
     assert [e["id"] for e in ok_json("log")][1:] == ["c1", "c0"]

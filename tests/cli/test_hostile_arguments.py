@@ -18,7 +18,7 @@ ROOT = HERE.parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from helpers import QVC, env, put, qvc  # noqa: E402
+from helpers import QVC, env, put, qvc, qvc_json  # noqa: E402
 
 from qvc import GitCheckpointStore  # noqa: E402
 
@@ -137,3 +137,34 @@ def test_full_ref_names_name_threads_and_tags(dashed):
     one_line(qvc("rev-parse", "refs/heads/nothing", cwd=dashed, check=3))
     # as git's `checkout refs/heads/X`, a thread spelled in full detaches at its head
     assert "detached" in qvc("checkout", "refs/heads/-dash", cwd=dashed).stdout
+
+
+def test_checkout_of_no_thread_is_refused_and_orphan_makes_one_unborn(work):
+    line = one_line(qvc("checkout", "brandnew", cwd=work, check=3))
+    assert "-b brandnew" in line and "--orphan brandnew" in line
+    assert qvc("branch", cwd=work).stdout.split() == ["*", "main"]  # a typo makes no thread
+    assert "unborn" in qvc("checkout", "--orphan", "brandnew", cwd=work).stdout
+    assert qvc("rev-parse", "--abbrev-ref", "HEAD", cwd=work).stdout == "brandnew\n"
+    with GitCheckpointStore(work / ".qvc") as store:  # its first checkpoint creates it
+        put(store, "brandnew", "b0", 0, {"n": 9})
+    assert qvc("log", "--oneline", cwd=work).stdout.splitlines()[0].endswith("(HEAD -> brandnew)")
+    assert "already exists" in one_line(qvc("checkout", "--orphan", "main", cwd=work, check=4))
+    assert "not a valid thread name" in one_line(qvc("switch", "--orphan", "a..b", cwd=work, check=2))
+    assert qvc_json("switch", "--orphan", "other", cwd=work) == {"thread": "other", "head": None, "detached": False}
+    one_line(qvc("checkout", "--orphan", "x", "main", cwd=work, check=2))
+
+
+def test_checkout_b_on_an_unborn_head_works_as_gits(tmp_path):
+    qvc("init", cwd=tmp_path)
+    assert "unborn" in qvc("checkout", "-b", "new", cwd=tmp_path).stdout
+    assert qvc("rev-parse", "--abbrev-ref", "HEAD", cwd=tmp_path).stdout == "new\n"
+    assert "unborn" in qvc("switch", "-c", "newer", cwd=tmp_path).stdout
+    # a CHECKPOINT named still has to exist
+    one_line(qvc("checkout", "-b", "x", "HEAD", cwd=tmp_path, check=3))
+
+
+def test_checkout_b_names_the_checkpoint_it_forked_from(work):
+    out = qvc("checkout", "-b", "newb", "main~1", cwd=work).stdout
+    assert out.startswith("Switched to a new thread 'newb' (forked from m1, new checkpoint ")
+    assert "m1, new checkpoint m1" not in out
+
