@@ -66,7 +66,9 @@ def tag(args: tuple[str, ...], listing: bool, delete: bool, force: bool, as_json
     if as_json:
         emit_json({"tag": args[0], "commit": rev.commit, "id": cid, "was": was})
     elif was is not None and was != rev.commit:
-        out(f"Updated tag {args[0]!r} to {short(cid)} (was {was[:7]})")
+        old = _checkpoint_id(store, was)  # both checkpoint ids, labelled (a tag plain git made: its commit)
+        out(f"Updated tag {args[0]!r} to checkpoint {short(cid)} "
+            f"(was {f'checkpoint {short(old)}' if old is not None else f'commit {was[:7]}'})")
     else:
         out(f"Tagged checkpoint {short(cid)} as {args[0]!r}")
 

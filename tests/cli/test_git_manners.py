@@ -271,7 +271,7 @@ def test_tags_create_list_read_move_and_delete(work):
     refused(work, 2, "tag", "bad..name", says="not a valid tag name")
     refused(work, 3, "tag", "-d", "v1", "nope", says="tag 'nope' not found")  # none deleted
     out = qvc("tag", "-f", "v1", "m0", cwd=work).stdout
-    assert out.startswith("Updated tag 'v1' to m0 (was ")
+    assert out == "Updated tag 'v1' to checkpoint m0 (was checkpoint m1)\n"  # both checkpoints, labelled
     assert qvc_json("show", "v1", cwd=work)["id"] == "m0"
     assert qvc("tag", "-d", "v1", "v2", cwd=work).stdout.count("Deleted tag") == 2
     qvc("branch", "-D", "fork", cwd=work)

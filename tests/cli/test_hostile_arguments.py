@@ -168,3 +168,8 @@ def test_checkout_b_names_the_checkpoint_it_forked_from(work):
     assert out.startswith("Switched to a new thread 'newb' (forked from m1, new checkpoint ")
     assert "m1, new checkpoint m1" not in out
 
+
+def test_tag_f_labels_both_checkpoints(work):
+    qvc("tag", "good", "main", cwd=work)
+    out = qvc("tag", "-f", "good", "main~2", cwd=work).stdout
+    assert out == "Updated tag 'good' to checkpoint m0 (was checkpoint m2)\n"
