@@ -520,7 +520,11 @@ def reset(name: str | None, mode: str | None, to: str | None, as_json: bool) -> 
         raise InvalidInputError("HEAD is detached: check out a thread to reset it")
     rev = revision(store, name)
     broken = head.commit is not None and store.damage(head.commit) is not None
+    damaged_ref = head.commit is None
     done = store.reset(head.thread, rev.commit)
+    if damaged_ref:  # the head its reflog put back, which the reset then moved from (its newest entry)
+        moved = store.reflog(head.thread)[0]
+        head = Head(head.thread, moved.old if moved.new == store.head(head.thread) else None)
     info = store.commit_info(store.head(head.thread))
     kept = (head.commit is not None and not broken and head.commit != info.hex
             and is_kept_line(store, head.thread, head.commit))

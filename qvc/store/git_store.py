@@ -295,11 +295,7 @@ class GitCheckpointStore(CheckpointStore):
         deleted. Returns what was done (falsy: nothing to repair)."""
         report = RecoveryReport()
         for name, _ in self._repo.damaged_refs("refs/"):
-            try:
-                entries = self._repo.reflog(name)
-            except CorruptionError:
-                entries = []
-            value = next((e.new for e in entries if e.new and self._repo.has(bytes.fromhex(e.new))), None)
+            value = self._reflog_value(name)
             with self._repo.transaction() as tx:
                 if not self._set_aside(name, report):
                     continue
@@ -309,6 +305,14 @@ class GitCheckpointStore(CheckpointStore):
                 else:
                     report.removed(name)
         return report
+
+    def _reflog_value(self, name: str) -> str | None:
+        """The newest value ref ``name``'s reflog names whose commit is in the repository, or ``None``."""
+        try:
+            entries = self._repo.reflog(name)
+        except CorruptionError:
+            entries = []
+        return next((e.new for e in entries if e.new and self._repo.has(bytes.fromhex(e.new))), None)
 
     def _set_aside(self, name: str, report: RecoveryReport) -> bool:
         """Move ref ``name``'s file, which holds no ref, aside (noted in ``report``); ``False``
@@ -959,8 +963,10 @@ class GitCheckpointStore(CheckpointStore):
         The line left behind stays reachable (``list(..., superseded=True)``). ``checkpoint_id``
         may be the full SHA of a checkpoint commit nothing reaches any more (one a reflog names,
         ``THREAD@{N}``), so a thread whose head is damaged can be put back; a damaged head is not
-        kept as a line. Raises :class:`UnknownCheckpointError`, or :class:`InvalidInputError` if
-        the checkpoint belongs to another thread (fork it instead).
+        kept as a line. A head ref whose file holds no ref is moved aside first and set back to
+        the newest value its reflog names (as :meth:`repair_refs` does), so the line it stood for
+        is kept as every reset keeps one. Raises :class:`UnknownCheckpointError`, or
+        :class:`InvalidInputError` if the checkpoint belongs to another thread (fork it instead).
         """
         thread = check_thread_id(thread_id)
         with self._repo.transaction() as tx:
@@ -978,9 +984,11 @@ class GitCheckpointStore(CheckpointStore):
             ref = head_ref(thread)
             try:
                 head = tx.ref(ref)
-            except DamagedRefError:  # its file holds no ref: set aside, then the reset puts the ref back
-                aside = RecoveryReport()
-                self._set_aside(ref, aside)
+            except DamagedRefError:  # its file holds no ref: set aside and put back from its reflog, then reset
+                aside, value = RecoveryReport(), self._reflog_value(ref)
+                if self._set_aside(ref, aside) and value is not None:
+                    tx.move_ref(ref, None, value, "repair: restored from the reflog")
+                    aside.restored(ref, "its reflog")
                 log.warning("qvc: warning: thread %r was damaged: %s", thread, aside.summary())
                 head = tx.ref(ref)
             if head != target:

@@ -111,10 +111,16 @@ def test_fsck_repair_moves_the_file_aside_and_restores_the_ref_from_its_reflog(w
 def test_reset_to_the_reflog_puts_back_a_current_thread_whose_ref_is_garbage(work):
     garble(work, "main")
     proc = qvc("reset", "main@{1}", cwd=work)
-    assert "HEAD is now at m1" in proc.stdout
+    assert "HEAD is now at m1" in proc.stdout and "the previous line is kept" in proc.stdout
     assert len(warnings_of(proc)) == 1 and "moved aside to qvc/quarantine/" in proc.stderr
+    assert "restored ref(s) refs/heads/main from its reflog" in proc.stderr
     assert quarantined(work, "main")
     assert qvc_json("status", cwd=work)["head_id"] == "m1"
+    # the head the garbage hid (m2) is kept as every reset keeps a line: log --all shows it, and
+    # gc --prune (which expires reflogs) does not take it
+    assert "m2" in {e["id"] for e in qvc_json("log", "--all", cwd=work)}
+    qvc("gc", "--prune", cwd=work)
+    assert "m2" in {e["id"] for e in qvc_json("log", "--all", cwd=work)}
     fsck(work / ".qvc")
 
 
