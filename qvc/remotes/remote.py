@@ -422,6 +422,8 @@ def push(store: GitCheckpointStore, remote: str = "origin", threads: Optional[It
                 undone := _undone_line(store, update.thread, new, old,
                                        remote_lines.get(superseded_prefix(update.thread), []))):
             update.status, update.reason = "rejected", (
+                f"stale info: the remote's {ref} is at {old[:12]}, not where the last fetch left "
+                f"{name}/{update.thread} (it was time-travelled back there): fetch first" if force_with_lease else
                 f"the remote's {update.thread} was time-travelled back to {old[:12]} (the line through "
                 f"{undone[:12]} is kept there as superseded); pushing would undo that: follow it with "
                 f"`qvc reset --hard {name}/{update.thread}` on that thread, or push --force to undo it")
@@ -835,10 +837,10 @@ def clone(url: str, path: str | os.PathLike, *, remote: str = "origin", progress
     :class:`InvalidInputError` if ``path`` exists and is not empty, :class:`RemoteError` if the
     remote cannot be read.
     """
-    url = _normalize_url(url)
+    given, url = url, _normalize_url(url)  # messages name the URL and the path as given
     target = os.path.abspath(os.fspath(path))
     if os.path.exists(target) and (not os.path.isdir(target) or os.listdir(target)):
-        raise InvalidInputError(f"{target} exists and is not empty")
+        raise InvalidInputError(f"{os.fspath(path)} exists and is not empty")
     parent = os.path.dirname(target)
     os.makedirs(parent, exist_ok=True)
     _sweep_dead_clones(parent)
@@ -861,7 +863,7 @@ def clone(url: str, path: str | os.PathLike, *, remote: str = "origin", progress
         run = run_git(work, ["fetch", "--no-tags", "--progress", "--no-write-fetch-head", "--", url, *refspecs],
                       interactive=interactive, progress=progress, state=state)
         if run.returncode != 0:
-            raise RemoteError(f"clone from {url} failed: {run.failure()}")
+            raise RemoteError(f"clone from {given} failed: {run.failure().replace(url, given)}")
         if threads is not None:  # then the lines time travel kept and the pending writes of what arrived
             with GitCheckpointStore(work, fsync=False) as store:
                 heads = dict(store.repository.refs(HEADS))

@@ -147,6 +147,10 @@ def test_push_refuses_to_undo_a_time_travel_the_fetch_reported(tmp_path, setup):
     qvc("--repo", r, "reset", "run-1~2")  # the time travel, made on a
     assert "(time travel" in qvc("--repo", r, "push").stdout
     rewound = run_git(server, "rev-parse", "refs/heads/run-1").stdout.strip()
+    # before the replica fetched, its lease is stale: the reason is that, not --force's advice
+    proc = qvc("--repo", replica, "push", "--force-with-lease", check=4)
+    assert "stale info: the remote's refs/heads/run-1 is at" in proc.stdout and "fetch first" in proc.stdout
+    assert "push --force" not in proc.stdout
     assert "(time travel" in qvc("--repo", replica, "fetch").stdout  # reported to the replica
     proc = qvc("--repo", replica, "push", check=4)
     assert " ! [rejected]   run-1 (the remote's run-1 was time-travelled back to" in proc.stdout
@@ -340,6 +344,19 @@ def test_clone_errors_name_the_path_given(tmp_path, setup, small_fs):
     assert proc.stderr.count("\n") == 1 and ".qvc-clone-" not in proc.stderr, proc.stderr
     assert "fs/copy.qvc" in proc.stderr and "No space left on device" in proc.stderr
     assert os.listdir(small_fs) == ["ballast"]
+
+
+def test_clone_names_the_directory_and_the_url_as_typed(tmp_path):
+    """As git echoes what was typed: a relative destination and a relative URL stay relative in
+    the one error line, never made absolute."""
+    (tmp_path / "dd").mkdir()
+    (tmp_path / "dd" / "mine").write_text("x")
+    run_git(None, "init", "-q", "--bare", str(tmp_path / "srv.git"))
+    proc = qvc("clone", "srv.git", "dd", cwd=tmp_path, check=2)
+    assert proc.stderr == "qvc: dd exists and is not empty\n"
+    proc = qvc("clone", "../nowhere/none.git", "qq", cwd=tmp_path, check=1)
+    assert proc.stderr.startswith("qvc: clone from ../nowhere/none.git failed: '../nowhere/none.git' ")
+    assert str(tmp_path) not in proc.stderr and not (tmp_path / "qq").exists()
 
 
 def test_push_to_a_full_remote_says_so(tmp_path, setup, small_fs):
