@@ -123,7 +123,7 @@ def run_line(store: GitCheckpointStore, thread: str, start: Optional[str] = None
 
 
 def timeline(store: GitCheckpointStore, thread: str, *, superseded: bool = True) -> List[TimelineEntry]:
-    """The checkpoints of the run on ``thread``, current line first; see :meth:`~qvc.runs.Runs.timeline`."""
+    """The checkpoints of the run on ``thread`` (:func:`in_order`); see :meth:`~qvc.runs.Runs.timeline`."""
     line = run_line(store, thread)
     head = line[-1].checkpoint.id if line else None
     out = [timeline_entry(t, head, True) for t in line]
@@ -138,8 +138,38 @@ def timeline(store: GitCheckpointStore, thread: str, *, superseded: bool = True)
             for tup in run_line(store, thread, tip, seen):
                 seen.add(tup.checkpoint.id)
                 extra.append(timeline_entry(tup, head, False))
-        out += sorted(extra, key=lambda e: (e.created_at, e.message_index))
+        out = in_order(out + extra)
     _name(line, out, thread)
+    return out
+
+
+def in_order(entries: List[TimelineEntry]) -> List[TimelineEntry]:
+    """A run's timeline entries in the one order every view shows them (``qvc timeline``, its
+    ``--json``, ``qvc serve`` and its page): the current line oldest first, each superseded
+    checkpoint (``current=False``) right after the checkpoint of the current line its line
+    branched from, oldest first, so none comes after the latest as if it were newer; superseded
+    checkpoints whose line joins none come first."""
+    by_id = {e.id: e for e in entries}
+    groups: Dict[str, List[TimelineEntry]] = {}
+    before: List[TimelineEntry] = []
+    for e in entries:
+        if e.current:
+            continue
+        at, hops = e.parent_id, 0
+        while at in by_id and not by_id[at].current and hops <= len(entries):
+            at, hops = by_id[at].parent_id, hops + 1
+        if at in by_id and by_id[at].current:
+            groups.setdefault(at, []).append(e)
+        else:
+            before.append(e)
+
+    def when(e: TimelineEntry) -> tuple:
+        return e.created_at, e.message_index
+
+    out = sorted(before, key=when)
+    for e in entries:
+        if e.current:
+            out += [e, *sorted(groups.get(e.id, ()), key=when)]
     return out
 
 

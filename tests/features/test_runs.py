@@ -251,7 +251,10 @@ def test_rewind_in_place_keeps_the_tail(runs, store):
     rec.complete("fine")
     after = runs.timeline("r")
     assert {e.id for e in after if not e.current} == {e.id for e in before[1:]}
-    assert after[0].id == before[0].id and after[1].reason == "rewind"
+    current = [e for e in after if e.current]
+    assert current[0].id == before[0].id and current[1].reason == "rewind"
+    # the old tail right after the checkpoint it branched from, never after the latest
+    assert [e.id for e in after] == [before[0].id, *(e.id for e in before[1:]), *(e.id for e in current[1:])]
     listed = {t.checkpoint.id for t in store.list(CheckpointConfig(runs.thread("r")), superseded=True)}
     assert {e.id for e in before} <= listed
     assert runs.snapshot("r", before[-1].id).run.status is RunStatus.ERROR
