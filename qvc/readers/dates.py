@@ -295,6 +295,12 @@ def _absolute(text: str) -> float | None:
     return when.timestamp()
 
 
+def local_date(ts: float) -> str:
+    """``2026-12-07 03:06:23 +0000``: a Unix time as a local date to the second, the one text form of
+    dates (``qvc log``, ``qvc show``, times in values), as ``git log --date=iso`` writes them."""
+    return datetime.fromtimestamp(ts).astimezone().strftime("%Y-%m-%d %H:%M:%S %z")
+
+
 def ago(ts: float, now: float | None = None) -> str:
     """``3 minutes ago``: ``ts`` relative to ``now`` (default: the current time), as
     ``git log --date=relative`` writes it."""

@@ -48,6 +48,7 @@ from qvc.codec import serde
 from qvc.codec.tagged import to_jsonable
 from qvc.errors import InvalidInputError, SerializationError
 from qvc.lazy import Pattern
+from qvc.readers.dates import local_date
 
 #: Strings longer than this are shown as head…tail by :func:`shorten` (unless ``full``).
 STR_LIMIT = 80
@@ -377,7 +378,7 @@ def for_people(key: Any, value: Any) -> Optional[str]:
     if type(key) is not str or type(value) not in (int, float):
         return None
     if EPOCH_KEYS.search(key) and _EPOCHS[0] <= value < _EPOCHS[1]:
-        return _dt.datetime.fromtimestamp(value).astimezone().strftime("%Y-%m-%d %H:%M:%S %z")
+        return local_date(value)
     if type(value) is float and DURATION_KEYS.search(key) and math.isfinite(value):
         return f"{value:.3f}s" if abs(value) < 100 else f"{value:.1f}s"
     return None
