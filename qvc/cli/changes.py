@@ -48,7 +48,7 @@ def diff(a: str, b: str | None, stat: bool, full: bool, as_json: bool, raw: bool
     """
     # deferred: start-up speed
     from qvc.readers.statediff import format_diff, format_stat, to_json
-    from qvc.readers.views import diff_commits
+    from qvc.readers.views import diff_commits, people_diffs
 
     store = session().store()
     fields = click.get_current_context().meta.get("after_dashes", [])
@@ -56,6 +56,9 @@ def diff(a: str, b: str | None, stat: bool, full: bool, as_json: bool, raw: bool
     damaged: dict[str, str] = {}
     diffs = diff_commits(store, None, ra.commit, damaged, plain=as_json, raw=raw) if rb is None else \
         diff_commits(store, ra.commit, rb.commit, damaged, plain=as_json, raw=raw)
+    if not as_json:  # as people read them: a run's storage records (`run`, `agno`) left out, as on the page
+        shas = [ra.commit, rb.commit] if rb is not None else [ra.commit, store.commit_info(ra.commit).parent]
+        diffs = people_diffs(store, diffs, shas, fields, raw=raw)
     if fields:
         diffs = [d for d in diffs if d.field in fields]
         damaged = {f: why for f, why in damaged.items() if f in fields}

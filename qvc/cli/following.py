@@ -98,14 +98,14 @@ def follow_log(store, name: str | None, limit: int | None, as_json: bool,
     checkpoints, as ``tail -n``), then each new checkpoint as a log entry, printed as
     ``entry_lines(entry, head)``, and resets, forks, deletions and renames of the thread as lines
     of their own (``reset: ...``), until interrupted. A run's checkpoints are named ``RUN@N`` as
-    ``qvc log`` names them (:func:`qvc.cli.runs.number_entries`), and the fields each changed as
+    ``qvc log`` names them (:func:`qvc.readers.views.number_entries`), and the fields each changed as
     its viewer shows them unless ``raw``. ``as_json``: one object per line, each with
     a ``kind``: ``checkpoint`` for log entries (their ``qvc log --json`` form), else the event's
     ``qvc watch --json`` form. ``compact``: entries are one line each, so notes have no blank
     line after them."""
     # deferred: start-up speed
-    from qvc.cli.runs import number_entries
     from qvc.readers.log import ViewedNames, entry, log
+    from qvc.readers.views import number_entries
     from qvc.readers.watch import watch as watch_repository
 
     head = store.current()

@@ -5,16 +5,15 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import replace
-from datetime import datetime
 
 import click
 
 from qvc.cli.app import END_OF_OPTIONS, cli, complete_names, revision, run_names, session
 from qvc.cli.output import emit_json, page, qname, short, style, value_width, warn_damaged
-from qvc.cli.runs import number_entries, run_number, show_run, shown_name
+from qvc.cli.runs import show_run, shown_name
 from qvc.errors import CorruptionError, InvalidInputError, NotFoundError
-from qvc.readers.dates import ago
-from qvc.readers.views import iso
+from qvc.readers.dates import ago, local_date
+from qvc.readers.views import number_entries, run_number
 from qvc.types import Head
 
 
@@ -239,6 +238,10 @@ def entry_diffs(store, e, fields, *, plain: bool = False, raw: bool = False) -> 
     from qvc.readers.views import diff_commits  # deferred: start-up speed
 
     diffs = diff_commits(store, None, e.commit, plain=plain, raw=raw)
+    if not plain:  # the text forms, as people read them: a run's storage records left out
+        from qvc.readers.views import people_diffs  # deferred: start-up speed
+
+        diffs = people_diffs(store, diffs, [e.commit, e.parents[0] if e.parents else None], fields)
     return [d for d in diffs if d.field in fields] if fields else diffs
 
 
@@ -316,7 +319,7 @@ def entry_lines(e, head, oneline: bool, fmt: str | None = None, decorate: str = 
     return [style(f"checkpoint {e.checkpoint_id}", fg="yellow") + style(names, fg="cyan"),
             f"Commit:  {e.commit[:12]}   Thread: {qname(e.thread)}   {number}   "
             f"Source: {e.source or 'put'}{'   Status: ' + e.status if e.status else ''}",
-            f"Date:    {ago(e.time)} ({datetime.fromtimestamp(e.time).astimezone():%Y-%m-%d %H:%M:%S %z})",
+            f"Date:    {ago(e.time)} ({local_date(e.time)})",
             f"Changed: {', '.join(e.changed) if e.changed else '(nothing)'}",
             *([f"Cut:     {e.cut}"] if e.cut else []), ""]
 
@@ -341,18 +344,23 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool, r
     """
     # deferred: start-up speed
     from qvc.readers.statediff import is_conversation, message_line, shorten
-    from qvc.readers.views import checkpoint_json, shown_writes, state_of
+    from qvc.readers.views import checkpoint_json, for_people, shown_metadata, shown_writes, state_of
     from qvc.store.revisions import parse_revision
 
     store = session().store()
     try:  # RUN@N is the run as it was (show_run), not only its checkpoint
         rev = parse_revision(store, "HEAD" if name is None else name)
     except NotFoundError:
-        if name is not None and show_run(store, name, full, as_json):
-            return
-        if name is not None and ":" in name:  # git's REV:PATH
+        if name is None:
+            raise
+        if ":" in name and names_checkpoint(store, name.split(":", 1)[0]):  # git's REV:PATH (RUN@N:FIELD too)
             return show_field(store, *name.split(":", 1), as_json)
-        raise
+        if raw:  # the stored fields of the checkpoint a run's name names (RUN@N, as every command takes it)
+            rev = revision(store, name)
+        elif show_run(store, name, full, as_json, fields):
+            return
+        else:
+            raise
     about = store.commit_info(rev.commit)
     number = run_number(store, about.thread_id, about.checkpoint_id)  # RUN@N for a run's checkpoint
     if as_json:
@@ -369,7 +377,7 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool, r
             raise CorruptionError(damaged[f])
         if f not in state:
             raise NotFoundError(f"checkpoint {short(cp.id)} has no field {f!r} (fields: {', '.join(state) or 'none'})")
-    shown = {f: state[f] for f in fields} if fields else state
+    shown = {f: state[f] for f in fields} if fields else for_people(store, rev.commit, state, raw=raw)
     parent = tup.parent_config
     width = value_width()
     lines = [style(f"checkpoint {cp.id}", fg="yellow"),
@@ -377,15 +385,16 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool, r
              f"Thread:   {qname(cp.thread_id)}   "
              + (f"Run: {shown_name(number[1], number[0])}" if number else f"Step: {cp.step}"),
              f"Parent:   {qname(parent.thread_id)}@{parent.checkpoint_id}" if parent else "Parent:   (none)",
-             f"Date:     {ago(info.time)} ({cp.created_at or iso(info.time)})"]
+             f"Date:     {ago(info.time)} ({local_date(info.time)})"]
     signed = signature_line(store, rev.commit)
     if signed is not None:
         lines.append(f"Signed:   {signed}")
-    if tup.metadata:
+    metadata = shown_metadata(store, rev.commit, tup.metadata, raw=raw)
+    if metadata:
         lines.append(style("Metadata:", bold=True))
-        lines += [f"  {k}: {shorten(v, full, width, key=k)}" for k, v in tup.metadata.items()]
-    lines.append(style(f"State ({len(state) + len(damaged)} field{'s' if len(state) + len(damaged) != 1 else ''}):",
-                       bold=True))
+        lines += [f"  {k}: {shorten(v, full, width, key=k)}" for k, v in metadata.items()]
+    count = len(for_people(store, rev.commit, state, raw=raw)) + len(damaged)
+    lines.append(style(f"State ({count} field{'s' if count != 1 else ''}):", bold=True))
     lines += [f"  {style(f, fg='red')}: DAMAGED ({why}; see `qvc fsck`)" for f, why in damaged.items() if not fields]
     for f, v in shown.items():
         version = cp.state_versions.get(f)
@@ -399,6 +408,17 @@ def show(name: str | None, fields: tuple[str, ...], full: bool, as_json: bool, r
     lines.append(style(f"Pending writes ({len(writes)}):", bold=True) if writes else "Pending writes: none")
     lines += [f"  {w.task_id} {w.channel}: {shorten(w.value, full, width)}" for w in writes]
     page(lines)
+
+
+def names_checkpoint(store, name: str) -> bool:
+    """Whether ``name`` names a checkpoint (a run's ``RUN@N`` included)."""
+    if not name:
+        return True  # `:FIELD`, HEAD's, as git's `:PATH`
+    try:
+        revision(store, name)
+    except (NotFoundError, InvalidInputError):
+        return False
+    return True
 
 
 def show_field(store, name: str, field: str, as_json: bool) -> None:
@@ -457,7 +477,7 @@ def blame(field: str, name: str | None, full: bool, as_json: bool, raw: bool) ->
     for b in lines:
         where = format_path(field, b.path)
         head = (f"{style(b.commit[:7], fg='yellow')} {ids[b.checkpoint_id]:<{pad}} step {str(b.step):<4} "
-                f"{datetime.fromtimestamp(b.time).astimezone():%Y-%m-%d %H:%M:%S}  ")
+                f"{local_date(b.time)}  ")
         room = max(40, width - len(where) - 50)
         text = f" {message_line(b.value, full=full, width=room)}" if is_message(b.value) and len(b.path) == 1 \
             else f": {shorten(b.value, full, room)}"

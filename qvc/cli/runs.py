@@ -2,24 +2,27 @@
 :func:`show_run`, which ``qvc show`` calls for a name that is no checkpoint).
 
 A run's checkpoints have one numbering everywhere (:func:`qvc.runs.queries.numbers`): ``RUN@n``,
-``n`` the messages the run holds there, the name ``qvc show RUN@n`` resolves; ``qvc log`` and
-``qvc show`` get it through :func:`run_number`."""
+``n`` the messages the run holds there, the name ``qvc show RUN@n`` resolves; ``qvc log``,
+``qvc show`` and ``qvc serve`` get it through :func:`qvc.readers.views.run_number`."""
 
 from __future__ import annotations
-
-from typing import Iterable, Iterator
 
 import click
 
 from qvc.cli.app import cli, session
 from qvc.cli.output import emit_json, out, page, short, style, value_width
-from qvc.errors import InvalidInputError, QvcError, UnknownRunError
+from qvc.errors import InvalidInputError, NotFoundError, UnknownRunError
 from qvc.readers.dates import ago
+from qvc.readers.views import run_number
 
 
-def show_run(store, ref: str, full: bool, as_json: bool) -> bool:
-    """``qvc show RUN`` / ``RUN@MESSAGE_INDEX`` / ``RUN@CHECKPOINT``: ``False`` if no run has that id."""
+def show_run(store, ref: str, full: bool, as_json: bool, fields: tuple[str, ...] = ()) -> bool:
+    """``qvc show RUN`` / ``RUN@MESSAGE_INDEX`` / ``RUN@CHECKPOINT_ID`` / ``RUN@{N}``: ``False`` if no
+    run has that id. ``fields``: only those of the run as shown (:func:`qvc.runs.viewer.run_fields`:
+    ``messages``, ``status``, ...); one it does not have is :class:`~qvc.errors.NotFoundError`. The
+    owner lease and takeovers are bookkeeping, left out (``--raw`` shows the stored checkpoint)."""
     from qvc.runs import Runs, Snapshot, parse_run_ref  # deferred: start-up speed
+    from qvc.runs.viewer import run_fields, shown_run
 
     try:
         run_id, _ = parse_run_ref(ref)
@@ -27,27 +30,58 @@ def show_run(store, ref: str, full: bool, as_json: bool) -> bool:
         shown = runs.show(ref)
     except (UnknownRunError, InvalidInputError):
         return False
-    n, name = run_number(store, runs.thread(run_id), shown.checkpoint_id or "") or (None, None)
-    if as_json:
-        emit_json({"n": n, "name": name, **shown.to_dict()})
-        return True
-    from qvc.readers.statediff import message_line, shorten  # deferred: start-up speed
-    from qvc.runs.viewer import message_dict
-
     run = shown.run if isinstance(shown, Snapshot) else shown
+    n, name = run_number(store, runs.thread(run_id), shown.checkpoint_id or "") or (None, None)
+    basis = (n, name)
+    if isinstance(shown, Snapshot) and not shown.exact:  # between checkpoints: the run at that message
+        n, name = shown.message_index, f"{run.run_id}@{shown.message_index}"
+    values = run_fields(run)
+    for f in fields:
+        if f not in values:
+            raise NotFoundError(f"run {shown_name(name, n) if name else run.run_id} has no field {f!r} "
+                                f"(fields: {', '.join(values)})")
+    if as_json:
+        from qvc.codec.tagged import to_jsonable  # deferred: start-up speed
+
+        data = to_jsonable(shown_run(shown.to_dict()), "run")
+        if fields:  # the fields asked for, as shown (`qvc show CHECKPOINT --json`'s "state"), for the run
+            data = {k: v for k, v in data.items() if k != "run"} if isinstance(shown, Snapshot) \
+                else {"checkpoint_id": run.checkpoint_id}
+            data["state"] = to_jsonable({f: values[f] for f in fields}, "state")
+        emit_json({"n": n, "name": name, **data})
+        return True
+    from qvc.readers.statediff import is_conversation, message_line, shorten  # deferred: start-up speed
+
     label = f"{shown_name(name, n)} · " if name else ""
     width = value_width()
     lines = [style(f"run {run.run_id}", fg="yellow") + f" (session {run.session_id})  status {run.status.value}"]
     if isinstance(shown, Snapshot):
         snapped = "" if shown.requested_index == shown.message_index else \
             f" (asked for {shown.requested_index}; moved to the nearest pair-safe boundary)"
-        lines.append(f"{label}checkpoint {shown.checkpoint_id} · as of message {shown.message_index}{snapped}"
-                     + ("" if shown.current else " (superseded)"))
+        if shown.exact:
+            lines.append(f"{label}checkpoint {shown.checkpoint_id} · as of message {shown.message_index}{snapped}"
+                         + ("" if shown.current else " (superseded)"))
+        else:  # no checkpoint at that message: say which one the rest of the run is read from
+            where = "the last checkpoint before it" if basis[0] is not None and basis[0] < shown.message_index \
+                else "before the run's first checkpoint"
+            named = f"{shown_name(basis[1], basis[0])} " if basis[1] else ""
+            lines.append(f"{label}as of message {shown.message_index}{snapped} · between checkpoints: {where}, "
+                         f"{named}(checkpoint {short(shown.checkpoint_id)})")
     else:
         lines.append(f"latest: {label}checkpoint {run.checkpoint_id}")
+    if fields:  # as `qvc show CHECKPOINT --field` prints a field
+        for f in fields:
+            v = values[f]
+            if is_conversation(v):
+                lines.append(f"{style(f, fg='green')}: {len(v)} message{'' if len(v) == 1 else 's'}")
+                lines += [f"  {i:>3} {message_line(m, full=full, width=max(40, width - 6))}" for i, m in enumerate(v)]
+            else:
+                lines.append(f"{style(f, fg='green')}: {shorten(v, full, width, key=f)}")
+        page(lines)
+        return True
     lines.append(style(f"Messages ({len(run.messages)}):", bold=True))
-    for i, m in enumerate(run.messages):  # as `qvc diff` and `qvc show CHECKPOINT` print them
-        lines.append(f"  {i:>3} {message_line(message_dict(m.to_dict(), {}), full=full, width=max(40, width - 6))}")
+    for i, m in enumerate(values["messages"]):  # as `qvc diff` and `qvc show CHECKPOINT` print them
+        lines.append(f"  {i:>3} {message_line(m, full=full, width=max(40, width - 6))}")
     if run.session_state:
         lines.append(f"Session state: {shorten(run.session_state, full, width)}")
     if run.metrics:
@@ -80,10 +114,12 @@ def runs(session_id: str | None, as_json: bool) -> None:
         out(f"no runs{f' in session {session_id}' if session_id else ''} (qvc.runs records them; see docs/runs.md)")
         return
     lines = []
+    width = max(len(r.run_id) for r in found)  # one column for each, whatever the ids' lengths
     for r in found:
         lineage = (f" · forked from {r.forked_from_run_id}" if r.forked_from_run_id else "") + (
             f" · regenerates {r.regenerated_from}" if r.regenerated_from else "")
-        lines.append(f"{style(r.run_id, fg='yellow')}  {r.status.value:<11} session {r.session_id} · "
+        pad = " " * (width - len(r.run_id))  # padded outside the colour codes, so columns line up in colour too
+        lines.append(f"{style(r.run_id, fg='yellow')}{pad}  {r.status.value:<11} session {r.session_id} · "
                      f"{r.message_count} message(s) · updated {ago(r.updated_at or r.created_at)}{lineage}")
     page(lines)
 
@@ -121,42 +157,11 @@ def timeline(run_id: str, as_json: bool) -> None:
     page(lines)
 
 
-def run_number(store, thread: str | None, checkpoint_id: str, cache: dict | None = None) -> tuple | None:
-    """``(n, name)`` of checkpoint ``checkpoint_id`` of the run on ``thread``
-    (:func:`qvc.runs.queries.numbers`), or ``None`` when ``thread`` is no run's. ``cache`` (a dict
-    the caller keeps) holds each run's numbering, read once per run."""
-    from qvc.runs.ids import THREAD_PREFIX  # deferred: start-up speed
-
-    if thread is None or not thread.startswith(THREAD_PREFIX) or "/" not in thread[len(THREAD_PREFIX):]:
-        return None
-    if cache is None or thread not in cache:
-        from qvc.runs.queries import numbers  # deferred: start-up speed
-
-        try:
-            found = numbers(store, thread)
-        except QvcError:  # a run that does not read (damaged, not a run after all): no numbers, the log goes on
-            found = {}
-        if cache is None:
-            return found.get(checkpoint_id)
-        cache[thread] = found
-    return cache[thread].get(checkpoint_id)
-
-
 def shown_name(name: str, n: int) -> str:
     """A run checkpoint's name as text shows it: ``RUN@n``, or ``RUN@<checkpoint id>`` with the id
     abbreviated (a unique prefix, which every command takes)."""
     run, _, at = name.rpartition("@")
     return name if at == str(n) else f"{run}@{short(at)}"
-
-
-def number_entries(store, entries: Iterable) -> Iterator:
-    """The log entries as they come, those of run checkpoints given their ``n`` and ``name`` (``RUN@n``)."""
-    cache: dict = {}
-    for e in entries:
-        found = run_number(store, e.thread, e.checkpoint_id, cache)
-        if found is not None:
-            e.n, e.name = found
-        yield e
 
 
 def run_named(store, text: str) -> bool:

@@ -11,13 +11,13 @@ Everything here reads only.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
 
 from qvc.codec.tagged import to_jsonable
-from qvc.errors import CorruptionError, NotFoundError, UnknownThreadError
-from qvc.readers.log import entry, log, short_id
+from qvc.errors import CorruptionError, NotFoundError, QvcError, UnknownThreadError
+from qvc.readers.log import ViewedNames, entry, log, short_id
 from qvc.store.refnames import superseded_prefix
-from qvc.store.viewers import collecting_notes, view_state, view_writes
+from qvc.store.viewers import bookkeeping_of, collecting_notes, records_of, view_state, view_writes
 
 if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore
@@ -50,6 +50,39 @@ def shown_writes(store: GitCheckpointStore, sha: str, stored: dict, shown: dict,
         return writes
     hidden = set(stored) - set(shown)
     return [w for w in view_writes(store, sha, writes, plain=plain) if w.channel not in hidden]
+
+
+def shown_metadata(store: GitCheckpointStore, sha: str, metadata: dict, *, raw: bool = False) -> dict:
+    """A checkpoint's metadata to show: without the keys its viewer calls bookkeeping
+    (:func:`qvc.store.viewers.bookkeeping_of`: a run's ``takeover`` record, the owners' lease tokens
+    in it), unless ``raw``."""
+    hidden = frozenset() if raw else bookkeeping_of(store, sha)
+    return {k: v for k, v in metadata.items() if k not in hidden} if hidden else metadata
+
+
+def for_people(store: GitCheckpointStore, sha: str, state: dict, fields: Sequence[str] = (), *,
+               raw: bool = False) -> dict:
+    """A viewed ``state`` of checkpoint commit ``sha`` as people's views show it (the text forms, the
+    page): without the fields its viewer calls the writer's storage records
+    (:func:`qvc.store.viewers.records_of`: a run's ``run`` and ``agno``) unless named in ``fields``
+    or ``raw``."""
+    hidden = frozenset() if raw else records_of(store, sha) - set(fields)
+    return {k: v for k, v in state.items() if k not in hidden} if hidden else state
+
+
+def people_diffs(store: GitCheckpointStore, diffs: list, shas: Sequence[Optional[str]], fields: Sequence[str] = (), *,
+                 raw: bool = False) -> list:
+    """``diffs`` between the checkpoint commits ``shas`` as people's views show them: without the
+    fields either side's viewer calls storage records (see :func:`for_people`) unless named in
+    ``fields`` or ``raw``."""
+    if raw:
+        return diffs
+    hidden: set[str] = set()
+    for sha in shas:
+        if sha:
+            hidden |= records_of(store, sha)
+    hidden -= set(fields)
+    return [d for d in diffs if d.field not in hidden] if hidden else diffs
 
 
 def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] = (), *,
@@ -88,12 +121,16 @@ def checkpoint_json(store: GitCheckpointStore, sha: str, fields: Sequence[str] =
         "parent": {"thread": parent.thread_id, "id": parent.checkpoint_id} if parent else None,
         "created_at": cp.created_at, "time": iso(info.time), "timestamp": info.time,
         "signature": signature_reader(store)(sha),
-        "metadata": to_jsonable(tup.metadata, "metadata"), "state": to_jsonable(shown, "state"),
+        "metadata": to_jsonable(shown_metadata(store, sha, tup.metadata, raw=raw), "metadata"),
+        "state": to_jsonable(shown, "state"),
         "state_versions": cp.state_versions if raw or damaged else
         {f: v for f, v in cp.state_versions.items() if f in state},
         "pending_writes": [{"task": w.task_id, "channel": w.channel, "value": to_jsonable(w.value, "write")}
                            for w in writes],
     }
+    records = sorted(records_of(store, sha) & set(shown)) if not raw else []
+    if records:  # what people's views (the page) show apart from the state and its diffs
+        out["records"] = records
     if damaged:
         out["damaged"] = damaged
     if said:
@@ -172,8 +209,43 @@ def run_of_thread(thread: str) -> Optional[dict[str, str]]:
     return {"session_id": session_id, "run_id": run_id}
 
 
+def run_number(store: GitCheckpointStore, thread: str | None, checkpoint_id: str,
+               cache: dict | None = None) -> tuple | None:
+    """``(n, name)`` of checkpoint ``checkpoint_id`` of the run on ``thread``
+    (:func:`qvc.runs.queries.numbers`), or ``None`` when ``thread`` is no run's. ``cache`` (a dict
+    the caller keeps) holds each run's numbering, read once per run."""
+    from qvc.runs.ids import THREAD_PREFIX  # deferred: start-up time (every CLI command loads this module)
+
+    if thread is None or not thread.startswith(THREAD_PREFIX) or "/" not in thread[len(THREAD_PREFIX):]:
+        return None
+    if cache is None or thread not in cache:
+        from qvc.runs.queries import numbers  # deferred: start-up time
+
+        try:
+            found = numbers(store, thread)
+        except QvcError:  # a run that does not read (damaged, not a run after all): no numbers, the log goes on
+            found = {}
+        if cache is None:
+            return found.get(checkpoint_id)
+        cache[thread] = found
+    return cache[thread].get(checkpoint_id)
+
+
+def number_entries(store: GitCheckpointStore, entries: Iterable, cache: dict | None = None) -> Iterator:
+    """The log entries as they come, those of run checkpoints given their ``n`` and ``name`` (``RUN@n``):
+    ``qvc log`` (its text and ``--json``) and ``qvc serve``'s thread lines (:func:`thread_line_json`).
+    ``cache``: a dict kept across calls (each run's numbering is read once)."""
+    cache = {} if cache is None else cache
+    for e in entries:
+        found = run_number(store, e.thread, e.checkpoint_id, cache)
+        if found is not None:
+            e.n, e.name = found
+        yield e
+
+
 def thread_line_json(store: GitCheckpointStore, thread: str, limit: int = 500) -> dict[str, Any]:
-    """A thread's history for a graph: its line (``qvc log`` entries, each with its ``shortid``
+    """A thread's history for a graph: its line (``qvc log --json`` entries: the fields each changed as
+    its viewer shows them, a run's checkpoints numbered ``RUN@n``; each with its ``shortid``
     (:func:`~qvc.readers.log.short_id`), newest first, crossing into
     the source thread at a fork; at most ``limit``), the lines time travel left behind (each
     with the commit where it joins the line), and the threads forked from the line.
@@ -184,7 +256,14 @@ def thread_line_json(store: GitCheckpointStore, thread: str, limit: int = 500) -
     tip = store.head(thread)
     if tip is None:
         raise UnknownThreadError(f"thread {thread!r} not found")
-    entries = [{**e.to_json(), "shortid": short_id(e.checkpoint_id, store)} for e in log(store, tip, limit=limit + 1)]
+    numbers: dict = {}  # each run's numbering, read once
+    viewed = ViewedNames(store)
+
+    def as_json(entries: Iterable) -> list[dict[str, Any]]:  # as `qvc log --json` gives them
+        return [{**e.to_json(), "shortid": short_id(e.checkpoint_id, store)}
+                for e in number_entries(store, entries, numbers)]
+
+    entries = as_json(log(store, tip, limit=limit + 1, viewed=True))
     on_line = {info.hex for info in store.first_parents(tip)}
     superseded = []
     for ref, stip in store.repository.refs(superseded_prefix(thread)):
@@ -193,9 +272,8 @@ def thread_line_json(store: GitCheckpointStore, thread: str, limit: int = 500) -
             if info.hex in on_line:
                 joins = info.hex
                 break
-            line.append({**entry(store, info.hex, superseded=True).to_json(),
-                         "shortid": short_id(info.checkpoint_id, store)})
-        superseded.append({"ref": ref, "tip": stip, "joins": joins, "line": line})
+            line.append(entry(store, info.hex, superseded=True, viewed=viewed))
+        superseded.append({"ref": ref, "tip": stip, "joins": joins, "line": as_json(line)})
     forks = []
     for other in store.threads():
         otip = store.head(other)

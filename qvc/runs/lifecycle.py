@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from qvc.errors import InvalidInputError, RunOwnedError, RunStateError, UnknownRunError
+from qvc.errors import InvalidInputError, RunOwnedError, RunStateError, UnknownCheckpointError, UnknownRunError
 from qvc.logs import log
 from qvc.runs.boundaries import ContinueFrom, resolve_continue_from, safe_truncation_index
 from qvc.runs.codec import LoadedRun, decode
@@ -41,7 +42,10 @@ from qvc.runs.queries import snapshot as _snapshot
 from qvc.runs.queries import timeline as _timeline
 from qvc.runs.recorder import RunRecorder
 from qvc.store.git_store import GitCheckpointStore
-from qvc.store.revisions import Revision
+from qvc.store.revisions import Revision, parse_revision
+
+#: ``RUN@{N}``'s part after ``@``: the run's head N movements ago (its thread's reflog).
+REFLOG = re.compile(r"\{\d+\}")
 
 
 def run_revision(store: GitCheckpointStore, text: str) -> Optional[Revision]:
@@ -173,8 +177,9 @@ class Runs:
     # -- timeline and snapshots -----------------------------------------------------------------
 
     def timeline(self, run_id: str, *, superseded: bool = True) -> List[TimelineEntry]:
-        """The checkpoints of a run, oldest first: its current line, then (``current=False``) the
-        checkpoints of lines left behind by continuing from an earlier boundary.
+        """The checkpoints of a run, oldest first: its current line, each checkpoint of a line left
+        behind by continuing from an earlier boundary (``current=False``) right after the
+        checkpoint it branched from (:func:`qvc.runs.queries.in_order`, the order every view shows).
 
         Each entry's ``id`` is the checkpoint id: stable, and accepted by :meth:`snapshot` and
         the store. Raises :class:`UnknownRunError`. Reads only.
@@ -197,9 +202,22 @@ class Runs:
         return _snapshot(self.store, self.thread(run_id), at)
 
     def show(self, ref: str) -> Snapshot | Run:
-        """``RUN`` → the latest :class:`Run`; ``RUN@INDEX`` / ``RUN@CHECKPOINT_ID`` → a :class:`Snapshot`."""
+        """``RUN`` → the latest :class:`Run`; ``RUN@INDEX`` / ``RUN@CHECKPOINT_ID`` / ``RUN@{N}`` (the
+        run's head N movements ago, from its thread's reflog, as git's ``BRANCH@{N}``) → a
+        :class:`Snapshot`. Raises :class:`UnknownRunError`, and
+        :class:`~qvc.errors.UnknownCheckpointError` naming the forms it takes."""
         run_id, at = parse_run_ref(ref)
-        return self.get(run_id) if at is None else self.snapshot(run_id, at)
+        if at is None:
+            return self.get(run_id)
+        thread = self.thread(run_id)
+        if isinstance(at, str) and REFLOG.fullmatch(at):
+            at = self.store.commit_info(parse_revision(self.store, f"{thread}@{at}").commit).checkpoint_id
+        try:
+            return self.snapshot(run_id, at)
+        except UnknownCheckpointError:
+            raise UnknownCheckpointError(
+                f"run {run_id!r} has no checkpoint {at!r} (after '@': a message index, a checkpoint id of the run "
+                f"or a prefix of one, or {{N}} for its head N movements ago)") from None
 
     # -- recording ----------------------------------------------------------------------------
 

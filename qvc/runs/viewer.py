@@ -69,6 +69,45 @@ def view(store: GitCheckpointStore, sha: str, state: Dict[str, Any], *, plain: b
     return out
 
 
+#: The run's storage records among the fields :func:`view` shows: who the run is (``run``) and
+#: agno's copy of its run (``agno``). People's views show the run above its conversation and leave
+#: these out of the state and diffs (:func:`qvc.store.viewers.records_of`); the JSON forms keep them.
+view.records = ("run", "agno")  # type: ignore[attr-defined]
+#: Metadata that is bookkeeping: a takeover checkpoint's record of the previous and new owner
+#: (their lease tokens included), shown only raw (:func:`qvc.store.viewers.bookkeeping_of`).
+view.hidden_metadata = ("takeover",)  # type: ignore[attr-defined]
+
+#: A run's fields that are bookkeeping, in :meth:`~qvc.runs.Run.to_dict`: the owner lease (its token
+#: included) and the takeovers. The conversation views (``qvc show RUN@N``, ``qvc serve``'s runs)
+#: leave them out (:func:`shown_run`); ``--raw`` shows the stored checkpoint with them.
+BOOKKEEPING = ("owner", "takeovers")
+
+
+def shown_run(data: Mapping[str, Any]) -> Dict[str, Any]:
+    """A run's ``to_dict()`` (or a snapshot's, whose ``"run"`` is one) without its
+    :data:`BOOKKEEPING`: the run as people and the conversation views' JSON see it."""
+    out = {k: v for k, v in data.items() if k not in BOOKKEEPING}
+    if isinstance(out.get("run"), Mapping):
+        out["run"] = {k: v for k, v in out["run"].items() if k not in BOOKKEEPING}
+    return out
+
+
+def run_fields(run: Any) -> Dict[str, Any]:
+    """The fields of a :class:`~qvc.runs.Run` (a snapshot's, or a run's latest) as :func:`view`
+    shows a run checkpoint's: ``run``, ``status``, ``content``, ``error``, ``metrics``,
+    ``session_state``, ``messages`` (the shared conversation shape), and ``requirements`` and
+    ``regenerated_by`` when set; what ``qvc show RUN@N --field NAME`` picks from."""
+    results = {t.tool_call_id: t.to_dict() for t in run.tools}
+    out: Dict[str, Any] = {"run": _identity(run.identity()), "status": run.status.value, "content": run.content,
+                           "error": run.error, "metrics": run.metrics, "session_state": run.session_state,
+                           "messages": [message_dict(m.to_dict(), results) for m in run.messages]}
+    if run.requirements:
+        out["requirements"] = [r.to_dict() for r in run.requirements]
+    if run.regenerated_by:
+        out["regenerated_by"] = run.regenerated_by
+    return out
+
+
 def message_dict(stored: Mapping[str, Any], results: Mapping[Any, Mapping[str, Any]]) -> Dict[str, Any]:
     """A stored run message in the shared conversation shape; ``results``: the run's tool
     executions by tool call id (a tool result's stored result, when it is not the message's text)."""

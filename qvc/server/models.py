@@ -177,6 +177,9 @@ class CheckpointView(BaseModel):
     pending_writes: List[PendingWriteView]
     notes: List[str] = Field(default_factory=list, description="What its viewer said while showing it, one line "
                              "each (its framework is not installed here: the pip extra that shows it fully)")
+    records: List[str] = Field(default_factory=list, description="State fields its viewer calls the writer's "
+                               "storage records (a run's `run` and `agno`): people's views show them apart, not in "
+                               "the state or its diffs")
 
 
 class Change(BaseModel):
@@ -237,7 +240,8 @@ class OwnerStatus(BaseModel):
 class RunView(BaseModel):
     thread: str
     owner_status: OwnerStatus
-    run: Dict[str, Any] = Field(description="Run.to_dict() of the latest checkpoint")
+    run: Dict[str, Any] = Field(description="Run.to_dict() of the latest checkpoint, without the owner lease "
+                                            "and takeovers")
 
 
 class TimelineEntry(BaseModel):

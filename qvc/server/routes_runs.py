@@ -14,6 +14,7 @@ from qvc.codec.tagged import to_jsonable
 from qvc.errors import InvalidInputError
 from qvc.readers.views import run_of_thread
 from qvc.runs import RunStatus
+from qvc.runs.viewer import shown_run
 from qvc.server import models
 from qvc.server.deps import ReadRuns
 from qvc.server.responses import ERRORS
@@ -38,9 +39,10 @@ def list_runs(runs: ReadRuns, session: Optional[str] = Query(None, description="
 
 @router.get("/api/runs/{run_id}", response_model=models.RunView)
 def get_run(runs: ReadRuns, run_id: str) -> Dict[str, Any]:
-    """A run as its latest checkpoint holds it, and whether its owner is alive."""
+    """A run as its latest checkpoint holds it (without the bookkeeping: owner lease, takeovers), and
+    whether its owner is alive."""
     return {"thread": runs.thread(run_id), "owner_status": runs.owner_status(run_id).to_dict(),
-            "run": to_jsonable(runs.get(run_id).to_dict(), "run")}
+            "run": to_jsonable(shown_run(runs.get(run_id).to_dict()), "run")}
 
 
 @router.get("/api/runs/{run_id}/checkpoints", response_model=models.Timeline)
@@ -56,6 +58,7 @@ def timeline(runs: ReadRuns, run_id: str,
 def snapshot(runs: ReadRuns, run_id: str,
              at: str = Path(description="A message index (pair-safe; snapped down) or a checkpoint id from the "
                                         "timeline")) -> Dict[str, Any]:
-    """The run as it truly was at a message boundary or checkpoint (never writes)."""
+    """The run as it truly was at a message boundary or checkpoint (never writes); its owner lease and
+    takeovers are bookkeeping, left out (as `qvc show RUN@N --json`)."""
     where: Any = int(at) if INDEX.match(at) else at
-    return to_jsonable(runs.snapshot(run_id, where).to_dict(), "snapshot")
+    return to_jsonable(shown_run(runs.snapshot(run_id, where).to_dict()), "snapshot")

@@ -8,7 +8,8 @@ A revision is a base name, optionally followed by suffixes:
   these spelled in full (``refs/heads/THREAD``, ``refs/tags/TAG``, ``refs/remotes/REMOTE/THREAD``), a
   checkpoint id or unique id prefix, a commit SHA or unique SHA prefix (4+ digits);
 * ``~N`` (``~`` alone is ``~1``; ``^`` is ``~1``): N first parents back (across forks);
-* ``@{N}``: the thread's head N movements ago, read from its reflog (``@{0}`` is the head).
+* ``@{N}``: the thread's head N movements ago, read from its reflog (``@{0}`` is the head); after
+  a name ``names`` resolves to a thread's head (a run id: ``RUN@{N}``), that thread's reflog.
 
 Thread ids may contain ``~``, ``^`` and ``@{``: the whole text is tried as a thread and as a
 checkpoint id before any suffix is split off. Names the store cannot know (an agent run's
@@ -94,7 +95,7 @@ def parse_revision(store: GitCheckpointStore, text: str, *, names: Names | None 
             break
         outer, inner, suffix = inner, inner[: m.start()], m.group(0)
         if suffix.startswith("@{"):
-            base = _reflog_entry(store, outer, inner, int(suffix[2:-1]))
+            base = _reflog_entry(store, outer, inner, int(suffix[2:-1]), names)
             break
         walks.append((outer, inner, 1 if suffix in ("~", "^") else int(suffix[1:])))
     commit = base.commit
@@ -107,9 +108,14 @@ def parse_revision(store: GitCheckpointStore, text: str, *, names: Names | None 
     return Revision(commit, base.thread)
 
 
-def _reflog_entry(store: GitCheckpointStore, text: str, inner: str, n: int) -> Revision:
-    """``INNER@{N}``: thread ``inner``'s head ``n`` movements ago."""
+def _reflog_entry(store: GitCheckpointStore, text: str, inner: str, n: int, names: Names | None = None) -> Revision:
+    """``INNER@{N}``: thread ``inner``'s head ``n`` movements ago; ``inner`` may be a name ``names``
+    resolves to a thread's head (a run id: ``RUN@{N}`` is its thread's reflog)."""
     thread = thread_named(store, inner, damaged=True)
+    if thread is None and names is not None and inner != "HEAD":
+        named = names(inner)
+        if named is not None and named.thread is not None and store.head(named.thread) == named.commit:
+            thread = named.thread
     if thread is None:
         if inner == "HEAD":
             head = store.current()

@@ -77,6 +77,14 @@ Viewer = Callable[..., "dict[str, Any]"]
 #: left out, or raises :class:`~qvc.errors.CorruptionError`. Without it the writes are shown as stored.
 WritesViewer = Callable[..., "Sequence[PendingWrite]"]
 
+#: What a viewer may declare as attributes of itself (read with :func:`records_of` and
+#: :func:`bookkeeping_of`), so every reader applies one rule: ``records``, the state fields it shows
+#: that are the writer's storage records rather than state (a run's ``run`` and agno's ``agno``: who
+#: the run is), which people's views (the text forms, the page of ``qvc serve``) show apart, not in
+#: the state or its diffs, while the JSON forms keep them; ``hidden_metadata``, metadata keys that
+#: are bookkeeping (a run's ``takeover`` record, with the owners' lease tokens), shown only raw.
+TRAITS = ("records", "hidden_metadata")
+
 #: Header keys :class:`~qvc.store.git_store.GitCheckpointStore` writes itself: no viewer is looked
 #: up for them (a checkpoint with only these never reads the entry points).
 STORE_KEYS = frozenset({"id", "thread_id", "step", "parent_id", "created_at", "schema_version",
@@ -269,6 +277,21 @@ def view_writes(store: GitCheckpointStore, sha: str, writes: Sequence[PendingWri
         return list(show(store, sha, writes, plain=plain))
     except CorruptionError:  # writes the writer's viewer does not read: as stored
         return list(writes)
+
+
+def records_of(store: GitCheckpointStore, sha: str) -> frozenset[str]:
+    """The state fields of checkpoint commit ``sha`` that its viewer (:func:`viewer_of`) calls the
+    writer's storage records (its ``records`` attribute, :data:`TRAITS`): people's views leave them
+    out of the state and its diffs unless asked for by name. Empty without a viewer."""
+    viewer = viewer_of(store, sha)
+    return frozenset(getattr(viewer, "records", ()))
+
+
+def bookkeeping_of(store: GitCheckpointStore, sha: str) -> frozenset[str]:
+    """The metadata keys of checkpoint commit ``sha`` that its viewer calls bookkeeping (its
+    ``hidden_metadata`` attribute, :data:`TRAITS`): shown only raw. Empty without a viewer."""
+    viewer = viewer_of(store, sha)
+    return frozenset(getattr(viewer, "hidden_metadata", ()))
 
 
 def viewer_of(store: GitCheckpointStore, sha: str) -> Optional[Viewer]:

@@ -192,11 +192,11 @@ function runOf(thread) {
   return cut > 0 ? rest.slice(cut + 1) : null;
 }
 
-// A run checkpoint's fields that are its storage record rather than its state: who the run is
-// (`run`) and agno's copy of it (`agno`). The page shows the run above its conversation, so its
-// state and diffs leave them out (`qvc show` and the JSON keep them).
-const RUN_RECORDS = new Set(["run", "agno"]);
-const shownField = (cp, field) => !(cp && runOf(cp.thread) && RUN_RECORDS.has(field));
+// A checkpoint's fields that are its writer's storage records rather than its state, as its viewer
+// names them (`records` of /api/checkpoints: a run's `run` and agno's `agno`, the rule `qvc show`
+// and `qvc diff` apply too). The page shows the run above its conversation, so its state and
+// diffs leave them out (the JSON keeps them).
+const shownField = (cp, field) => !(cp && (cp.records || []).includes(field));
 
 async function openThread(thread, checkpoint = null) {
   const same = thread === state.thread;
@@ -240,8 +240,13 @@ function findNode(commitOrId) {
   return lineNodes().find((n) => n.e.commit === commitOrId || n.e.id === commitOrId) || null;
 }
 
-// A checkpoint's number as the command line prints it: RUN@N for a run's, else its step.
-const numberOf = (e) => e.name || `step ${e.step}`;
+// A checkpoint's number as the command line prints it: RUN@N for a run's (RUN@<short id> for one
+// RUN@N names another checkpoint, as `qvc log` abbreviates it), else its step.
+const numberOf = (e) => {
+  if (!e.name) return `step ${e.step}`;
+  const cut = e.name.lastIndexOf("@"), at = e.name.slice(cut + 1);
+  return at === String(e.n) ? e.name : e.name.slice(0, cut + 1) + shortId(at);
+};
 
 function describe(commit) {
   const n = findNode(commit);
@@ -653,22 +658,6 @@ async function renderConversation(cp, seq) {
 
 // -- a run's timeline ------------------------------------------------------------------------
 
-// Each superseded checkpoint (a line a rewind left) right after the checkpoint of the current
-// line it branched from, oldest first, never after the latest as if it were newer.
-function orderTimeline(entries) {
-  const byId = new Map(entries.map((e) => [e.id, e]));
-  const groups = new Map(), before = [];
-  for (const e of entries.filter((x) => !x.current)) {
-    let p = e.parent_id, guard = 0;
-    while (p && byId.has(p) && !byId.get(p).current && guard++ < entries.length) p = byId.get(p).parent_id;
-    if (p && byId.has(p)) { if (!groups.has(p)) groups.set(p, []); groups.get(p).push(e); } else before.push(e);
-  }
-  const byTime = (a, b) => a.created_at - b.created_at || a.message_index - b.message_index;
-  const out = before.sort(byTime);
-  for (const e of entries.filter((x) => x.current)) out.push(e, ...(groups.get(e.id) || []).sort(byTime));
-  return out;
-}
-
 async function loadTimeline() {
   $("#run").hidden = !state.runId;
   state.timeline = [];
@@ -680,10 +669,12 @@ async function loadTimeline() {
     notice(e.message, true);
     return;
   }
+  // in the server's order (qvc.runs.queries.in_order, as `qvc timeline` lists them): each superseded
+  // checkpoint right after the checkpoint its line branched from, never after the latest
   state.timeline = tl.checkpoints;
   const ro = state.repo && state.repo.read_only;
   $("#continue-input").disabled = ro;
-  $("#timeline tbody").replaceChildren(...orderTimeline(tl.checkpoints).map((e) => el("tr", {
+  $("#timeline tbody").replaceChildren(...tl.checkpoints.map((e) => el("tr", {
     class: "entry" + (e.current ? "" : " old"), "data-id": e.id, "data-index": e.message_index,
     onclick: (ev) => { if (ev.target.tagName !== "BUTTON") pick(e.id); },
   }, el("td", { class: "mono" }, e.current ? "" : "↳ ", String(e.message_index)), el("td", {}, statusBadge(e.status)),
