@@ -13,6 +13,7 @@ This module only runs git and parses what it prints; :mod:`qvc.remotes.remote` d
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -23,7 +24,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from qvc.errors import RemoteError
 from qvc.plumbing import launcher
@@ -98,22 +99,45 @@ def run_git(repo_path: str | None, args: list[str], *, interactive: bool = False
     that many seconds (the run then reports exit status -9). Raises :class:`QvcError` only
     if git is missing.
     """
-    # With a timeout git gets its own process group, so ssh or git-remote-http go down with it.
-    proc = launcher.popen(repo_path, args, interactive=interactive, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          start_new_session=timeout is not None)
+    proc: Optional[subprocess.Popen] = None
     out: list[bytes] = []
     try:
+        with interrupt_held():  # a Ctrl-C while git starts waits until git is ours to stop
+            # With a timeout git gets its own process group, so ssh or git-remote-http go down with it.
+            proc = launcher.popen(repo_path, args, interactive=interactive, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, start_new_session=timeout is not None)
         reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
         reader.start()
         return _follow(proc, reader, out, proc.stderr.fileno(), state or TransferProgress("git", ""), progress,
                        timeout)
     except BaseException:  # Ctrl-C (KeyboardInterrupt) here: git goes too, before the caller cleans up
-        if timeout is not None:
-            _kill_group(proc)
-        else:
-            proc.kill()
-        proc.wait()
+        if proc is not None:
+            if timeout is not None:
+                _kill_group(proc)
+            else:
+                proc.kill()
+            proc.wait()
         raise
+
+
+@contextlib.contextmanager
+def interrupt_held() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) off while a child process starts, then raise it (KeyboardInterrupt)
+    when the block ends, once the caller holds the process: raised inside ``subprocess.Popen``,
+    after the fork, it would leave git running with no one to stop it. In the main thread, with
+    Python's own handler installed, only (elsewhere Python raises no KeyboardInterrupt): a no-op."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
 
 
 def _follow(proc: subprocess.Popen, reader: threading.Thread, out: list[bytes], fd: int, state: TransferProgress,

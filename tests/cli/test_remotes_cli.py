@@ -333,6 +333,31 @@ def test_ctrl_c_exits_130_and_leaves_nothing(tmp_path, setup, command):
     assert run_git(repo, "for-each-ref").stdout == before
 
 
+def test_a_ctrl_c_while_git_starts_waits_until_git_can_be_stopped(tmp_path):
+    """A SIGINT inside `subprocess.Popen`, after its fork, would leave git running with no one to
+    stop it (what made the test above fail once under load): transfers start git with Ctrl-C
+    held, and raise it once the process is theirs to kill. Here the SIGINT arrives mid-block."""
+    import signal
+    import subprocess
+
+    from helpers import child_env
+
+    script = (
+        "import os, signal, sys\n"
+        "from qvc.remotes.transfer import interrupt_held\n"
+        "try:\n"
+        "    with interrupt_held():\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        for _ in range(10000): pass  # bytecodes, where Python would run the handler\n"
+        "        print('held', flush=True)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('raised after the block', flush=True)\n"
+        "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)\n")
+    proc = subprocess.run([sys.executable, "-c", script], env=child_env(), capture_output=True, text=True,
+                          timeout=60, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stdout.split("\n") == ["held", "raised after the block", "True", ""], proc.stdout + proc.stderr
+
+
 def test_clone_errors_name_the_path_given(tmp_path, setup, small_fs):
     """A clone that fails inside its work folder (here: the destination's file system is full)
     names the destination the user typed, never `.qvc-clone-XXXX`, and leaves nothing behind."""
