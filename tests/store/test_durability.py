@@ -349,20 +349,26 @@ def test_exit_mode_visible_soon_durable_at_close(tmp_path, monkeypatch):
     try:
         for i in range(4):
             put(store, f"e{i}", f"e{i}-0000", 0)
+        last_put = time.monotonic()
         main = threading.current_thread().name
         assert spy.count(thread=main) == 0, f"an EXIT-mode put flushed: {spy.calls}"
         seen = probe(path, "e3", "e3-0000", readonly=True)  # (a writable one would publish, and flush)
         assert seen["found"], "another process does not see an EXIT-mode put"
         time.sleep(0.3)
         # Only the publisher flushes before close: the git files it wrote (durable before it
-        # deletes the staged rows); never the log.
+        # deletes the staged rows), and the log just before, when it publishes (write-ahead: git's
+        # files are never ahead of the log). Whether it published yet depends on the machine's
+        # speed (EXIT_PUBLISH_LAG); the putting thread never flushes.
         assert {t for _, t in spy.calls} <= {"qvc-publisher"}, spy.calls
-        assert not spy.flushes_of(path / WAL), f"an EXIT-mode store flushed its log before close: {spy.log}"
         closing = time.monotonic()
     finally:
         store.close()
-    assert [e[1] for e in spy.flushes_of(path / WAL, since=closing)] == [main], (
-        f"close() did not flush the log (once, in the closing thread): {spy.log}")
+    flushed_log = spy.flushes_of(path / WAL)
+    assert {e[1] for e in flushed_log if e[3] < closing} <= {"qvc-publisher"}, spy.log
+    assert {e[1] for e in flushed_log if e[3] >= closing} <= {main}, spy.log
+    assert len([e for e in flushed_log if e[3] >= closing]) <= 1, f"close() flushed the log twice: {spy.log}"
+    assert any(e[3] >= last_put for e in flushed_log), (
+        f"the log was not flushed after the last put (by close, or by the publisher before it): {spy.log}")
     # every git file the store wrote was flushed (by the publisher, or at close), and the
     # directories holding them; never the whole file system
     assert spy.count("harden") == 0, f"a flush of the whole file system: {spy.calls}"
