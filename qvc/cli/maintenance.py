@@ -108,7 +108,8 @@ def _print_retention(report) -> None:
 
 @cli.command()
 @click.option("--repair", is_flag=True,
-              help="First repair ref files that hold no ref: move each aside, restore the ref from its reflog.")
+              help="First repair ref files that hold no ref (move each aside, restore the ref from its reflog) "
+                   "and a damaged staging database (move it aside).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def fsck(repair: bool, as_json: bool) -> None:
     """Verify the repository: git's object checks, every ref, every checkpoint and pending write.
@@ -121,7 +122,8 @@ def fsck(repair: bool, as_json: bool) -> None:
     --repair first repairs every ref whose file holds no ref (garbage text, a file another
     program left under refs/): the file is moved aside into qvc/quarantine/ (nothing is
     deleted) and the ref set back to the newest commit its reflog names that is whole (a ref
-    without one stays removed), in one line saying what it did; then it verifies.
+    without one stays removed), in one line saying what it did; a damaged staging database
+    (qvc/staging.db) is moved aside there too, in one line saying what is lost; then it verifies.
 
     \b
     Example:
@@ -134,6 +136,9 @@ def fsck(repair: bool, as_json: bool) -> None:
 
     store = session().store(write=repair)
     if repair:
+        aside = store.repair_staging()
+        if aside is not None:
+            click.echo(f"repaired: {aside}", err=as_json)
         done = store.repair_refs()
         if done:
             click.echo(f"repaired: {done.summary()}", err=as_json)

@@ -71,7 +71,7 @@ import os
 import sqlite3
 import threading
 import time
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from qvc.errors import CheckpointConflictError, CorruptionError, QvcError, StorageError, StoreClosedError
 from qvc.logs import log
@@ -257,6 +257,9 @@ class Staging:
         self._flusher: threading.Thread | None = None
         self._failed: BaseException | None = None
         self._warned: set[str] = set()  # locks of other programs already named in a warning
+        #: why the database file does not read (SQLite finds it malformed), once a read or write met that;
+        #: reads then see git's files alone, and every write raises it (see :meth:`damage`)
+        self.damaged: CorruptionError | None = None
         # group commit (sync): see _grouped
         self._gate = threading.Lock()  # one member's body at a time
         self._group_lock = threading.Lock()  # guards _arrivals and a group's size
@@ -322,7 +325,9 @@ class Staging:
             pause = min(pause * 2, 0.05)
 
     def _rows(self, sql: str, args: Sequence = ()) -> list[tuple]:
-        """The rows of a read outside any transaction (``[]`` when there is no database yet).
+        """The rows of a read outside any transaction (``[]`` when there is no database yet, and
+        when its file is malformed: :attr:`damaged` says so, a warning names it, and readers see
+        git's files alone).
 
         Where the write-ahead log is absent or empty (no store has the database open: every
         commit is in its file), the file is read as it is, as SQLite's ``immutable`` reader does, and read
@@ -331,6 +336,19 @@ class Staging:
         works where those files cannot be created (a full disk, no write permission). A writing
         store connects on its first write (or a read while the log holds something) and keeps
         its connection, and with it the log, open."""
+        try:
+            return self._query(sql, args)
+        except sqlite3.DatabaseError as exc:
+            if not _malformed(exc):
+                raise
+            if self.damaged is None:
+                self.damage(exc)
+                log.warning("qvc: warning: %s: the staging database is damaged (%s): reading git's files alone; "
+                            "writes fail until `qvc fsck --repair` moves it aside", self._db_path, exc)
+            return []
+
+    def _query(self, sql: str, args: Sequence = ()) -> list[tuple]:
+        """:meth:`_rows`, raising SQLite's error when the database is malformed."""
         if self._closed:
             raise StoreClosedError(f"{self.path}: the store is closed")
         tx = getattr(self._local, "tx", None)
@@ -400,13 +418,26 @@ class Staging:
     def transaction(self) -> Iterator[StagedTransaction]:
         """One write transaction: everything staged inside commits together or not at all
         (an exception inside rolls it back and propagates). Durable on return per the mode.
-        Raises :class:`QvcError` in a thread that has one open already (they do not nest), and
-        :class:`StorageError` if SQLite cannot write (a full disk: nothing was stored)."""
+        Raises :class:`QvcError` in a thread that has one open already (they do not nest),
+        :class:`StorageError` if SQLite cannot write (a full disk: nothing was stored), and
+        :class:`CorruptionError` if the database file is malformed (:meth:`damage`)."""
         if self.readonly:
             raise QvcError(f"{self.path}: opened read-only")
         self._check_open()
         if getattr(self._local, "open_tx", False):
             raise QvcError(f"{self.path}: a transaction is already open in this thread (they do not nest)")
+        if self.damaged is not None:
+            raise self.damaged
+        try:
+            with self._transaction() as tx:
+                yield tx
+        except sqlite3.DatabaseError as exc:
+            if not _malformed(exc):
+                raise
+            raise self.damage(exc) from None
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[StagedTransaction]:
         if self.mode == "sync" and self.fsync and getattr(self._local, "queue", None) is None:
             with self._grouped() as tx:
                 yield tx
@@ -682,6 +713,59 @@ class Staging:
         rows = self._rows("SELECT count(*) FROM refs")
         return rows[0][0] if rows else 0
 
+    # -- damage ---------------------------------------------------------------------------
+
+    def damage(self, exc: BaseException | str) -> CorruptionError:
+        """Note that the database file is malformed (``exc``: SQLite's error, or what
+        :meth:`check` found) and return the :class:`CorruptionError` every write raises from now on."""
+        self.damaged = CorruptionError(
+            f"{self._db_path}: the staging database is damaged ({exc}); nothing can be staged until it is "
+            "moved aside: `qvc fsck --repair` (what it held that git's files lack is lost)")
+        return self.damaged
+
+    def check(self) -> str | None:
+        """What SQLite's ``PRAGMA quick_check`` finds wrong with the database file (``None``:
+        nothing, or no database yet)."""
+        try:
+            rows = self._query("PRAGMA quick_check")
+        except sqlite3.DatabaseError as exc:
+            if not _malformed(exc):
+                raise
+            return str(exc)
+        found = [str(row[0]) for row in rows if row and row[0] != "ok"]
+        return "; ".join(found[:3]) + (f" (and {len(found) - 3} more)" if len(found) > 3 else "") if found else None
+
+    def set_aside(self, move: Callable[[str], object]) -> tuple[str, int | None] | None:
+        """Move a malformed database file aside with ``move(path)`` (its log files too), writers
+        held back, so that the next write makes a new, empty one: the repair of a damaged database.
+        Returns ``(what was wrong, how many refs it held staged and unpublished, None when that
+        does not read)``, or ``None`` when :meth:`check` finds nothing wrong."""
+        with self._queue():
+            why = self.check()
+            if why is None:
+                return None
+            try:
+                staged = self._query("SELECT count(*) FROM refs")[0][0]
+            except (sqlite3.DatabaseError, IndexError):
+                staged = None
+            self._disconnect()
+            for suffix in ("", "-wal", "-shm"):
+                if os.path.lexists(self._db_path + suffix):
+                    move(self._db_path + suffix)
+            self.damaged = None
+        return why, staged
+
+    def _disconnect(self) -> None:
+        """Close this store's connections (the next use opens new ones)."""
+        with self._conns_lock:
+            for db in self._conns:
+                with contextlib.suppress(sqlite3.Error):
+                    db.close()
+            self._conns.clear()
+            self._pool.clear()
+        self._local.db = None
+        self._local.snapshot = None
+
     # -- durability -----------------------------------------------------------------------
 
     def flush(self, *, force: bool = False) -> None:
@@ -798,6 +882,10 @@ class Staging:
                     delay = min(delay * 2, 0.01)
             try:
                 self._publish(out)
+            except sqlite3.DatabaseError as exc:
+                if not _malformed(exc):
+                    raise
+                raise self.damage(exc) from None
             except OSError as exc:
                 if isinstance(exc, StorageError):
                     raise
@@ -1074,6 +1162,14 @@ def _full(exc: sqlite3.Error, path: str) -> bool:
         return os.statvfs(path).f_bavail == 0
     except OSError:
         return False
+
+
+def _malformed(exc: BaseException) -> bool:
+    """Whether SQLite's error says the database file is damaged (``SQLITE_CORRUPT``, ``SQLITE_NOTADB``)."""
+    code = getattr(exc, "sqlite_errorcode", None)  # (Python 3.11+)
+    if code is not None:
+        return code & 0xFF in (11, 26)
+    return type(exc) is sqlite3.DatabaseError
 
 
 def _identity(path: str) -> tuple[int, int, int]:

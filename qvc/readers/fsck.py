@@ -73,6 +73,10 @@ def fsck(store: GitCheckpointStore, *, objects: bool = True) -> FsckReport:
                     reflog.append(found)
         if proc.returncode != 0 and not git_lines:
             git_lines.append(f"git fsck failed with exit status {proc.returncode}")
+    damage = store.staging_damage()
+    if damage is not None:
+        report.problems.append(f"{store.path}/qvc/staging.db: the staging database is damaged ({damage}); writes fail "
+                               "until it is moved aside (repair: `qvc fsck --repair`)")
     _check_refs(store, report)
     if report.problems or len(reflog) < len(git_lines):  # damaged otherwise: missing commits may be part of it
         report.problems[:0] = git_lines

@@ -314,6 +314,28 @@ class GitCheckpointStore(CheckpointStore):
             entries = []
         return next((e.new for e in entries if e.new and self._repo.has(bytes.fromhex(e.new))), None)
 
+    def staging_damage(self) -> str | None:
+        """What SQLite finds wrong with the staging database file (``qvc/staging.db``), ``None``
+        when nothing: a damaged one is read past (readers see git's files alone) and fails every write."""
+        return self._repo.staging.check()
+
+    def repair_staging(self) -> str | None:
+        """Move a damaged staging database aside into a quarantine folder (nothing is deleted),
+        so that the next write makes a new one. Returns one line saying what was done and what
+        is lost, ``None`` when the database is not damaged."""
+        from qvc.plumbing.recovery import move_aside  # deferred, as in repair_refs
+
+        report = RecoveryReport()
+        done = self._repo.staging.set_aside(lambda path: move_aside(self._repo, path, report))
+        if done is None:
+            return None
+        why, staged = done
+        lost = ("it held no write that git's files lack" if staged == 0 else
+                f"its {staged} staged ref update(s) that git's files lack are lost to qvc" if staged else
+                "any write it held that git's files lack is lost to qvc")
+        return (f"moved the damaged staging database ({why}) aside to {report.quarantine}/: "
+                f"{', '.join(report.moved_aside)}; {lost}")
+
     def _set_aside(self, name: str, report: RecoveryReport) -> bool:
         """Move ref ``name``'s file, which holds no ref, aside (noted in ``report``); ``False``
         when it reads as a ref by now (repaired meanwhile by another process, or git)."""

@@ -1,0 +1,95 @@
+"""Damaged files of a repository other than refs and objects, through the ``qvc`` command as a
+real process: the staging database (``qvc/staging.db``), git's ``config``, a lock file of
+another program on ``HEAD``, an inner commit that is gone, and the repair a missing object's
+hint names (``qvc fetch REMOTE`` then ``qvc gc``).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from helpers import put, qvc  # noqa: E402
+
+from qvc import GitCheckpointStore  # noqa: E402
+from qvc.errors import CorruptionError  # noqa: E402
+
+
+@pytest.fixture
+def work(tmp_path) -> Path:
+    """``tmp_path/work/.qvc``: threads main (3 checkpoints, HEAD) and side (2)."""
+    with GitCheckpointStore(tmp_path / "work" / ".qvc") as store:
+        for i in range(3):
+            put(store, "main", f"m{i}", i, {"n": i})
+        for i in range(2):
+            put(store, "side", f"s{i}", i, {"n": 10 + i})
+        store.checkout("main")
+    return tmp_path / "work"
+
+
+def one_line(proc) -> str:
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("qvc: "), proc.stderr
+    return lines[0]
+
+
+# -- a damaged staging database -------------------------------------------------------------------
+
+
+def garble(db: Path, how: str) -> None:
+    if how == "truncated":
+        with open(db, "r+b") as f:
+            f.truncate(db.stat().st_size // 2)
+    elif how == "header":
+        with open(db, "r+b") as f:
+            f.write(b"GARBAGEGARBAGE")
+    else:  # a later page
+        with open(db, "r+b") as f:
+            f.seek(4096)
+            f.write(b"\xab" * 3000)
+
+
+@pytest.mark.parametrize("how", ["truncated", "header", "page"])
+def test_a_damaged_staging_database(work, how):
+    db = work / ".qvc" / "qvc" / "staging.db"
+    garble(db, how)
+    damaged = db.read_bytes()
+    # reads of git's files go on (warning when the read met the damage)
+    proc = qvc("log", "--oneline", "--all", cwd=work)
+    assert len(proc.stdout.splitlines()) == 5
+    assert all(ln.startswith("qvc: warning: ") and "staging.db" in ln for ln in proc.stderr.splitlines())
+    assert "On thread main" in qvc("status", cwd=work).stdout
+    # a write: one line naming the file and the repair, exit 5
+    line = one_line(qvc("branch", "fork", "main", cwd=work, check=5)
+                    if how == "page" else _last(qvc("branch", "fork", "main", cwd=work, check=5)))
+    assert str(db) in line and "qvc fsck --repair" in line
+    # fsck finds it (SQLite's quick_check), exit 5
+    proc = qvc("fsck", cwd=work, check=5)
+    assert any(ln.startswith("error: ") and "staging.db" in ln for ln in proc.stderr.splitlines()), proc.stderr
+    assert db.read_bytes() == damaged  # nothing deleted or rewritten
+    with pytest.raises(CorruptionError, match="staging.db"):
+        with GitCheckpointStore(work / ".qvc") as store:
+            put(store, "main", "m9", 9, {"n": 9})
+    # the repair moves it aside, saying so in one line; then writes work
+    proc = qvc("fsck", "--repair", cwd=work)
+    repaired = [ln for ln in proc.stdout.splitlines() if ln.startswith("repaired: ")]
+    assert len(repaired) == 1 and "staging database" in repaired[0] and "qvc/quarantine/" in repaired[0]
+    moved = list((work / ".qvc" / "qvc" / "quarantine").glob("*/qvc/staging.db"))
+    assert len(moved) == 1 and moved[0].read_bytes() == damaged
+    qvc("branch", "fork", "main", cwd=work)
+    assert qvc("fsck", cwd=work).returncode == 0
+
+
+def _last(proc):
+    """``proc`` with only its last stderr line (a read before the write warned already)."""
+    lines = proc.stderr.splitlines()
+    assert all(ln.startswith("qvc: warning: ") for ln in lines[:-1]), proc.stderr
+    proc.stderr = lines[-1] + "\n"
+    return proc
