@@ -147,6 +147,8 @@ def branch(names: tuple[str, ...], verbose: bool, delete: bool, force_delete: bo
         old, new = (current.thread, names[0]) if len(names) == 1 else names
         if old is None:
             raise InvalidInputError("HEAD is detached: name the thread to rename")
+        if current is not None and current.thread == old:
+            store.check_head_movable()  # (HEAD would be left on the old name)
         copied = store.rename_thread(old, new_thread_name(new))
         if current is not None and current.thread == old:
             store.checkout(new)
@@ -397,6 +399,7 @@ def checkout(name: str | None, new: str | None, to: str | None, force: bool, as_
         message = f"Switched to a new thread {head.thread!r} (unborn: its first checkpoint creates it)"
     elif new is not None:
         rev = revision(store, name)
+        store.check_head_movable()  # (a fork that then cannot become HEAD would stay behind)
         made = fork(store, rev, new)
         head = store.checkout(new)
         source = store.commit_info(rev.commit).checkpoint_id  # the checkpoint forked from, as `qvc branch` says

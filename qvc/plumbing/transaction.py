@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Protocol
 
-from qvc.errors import CorruptionError
+from qvc.errors import CheckpointConflictError, CorruptionError
 from qvc.plumbing.durability import dirty, fsync_dir
 from qvc.plumbing.libgit2 import pygit2
 from qvc.plumbing.reflog import ZERO, ReflogEntry
@@ -198,6 +198,7 @@ class Transaction:
         HEAD is not staged (git's files hold it at once, as libgit2 writes it): it is flushed on
         the spot (durable on return unless the repository was opened with ``fsync=False``)."""
         repo = self.repo
+        head_unlocked(repo.path)
         log = os.path.join(repo.path, "logs", "HEAD")
         try:
             size = os.path.getsize(log)
@@ -218,6 +219,7 @@ class Transaction:
             if size is not None:  # libgit2 may have logged the move that then failed (a full disk)
                 with contextlib.suppress(OSError):
                     os.truncate(log, size)
+            head_unlocked(repo.path)  # (taken meanwhile: named, as above)
             raise
         dirty(repo.path).wrote(log)  # libgit2 logged the move there
         if repo.fsync:
@@ -236,6 +238,15 @@ class Transaction:
             for name, entries in self._prepends:
                 with contextlib.suppress(FileNotFoundError):  # published by now, unless another program holds its lock
                     self._prepend_reflog(name, entries)
+
+
+def head_unlocked(path: str) -> None:
+    """Raise :class:`CheckpointConflictError` naming ``HEAD.lock`` when another program holds it
+    (git mid-update, or killed): HEAD cannot move, and the lock file is left for its owner, as git leaves it."""
+    lock = os.path.join(path, "HEAD.lock")
+    if os.path.lexists(lock):
+        raise CheckpointConflictError(f"HEAD: locked by another program ({lock} exists; if no other program is "
+                                      "running, remove it and try again)")
 
 
 def _head_readable(path: str) -> bool:

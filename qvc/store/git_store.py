@@ -492,6 +492,14 @@ class GitCheckpointStore(CheckpointStore):
         self._repo.set_head(target)
         return self.current()
 
+    def check_head_movable(self) -> None:
+        """Raise :class:`CheckpointConflictError` when HEAD cannot move now (another program
+        holds ``HEAD.lock``, which is left to it): what a command that writes something before
+        it moves HEAD (``checkout -b``) checks first, so that it leaves nothing behind."""
+        from qvc.plumbing.transaction import head_unlocked  # deferred, as move_aside
+
+        head_unlocked(self.path)
+
     def reflog(self, thread_id: str) -> list[ReflogEntry]:
         """Every movement of the thread's head, newest first (puts, resets, forks, deletes)."""
         return self._repo.reflog(head_ref(check_thread_id(thread_id)))

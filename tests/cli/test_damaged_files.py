@@ -93,3 +93,21 @@ def _last(proc):
     assert all(ln.startswith("qvc: warning: ") for ln in lines[:-1]), proc.stderr
     proc.stderr = lines[-1] + "\n"
     return proc
+
+
+# -- another program's HEAD.lock ------------------------------------------------------------------
+
+
+def test_checkout_with_another_programs_HEAD_lock(work):
+    lock = work / ".qvc" / "HEAD.lock"
+    lock.write_text("y\n")
+    for args in (["checkout", "side"], ["checkout", "-b", "nb", "side"], ["switch", "-c", "nb2"],
+                 ["branch", "-m", "renamed"]):
+        line = one_line(qvc(*args, cwd=work, check=4))
+        assert str(lock) in line and "locked by another program" in line, line
+    assert lock.read_text() == "y\n"  # left in place
+    assert qvc("branch", cwd=work).stdout.split() == ["*", "main", "side"]  # no new thread left behind
+    assert qvc("rev-parse", "--abbrev-ref", "HEAD", cwd=work).stdout.strip() == "main"
+    lock.unlink()
+    qvc("checkout", "-b", "nb", "side", cwd=work)
+    assert qvc("rev-parse", "--abbrev-ref", "HEAD", cwd=work).stdout.strip() == "nb"
