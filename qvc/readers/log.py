@@ -379,9 +379,14 @@ def _walk(store: GitCheckpointStore, starts: list[str], excludes: list[str], all
         return
     heads = head_map(store)
     tips = set(starts)
-    if all:
-        tips |= set(heads) | {tip for name, tip in store.repository.refs(SUPERSEDED) if readable(store, name, tip)}
-    on_live = _reachable_from(store, set(heads)) if all else set()
+    live = set(heads)
+    if all:  # (git could not walk them: each line whose every commit reads, the others skipped with a warning)
+        whole = _whole_lines(store, [(name, tip) for name, tip in store.repository.refs(HEADS) if tip in heads]
+                             + [(name, tip) for name, tip in store.repository.refs(SUPERSEDED)
+                                if readable(store, name, tip)])
+        live &= whole
+        tips |= whole
+    on_live = _reachable_from(store, live) if all else set()
     hidden = _reachable_from(store, set(excludes), first_parent) if excludes else set()
     everything = _reachable_from(store, tips, first_parent) - hidden
     for commit in _ordered(store, everything, first_parent, order):
@@ -447,6 +452,31 @@ def _git_order(store: GitCheckpointStore, starts: list[str], excludes: list[str]
     order_found = proc.stdout.split()
     hidden = _superseded_only(store) if all and order_found else set()
     return [(commit, commit in hidden) for commit in order_found]
+
+
+def _whole_lines(store: GitCheckpointStore, refs: list[tuple[str, str]]) -> set[str]:
+    """The tips of ``refs`` whose every commit reads; each other ref is named in a warning, as
+    :func:`readable` names one whose tip does not read, so one damaged line hides only itself."""
+    good: set[str] = set()
+    out: set[str] = set()
+    for name, tip in refs:
+        seen: set[str] = set()
+        stack = [tip]
+        try:
+            while stack:
+                commit = stack.pop()
+                if commit in good or commit in seen:
+                    continue
+                seen.add(commit)
+                stack.extend(store.commit_info(commit).parents)
+        except CorruptionError as exc:
+            what = f"thread {store.thread_of_ref(name)!r}" if name.startswith(HEADS) else name
+            logger.warning("qvc: warning: %s is damaged, skipped: commit %s: %s; %s", what, commit[:12], exc,
+                           OBJECTS_REPAIR)
+            continue
+        good |= seen
+        out.add(tip)
+    return out
 
 
 def _reachable_from(store: GitCheckpointStore, tips: set[str], first_parent: bool = False) -> set[str]:

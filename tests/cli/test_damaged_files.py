@@ -16,7 +16,7 @@ ROOT = HERE.parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from helpers import put, qvc  # noqa: E402
+from helpers import put, qvc, run_git  # noqa: E402
 
 from qvc import GitCheckpointStore  # noqa: E402
 from qvc.errors import CorruptionError  # noqa: E402
@@ -111,3 +111,32 @@ def test_checkout_with_another_programs_HEAD_lock(work):
     lock.unlink()
     qvc("checkout", "-b", "nb", "side", cwd=work)
     assert qvc("rev-parse", "--abbrev-ref", "HEAD", cwd=work).stdout.strip() == "nb"
+
+
+# -- a missing inner commit -----------------------------------------------------------------------
+
+
+def explode(repo: Path) -> None:
+    """Unpack every pack into loose objects (so that one object can be removed)."""
+    for pack in list((repo / "objects" / "pack").glob("*.pack")):
+        data = pack.read_bytes()
+        pack.unlink()
+        pack.with_suffix(".idx").unlink()
+        run_git(repo, "unpack-objects", "-q", input=data, text=False)
+
+
+def drop(repo: Path, sha: str) -> None:
+    obj = repo / "objects" / sha[:2] / sha[2:]
+    obj.chmod(0o644)
+    obj.unlink()
+
+
+def test_log_all_skips_a_thread_whose_inner_commit_is_missing(work):
+    repo = work / ".qvc"
+    explode(repo)
+    inner = qvc("rev-parse", "main~1", cwd=work).stdout.strip()
+    drop(repo, inner)
+    proc = qvc("log", "--oneline", "--all", cwd=work)
+    assert len(proc.stdout.splitlines()) == 2  # side's two checkpoints
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("qvc: warning: thread 'main' is damaged") and inner[:12] in lines[0]
