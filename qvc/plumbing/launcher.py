@@ -29,7 +29,7 @@ import subprocess
 import threading
 from typing import Any, Callable, Sequence
 
-from qvc.errors import QvcError
+from qvc.errors import CorruptionError, QvcError
 
 #: git's own hooks (githooks(5)), for reference and for the tests: none of them runs, from the
 #: repository's ``hooks/`` or from a ``core.hooksPath`` its configuration names.
@@ -130,6 +130,38 @@ def _list(args: list[str], env: dict[str, str], cwd: str | None = None) -> list[
     return out
 
 
+def unreadable_config(config: str, detail: object) -> CorruptionError:
+    """The error for a repository's ``config`` file (at ``config``) that does not parse (exit 5):
+    one line naming the file, with what the parser said."""
+    return CorruptionError(f"{config}: config unreadable ({detail}); fix or restore that file")
+
+
+def _repo_list(repo_path: str) -> list[tuple[str, str]]:
+    """:func:`_list` of the repository's own settings; a ``config`` that does not parse is a
+    :class:`CorruptionError` (:func:`unreadable_config`)."""
+    try:
+        return _list([f"--git-dir={repo_path}"], environment(user_config=False))
+    except QvcError as exc:
+        found = config_problem(repo_path)
+        if found is not None:
+            raise unreadable_config(os.path.join(repo_path, "config"), found) from None
+        raise exc from None
+
+
+def config_problem(repo_path: str) -> str | None:
+    """What git says is wrong with the repository's ``config`` file (``None``: it parses, or
+    there is none): ``git config --file`` reads it alone, includes and all, in one short process."""
+    config = os.path.join(repo_path, "config")
+    if not os.path.isfile(config):
+        return None
+    proc = subprocess.run([git_exe(), "config", "--file", config, "--list", "--null", "--includes"],
+                          env=environment(user_config=False), capture_output=True, stdin=subprocess.DEVNULL)
+    if proc.returncode == 0:
+        return None
+    detail = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+    return detail[-1] if detail else f"git config failed with exit status {proc.returncode}"
+
+
 def _user_sources() -> tuple:
     """What the user's configuration is read from: the variables that locate it, and the files'
     identities (so an edit is seen, and a cached reading is never stale)."""
@@ -164,8 +196,7 @@ def neutralizing(repo_path: str | None, *, user_config: bool = True) -> list[str
     """The ``-c`` options that keep the repository at ``repo_path`` from naming a program (see the
     module docstring): for every program-naming key its configuration sets, the user's value or
     one that runs nothing; ``core.hooksPath`` always. ``user_config=False``: no user values."""
-    keys = [key for key, _ in _list([f"--git-dir={repo_path}"], environment(user_config=False))
-            if _PROGRAM_KEY.match(key)] if repo_path else []
+    keys = [key for key, _ in _repo_list(repo_path) if _PROGRAM_KEY.match(key)] if repo_path else []
     mine = user_settings() if user_config else []
     options: list[str] = []
     for key in dict.fromkeys(["core.hookspath", *keys]):

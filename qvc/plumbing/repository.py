@@ -583,8 +583,16 @@ class Repository:
         """The repository's own configuration (its ``config`` file, not the user's), as
         ``{name: value}`` with git's lower-case section and key names; the last value of a key
         set several times. A read-only store reads it too (as ``git config`` reads without a lock)."""
-        config = configured().Config(os.path.join(self.path, "config"))
-        return {entry.name: entry.value for entry in config}
+        path = os.path.join(self.path, "config")
+        try:
+            config = configured().Config(path)
+            return {entry.name: entry.value for entry in config}
+        except pygit2.GitError as exc:
+            if os.path.isfile(path):
+                from qvc.plumbing.launcher import unreadable_config  # deferred: start-up speed
+
+                raise unreadable_config(path, exc) from None
+            raise
 
     def set_config(self, name: str, value: str | None) -> None:
         """Set ``name`` to ``value`` in the repository's ``config`` file (``None``: remove it; no

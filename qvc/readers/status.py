@@ -80,7 +80,7 @@ def status(store: GitCheckpointStore) -> RepoStatus:
         failures=len(failures), last_failures=failures[-5:], quarantine=quarantine_folders(store.path),
         problems=[f"thread {thread!r} is damaged: {why}" for thread, why in store.damaged_threads()
                   if thread != head.thread or head_damaged is None]
-        + damaged_packs(store.path) + foreign_locks(store.path),
+        + damaged_packs(store.path) + foreign_locks(store.path) + config_problems(store.path),
     )
 
 
@@ -113,6 +113,15 @@ def pending_checkpoints(store: GitCheckpointStore, refs: list[tuple[str, str]]) 
                 continue
         count += 1
     return count
+
+
+def config_problems(path: str) -> list[str]:
+    """A line when the repository's ``config`` file does not parse (every command that needs it
+    exits 5), naming the repair."""
+    from qvc.plumbing.launcher import config_problem, unreadable_config  # deferred: start-up speed
+
+    found = config_problem(path)
+    return [] if found is None else [str(unreadable_config(os.path.join(path, "config"), found))]
 
 
 def foreign_locks(path: str) -> list[str]:

@@ -140,3 +140,18 @@ def test_log_all_skips_a_thread_whose_inner_commit_is_missing(work):
     assert len(proc.stdout.splitlines()) == 2  # side's two checkpoints
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("qvc: warning: thread 'main' is damaged") and inner[:12] in lines[0]
+
+
+# -- a config that does not parse -----------------------------------------------------------------
+
+
+def test_a_config_that_does_not_parse(work):
+    config = work / ".qvc" / "config"
+    config.write_text("[core\n\tbare = true\n")
+    for args in (["log", "--all", "--oneline"], ["fsck"], ["push"], ["branch", "x", "main"], ["gc"]):
+        line = one_line(qvc(*args, cwd=work, check=5))
+        assert line.startswith(f"qvc: {config}: config unreadable (") and "fix or restore that file" in line, line
+    proc = qvc("status", cwd=work)  # status works, and warns
+    assert "On thread main" in proc.stdout
+    assert proc.stderr.startswith(f"qvc: warning: {config}: config unreadable ("), proc.stderr
+    assert config.read_text() == "[core\n\tbare = true\n"
