@@ -57,7 +57,7 @@ class CorruptionError(QvcError):
 
 #: the repair of objects that are missing or unreadable (a lost or truncated pack), for messages:
 #: what restores them, rather than deleting the threads that need them
-OBJECTS_REPAIR = ("`qvc fetch REMOTE` then `qvc gc` restores lost objects from a remote that has them "
+OBJECTS_REPAIR = ("`qvc fetch --refetch REMOTE` then `qvc gc` restores lost objects from a remote that has them "
                   "(`qvc fsck` names what is damaged)")
 
 

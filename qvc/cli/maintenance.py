@@ -129,7 +129,7 @@ def fsck(repair: bool, as_json: bool) -> None:
     Example:
       qvc fsck && echo healthy
       qvc fsck --repair                        # a thread whose ref file is garbage
-      qvc fetch origin && qvc gc                # objects lost (a truncated pack): from a remote
+      qvc fetch --refetch origin && qvc gc      # objects lost (a truncated pack): from a remote
       qvc fsck || qvc branch -D broken-thread   # a thread whose objects no remote has
     """
     from qvc.readers.fsck import fsck as check  # deferred: start-up speed

@@ -208,9 +208,12 @@ def report_push(result, quiet: bool, as_json: bool) -> None:
 @click.argument("remote_name", metavar="[REMOTE]", required=False)
 @click.argument("threads", nargs=-1)
 @click.option("--all", "all_remotes", is_flag=True, help="Fetch from every configured remote.")
+@click.option("--refetch", is_flag=True,
+              help="Fetch every object again, not only what is new: restores objects lost here (then `qvc gc`).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress and no per-ref lines.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output (with --all: an array).")
-def fetch(remote_name: str | None, threads: tuple[str, ...], all_remotes: bool, quiet: bool, as_json: bool) -> None:
+def fetch(remote_name: str | None, threads: tuple[str, ...], all_remotes: bool, refetch: bool, quiet: bool,
+          as_json: bool) -> None:
     """Fetch REMOTE's threads (default: origin; or only THREAD...) as REMOTE/THREAD, with their lines and writes.
 
     Read them with `qvc log origin/THREAD`, fork one with `qvc checkout -b NEW origin/THREAD`.
@@ -222,6 +225,7 @@ def fetch(remote_name: str | None, threads: tuple[str, ...], all_remotes: bool, 
       qvc fetch && qvc log origin/run-7
       qvc fetch origin run-7 run-9
       qvc fetch --all
+      qvc fetch --refetch origin && qvc gc     # objects lost here (`qvc fsck` names them)
     """
     # deferred: start-up speed
     from qvc.remotes import fetch as fetch_threads
@@ -234,7 +238,8 @@ def fetch(remote_name: str | None, threads: tuple[str, ...], all_remotes: bool, 
         names = [r.name for r in configured(store)]
     else:
         names = [default_remote(store, remote_name)]
-    results = [fetch_threads(store, name, list(threads) if threads else None, **transfer_options(quiet or as_json))
+    results = [fetch_threads(store, name, list(threads) if threads else None, refetch=refetch,
+                             **transfer_options(quiet or as_json))
                for name in names]
     if as_json:
         emit_json([r.to_json() for r in results] if all_remotes else results[0].to_json())

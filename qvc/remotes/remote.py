@@ -647,10 +647,12 @@ def _fetch_chunks(repo_path: str, url: str, refspecs: list[str], **options) -> t
 
 def fetch(store: GitCheckpointStore, remote: str = "origin", threads: Optional[Iterable[str]] = None, *,
           progress: Optional[ProgressCallback] = None, interactive: bool = False,
-          timeout: Optional[float] = None) -> FetchResult:
+          timeout: Optional[float] = None, refetch: bool = False) -> FetchResult:
     """Fetch every thread, superseded line, pending write and note of remote ``remote`` (a name);
     with ``threads``, only those threads, their superseded lines and the pending writes of the
     checkpoints their lines hold (a few runs from a server holding many: the rest is not sent).
+    ``refetch``: every object again, as a new clone would (git's ``fetch --refetch``, git 2.36+),
+    not only what the local refs lack: what restores objects lost locally (then :meth:`gc`).
 
     Remote-tracking refs follow the remote exactly (refs it deleted are dropped; with
     ``threads``, only among those threads'); pending writes are merged into the local ones
@@ -690,6 +692,7 @@ def fetch(store: GitCheckpointStore, remote: str = "origin", threads: Optional[I
             moves: list[tuple[str, str | None, str | None]] = []
             try:
                 run = run_git(store.path, ["fetch", *(["--prune"] if quarantine is None else []), "--no-tags",
+                                           *(["--refetch"] if refetch else []),
                                            "--progress", "--no-write-fetch-head", "--", url, *into(refspecs)],
                               interactive=interactive, progress=progress, state=state, timeout=timeout)
                 if components and run.returncode == 0:  # then the pending writes of what arrived

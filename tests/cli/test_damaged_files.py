@@ -155,3 +155,22 @@ def test_a_config_that_does_not_parse(work):
     assert "On thread main" in proc.stdout
     assert proc.stderr.startswith(f"qvc: warning: {config}: config unreadable ("), proc.stderr
     assert config.read_text() == "[core\n\tbare = true\n"
+
+
+# -- the repair a missing object's hint names -----------------------------------------------------
+
+
+def test_the_hint_for_a_missing_object_restores_it_from_a_remote(work, tmp_path):
+    remote = tmp_path / "remote.git"
+    run_git(None, "init", "-q", "--bare", str(remote))
+    qvc("remote", "add", "origin", str(remote), cwd=work)
+    qvc("push", "-q", "origin", cwd=work)
+    repo = work / ".qvc"
+    explode(repo)
+    drop(repo, qvc("rev-parse", "main~1", cwd=work).stdout.strip())
+    hint = qvc("log", "--oneline", "--all", cwd=work).stderr
+    assert "`qvc fetch --refetch REMOTE` then `qvc gc`" in hint, hint
+    qvc("fetch", "--refetch", "origin", cwd=work)
+    qvc("gc", cwd=work)
+    assert "ok" in qvc("fsck", cwd=work).stdout
+    assert len(qvc("log", "--oneline", "main", cwd=work).stdout.splitlines()) == 3
