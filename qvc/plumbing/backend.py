@@ -10,6 +10,7 @@ are the repository's to add (:mod:`qvc.plumbing.publication`).
 from __future__ import annotations
 
 import os
+import re
 import threading
 from typing import Callable, TypeVar
 
@@ -20,6 +21,41 @@ from qvc.plumbing.odb import ObjectReader, RefReader
 T = TypeVar("T")
 MISS_RETRIES = 8  # lookups of an object while other stores keep merging packs
 QVC_DIR = "qvc"
+
+
+
+_SECTION = re.compile(r'\[[-A-Za-z0-9.]+(\s+"(?:[^"\\\n]|\\.)*")?\]')
+_KEY = re.compile(r"[A-Za-z][-A-Za-z0-9]*\s*(?:$|[=#;])")
+
+
+def config_plainly_fine(config: str) -> bool:
+    """Whether the config file at ``config`` is plainly well formed, read in Python (no program
+    runs: what ``qvc status`` may afford): section headers and ``key = value`` lines. ``False``
+    only says git should look (:func:`config_problem` then asks it)."""
+    try:
+        with open(config, "rb") as f:
+            text = f.read(1 << 20).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    section = continued = False
+    for raw in text.splitlines():
+        line = raw.strip()
+        if continued:
+            continued = line.endswith("\\")
+            continue
+        if not line or line[0] in "#;":
+            continue
+        if line[0] == "[":
+            found = _SECTION.match(line)
+            if found is None:
+                return False
+            section, line = True, line[found.end():].strip()
+            if not line or line[0] in "#;":
+                continue
+        if not section or _KEY.match(line) is None or line.count('"') % 2:
+            return False
+        continued = line.endswith("\\")
+    return True
 
 
 class Backend:

@@ -30,6 +30,7 @@ import threading
 from typing import Any, Callable, Sequence
 
 from qvc.errors import CorruptionError, QvcError
+from qvc.plumbing.backend import config_plainly_fine
 
 #: git's own hooks (githooks(5)), for reference and for the tests: none of them runs, from the
 #: repository's ``hooks/`` or from a ``core.hooksPath`` its configuration names.
@@ -152,7 +153,7 @@ def config_problem(repo_path: str) -> str | None:
     """What git says is wrong with the repository's ``config`` file (``None``: it parses, or
     there is none): ``git config --file`` reads it alone, includes and all, in one short process."""
     config = os.path.join(repo_path, "config")
-    if not os.path.isfile(config):
+    if not os.path.isfile(config) or config_plainly_fine(config):
         return None
     proc = subprocess.run([git_exe(), "config", "--file", config, "--list", "--null", "--includes"],
                           env=environment(user_config=False), capture_output=True, stdin=subprocess.DEVNULL)

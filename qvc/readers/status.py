@@ -118,6 +118,10 @@ def pending_checkpoints(store: GitCheckpointStore, refs: list[tuple[str, str]]) 
 def config_problems(path: str) -> list[str]:
     """A line when the repository's ``config`` file does not parse (every command that needs it
     exits 5), naming the repair."""
+    from qvc.plumbing.backend import config_plainly_fine
+
+    if config_plainly_fine(os.path.join(path, "config")):  # (no program runs: status runs none)
+        return []
     from qvc.plumbing.launcher import config_problem, unreadable_config  # deferred: start-up speed
 
     found = config_problem(path)

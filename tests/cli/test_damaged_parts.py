@@ -174,12 +174,12 @@ def test_a_truncated_pack_is_named_by_status_and_the_hint_that_repairs_it_works(
 
     proc = qvc("status", cwd=work)
     named = [ln for ln in warnings_of(proc) if ln.startswith(f"qvc: warning: pack objects/pack/{pack.name}")]
-    assert len(named) == 1 and "`qvc fetch REMOTE` then `qvc gc`" in named[0], proc.stderr
+    assert len(named) == 1 and "`qvc fetch --refetch REMOTE` then `qvc gc`" in named[0], proc.stderr
     assert pack.name in " ".join(qvc_json("status", cwd=work)["problems"])
     hints = warnings_of(qvc("branch", "-v", cwd=work))
-    assert hints and all("`qvc fetch REMOTE` then `qvc gc`" in ln for ln in hints), hints
+    assert hints and all("`qvc fetch --refetch REMOTE` then `qvc gc`" in ln for ln in hints), hints
 
-    qvc("fetch", "origin", cwd=work)  # what the hint says
+    qvc("fetch", "--refetch", "origin", cwd=work)  # what the hint says
     qvc("gc", cwd=work)
     proc = qvc("status", cwd=work)
     assert not [ln for ln in proc.stderr.splitlines() if "damaged" in ln], proc.stderr
