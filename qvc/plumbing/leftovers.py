@@ -184,6 +184,15 @@ def needed(repo: Opened) -> bool:
     return suspect_indexes(repo)  # a damaged index fails every read of its pack: rebuilt by recovery
 
 
+def migrating(repo: Opened) -> bool:
+    """Whether the repository holds journals of the journal-and-leases release (``qvc/journal/``
+    not empty): their migration must run before this engine writes (see :func:`needed`)."""
+    try:
+        return bool(os.listdir(os.path.join(repo.qvc_dir, "journal")))
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
 def journal_alive(repo: Opened, name: str) -> bool:
     """Whether journal file ``name`` (of ``<repo>/qvc/journal``) belongs to an open store: it
     exists and someone holds its ``flock`` (this process included)."""

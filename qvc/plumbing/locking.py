@@ -26,6 +26,7 @@ import contextlib
 import fcntl
 import os
 import threading
+import time
 from typing import Callable, Iterator
 
 LOCK = "qvc/lock"
@@ -54,9 +55,30 @@ def try_flock(fd: int, *, shared: bool = False) -> bool:
         return False
 
 
-def wait_flock(fd: int, *, shared: bool = False) -> None:
-    """Take ``flock`` on ``fd``, waiting for other holders to release it."""
-    fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+def wait_flock(fd: int, *, shared: bool = False, timeout: float | None = None) -> bool:
+    """Take ``flock`` on ``fd``, waiting for other holders to release it: without limit (``timeout``
+    ``None``), else for up to ``timeout`` seconds (``0``: one try). ``False`` if the wait ran out."""
+    if timeout is None:
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        return True
+    deadline, pause = time.monotonic() + timeout, 0.0001
+    while not try_flock(fd, shared=shared):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(pause, left))  # a stopped holder never wakes us: look again, in short sleeps
+        pause = min(pause * 2, 0.002)
+    return True
+
+
+class Busy(TimeoutError):
+    """A lock was not had within the wait allowed (:meth:`LockProtocol.exclusive`): ``path`` names
+    the lock file. The layers above raise it as :class:`qvc.errors.StorageError` (``EBUSY``)."""
+
+    def __init__(self, path: str, waited: float):
+        super().__init__(f"{path} was held by another process for over {waited:g} s")
+        self.path = path
+        self.waited = waited
 
 
 def unlock(fd: int) -> None:
@@ -144,13 +166,18 @@ class LockProtocol:
             yield
 
     @contextlib.contextmanager
-    def exclusive(self, publish_first: Callable[[], None]) -> Iterator[int]:
+    def exclusive(self, publish_first: Callable[[], None], *, wait: float | None = None) -> Iterator[int]:
         """Exclude every writer of every process; yield the maintenance lock's descriptor.
 
         ``publish_first`` (this process's writes, unless this thread already excludes) runs
         first; then the gate is closed (no new transaction starts) and the lock taken, once
         the writers already in are done. A subprocess that must stay covered by the lock even
         if this process dies (``git repack``) inherits the descriptor.
+
+        ``wait`` bounds the wait for both (seconds; ``0``: try once; ``None``: no limit): past it,
+        :class:`Busy` is raised before anything is held (a writer stopped mid-transaction holds
+        the lock shared until it resumes or dies, and the closed gate would hold back every
+        other writer meanwhile).
         """
         if not excluding():
             publish_first()  # this process's own writes first: they must not wait for the lock
@@ -163,10 +190,12 @@ class LockProtocol:
                 raise
         fd = open_lock_file(self.lock_path)
         locked = False
+        deadline = None if wait is None else time.monotonic() + wait
         try:
-            if gate >= 0:
-                fcntl.flock(gate, fcntl.LOCK_EX)  # writers pass it on their way in: soon ours
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            if gate >= 0 and not wait_flock(gate, timeout=_left(deadline)):  # writers pass it: soon ours
+                raise Busy(self.gate_path, wait or 0.0)
+            if not wait_flock(fd, timeout=_left(deadline)):
+                raise Busy(self.lock_path, wait or 0.0)  # (closing the gate's descriptor opens it again)
             locked = self._local.exclusive = True
             _excluding.depth = getattr(_excluding, "depth", 0) + 1
             yield fd
@@ -192,6 +221,10 @@ class LockProtocol:
         for flock in (self._lock, self._gate):
             if flock is not None:
                 flock.close()
+
+
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 @contextlib.contextmanager

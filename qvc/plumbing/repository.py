@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import os
 import threading
 import uuid
@@ -47,11 +48,11 @@ from qvc.plumbing import leftovers, pack, refpack
 from qvc.plumbing.backend import MISS_RETRIES, QVC_DIR, Backend, GitBackend, ReadOnlyBackend
 from qvc.plumbing.durability import DirtyPaths, DurabilityMode, Worker, dirty, fsync_dir
 from qvc.plumbing.libgit2 import configured, pygit2
-from qvc.plumbing.locking import PACK_LOCK, LockProtocol
+from qvc.plumbing.locking import PACK_LOCK, Busy, LockProtocol
 from qvc.plumbing.objects import TYPE_NAMES, TYPES, parse_tree
 from qvc.plumbing.packset import CONSOLIDATE_AT, MERGE_PACKS_AT, SMALL_PACK, PackSet
 from qvc.plumbing.reflog import ReflogEntry, read_reflog
-from qvc.plumbing.staging import Staging
+from qvc.plumbing.staging import OPEN_WAIT, Staging
 
 if TYPE_CHECKING:
     from qvc.plumbing.signing import Signer
@@ -65,6 +66,10 @@ CLOSE_WAIT = 20.0  # how long close() waits for writes other threads began befor
 #: commit, whatever this is; a longer lag batches more writes per pack and per flush of git's files.
 PUBLISH_LAG = 0.2
 EXIT_PUBLISH_LAG = 2.0
+#: how long a writable open waits for the exclusive lock to clean up what killed processes left
+#: (temporary files, a damaged pack index); past it the cleanup is left to a later opener (a
+#: writer stopped mid-transaction holds the lock shared). A read-only open only tries it once.
+RECOVERY_WAIT = 1.0
 #: the repository's configuration keys for signing (git's config file of the repository):
 #: the signing key's path (relative: to the repository), and whether commits must be signed
 SIGNING_KEY = "qvc.signingKey"
@@ -220,7 +225,8 @@ class Repository:
 
     def __init__(self, path: str | os.PathLike, *, create: bool = True,
                  durability: DurabilityMode = DurabilityMode.SYNC, fsync: bool = True,
-                 max_lag: float = 0.05, readonly: bool = False, signing_key: str | os.PathLike | None = None):
+                 max_lag: float = 0.05, readonly: bool = False, signing_key: str | os.PathLike | None = None,
+                 write_wait: float = OPEN_WAIT):
         self.path = os.path.abspath(os.fspath(path))
         try:
             durability = DurabilityMode(durability.lower() if isinstance(durability, str) else durability)
@@ -229,6 +235,10 @@ class Repository:
                                     f"'exit', not {durability!r}") from None
         if not isinstance(max_lag, (int, float)) or max_lag < 0:
             raise InvalidInputError(f"max_lag must be a non-negative number of seconds, not {max_lag!r}")
+        if isinstance(write_wait, bool) or not isinstance(write_wait, (int, float)) or not 0 <= write_wait < 1e9:
+            raise InvalidInputError(f"write_wait must be a non-negative number of seconds, not {write_wait!r}")
+        #: how long a write waits for other writers (the writers' queue) and maintenance for them
+        self.write_wait = float(write_wait)
         self.durability = durability
         self.fsync = fsync
         self._closed = True
@@ -282,7 +292,8 @@ class Repository:
                 log.warning("qvc: cannot mark %s's blobs as binary for git: %s", self.path, exc)
         #: every acknowledged write until git's files hold it (:mod:`qvc.plumbing.staging`)
         try:
-            self.staging = Staging(self.path, mode=durability.value, fsync=fsync, max_lag=max_lag, readonly=readonly)
+            self.staging = Staging(self.path, mode=durability.value, fsync=fsync, max_lag=max_lag, readonly=readonly,
+                                   write_wait=self.write_wait)
         except StorageError:
             self.backend.close()
             self.locks.close()
@@ -294,13 +305,7 @@ class Repository:
         # under the exclusive lock; then what is staged is published.
         self.recovery = leftovers.RecoveryReport()
         if leftovers.needed(self):
-            from qvc.plumbing import recovery  # deferred: start-up speed (a clean open loads none of it)
-
-            with self.exclusive():
-                self.recovery = recovery.recover(self)
-                self.recovered(self.recovery.moved)
-            if self.recovery:
-                log.warning("qvc: recovered %s: %s", self.path, self.recovery.summary())
+            self._recover()
         # A publication flushes the log first (write-ahead): in EXIT mode, whose writes are durable
         # at flush or close, the background publisher runs seldom, so that a run pays that flush
         # about once a second rather than once a write.
@@ -783,8 +788,30 @@ class Repository:
                 self._running -= 1
                 self._calls.notify_all()
 
+    def _recover(self) -> None:
+        """Repair what :func:`leftovers.needed` found, under the exclusive lock, if it can be had
+        without waiting on a writer: a read-only open tries once, a writable one waits up to
+        :data:`RECOVERY_WAIT`. A writer stopped mid-transaction holds the lock shared; the
+        repair is then left to a later opener (readers never wait), except a migration of the
+        journal-and-leases release, without which a writer must not write
+        (:class:`StorageError`, ``EBUSY``)."""
+        from qvc.plumbing import recovery  # deferred: start-up speed (a clean open loads none of it)
+
+        with contextlib.ExitStack() as held:
+            try:
+                held.enter_context(self.exclusive(wait=0 if self.readonly else min(RECOVERY_WAIT, self.write_wait)))
+            except StorageError as exc:
+                if exc.errno != errno.EBUSY or (not self.readonly and leftovers.migrating(self)):
+                    raise
+                log.info("qvc: %s: repairs left to a later opener (%s)", self.path, exc)
+                return
+            self.recovery = recovery.recover(self)
+            self.recovered(self.recovery.moved)
+        if self.recovery:
+            log.warning("qvc: recovered %s: %s", self.path, self.recovery.summary())
+
     @contextlib.contextmanager
-    def exclusive(self) -> Iterator[int]:
+    def exclusive(self, *, wait: float | None = None) -> Iterator[int]:
         """Exclude every writer of every process (for recovery and maintenance).
 
         Publishes what is staged; closes the gate (``qvc/gate``: no new transaction starts) and
@@ -793,8 +820,19 @@ class Repository:
         the lock's file descriptor: a subprocess that must stay covered by the lock even if
         this process dies (``git repack``) inherits it, and the lock then lasts until the
         subprocess exits. See :meth:`qvc.plumbing.locking.LockProtocol.exclusive`.
+
+        Waits up to ``wait`` seconds (default :attr:`write_wait`) for the gate and the lock, then
+        raises :class:`StorageError` (``EBUSY``, naming the lock), holding nothing: a writer
+        stopped mid-transaction holds the lock until it resumes or dies.
         """
-        with self.locks.exclusive(lambda: publish_open(self.path)) as fd:
+        wait = self.write_wait if wait is None else wait
+        with contextlib.ExitStack() as held:
+            try:
+                fd = held.enter_context(self.locks.exclusive(lambda: publish_open(self.path), wait=wait))
+            except Busy as busy:
+                raise StorageError(f"{self.path}: cannot exclude writers: {os.path.relpath(busy.path, self.path)} "
+                                   f"is held by another process for over {wait:g} s (a writer stopped or hung "
+                                   "inside its transaction?)", errno.EBUSY, busy.path) from None
             if not self.readonly and getattr(self, "staging", None) is not None:
                 self.staging.publish()
             yield fd

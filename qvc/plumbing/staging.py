@@ -21,7 +21,10 @@ checkpoint ids each transaction put on a ref since history was last rewritten) a
   write lock (SQLite's own busy handler waits in sleeps) and hold both for one transaction
   only: a committed transaction holds no lock, so a writer that stops (SIGSTOP, a debugger)
   after its commit blocks no one, and every transaction that starts later, in any process,
-  sees its writes.
+  sees its writes. A writer waits in the queue for up to ``write_wait`` seconds
+  (:data:`OPEN_WAIT`, 60, unless told): a writer stopped *inside* its transaction holds the
+  queue until it resumes or dies, and the others then fail with
+  :class:`~qvc.errors.StorageError` (``EBUSY``, naming the queue) with nothing stored.
 * **Durable when**: ``sync``, at commit (``synchronous=FULL``: the WAL is flushed before the
   transaction returns; the transactions of a process's threads that arrive while one runs
   commit with it, as one SQLite transaction and one flush, each in a savepoint of its own:
@@ -34,7 +37,9 @@ checkpoint ids each transaction put on a ref since history was last rewritten) a
 * **Publication** (:meth:`Staging.publish`) is idempotent and anyone's: it writes the staged
   objects as one pack, then moves each staged ref with git's own lock-and-rename (its reflog
   lines first), flushes what it wrote (files, and each directory it created with its parent),
-  and only then deletes the published rows in one transaction. In ``async`` and ``exit`` it
+  and only then deletes the published rows in one transaction (if the writers' queue is had
+  within ``lock_wait``: a writer stopped mid-transaction holds it, and the rows then stay for
+  the next publisher). In ``async`` and ``exit`` it
   first flushes the log (write-ahead: git's files are never ahead of a log a power cut could
   roll back). A ref file a power cut tore (empty, NUL bytes, or the start of a value the ref
   took while staged) is written over; one holding anything else is someone's, and the ref
@@ -77,6 +82,7 @@ from qvc.errors import CheckpointConflictError, CorruptionError, QvcError, Stora
 from qvc.logs import log
 from qvc.plumbing import pack
 from qvc.plumbing.durability import fsync_dir
+from qvc.plumbing.locking import wait_flock
 from qvc.plumbing.odb import RefReader
 from qvc.plumbing.reflog import ReflogEntry, head_branch, reflog_line
 from qvc.plumbing.refpack import without_packed
@@ -90,7 +96,8 @@ DISPLACED = "refs/qvc/displaced/"
 MODES = ("sync", "async", "exit")
 #: how long a publisher waits for another program's lock on a ref (git waits 0.1 s for a ref, 1 s for packed-refs)
 REF_LOCK_WAIT = 1.0
-#: how long a writer waits for SQLite's locks (its busy timeout; opening, see Staging._open_writer)
+#: how long a writer waits for SQLite's locks (its busy timeout; opening, see Staging._open_writer),
+#: and, unless its store says otherwise (``write_wait``), for the writers' queue
 OPEN_WAIT = 60.0
 #: SQLite's default limit on one value (SQLITE_MAX_LENGTH); a larger object cannot be staged
 MAX_OBJECT = 1_000_000_000
@@ -227,12 +234,15 @@ class Staging:
 
     ``mode`` is ``"sync"``, ``"async"`` or ``"exit"``; ``max_lag`` bounds how long an ``async``
     commit waits for its flush; ``readonly`` opens without creating anything (nothing staged
-    reads as empty). Thread-safe: each Python thread gets its own SQLite connection. Raises
+    reads as empty); ``lock_wait`` bounds an explicit publisher's wait for the publishers' turn,
+    ``write_wait`` a transaction's wait in the writers' queue (then :class:`StorageError`,
+    ``EBUSY``). Thread-safe: each Python thread gets its own SQLite connection. Raises
     :class:`~qvc.errors.StorageError` when the database cannot be created or opened.
     """
 
     def __init__(self, path: str | os.PathLike, *, mode: str = "sync", fsync: bool = True,
-                 max_lag: float = 0.05, readonly: bool = False, lock_wait: float = 1.0, who: str | None = None):
+                 max_lag: float = 0.05, readonly: bool = False, lock_wait: float = 1.0, who: str | None = None,
+                 write_wait: float = OPEN_WAIT):
         if mode not in MODES:
             raise QvcError(f"durability mode {mode!r}: expected one of {', '.join(MODES)}")
         self.path = os.fspath(path)
@@ -241,6 +251,7 @@ class Staging:
         self.max_lag = max_lag
         self.readonly = readonly
         self.lock_wait = lock_wait
+        self.write_wait = write_wait
         self.who = who or "qvc <qvc@localhost>"
         self._db_path = os.path.join(self.path, DB)
         #: the file every commit writes (SQLite's write-ahead log): what a watcher waits on
@@ -483,13 +494,14 @@ class Staging:
         to finish commits them all with one flush of the log. A member returns once that
         commit is on stable storage; no reader, in any process, sees a member before (the
         commit is ``synchronous=FULL``); a failed commit fails every member (nothing stored)."""
+        deadline = time.monotonic() + self.write_wait  # (members waiting here after a failed start wait no longer)
         with self._group_lock:
             self._arrivals += 1
         self._gate.acquire()  # one member's body at a time: they share the group's connection
         group = self._group
         try:
             if group is None:
-                group = self._group = self._start_group()
+                group = self._group = self._start_group(deadline)
         except BaseException:
             with self._group_lock:
                 self._arrivals -= 1
@@ -534,15 +546,19 @@ class Staging:
         if group.error is not None:
             raise group.error
 
-    def _start_group(self) -> _Group:
+    def _start_group(self, deadline: float) -> _Group:
         """A new group: an idle group connection (or a new one) with its queue descriptor,
-        the writers' queue taken and a write transaction begun on it."""
+        the writers' queue taken (waiting until ``deadline`` at most) and a write transaction
+        begun on it."""
         with self._conns_lock:
             pooled = self._pool.pop() if self._pool else None
         if pooled is None:
             pooled = (self._writer(), self._queue_fd(new=True))
         db, fd = pooled
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        if not wait_flock(fd, timeout=max(0.0, deadline - time.monotonic())):
+            with self._conns_lock:
+                self._pool.append(pooled)
+            raise self._busy()
         try:
             with self._guard("write"):
                 db.execute("BEGIN IMMEDIATE")
@@ -594,20 +610,33 @@ class Staging:
         return fd
 
     @contextlib.contextmanager
-    def _queue(self) -> Iterator[None]:
+    def _queue(self, timeout: float | None = None) -> Iterator[bool]:
         """Hold the writers' queue (``qvc/staging.queue``), unless this thread holds it already
-        (inside :meth:`exclusive`)."""
+        (inside :meth:`exclusive`); yields ``True``. Waits up to ``write_wait`` seconds, then
+        raises :class:`StorageError` (:meth:`_busy`); with ``timeout``, up to that, then yields
+        ``False`` holding nothing."""
         if getattr(self._local, "queue", None) is not None:
-            yield
+            yield True
             return
         fd = self._queue_fd()
-        fcntl.flock(fd, fcntl.LOCK_EX)  # fair and blocking: SQLite's busy handler backs off in sleeps
+        # polled: SQLite's busy handler, behind it, backs off in longer sleeps
+        if not wait_flock(fd, timeout=self.write_wait if timeout is None else timeout):
+            if timeout is None:
+                raise self._busy()
+            yield False
+            return
         try:
             self._local.queue = fd
-            yield
+            yield True
         finally:
             self._local.queue = None
             fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _busy(self) -> StorageError:
+        """What a writer that waited ``write_wait`` in the queue raises: nothing was stored."""
+        return StorageError(f"{self.path}: cannot write: another writer has held {QUEUE} for over "
+                            f"{self.write_wait:g} s (a process stopped or hung inside its transaction?); "
+                            "nothing was stored, try again", errno.EBUSY, os.path.join(self.path, QUEUE))
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -932,7 +961,17 @@ class Staging:
         if self.fsync:
             for path in sorted(written):
                 _fsync_path(path)
-        with self._queue(), self._guard("publish"):
+        # The rows go in a transaction like a writer's. A writer stopped mid-transaction holds the
+        # queue: the rows then stay (git's files hold them already) for the next publisher.
+        with self._queue(timeout=min(self.lock_wait, self.write_wait)) as queued:
+            if queued:
+                self._forget_published(db, seq, published)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(self.path, PUBLISHING))
+
+    def _forget_published(self, db: sqlite3.Connection, seq: int, published: list[tuple[str, str | None]]) -> None:
+        """Delete the rows of what a publication wrote to git's files (up to transaction ``seq``)."""
+        with self._guard("publish"):
             db.execute("BEGIN IMMEDIATE")
             try:
                 done = [name for name, _ in published]
@@ -945,8 +984,6 @@ class Staging:
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(self.path, PUBLISHING))
 
     def _publish_ref(self, name: str, value: str | None, chain_values: list[str | None], chain: list[tuple],
                      out: Published, written: set[str]) -> bool:

@@ -128,7 +128,8 @@ class GitCheckpointStore(CheckpointStore):
         max_lag: ASYNC only, the longest a returned write waits for its flush (seconds).
         readonly: read without libgit2 (:mod:`qvc.plumbing.odb`: no pygit2 import, no lock);
             writes raise :class:`~qvc.errors.InvalidInputError`. Opening still repairs a
-            crashed repository first.
+            crashed repository first (when it can without waiting: a writer stopped mid-transaction
+            leaves the repair to a later opener).
         signing_key: an OpenSSH Ed25519 private key file (or the ``.pub`` of a key ssh-agent
             holds) that signs every commit this store writes, in git's SSH signature format
             (docs/signing.md); default ``$QVC_SIGNING_KEY``, else the repository's
@@ -136,6 +137,10 @@ class GitCheckpointStore(CheckpointStore):
             :class:`~qvc.errors.InvalidInputError` here (one configured: at the first write); a
             repository with ``qvc.requireSignatures`` refuses every write without one
             (:class:`~qvc.errors.SignatureError`).
+        write_wait: how long a write waits for another process's transaction (the writers'
+            queue), and :meth:`gc` and :meth:`purge` for the writers, before they raise
+            :class:`~qvc.errors.StorageError` (``EBUSY``) with nothing stored (seconds; 60 by
+            default). Only a writer stopped or hung inside its transaction makes anyone wait so long.
 
     Opening runs crash recovery; what it repaired is in :attr:`recovery`. The store is a
     context manager; :meth:`close` flushes (and, in EXIT mode, is when writes become durable).
@@ -143,9 +148,9 @@ class GitCheckpointStore(CheckpointStore):
 
     def __init__(self, path: str | os.PathLike, *, durability: DurabilityMode | str = DurabilityMode.SYNC,
                  fsync: bool = True, create: bool = True, max_lag: float = 0.05, readonly: bool = False,
-                 signing_key: str | os.PathLike | None = None):
+                 signing_key: str | os.PathLike | None = None, write_wait: float = 60.0):
         self._repo = Repository(path, create=create, durability=durability, fsync=fsync, max_lag=max_lag,
-                                readonly=readonly, signing_key=signing_key)
+                                readonly=readonly, signing_key=signing_key, write_wait=write_wait)
         self._history = History(self._repo)
         self._writes = PendingWrites(self._repo, self._history)
         self._rewriter = Rewriter(self._repo, self._history)
