@@ -24,7 +24,9 @@ checkpoint ids each transaction put on a ref since history was last rewritten) a
   sees its writes. A writer waits in the queue for up to ``write_wait`` seconds
   (:data:`OPEN_WAIT`, 60, unless told): a writer stopped *inside* its transaction holds the
   queue until it resumes or dies, and the others then fail with
-  :class:`~qvc.errors.StorageError` (``EBUSY``, naming the queue) with nothing stored.
+  :class:`~qvc.errors.StorageError` (``EBUSY``, naming the queue) with nothing stored. That
+  wait is polled; a process's threads first queue among themselves on a blocking ``flock`` of
+  an anonymous file of its own, which hands over at once (only the first in line polls).
 * **Durable when**: ``sync``, at commit (``synchronous=FULL``: the WAL is flushed before the
   transaction returns; the transactions of a process's threads that arrive while one runs
   commit with it, as one SQLite transaction and one flush, each in a savepoint of its own:
@@ -272,6 +274,7 @@ class Staging:
         #: reads then see git's files alone, and every write raises it (see :meth:`damage`)
         self.damaged: CorruptionError | None = None
         # group commit (sync): see _grouped
+        self._own_queue: int | None = None  # this process's own queue in front of the writers' (_queue)
         self._gate = threading.Lock()  # one member's body at a time
         self._group_lock = threading.Lock()  # guards _arrivals and a group's size
         self._group: _Group | None = None  # the group arriving members join
@@ -619,8 +622,15 @@ class Staging:
             yield True
             return
         fd = self._queue_fd()
-        # polled: SQLite's busy handler, behind it, backs off in longer sleeps
-        if not wait_flock(fd, timeout=self.write_wait if timeout is None else timeout):
+        deadline = time.monotonic() + (self.write_wait if timeout is None else timeout)
+        # This process's threads queue first on a lock only they take (a kernel lock: it hands
+        # over at once, as a blocking flock does); a thread that holds it runs, so that wait ends.
+        # Only the first in line then waits for the writers' queue, polled, up to the deadline: a
+        # writer stopped in another process wakes no one.
+        own = self._own_queue_fd()
+        fcntl.flock(own, fcntl.LOCK_EX)
+        if time.monotonic() > deadline or not wait_flock(fd, timeout=max(0.0, deadline - time.monotonic())):
+            fcntl.flock(own, fcntl.LOCK_UN)
             if timeout is None:
                 raise self._busy()
             yield False
@@ -631,6 +641,21 @@ class Staging:
         finally:
             self._local.queue = None
             fcntl.flock(fd, fcntl.LOCK_UN)
+            fcntl.flock(own, fcntl.LOCK_UN)
+
+    def _own_queue_fd(self) -> int:
+        """This thread's descriptor of this process's own queue (an anonymous file, each thread
+        with an open file of its own, so that their ``flock`` exclude one another)."""
+        fd = getattr(self._local, "own_queue_fd", None)
+        if fd is None:
+            with self._conns_lock:
+                if self._own_queue is None:
+                    self._own_queue = os.memfd_create("qvc-queue", os.MFD_CLOEXEC)
+                    self._fds.append(self._own_queue)
+                fd = os.open(f"/proc/self/fd/{self._own_queue}", os.O_RDWR | os.O_CLOEXEC)
+                self._fds.append(fd)
+            self._local.own_queue_fd = fd
+        return fd
 
     def _busy(self) -> StorageError:
         """What a writer that waited ``write_wait`` in the queue raises: nothing was stored."""

@@ -53,6 +53,27 @@ with GitCheckpointStore(sys.argv[1], write_wait=float(sys.argv[2])) as store:
     print("HEAD", store.head(sys.argv[3]))
 """
 
+THREADS = """
+import sys, threading
+from qvc import Checkpoint, CheckpointConfig, GitCheckpointStore
+from qvc.errors import StorageError
+got = []
+with GitCheckpointStore(sys.argv[1], durability="async", write_wait=float(sys.argv[2])) as store:
+    def put(k):
+        try:
+            store.put(CheckpointConfig(f"w{k}"), Checkpoint(id=f"w{k}-1", thread_id=f"w{k}", step=0,
+                      state_data={"m": k}), {"source": "loop"})
+            got.append("PUT")
+        except StorageError as exc:
+            got.append(f"BUSY {exc.errno}")
+    threads = [threading.Thread(target=put, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print(" ".join(sorted(got)))
+"""
+
 GC = """
 import sys
 from qvc import GitCheckpointStore
@@ -151,6 +172,10 @@ def test_a_writer_frozen_mid_transaction_blocks_other_writers_only_for_write_wai
     busy, head = put.stdout.splitlines()
     assert busy.startswith("BUSY 16") and "qvc/staging.queue" in busy, put.stdout + put.stderr  # EBUSY
     assert head == "HEAD None"  # nothing stored
+    # an ASYNC store's threads queue behind one another in the process, and each gives up by its
+    # own deadline (they do not wait write_wait in turn)
+    threads = _python("-c", THREADS, str(repo), "2")
+    assert threads.stdout.split("\n")[0] == "BUSY 16 BUSY 16 BUSY 16", threads.stdout + threads.stderr
     gc = _python("-c", GC, str(repo), "1")
     assert gc.stdout.startswith("BUSY 16") and "qvc/lock" in gc.stdout, gc.stdout + gc.stderr
     # the same put goes through once the frozen writer is gone (its transaction with it)
