@@ -78,7 +78,6 @@ class Busy(TimeoutError):
     def __init__(self, path: str, waited: float):
         super().__init__(f"{path} was held by another process for over {waited:g} s")
         self.path = path
-        self.waited = waited
 
 
 def unlock(fd: int) -> None:

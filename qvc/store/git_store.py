@@ -1043,11 +1043,7 @@ class GitCheckpointStore(CheckpointStore):
         """The pending writes held by the writes commit ``tip`` (the tip of a ``refs/qvc/writes/``
         ref, or of a fetched one, checked before it is taken in), in the order they were written.
         Raises :class:`CorruptionError` if they do not decode."""
-        out = []
-        for key, data in self._writes.read(tip):
-            task, channel, _, value = serde.loads(data, f"write {key}")
-            out.append(PendingWrite(task, channel, value))
-        return out
+        return self._decoded(self._writes.read(tip))
 
     def checkpoint_pending_writes(self, sha: str) -> list[PendingWrite]:
         """Every pending write of the checkpoint in commit ``sha``, whatever layout holds it: the
