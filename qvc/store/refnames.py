@@ -53,6 +53,16 @@ def _encode(text: str) -> str:
 SHOWN = 60
 
 
+def encodable(text: str) -> bool:
+    """Whether ``text`` is valid Unicode that UTF-8 encodes: not so when it holds lone surrogates,
+    which is how Python reads command-line bytes that are not UTF-8 (a Latin-1 terminal's)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def shown(name: str) -> str:
     """``name`` quoted for a message (``repr``), its start only when it is longer than :data:`SHOWN`
     characters (a name typed on a command line may be thousands long)."""
@@ -84,9 +94,7 @@ def branch_name_problem(name: str) -> str | None:
     """
     if not name:
         return "it is empty"
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:  # bytes of another encoding on the command line (a Latin-1 terminal's)
+    if not encodable(name):
         return "it is not valid UTF-8"
     bad = sorted({c for c in name if c in _BAD_CHARS})
     if bad:

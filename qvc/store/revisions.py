@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Callable, NamedTuple, Optional
 
 from qvc.errors import DamagedRefError, InvalidInputError, NotFoundError, UnknownCheckpointError, UnknownThreadError
 from qvc.lazy import Pattern
-from qvc.store.refnames import HEADS, REMOTES, TAGS, check_thread_id, shown, tracking_ref
+from qvc.store.refnames import HEADS, REMOTES, TAGS, check_thread_id, encodable, shown, tracking_ref
 
 if TYPE_CHECKING:
     from qvc.store.git_store import GitCheckpointStore
@@ -129,16 +129,6 @@ def _reflog_entry(store: GitCheckpointStore, text: str, inner: str, n: int, name
     if n >= len(log) or log[n].new is None:
         raise UnknownCheckpointError(f"{shown(text)}: thread {shown(thread)} has {len(log)} reflog entries")
     return Revision(log[n].new, thread)
-
-
-def encodable(text: str) -> bool:
-    """Whether ``text`` is valid Unicode that UTF-8 encodes: not so when it holds lone surrogates,
-    which is how Python reads command-line bytes that are not UTF-8 (a Latin-1 terminal's)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _base(store: GitCheckpointStore, text: str) -> Revision | None:
